@@ -1,0 +1,1 @@
+"""kafkalens proxy: all I/O lives here (sockets, asyncio, files, HTTP)."""
