@@ -1,0 +1,267 @@
+"""Generate the codec's schema tables from Kafka's JSON message definitions.
+
+Usage: python -m codec.generate [--schemas DIR] [--out DIR] [--readiness FILE]
+
+Reads every definition in the schema folders (oldest first) plus the project's
+KIP-1313 overlays (`codec/kip1313/`, newest), and for each message and each version
+keeps the definition of the newest source whose `validVersions` covers it. Writes
+facts only (names, types, versions, tags, defaults; never the `about` prose) to
+`codec/generated/schemas.py`, and the Kafka 4.0 readiness table (the versions the
+KIP-896 folder no longer accepts) to `pipeline/data/kafka4_removed_versions.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_SCHEMAS = REPO.parent / "shared" / "kafka-message-schemas"
+# Oldest first: a later source wins for the versions it covers.
+SOURCE_FOLDERS = ("before-kip-896", "after-kip-896")
+OVERLAY_FOLDER = HERE / "kip1313"
+OPEN_END = 0x7FFF
+
+_COMMENT = re.compile(r"^\s*//.*$", re.MULTILINE)
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    """Kafka's schema JSON allows whole-line // comments."""
+    data: dict[str, Any] = json.loads(_COMMENT.sub("", path.read_text()))
+    return data
+
+
+def parse_versions(spec: str | None) -> tuple[int, int] | None:
+    """'3+' -> (3, OPEN_END); '1-4' -> (1, 4); '2' -> (2, 2); 'none'/None -> None."""
+    if spec is None or spec == "none":
+        return None
+    if spec.endswith("+"):
+        return int(spec[:-1]), OPEN_END
+    if "-" in spec:
+        low, high = spec.split("-")
+        return int(low), int(high)
+    return int(spec), int(spec)
+
+
+def snake_case(name: str) -> str:
+    step = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", step).lower()
+
+
+def parse_default(type_name: str, raw: Any) -> Any:
+    """The default as a Python literal value, or the marker 'null'."""
+    text = str(raw)
+    if text == "null":
+        return None
+    if type_name in ("int8", "int16", "int32", "int64", "uint16", "uint32"):
+        return int(text, 0)
+    if type_name == "float64":
+        return float(text)
+    if type_name == "bool":
+        return text.lower() == "true"
+    return text
+
+
+def field_facts(field: dict[str, Any], structs: dict[str, Any]) -> tuple[Any, ...]:
+    """One field as a tuple of facts (see codec/schema.py for the layout)."""
+    type_name = field["type"]
+    element = type_name[2:] if type_name.startswith("[]") else type_name
+    children: tuple[Any, ...] | None = None
+    if "fields" in field:
+        children = tuple(field_facts(f, structs) for f in field["fields"])
+    elif element in structs:
+        children = tuple(field_facts(f, structs) for f in structs[element]["fields"])
+    default = parse_default(element, field["default"]) if "default" in field else ...
+    tag = field.get("tag")
+    return (
+        snake_case(field["name"]),
+        type_name,
+        parse_versions(field["versions"]),
+        parse_versions(field.get("nullableVersions")),
+        int(tag) if tag is not None else None,
+        default,
+        parse_versions(field["flexibleVersions"]) if "flexibleVersions" in field else ...,
+        bool(field.get("mapKey", False)),
+        field.get("entityType"),
+        children,
+    )
+
+
+def message_facts(schema: dict[str, Any]) -> dict[str, Any]:
+    structs = {s["name"]: s for s in schema.get("commonStructs", [])}
+    header_versions = schema.get("headerVersions")
+    return {
+        "valid": parse_versions(schema["validVersions"]),
+        "flexible": parse_versions(schema["flexibleVersions"]),
+        "header_versions": (
+            tuple(
+                (*parse_versions(k), int(v))  # type: ignore[misc]
+                for k, v in sorted(header_versions.items(), key=lambda kv: kv[0])
+            )
+            if header_versions
+            else None
+        ),
+        "fields": tuple(field_facts(f, structs) for f in schema["fields"]),
+    }
+
+
+def collect_sources(schemas_dir: Path) -> list[dict[str, dict[str, Any]]]:
+    """Each source folder as {message name: raw schema}, oldest first."""
+    sources = []
+    for folder in SOURCE_FOLDERS:
+        sources.append({p.stem: load_json(p) for p in sorted((schemas_dir / folder).glob("*.json"))})
+    sources.append({p.stem: load_json(p) for p in sorted(OVERLAY_FOLDER.glob("*.json"))})
+    return sources
+
+
+def merge_message(name: str, sources: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Per version, the definition of the newest source that covers it."""
+    definitions: list[dict[str, Any]] = []
+    by_version: dict[int, int] = {}
+    kind = api_key = None
+    for source in reversed(sources):
+        if name not in source:
+            continue
+        raw = source[name]
+        kind, api_key = raw["type"], raw.get("apiKey")
+        facts = message_facts(raw)
+        low, high = facts["valid"]
+        new_versions = [v for v in range(low, high + 1) if v not in by_version]
+        if not new_versions:
+            continue
+        if facts not in definitions:
+            definitions.append(facts)
+        index = definitions.index(facts)
+        for version in new_versions:
+            by_version[version] = index
+    return {
+        "kind": kind,
+        "api_key": api_key,
+        "versions": dict(sorted(by_version.items())),
+        "definitions": definitions,
+    }
+
+
+def build_tables(schemas_dir: Path) -> dict[str, Any]:
+    sources = collect_sources(schemas_dir)
+    names = sorted({name for source in sources for name in source})
+    return {name: merge_message(name, sources) for name in names}
+
+
+def readiness_table(schemas_dir: Path) -> dict[str, Any]:
+    """Request versions that the pre-4.0 folder accepts and the KIP-896 folder does not."""
+    before = {p.stem: load_json(p) for p in (schemas_dir / SOURCE_FOLDERS[0]).glob("*Request.json")}
+    after = {p.stem: load_json(p) for p in (schemas_dir / SOURCE_FOLDERS[1]).glob("*Request.json")}
+    apis = []
+    for name, old in before.items():
+        if name not in after or "apiKey" not in old:
+            continue
+        old_low, old_high = parse_versions(old["validVersions"])  # type: ignore[misc]
+        new_low, new_high = parse_versions(after[name]["validVersions"])  # type: ignore[misc]
+        removed = [v for v in range(old_low, old_high + 1) if not new_low <= v <= new_high]
+        if removed:
+            apis.append(
+                {
+                    "api_key": old["apiKey"],
+                    "api": name[: -len("Request")],
+                    "removed_versions": removed,
+                    "kafka4_min_version": new_low,
+                }
+            )
+    apis.sort(key=lambda entry: entry["api_key"])
+    return {"source": "kafka-message-schemas before-kip-896 vs after-kip-896", "apis": apis}
+
+
+HEADER = '''\
+# GENERATED by codec/generate.py from Kafka's JSON message definitions and
+# codec/kip1313/. Do not edit: run `make generate` (python -m codec.generate).
+#
+# MESSAGES[name] = {"kind", "api_key", "versions": {version: definition index},
+#                   "definitions": [{"valid", "flexible", "header_versions", "fields"}]}
+# A field: (name, type, versions, nullable_versions, tag, default, flexible_override,
+#           map_key, entity_type, children); "..." means "not given".
+# fmt: off
+from typing import Any
+
+'''
+
+
+def _literal(value: Any) -> str:
+    return "..." if value is ... else repr(value)
+
+
+def _render_fields(fields: tuple[Any, ...], indent: str) -> list[str]:
+    lines = []
+    for field in fields:
+        *facts, children = field
+        head = ", ".join(_literal(v) for v in facts)
+        if children is None:
+            lines.append(f"{indent}({head}, None),")
+        else:
+            lines.append(f"{indent}({head}, (")
+            lines.extend(_render_fields(children, indent + "    "))
+            lines.append(f"{indent})),")
+    return lines
+
+
+def _render_definition(definition: dict[str, Any]) -> list[str]:
+    facts = ", ".join(
+        f"{key!r}: {definition[key]!r}" for key in ("valid", "flexible", "header_versions")
+    )
+    return [f"        {{{facts}, 'fields': (", *_render_fields(definition["fields"], " " * 12), "        )},"]
+
+
+def render_module(tables: dict[str, Any]) -> str:
+    lines = [HEADER + "MESSAGES: dict[str, Any] = {"]
+    for name, message in tables.items():
+        lines.append(f"    {name!r}: {{")
+        lines.append(f"        'kind': {message['kind']!r}, 'api_key': {message['api_key']!r},")
+        lines.append(f"        'versions': {message['versions']!r},")
+        lines.append("        'definitions': [")
+        for definition in message["definitions"]:
+            lines.extend("    " + line for line in _render_definition(definition))
+        lines.append("        ],")
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(schemas_dir: Path, out_dir: Path, readiness_path: Path | None) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    module = out_dir / "schemas.py"
+    module.write_text(render_module(build_tables(schemas_dir)))
+    written.append(module)
+    init = out_dir / "__init__.py"
+    init.write_text("# GENERATED by codec/generate.py. Do not edit.\n")
+    written.append(init)
+    if readiness_path is not None:
+        readiness_path.parent.mkdir(parents=True, exist_ok=True)
+        readiness_path.write_text(json.dumps(readiness_table(schemas_dir), indent=1) + "\n")
+        written.append(readiness_path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schemas", type=Path, default=DEFAULT_SCHEMAS)
+    parser.add_argument("--out", type=Path, default=HERE / "generated")
+    parser.add_argument(
+        "--readiness", type=Path, default=REPO / "pipeline" / "data" / "kafka4_removed_versions.json"
+    )
+    args = parser.parse_args(argv)
+    if not args.schemas.is_dir():
+        print(f"generate: schema folder not found: {args.schemas}", file=sys.stderr)
+        return 2
+    for path in write_outputs(args.schemas, args.out, args.readiness):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

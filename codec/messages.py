@@ -1,0 +1,259 @@
+"""Decode and encode whole request and response frames.
+
+A frame here is the bytes after the 4-byte length prefix. Decoding a response needs
+only the api key and version of its request: no other state.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from codec.compiler import Decoder, Encoder, compile_decoder, compile_encoder
+from codec.errors import DecodeError, EncodeError
+from codec.schema import Message, api_messages, message
+from codec.wire import DEFAULT_ELEMENT_BUDGET
+
+API_VERSIONS = 18
+CONTROLLED_SHUTDOWN = 7
+_API_KEY_AND_VERSION = struct.Struct(">hh")
+
+
+class UnknownApiError(DecodeError):
+    """An api key or version the codec has no definition for (forward it untouched)."""
+
+
+@dataclass(slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    header: dict[str, Any]
+    body: dict[str, Any]
+    header_version: int = 1
+
+    @property
+    def correlation_id(self) -> int:
+        return int(self.header["correlation_id"])
+
+
+@dataclass(slots=True)
+class Response:
+    api_key: int
+    api_version: int
+    header: dict[str, Any]
+    body: dict[str, Any]
+    header_version: int = 0
+
+    @property
+    def correlation_id(self) -> int:
+        return int(self.header["correlation_id"])
+
+
+@dataclass(frozen=True)
+class HeaderPolicy:
+    """Which request header version each (api key, version) uses.
+
+    The schemas say it for the messages they cover (flexible versions use header v2,
+    KIP-1313's `headerVersions` name v3). `header_v3` declares more, as data, for
+    brokers that adopt KIP-1313 for every RPC: {api_key: first version on header v3}.
+    A declared version past the schema's newest reuses the newest body, since the
+    KIP changes only the header of those RPCs.
+    """
+
+    header_v3: Mapping[int, int] = field(default_factory=dict)
+
+    def request_header_version(self, api_key: int, version: int) -> int:
+        first_v3 = self.header_v3.get(api_key)
+        if first_v3 is not None and version >= first_v3:
+            return 3
+        request, _ = _messages_for(api_key, version)
+        definition = request.definition(self.body_version(api_key, version))
+        assert definition is not None
+        declared = definition.header_version(version)
+        if declared is not None:
+            return declared
+        if api_key == CONTROLLED_SHUTDOWN and version == 0:
+            return 0
+        return 2 if definition.is_flexible(version) else 1
+
+    def response_header_version(self, api_key: int, version: int) -> int:
+        _, response = _messages_for(api_key, version)
+        definition = response.definition(self.body_version(api_key, version))
+        assert definition is not None
+        declared = definition.header_version(version)
+        if declared is not None:
+            return declared
+        if api_key == API_VERSIONS:
+            # KIP-511: clients read the error code at a fixed offset, whatever the version.
+            return 0
+        return 1 if definition.is_flexible(self.body_version(api_key, version)) else 0
+
+    def body_version(self, api_key: int, version: int) -> int:
+        request, _ = _messages_for(api_key, None)
+        if version in request.versions:
+            return version
+        first_v3 = self.header_v3.get(api_key)
+        if first_v3 is not None and version >= first_v3 and version > request.max_version:
+            return request.max_version
+        raise UnknownApiError(f"unknown version {version}", api_key=api_key, api_version=version)
+
+    def knows(self, api_key: int, version: int) -> bool:
+        try:
+            self.body_version(api_key, version)
+        except UnknownApiError:
+            return False
+        return True
+
+
+DEFAULT_POLICY = HeaderPolicy()
+
+
+def _messages_for(api_key: int, version: int | None) -> tuple[Message, Message]:
+    pair = api_messages().get(api_key)
+    if pair is None:
+        raise UnknownApiError("unknown api key", api_key=api_key, api_version=version)
+    return pair
+
+
+@cache
+def struct_decoder(name: str, version: int) -> Decoder:
+    msg = message(name)
+    definition = msg.definition(version)
+    if definition is None:
+        raise UnknownApiError(f"{name} has no version {version}", api_key=msg.api_key, api_version=version)
+    return compile_decoder(definition.fields, version, definition.is_flexible(version), name)
+
+
+@cache
+def struct_encoder(name: str, version: int) -> Encoder:
+    msg = message(name)
+    definition = msg.definition(version)
+    if definition is None:
+        raise EncodeError(f"{name} has no version {version}")
+    return compile_encoder(definition.fields, version, definition.is_flexible(version), name)
+
+
+def _run(
+    decoder: Decoder, buf: memoryview, pos: int, end: int, budget: list[int]
+) -> tuple[dict[str, Any], int]:
+    try:
+        return decoder(buf, pos, end, budget)
+    except DecodeError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}", offset=pos) from None
+    except (struct.error, IndexError, OverflowError, ValueError, TypeError) as exc:
+        raise DecodeError(f"malformed input: {type(exc).__name__}", offset=pos) from None
+
+
+def _view(frame: bytes | bytearray | memoryview) -> memoryview:
+    view = frame if isinstance(frame, memoryview) else memoryview(frame)
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def decode_request_header(
+    frame: bytes | bytearray | memoryview,
+    policy: HeaderPolicy = DEFAULT_POLICY,
+    budget: int = DEFAULT_ELEMENT_BUDGET,
+) -> tuple[dict[str, Any], int, int]:
+    """(header, header version, offset of the body) of a request frame."""
+    buf = _view(frame)
+    if len(buf) < 4:
+        raise DecodeError("request shorter than its api key and version", direction="request", offset=0)
+    api_key, version = _API_KEY_AND_VERSION.unpack_from(buf, 0)
+    try:
+        header_version = policy.request_header_version(api_key, version)
+        header, pos = _run(struct_decoder("RequestHeader", header_version), buf, 0, len(buf), [budget])
+    except DecodeError as exc:
+        raise exc.with_context(api_key=api_key, api_version=version, direction="request") from None
+    return header, header_version, pos
+
+
+def decode_request(
+    frame: bytes | bytearray | memoryview,
+    policy: HeaderPolicy = DEFAULT_POLICY,
+    budget: int = DEFAULT_ELEMENT_BUDGET,
+) -> Request:
+    buf = _view(frame)
+    header, header_version, pos = decode_request_header(buf, policy, budget)
+    api_key, version = header["request_api_key"], header["request_api_version"]
+    try:
+        request, _ = _messages_for(api_key, version)
+        decoder = struct_decoder(request.name, policy.body_version(api_key, version))
+        body, pos = _run(decoder, buf, pos, len(buf), [budget])
+        if pos != len(buf):
+            raise DecodeError(f"{len(buf) - pos} bytes after the end of the message", offset=pos)
+    except DecodeError as exc:
+        raise exc.with_context(api_key=api_key, api_version=version, direction="request") from None
+    return Request(api_key, version, header, body, header_version)
+
+
+def decode_response(
+    frame: bytes | bytearray | memoryview,
+    api_key: int,
+    api_version: int,
+    policy: HeaderPolicy = DEFAULT_POLICY,
+    budget: int = DEFAULT_ELEMENT_BUDGET,
+) -> Response:
+    buf = _view(frame)
+    try:
+        _, response = _messages_for(api_key, api_version)
+        header_version = policy.response_header_version(api_key, api_version)
+        header, pos = _run(
+            struct_decoder("ResponseHeader", header_version), buf, 0, len(buf), [budget]
+        )
+        decoder = struct_decoder(response.name, policy.body_version(api_key, api_version))
+        body, pos = _run(decoder, buf, pos, len(buf), [budget])
+        if pos != len(buf):
+            raise DecodeError(f"{len(buf) - pos} bytes after the end of the message", offset=pos)
+    except DecodeError as exc:
+        raise exc.with_context(api_key=api_key, api_version=api_version, direction="response") from None
+    return Response(api_key, api_version, header, body, header_version)
+
+
+def encode_request(request: Request, policy: HeaderPolicy = DEFAULT_POLICY) -> bytes:
+    """The frame (without its length prefix) of a request."""
+    header = dict(request.header)
+    header["request_api_key"] = request.api_key
+    header["request_api_version"] = request.api_version
+    header_version = policy.request_header_version(request.api_key, request.api_version)
+    req, _ = _messages_for(request.api_key, request.api_version)
+    out: list[Any] = []
+    struct_encoder("RequestHeader", header_version)(header, out)
+    body_version = policy.body_version(request.api_key, request.api_version)
+    struct_encoder(req.name, body_version)(request.body, out)
+    return b"".join(out)
+
+
+def encode_response(response: Response, policy: HeaderPolicy = DEFAULT_POLICY) -> bytes:
+    """The frame (without its length prefix) of a response."""
+    header_version = policy.response_header_version(response.api_key, response.api_version)
+    _, resp = _messages_for(response.api_key, response.api_version)
+    out: list[Any] = []
+    struct_encoder("ResponseHeader", header_version)(response.header, out)
+    body_version = policy.body_version(response.api_key, response.api_version)
+    struct_encoder(resp.name, body_version)(response.body, out)
+    return b"".join(out)
+
+
+def decode_data(
+    name: str, version: int, data: bytes | memoryview, budget: int = DEFAULT_ELEMENT_BUDGET
+) -> dict[str, Any]:
+    """An embedded message (e.g. ConsumerProtocolSubscription) at a known version."""
+    buf = _view(data)
+    try:
+        body, pos = _run(struct_decoder(name, version), buf, 0, len(buf), [budget])
+        if pos != len(buf):
+            raise DecodeError(f"{len(buf) - pos} bytes after the end of the message", offset=pos)
+    except DecodeError as exc:
+        raise exc.with_context(direction=name) from None
+    return body
+
+
+def encode_data(name: str, version: int, value: dict[str, Any]) -> bytes:
+    out: list[Any] = []
+    struct_encoder(name, version)(value, out)
+    return b"".join(out)

@@ -1,0 +1,122 @@
+"""Record batch headers (magic 2), read without touching the records themselves."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from codec.records.common import error
+
+# Indexed by the low three bits of the attributes; ids 5-7 are unassigned.
+COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+# Every entry of a records field, whatever its magic, starts offset int64, length int32.
+LOG_OVERHEAD = 12
+MAGIC_OFFSET = 16
+
+_V2 = struct.Struct(">qiibIhiqqqhii")
+V2_HEADER_SIZE = _V2.size
+# The CRC covers attributes to the end of the batch.
+_V2_CRC_START = 21
+# Shortest record: length, attributes, timestamp delta, offset delta, key -1, value -1,
+# header count, one byte each.
+MIN_RECORD_SIZE = 7
+
+_TIMESTAMP_TYPE = 0x08
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_DELETE_HORIZON = 0x40
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    """One entry of a records field: a v2 batch, or a legacy (magic 0/1) message.
+
+    For a legacy message the batch-only fields hold Kafka's "none" values
+    (partition_leader_epoch, producer_id, producer_epoch, base_sequence: -1; magic 0
+    timestamps: -1). An uncompressed legacy message has record_count 1 and
+    last_offset_delta 0. A compressed legacy wrapper hides its count inside the
+    compressed value, so it reports record_count -1 and last_offset_delta -1 ("unknown"),
+    and its base_offset is the wrapper's own offset: the offset of its LAST inner record.
+    """
+
+    position: int  # where the entry starts in the records buffer
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & 0x07
+
+    @property
+    def compression(self) -> str:
+        return COMPRESSION_NAMES[self.attributes & 0x07]
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 CreateTime, 1 LogAppendTime, -1 none (magic 0)."""
+        if self.magic == 0:
+            return -1
+        return 1 if self.attributes & _TIMESTAMP_TYPE else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & _TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & _CONTROL)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & _DELETE_HORIZON)
+
+    @property
+    def size(self) -> int:
+        """Bytes the entry takes in the records field, offset and length included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def end(self) -> int:
+        return self.position + self.batch_length + LOG_OVERHEAD
+
+
+def read_v2_header(
+    view: memoryview, pos: int, batch_length: int, *, verify_crc: bool, max_bytes: int
+) -> BatchHeader:
+    """The v2 header at `pos`; the caller has checked view holds `batch_length` + 12 bytes."""
+    if batch_length < V2_HEADER_SIZE - LOG_OVERHEAD:
+        raise error(f"record batch length {batch_length} shorter than its header", pos)
+    header = BatchHeader(pos, *_V2.unpack_from(view, pos))
+    _check_v2(header, max_bytes)
+    if verify_crc:
+        actual = crc32c(view[pos + _V2_CRC_START : header.end])
+        if actual != header.crc:
+            raise error(f"record batch CRC {header.crc:#010x}, computed {actual:#010x}", pos)
+    return header
+
+
+def _check_v2(header: BatchHeader, max_bytes: int) -> None:
+    if header.codec >= len(COMPRESSION_NAMES):
+        raise error(f"unknown compression id {header.codec}", header.position)
+    count = header.record_count
+    if count < 0:
+        raise error(f"negative record count {count}", header.position)
+    # A count that cannot fit in the bytes it could decode to is a lie, caught here so
+    # cheap summaries never report it.
+    room = header.end - header.position - V2_HEADER_SIZE if header.codec == 0 else max_bytes
+    if count > room // MIN_RECORD_SIZE:
+        raise error(f"record count {count} does not fit in {room} bytes", header.position)

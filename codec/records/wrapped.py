@@ -1,0 +1,56 @@
+"""Records of legacy messages, including compressed wrappers and their inner sets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from codec.records.batch import BatchHeader
+from codec.records.common import as_view, error
+from codec.records.compression import decompress
+from codec.records.legacy import Message, read_message
+from codec.records.record import Record
+
+
+def iter_legacy_records(
+    view: memoryview, header: BatchHeader, *, verify_crc: bool, max_bytes: int
+) -> Iterator[Record]:
+    """The records of the legacy message `header` (one, or the wrapper's inner ones)."""
+    # The caller read this message's header already, CRC included when asked.
+    _, key, value = read_message(view, header.position, header.end, verify_crc=False)
+    if header.codec == 0:
+        yield Record(header.base_offset, header.base_timestamp, key, value, (), header)
+        return
+    if value is None:
+        raise error("compressed legacy message without a value", header.position)
+    inner = as_view(decompress(header.codec, value, max_bytes=max_bytes))
+    messages = _inner_messages(inner, header, verify_crc)
+    yield from _resolve(messages, header)
+
+
+def _inner_messages(inner: memoryview, wrapper: BatchHeader, verify_crc: bool) -> list[Message]:
+    messages = []
+    pos = 0
+    while pos < len(inner):
+        message = read_message(inner, pos, len(inner), verify_crc=verify_crc)
+        inner_header = message[0]
+        if inner_header.codec != 0:
+            raise error("compressed legacy message nested in another", wrapper.position)
+        if inner_header.magic != wrapper.magic:
+            raise error("legacy inner message magic differs from its wrapper", wrapper.position)
+        messages.append(message)
+        pos = inner_header.end
+    if not messages:
+        raise error("compressed legacy message with no inner message", wrapper.position)
+    return messages
+
+
+def _resolve(messages: list[Message], wrapper: BatchHeader) -> Iterator[Record]:
+    """Records with absolute offsets and effective timestamps."""
+    shift = 0
+    if wrapper.magic == 1:
+        # Magic 1 inner offsets are relative; the wrapper holds the last absolute one.
+        shift = wrapper.base_offset - messages[-1][0].base_offset
+    log_append = wrapper.timestamp_type == 1
+    for header, key, value in messages:
+        timestamp = wrapper.max_timestamp if log_append else header.base_timestamp
+        yield Record(header.base_offset + shift, timestamp, key, value, (), wrapper)

@@ -1,0 +1,175 @@
+"""Hostile bytes: the codec answers with a message or DecodeError, never anything else,
+and never allocates far beyond what the input could justify."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from codec import (
+    DecodeError,
+    Request,
+    Response,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+
+
+def metadata_v0_request(topic_count: int) -> bytes:
+    return struct.pack(">hhih", 3, 0, 1, 2) + b"ab" + struct.pack(">i", topic_count)
+
+
+def seed_frames() -> list[tuple[str, bytes, int, int]]:
+    """(direction, frame, api_key, version) of a few realistic messages."""
+    produce = Request(
+        0, 9, {"correlation_id": 7, "client_id": "p"},
+        {"transactional_id": None, "acks": -1, "timeout_ms": 3000, "topic_data": [
+            {"name": "orders", "partition_data": [{"index": 0, "records": b"\x00" * 70}]}]},
+    )
+    metadata = Response(3, 12, {"correlation_id": 9}, {
+        "throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b1", "port": 9092, "rack": None}],
+        "cluster_id": "c", "controller_id": 1, "topics": [{
+            "error_code": 0, "name": "orders", "topic_id": None, "is_internal": False,
+            "partitions": [{"error_code": 0, "partition_index": i, "leader_id": 1, "leader_epoch": 0,
+                            "replica_nodes": [1], "isr_nodes": [1], "offline_replicas": []}
+                           for i in range(3)],
+            "topic_authorized_operations": -1}]})
+    metadata.body["topics"][0]["topic_id"] = __import__("uuid").UUID(int=5)
+    join = Response(11, 5, {"correlation_id": 3}, {
+        "throttle_time_ms": 0, "error_code": 0, "generation_id": 4, "protocol_name": "range",
+        "leader": "m1", "member_id": "m1",
+        "members": [{"member_id": "m1", "group_instance_id": None, "metadata": b"\x00\x01meta"}]})
+    return [
+        ("request", encode_request(produce), 0, 9),
+        ("response", encode_response(metadata), 3, 12),
+        ("response", encode_response(join), 11, 5),
+        ("request", metadata_v0_request(1)[:-4] + struct.pack(">i", 1) + b"\x00\x01t", 3, 0),
+    ]
+
+
+SEEDS = seed_frames()
+
+
+def decoder_for(direction: str, api_key: int, version: int) -> Callable[[bytes], Any]:
+    if direction == "request":
+        return decode_request
+    return lambda frame: decode_response(frame, api_key, version)
+
+
+def assert_only_decode_error(decode: Callable[[bytes], Any], frame: bytes) -> None:
+    with contextlib.suppress(DecodeError):
+        decode(frame)
+
+
+def peak_bytes(action: Callable[[], Any]) -> int:
+    tracemalloc.start()
+    with contextlib.suppress(DecodeError):
+        action()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def test_huge_array_count_in_a_tiny_frame_allocates_nothing() -> None:
+    frame = metadata_v0_request(54_000_000)
+    with pytest.raises(DecodeError, match="array count exceeds") as info:
+        decode_request(frame)
+    assert info.value.api_key == 3 and info.value.direction == "request"
+    assert peak_bytes(lambda: decode_request(frame)) < 64 * 1024
+
+
+def test_null_where_the_schema_forbids_it() -> None:
+    with pytest.raises(DecodeError, match="not nullable"):
+        decode_request(metadata_v0_request(-1))  # Metadata v0 topics are never null
+    nullable_v1 = struct.pack(">hhih", 3, 1, 1, 0) + struct.pack(">i", -1)
+    assert decode_request(nullable_v1).body["topics"] is None
+
+
+def test_million_tagged_fields_in_a_header_are_refused_with_bounded_memory() -> None:
+    count = 1_000_000
+    tags = b"".join(bytes([0x80 | (t & 0x7F), t >> 7 & 0x7F, 0]) for t in range(count))
+    varint_count = bytes([0x80 | (count & 0x7F), 0x80 | (count >> 7 & 0x7F), count >> 14])
+    frame = struct.pack(">hhih", 3, 12, 1, 0) + varint_count + tags + b"\x01\x00\x00"
+    with pytest.raises(DecodeError, match="too many tagged fields"):
+        decode_request(frame)
+    assert peak_bytes(lambda: decode_request(frame)) < 1024 * 1024
+
+
+def test_tagged_field_declaring_16_mib() -> None:
+    frame = struct.pack(">hhih", 3, 12, 1, 0) + b"\x01" + b"\x05" + b"\x80\x80\x80\x08" + b"x"
+    with pytest.raises(DecodeError, match="tagged field"):
+        decode_request(frame)
+
+
+def test_string_longer_than_the_frame() -> None:
+    frame = struct.pack(">hhih", 18, 0, 1, 30000) + b"abc"
+    with pytest.raises(DecodeError, match="past the end"):
+        decode_request(frame)
+
+
+def test_invalid_utf8_is_a_decode_error() -> None:
+    frame = struct.pack(">hhih", 18, 0, 1, 2) + b"\xff\xfe"
+    with pytest.raises(DecodeError, match="UTF-8"):
+        decode_request(frame)
+
+
+@pytest.mark.parametrize(("direction", "frame", "api_key", "version"), SEEDS)
+def test_every_truncation_is_a_decode_error(
+    direction: str, frame: bytes, api_key: int, version: int
+) -> None:
+    decode = decoder_for(direction, api_key, version)
+    decode(frame)
+    for cut in range(len(frame)):
+        with pytest.raises(DecodeError):
+            decode(frame[:cut])
+
+
+@pytest.mark.parametrize(("direction", "frame", "api_key", "version"), SEEDS)
+def test_trailing_junk_is_a_decode_error(
+    direction: str, frame: bytes, api_key: int, version: int
+) -> None:
+    decode = decoder_for(direction, api_key, version)
+    for junk in (b"\x00", b"\xff" * 7, b"trailing"):
+        with pytest.raises(DecodeError, match="after the end"):
+            decode(frame + junk)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> tuple[str, bytes, int, int]:
+    direction, frame, api_key, version = draw(st.sampled_from(SEEDS))
+    data = bytearray(frame)
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["flip", "insert", "delete", "int32"]))
+        pos = draw(st.integers(0, max(0, len(data) - 1)))
+        if kind == "flip" and data:
+            data[pos] = draw(st.integers(0, 255))
+        elif kind == "insert":
+            data[pos:pos] = draw(st.binary(min_size=1, max_size=8))
+        elif kind == "delete" and data:
+            del data[pos : pos + draw(st.integers(1, 8))]
+        elif kind == "int32" and len(data) >= pos + 4:
+            data[pos : pos + 4] = struct.pack(">i", draw(st.sampled_from([-2, -1, 2**31 - 1, 2**24])))
+    return direction, bytes(data), api_key, version
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=mutated())
+def test_mutated_frames_raise_only_decode_error(case: tuple[str, bytes, int, int]) -> None:
+    direction, frame, api_key, version = case
+    assert_only_decode_error(decoder_for(direction, api_key, version), frame)
+
+
+@settings(max_examples=200, deadline=None)
+@given(frame=st.binary(max_size=64), api_key=st.integers(-1, 95), version=st.integers(-1, 20))
+def test_random_bytes_raise_only_decode_error(frame: bytes, api_key: int, version: int) -> None:
+    assert_only_decode_error(decode_request, frame)
+    assert_only_decode_error(lambda f: decode_response(f, api_key, version), frame)
