@@ -1,0 +1,349 @@
+"""The proxy's Prometheus metrics, in a registry of their own.
+
+Hot path: `Metrics.api(name)` returns an `ApiMetrics` whose label children are bound
+once and cached, so counting a request costs a dict lookup and an `inc`/`observe`.
+Label values a peer controls go through a `LabelCapper`, which bounds the number of
+series a misbehaving or hostile client can create.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as RefCounts
+from collections.abc import Callable, Hashable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from codec.error_codes import error_name
+
+UNKNOWN = "unknown"
+OTHER = "other"
+MAX_LABEL_LENGTH = 64
+
+# 100 µs (a cached Metadata on loopback) to 30 s. Fetch long-polls up to the client's
+# fetch.max.wait.ms (500 ms by default), JoinGroup waits out a rebalance: the buckets
+# around 0.5-1 s and above keep those distinguishable from genuinely slow requests.
+DURATION_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+
+# Error names come from the broker (a name per error code, unknown codes included):
+# bound both their series and the per-api cache of raw name -> child, which the capper
+# alone would not bound.
+_ERROR_CACHE_LIMIT = 256
+
+
+def sanitize_label(value: str, max_length: int = MAX_LABEL_LENGTH) -> str:
+    """Printable ASCII only, at most `max_length` characters; empty becomes "unknown"."""
+    if value.isascii() and value.isprintable() and len(value) <= max_length:
+        return value or UNKNOWN
+    cleaned = "".join(c if " " <= c <= "~" else "_" for c in value[:max_length])
+    return cleaned or UNKNOWN
+
+
+class LabelCapper:
+    """Admits the first `max_values` distinct label values; later ones become "other".
+
+    Values are sanitised first. Works on tuples too (e.g. software name and version
+    capped as one pair), since it is the combination that makes a series.
+    """
+
+    def __init__(self, max_values: int) -> None:
+        self.max_values = max_values
+        self._admitted: set[Hashable] = set()
+
+    def __call__(self, value: str) -> str:
+        clean = sanitize_label(value)
+        return clean if self._admit(clean) else OTHER
+
+    def pair(self, first: str, second: str) -> tuple[str, str]:
+        clean = (sanitize_label(first), sanitize_label(second))
+        return clean if self._admit(clean) else (OTHER, OTHER)
+
+    def _admit(self, clean: Hashable) -> bool:
+        if clean in self._admitted:
+            return True
+        if len(self._admitted) >= self.max_values:
+            return False
+        self._admitted.add(clean)
+        return True
+
+
+class ApiMetrics:
+    """The bound series of one api (e.g. "Produce"); get it from `Metrics.api`."""
+
+    __slots__ = (
+        "_m",
+        "name",
+        "_by_version",
+        "_errors",
+        "_codes",
+        "duration",
+        "request_bytes",
+        "response_bytes",
+    )
+
+    def __init__(self, m: Metrics, name: str) -> None:
+        self._m = m
+        self.name = name
+        self._by_version: dict[int, Any] = {}
+        self._errors: dict[str, Any] = {}
+        self._codes: dict[int, Any] = {}
+        self.duration = m.request_duration.labels(api=name)
+        self.request_bytes = m.request_bytes.labels(api=name)
+        self.response_bytes = m.response_bytes.labels(api=name)
+
+    def request(self, api_version: int, nbytes: int) -> None:
+        """A request of this api arrived from a client (`nbytes` includes the size prefix)."""
+        child = self._by_version.get(api_version)
+        if child is None:
+            child = self._m.requests.labels(api=self.name, api_version=str(api_version))
+            self._by_version[api_version] = child
+        child.inc()
+        self.request_bytes.inc(nbytes)
+
+    def response(self, duration_seconds: float, nbytes: int) -> None:
+        """Its response went back to the client, `duration_seconds` after the request."""
+        self.duration.observe(duration_seconds)
+        self.response_bytes.inc(nbytes)
+
+    def error(self, name: str) -> None:
+        """The response carried a Kafka error, by name, e.g. "UNKNOWN_TOPIC_OR_PARTITION"."""
+        child = self._errors.get(name)
+        if child is None:
+            child = self._error_child(name)
+            if len(self._errors) < _ERROR_CACHE_LIMIT:
+                self._errors[name] = child
+        child.inc()
+
+    def error_code(self, code: int) -> None:
+        """The response carried Kafka error `code` (non-zero); cheaper than `error`."""
+        child = self._codes.get(code)
+        if child is None:
+            # Codes are int16: this cache holds at most 65536 entries even for a hostile broker.
+            child = self._codes[code] = self._error_child(error_name(code))
+        child.inc()
+
+    def _error_child(self, name: str) -> Any:
+        return self._m.request_errors.labels(api=self.name, error=self._m.error_capper(name))
+
+    def decode_error(self, direction: str) -> None:
+        """A frame of this api could not be decoded; `direction` "request" or "response"."""
+        self._m.decode_errors.labels(api=self.name, direction=direction).inc()
+
+
+class ConnectionMetrics:
+    """One open client connection, as counted by the connection gauges.
+
+    Counted as software ("unknown", "unknown") until `identify`; `close` is idempotent.
+    """
+
+    __slots__ = ("_m", "listener", "software", "instance_id", "closed")
+
+    def __init__(self, m: Metrics, listener: str) -> None:
+        self._m = m
+        self.listener = listener
+        self.software = (UNKNOWN, UNKNOWN)
+        self.instance_id: Hashable | None = None
+        self.closed = False
+        m.connections_opened.labels(listener=listener).inc()
+        m.connections.labels(*self.software).inc()
+
+    def identify(self, software_name: str, software_version: str) -> None:
+        """ApiVersions v3+ named the client software: move the connection to its labels."""
+        if self.closed:
+            return
+        labels = self._m.software_capper.pair(software_name, software_version)
+        if labels == self.software:
+            return
+        self._m.connections.labels(*self.software).dec()
+        self._m.connections.labels(*labels).inc()
+        self.software = labels
+
+    def client_instance(self, instance_id: Hashable | None) -> None:
+        """The connection's client instance id (KIP-1313); None forgets it."""
+        if self.closed or instance_id == self.instance_id:
+            return
+        self._m.release_instance(self.instance_id)
+        self._m.acquire_instance(instance_id)
+        self.instance_id = instance_id
+
+    def close(self, reason: str) -> None:
+        """The connection ended; `reason` from a fixed set (client_eof, idle_timeout, ...)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._m.connections.labels(*self.software).dec()
+        self._m.release_instance(self.instance_id)
+        self._m.connections_closed.labels(listener=self.listener, reason=reason).inc()
+
+
+class Metrics:
+    """Every kafkalens metric, registered in `self.registry` (not the global registry)."""
+
+    def __init__(self, max_label_values: int = 50, build_version: str | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.software_capper = LabelCapper(max_label_values)
+        self.error_capper = LabelCapper(_ERROR_CACHE_LIMIT)
+        self.upstream_capper = LabelCapper(max(max_label_values, 64))
+        self._apis: dict[str, ApiMetrics] = {}
+        self._instances: RefCounts[Hashable] = RefCounts()
+        self._define_request_metrics()
+        self._define_connection_metrics()
+        self._define_proxy_metrics()
+        self.build_info.labels(version=build_version or _package_version()).set(1)
+
+    def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+        return Gauge(name, doc, labels, registry=self.registry)
+
+    def _define_request_metrics(self) -> None:
+        c = self._counter
+        self.requests = c(
+            "kafkalens_requests_total", "Requests by api and version.", ("api", "api_version")
+        )
+        self.request_duration = Histogram(
+            "kafkalens_request_duration_seconds",
+            "Time from a request's arrival to its response's, by api.",
+            ("api",),
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.request_errors = c(
+            "kafkalens_request_errors_total",
+            "Responses carrying a Kafka error code.",
+            ("api", "error"),
+        )
+        self.request_bytes = c("kafkalens_request_bytes_total", "Request bytes by api.", ("api",))
+        self.response_bytes = c(
+            "kafkalens_response_bytes_total", "Response bytes by api.", ("api",)
+        )
+        self.decode_errors = c(
+            "kafkalens_decode_errors_total",
+            "Frames the codec could not decode.",
+            ("api", "direction"),
+        )
+        self.unknown_requests = c(
+            "kafkalens_unknown_requests_total",
+            "Requests forwarded undecoded: unknown api key or version.",
+            ("reason",),
+        )
+        self.kip1313_violations = c(
+            "kafkalens_kip1313_violations_total",
+            "KIP-1313 client instance id violations.",
+            ("action",),
+        )
+
+    def _define_connection_metrics(self) -> None:
+        c = self._counter
+        self.connections = self._gauge(
+            "kafkalens_connections",
+            "Open client connections by client software (KIP-511).",
+            ("client_software_name", "client_software_version"),
+        )
+        self.client_instances = self._gauge(
+            "kafkalens_client_instances", "Distinct client instance ids among open connections."
+        )
+        self.connections_opened = c(
+            "kafkalens_connections_opened_total", "Accepted client connections.", ("listener",)
+        )
+        self.connections_closed = c(
+            "kafkalens_connections_closed_total",
+            "Closed client connections.",
+            ("listener", "reason"),
+        )
+        self.connections_rejected = c(
+            "kafkalens_connections_rejected_total",
+            "Refused client connections.",
+            ("listener", "reason"),
+        )
+
+    def _define_proxy_metrics(self) -> None:
+        c = self._counter
+        self.upstream_failures = c(
+            "kafkalens_upstream_failures_total",
+            "Failed or lost upstream broker connections.",
+            ("upstream", "reason"),
+        )
+        self.pending_requests = self._gauge(
+            "kafkalens_pending_requests", "Requests forwarded and awaiting their response."
+        )
+        self.forwarded_bytes = c(
+            "kafkalens_forwarded_bytes_total", "Bytes relayed.", ("direction",)
+        )
+        self.bytes_to_broker = self.forwarded_bytes.labels(direction="client_to_broker")
+        self.bytes_to_client = self.forwarded_bytes.labels(direction="broker_to_client")
+        self.build_info = self._gauge("kafkalens_build_info", "Always 1.", ("version",))
+
+    def api(self, name: str) -> ApiMetrics:
+        """The cached series of api `name` (a codec api name, a bounded set)."""
+        api = self._apis.get(name)
+        if api is None:
+            api = self._apis[name] = ApiMetrics(self, name)
+        return api
+
+    def connection_opened(self, listener: str) -> ConnectionMetrics:
+        return ConnectionMetrics(self, listener)
+
+    def connection_rejected(self, listener: str, reason: str) -> None:
+        """`reason`: max_connections, per_ip_limit, tls_handshake, ..."""
+        self.connections_rejected.labels(listener=listener, reason=reason).inc()
+
+    def upstream_failure(self, upstream: str, reason: str) -> None:
+        """`reason`: connect_refused, timeout, tls, reset, ..."""
+        self.upstream_failures.labels(upstream=self.upstream_capper(upstream), reason=reason).inc()
+
+    def unknown_request(self, reason: str) -> None:
+        """`reason`: "api_key" or "api_version"; the frame was forwarded untouched."""
+        self.unknown_requests.labels(reason=reason).inc()
+
+    def kip1313_violation(self, action: str) -> None:
+        """`action`: "logged" or "rejected"."""
+        self.kip1313_violations.labels(action=action).inc()
+
+    def acquire_instance(self, instance_id: Hashable | None) -> None:
+        if instance_id is not None:
+            self._instances[instance_id] += 1
+            self.client_instances.set(len(self._instances))
+
+    def release_instance(self, instance_id: Hashable | None) -> None:
+        if instance_id is None or instance_id not in self._instances:
+            return
+        self._instances[instance_id] -= 1
+        if self._instances[instance_id] <= 0:
+            del self._instances[instance_id]
+        self.client_instances.set(len(self._instances))
+
+    def render(self) -> bytes:
+        """The text exposition of this registry, for the /metrics handler."""
+        return generate_latest(self.registry)
+
+    def metric_names(self) -> set[str]:
+        """Every sample name this registry can expose, whether or not it has samples yet."""
+        names: set[str] = set()
+        for family in self.registry.collect():
+            names.update(_SAMPLE_SUFFIXES[family.type](family.name))
+        return names
+
+
+_SAMPLE_SUFFIXES: dict[str, Callable[[str], tuple[str, ...]]] = {
+    "counter": lambda n: (f"{n}_total", f"{n}_created"),
+    "gauge": lambda n: (n,),
+    "histogram": lambda n: (f"{n}_bucket", f"{n}_count", f"{n}_sum", f"{n}_created"),
+}
+
+
+def _package_version() -> str:
+    try:
+        return version("kafkalens")
+    except PackageNotFoundError:
+        return UNKNOWN
+
+
+def metric_names() -> set[str]:
+    """Every sample name kafkalens can expose (used to check dashboards and alerts)."""
+    return Metrics().metric_names()

@@ -1,0 +1,196 @@
+"""proxy.metrics: samples as Prometheus would scrape them (rendered, then parsed)."""
+
+from __future__ import annotations
+
+import prometheus_client
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.metrics import OTHER, UNKNOWN, LabelCapper, Metrics, metric_names, sanitize_label
+
+
+def scrape(m: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = generate_latest(m.registry).decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(m: Metrics, name: str, **labels: str) -> float | None:
+    return scrape(m).get((name, frozenset(labels.items())))
+
+
+def software(m: Metrics, name: str, version: str) -> float | None:
+    labels = {"client_software_name": name, "client_software_version": version}
+    return value(m, "kafkalens_connections", **labels)
+
+
+@pytest.fixture
+def m() -> Metrics:
+    return Metrics(max_label_values=3, build_version="1.2.3")
+
+
+def test_own_registry_not_the_global_one(m: Metrics) -> None:
+    m.api("Produce").request(9, 10)
+    assert b"kafkalens_" not in generate_latest(prometheus_client.REGISTRY)
+
+
+def test_request_counts_by_api_and_version_and_bytes(m: Metrics) -> None:
+    produce = m.api("Produce")
+    assert m.api("Produce") is produce  # bound once, reused on the hot path
+    produce.request(9, 100)
+    produce.request(9, 50)
+    produce.request(11, 7)
+    produce.response(0.002, 40)
+    assert value(m, "kafkalens_requests_total", api="Produce", api_version="9") == 2
+    assert value(m, "kafkalens_requests_total", api="Produce", api_version="11") == 1
+    assert value(m, "kafkalens_request_bytes_total", api="Produce") == 157
+    assert value(m, "kafkalens_response_bytes_total", api="Produce") == 40
+
+
+def test_duration_histogram_buckets_span_100us_to_30s(m: Metrics) -> None:
+    fetch = m.api("Fetch")
+    fetch.response(0.00005, 0)  # loopback-fast
+    fetch.response(0.5, 0)  # a default fetch.max.wait.ms long-poll
+    fetch.response(45.0, 0)  # beyond the last bucket
+    name = "kafkalens_request_duration_seconds_bucket"
+    assert value(m, name, api="Fetch", le="0.0001") == 1
+    assert value(m, name, api="Fetch", le="0.5") == 2
+    assert value(m, name, api="Fetch", le="30.0") == 2
+    assert value(m, name, api="Fetch", le="+Inf") == 3
+    assert value(m, "kafkalens_request_duration_seconds_count", api="Fetch") == 3
+
+
+def test_errors_by_kafka_error_name_are_capped(m: Metrics) -> None:
+    api = m.api("Metadata")
+    api.error("UNKNOWN_TOPIC_OR_PARTITION")
+    api.error("UNKNOWN_TOPIC_OR_PARTITION")
+    name = "kafkalens_request_errors_total"
+    assert value(m, name, api="Metadata", error="UNKNOWN_TOPIC_OR_PARTITION") == 2
+    for code in range(300):  # a broker inventing error codes
+        api.error(f"UNKNOWN_ERROR_{code}")
+    series = [k for k in scrape(m) if k[0] == name]
+    assert len(series) <= 257  # the cap plus "other"
+    assert value(m, name, api="Metadata", error=OTHER) == 300 - 255
+
+
+def test_error_codes_are_named_like_kafka(m: Metrics) -> None:
+    api = m.api("Produce")
+    api.error_code(3)
+    api.error_code(3)
+    api.error_code(30000)  # not in Kafka's table
+    name = "kafkalens_request_errors_total"
+    assert value(m, name, api="Produce", error="UNKNOWN_TOPIC_OR_PARTITION") == 2
+    assert value(m, name, api="Produce", error="UNKNOWN_ERROR_30000") == 1
+
+
+def test_connection_moves_from_unknown_to_identified_software(m: Metrics) -> None:
+    conn = m.connection_opened("plaintext")
+    assert software(m, UNKNOWN, UNKNOWN) == 1
+    conn.identify("apache-kafka-java", "3.9.0")
+    assert software(m, UNKNOWN, UNKNOWN) == 0
+    assert software(m, "apache-kafka-java", "3.9.0") == 1
+    conn.identify("apache-kafka-java", "3.9.0")  # a repeated ApiVersions changes nothing
+    assert software(m, "apache-kafka-java", "3.9.0") == 1
+    conn.close("client_eof")
+    conn.close("client_eof")  # idempotent
+    assert software(m, "apache-kafka-java", "3.9.0") == 0
+    assert value(m, "kafkalens_connections_opened_total", listener="plaintext") == 1
+    closed = value(
+        m, "kafkalens_connections_closed_total", listener="plaintext", reason="client_eof"
+    )
+    assert closed == 1
+
+
+def test_identify_after_close_does_not_resurrect(m: Metrics) -> None:
+    conn = m.connection_opened("plaintext")
+    conn.close("reset")
+    conn.identify("librdkafka", "2.4.0")
+    assert software(m, "librdkafka", "2.4.0") is None
+    assert software(m, UNKNOWN, UNKNOWN) == 0
+
+
+def test_client_software_pairs_are_capped(m: Metrics) -> None:
+    conns = [m.connection_opened("plaintext") for _ in range(5)]
+    for i, conn in enumerate(conns):
+        conn.identify("evil-client", f"{i}.0")
+    assert software(m, "evil-client", "2.0") == 1
+    assert software(m, "evil-client", "3.0") is None
+    assert software(m, OTHER, OTHER) == 2
+
+
+def test_client_instances_counts_distinct_ids_of_open_connections(m: Metrics) -> None:
+    a, b, c = (m.connection_opened("plaintext") for _ in range(3))
+    a.client_instance(b"id-1")
+    b.client_instance(b"id-1")  # same client instance, two connections
+    c.client_instance(b"id-2")
+    assert value(m, "kafkalens_client_instances") == 2
+    a.close("client_eof")
+    assert value(m, "kafkalens_client_instances") == 2
+    b.close("client_eof")
+    assert value(m, "kafkalens_client_instances") == 1
+    c.client_instance(b"id-3")  # changed id: the old one is released
+    assert value(m, "kafkalens_client_instances") == 1
+    c.close("client_eof")
+    assert value(m, "kafkalens_client_instances") == 0
+
+
+def test_proxy_level_counters(m: Metrics) -> None:
+    m.connection_rejected("plaintext", "max_connections")
+    m.upstream_failure("127.0.0.1:19092", "connect_refused")
+    m.unknown_request("api_version")
+    m.kip1313_violation("logged")
+    m.api("Produce").decode_error("response")
+    m.bytes_to_broker.inc(10)
+    m.bytes_to_client.inc(20)
+    m.pending_requests.inc()
+    rejected = "kafkalens_connections_rejected_total"
+    assert value(m, rejected, listener="plaintext", reason="max_connections") == 1
+    failures = "kafkalens_upstream_failures_total"
+    assert value(m, failures, upstream="127.0.0.1:19092", reason="connect_refused") == 1
+    assert value(m, "kafkalens_unknown_requests_total", reason="api_version") == 1
+    assert value(m, "kafkalens_kip1313_violations_total", action="logged") == 1
+    decode = "kafkalens_decode_errors_total"
+    assert value(m, decode, api="Produce", direction="response") == 1
+    forwarded = "kafkalens_forwarded_bytes_total"
+    assert value(m, forwarded, direction="client_to_broker") == 10
+    assert value(m, forwarded, direction="broker_to_client") == 20
+    assert value(m, "kafkalens_pending_requests") == 1
+    assert value(m, "kafkalens_build_info", version="1.2.3") == 1
+
+
+def test_label_sanitising() -> None:
+    assert sanitize_label("apache-kafka-java") == "apache-kafka-java"
+    assert sanitize_label("") == UNKNOWN
+    assert sanitize_label("a\nb\x00c") == "a_b_c"
+    assert sanitize_label("caf\u00e9") == "caf_"
+    assert sanitize_label("x" * 500) == "x" * 64
+
+
+def test_label_capper_admits_first_n_then_other() -> None:
+    cap = LabelCapper(2)
+    assert [cap(v) for v in ("a", "b", "c", "a", "b\n")] == ["a", "b", OTHER, "a", OTHER]
+
+
+def test_render_is_what_generate_latest_gives(m: Metrics) -> None:
+    assert m.render() == generate_latest(m.registry)
+
+
+def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
+    api = m.api("Produce")
+    api.request(9, 1)
+    api.response(0.1, 1)
+    api.error("X")
+    api.decode_error("request")
+    conn = m.connection_opened("l")
+    conn.close("r")
+    m.connection_rejected("l", "r")
+    m.upstream_failure("u", "r")
+    m.unknown_request("api_key")
+    m.kip1313_violation("rejected")
+    m.bytes_to_broker.inc()
+    rendered = {name for name, _ in scrape(m)}
+    assert rendered == metric_names()
