@@ -58,16 +58,23 @@ class HeaderPolicy:
 
     The schemas say it for the messages they cover (flexible versions use header v2,
     KIP-1313's `headerVersions` name v3). `header_v3` declares more, as data, for
-    brokers that adopt KIP-1313 for every RPC: {api_key: first version on header v3}.
-    A declared version past the schema's newest reuses the newest body, since the
-    KIP changes only the header of those RPCs.
+    brokers that adopt KIP-1313 for every RPC: {api_key: first version on header v3},
+    or {api_key: (first, last)} for a closed range. A declared version past the
+    schema's newest reuses the newest body, since the KIP changes only the header of
+    those RPCs.
     """
 
-    header_v3: Mapping[int, int] = field(default_factory=dict)
+    header_v3: Mapping[int, int | tuple[int, int | None]] = field(default_factory=dict)
+
+    def declares_v3(self, api_key: int, version: int) -> bool:
+        rule = self.header_v3.get(api_key)
+        if rule is None:
+            return False
+        first, last = (rule, None) if isinstance(rule, int) else rule
+        return version >= first and (last is None or version <= last)
 
     def request_header_version(self, api_key: int, version: int) -> int:
-        first_v3 = self.header_v3.get(api_key)
-        if first_v3 is not None and version >= first_v3:
+        if self.declares_v3(api_key, version):
             return 3
         request, _ = _messages_for(api_key, version)
         definition = request.definition(self.body_version(api_key, version))
@@ -95,8 +102,7 @@ class HeaderPolicy:
         request, _ = _messages_for(api_key, None)
         if version in request.versions:
             return version
-        first_v3 = self.header_v3.get(api_key)
-        if first_v3 is not None and version >= first_v3 and version > request.max_version:
+        if version > request.max_version and self.declares_v3(api_key, version):
             return request.max_version
         raise UnknownApiError(f"unknown version {version}", api_key=api_key, api_version=version)
 
@@ -214,6 +220,15 @@ def decode_response(
     return Response(api_key, api_version, header, body, header_version)
 
 
+def _encode(name: str, version: int, value: dict[str, Any], out: list[Any]) -> None:
+    try:
+        struct_encoder(name, version)(value, out)
+    except EncodeError:
+        raise
+    except (TypeError, AttributeError, struct.error, OverflowError, ValueError) as exc:
+        raise EncodeError(f"cannot encode {name} v{version}: {exc}") from None
+
+
 def encode_request(request: Request, policy: HeaderPolicy = DEFAULT_POLICY) -> bytes:
     """The frame (without its length prefix) of a request."""
     header = dict(request.header)
@@ -222,9 +237,8 @@ def encode_request(request: Request, policy: HeaderPolicy = DEFAULT_POLICY) -> b
     header_version = policy.request_header_version(request.api_key, request.api_version)
     req, _ = _messages_for(request.api_key, request.api_version)
     out: list[Any] = []
-    struct_encoder("RequestHeader", header_version)(header, out)
-    body_version = policy.body_version(request.api_key, request.api_version)
-    struct_encoder(req.name, body_version)(request.body, out)
+    _encode("RequestHeader", header_version, header, out)
+    _encode(req.name, policy.body_version(request.api_key, request.api_version), request.body, out)
     return b"".join(out)
 
 
@@ -233,9 +247,8 @@ def encode_response(response: Response, policy: HeaderPolicy = DEFAULT_POLICY) -
     header_version = policy.response_header_version(response.api_key, response.api_version)
     _, resp = _messages_for(response.api_key, response.api_version)
     out: list[Any] = []
-    struct_encoder("ResponseHeader", header_version)(response.header, out)
-    body_version = policy.body_version(response.api_key, response.api_version)
-    struct_encoder(resp.name, body_version)(response.body, out)
+    _encode("ResponseHeader", header_version, response.header, out)
+    _encode(resp.name, policy.body_version(response.api_key, response.api_version), response.body, out)
     return b"".join(out)
 
 
@@ -255,5 +268,5 @@ def decode_data(
 
 def encode_data(name: str, version: int, value: dict[str, Any]) -> bytes:
     out: list[Any] = []
-    struct_encoder(name, version)(value, out)
+    _encode(name, version, value, out)
     return b"".join(out)

@@ -11,12 +11,12 @@ from codec.records import iter_batches
 HEX_PREFIX_BYTES = 16
 
 
-def render_bytes(value: memoryview | bytes) -> dict[str, Any]:
+def render_bytes(value: memoryview | bytes | bytearray) -> dict[str, Any]:
     """Length plus a short hex prefix: never a whole payload."""
     return {"length": len(value), "hex_prefix": bytes(value[:HEX_PREFIX_BYTES]).hex()}
 
 
-def render_records(value: memoryview | bytes, *, partial_tail: bool) -> dict[str, Any]:
+def render_records(value: memoryview | bytes | bytearray, *, partial_tail: bool) -> dict[str, Any]:
     batches = []
     try:
         for header in iter_batches(value, allow_partial_tail=partial_tail):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from uuid import UUID
 
-from codec.errors import DecodeError
+from codec.errors import DecodeError, EncodeError
 from codec.schema import ZERO_UUID
 
 INT16 = struct.Struct(">h")
@@ -72,8 +72,8 @@ def read_uuid(buf: memoryview, pos: int) -> UUID:
 def uuid_bytes(value: UUID | bytes) -> bytes:
     if isinstance(value, UUID):
         return value.bytes
-    if len(value) != 16:
-        raise ValueError("a uuid is 16 bytes")
+    if not isinstance(value, bytes | bytearray | memoryview) or len(value) != 16:
+        raise EncodeError(f"a uuid must be a UUID or 16 bytes, got {type(value).__name__}")
     return bytes(value)
 
 

@@ -1,0 +1,62 @@
+"""Cap a broker's ApiVersions answer to what the codec can decode.
+
+A client then never picks a version the proxy cannot read. A range is only ever
+narrowed from the top: raising a minimum would break clients that need it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from codec import DecodeError, HeaderPolicy, Response, decode_response, encode_response
+from codec.error_codes import UNSUPPORTED_VERSION
+from codec.schema import api_messages
+
+API_VERSIONS = 18
+_ERROR_CODE = struct.Struct(">h")
+
+
+def response_version(frame: memoryview, request_version: int) -> int:
+    """KIP-511: to a version it does not know the broker answers with a v0 body and
+    UNSUPPORTED_VERSION; the error code sits at a fixed offset in every version."""
+    if len(frame) >= 6 and _ERROR_CODE.unpack_from(frame, 4)[0] == UNSUPPORTED_VERSION:
+        return 0
+    return request_version
+
+
+def capped_ranges(api_keys: list[dict[str, int]], policy: HeaderPolicy) -> list[dict[str, int]]:
+    capped = []
+    for entry in api_keys:
+        key, low, high = entry["api_key"], entry["min_version"], entry["max_version"]
+        high = _max_known(policy, key, high)
+        if high >= low:
+            capped.append({**entry, "max_version": high})
+    return capped
+
+
+def _max_known(policy: HeaderPolicy, api_key: int, high: int) -> int:
+    pair = api_messages().get(api_key)
+    if pair is None:
+        return -1
+    newest = pair[0].max_version
+    for version in range(high, newest, -1):  # versions declared past the schema's newest
+        if policy.declares_v3(api_key, version):
+            return version
+    return min(high, newest)
+
+
+def cap_api_versions(frame: memoryview, request_version: int, policy: HeaderPolicy) -> bytes | None:
+    """The rewritten response frame, or None to forward the original unchanged."""
+    version = response_version(frame, request_version)
+    if not policy.knows(API_VERSIONS, version):
+        return None
+    try:
+        response = decode_response(frame, API_VERSIONS, version, policy)
+    except DecodeError:
+        return None
+    original = response.body.get("api_keys") or []
+    capped = capped_ranges(original, policy)
+    if capped == original:
+        return None
+    body = {**response.body, "api_keys": capped}
+    return encode_response(Response(API_VERSIONS, version, response.header, body), policy)

@@ -1,0 +1,120 @@
+"""Who is on a connection: client id, software, instance id, members, principal.
+
+Filled from what the connection's own messages say (KIP-511 ApiVersions, KIP-1313
+request header v3, KIP-714 telemetry bodies, group messages, SASL), never from other
+connections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from codec import Request, Response
+from codec.sasl import sasl_principal
+from proxy.summary import clean
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
+GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
+ZERO_UUID = UUID(int=0)
+MAX_MEMBER_IDS = 32
+
+
+@dataclass
+class Kip1313State:
+    """KIP-1313: a connection whose first request used header v3 is held to its id."""
+
+    first_seen: bool = False
+    required_id: UUID | None = None  # set when the first request used header v3
+
+    def check(self, request_header_version: int, api_key: int, instance_id: UUID | None) -> str | None:
+        """None if the request follows the rule, else why not."""
+        if not self.first_seen:
+            self.first_seen = True
+            if request_header_version >= 3:
+                if instance_id is None or instance_id == ZERO_UUID:
+                    return "first request uses header v3 with a zero client instance id"
+                self.required_id = instance_id
+            return None
+        if self.required_id is None or api_key == SASL_HANDSHAKE:
+            return None
+        if request_header_version < 3:
+            return "request without a client instance id after a header v3 first request"
+        if instance_id != self.required_id:
+            return "client instance id differs from the connection's first request"
+        return None
+
+
+@dataclass
+class Identity:
+    """The identity fields every request log line carries, plus what the connection saw."""
+
+    max_string_length: int = 256
+    client_id: str | None = None
+    client_instance_id: str | None = None
+    client_software_name: str | None = None
+    client_software_version: str | None = None
+    principal: str | None = None
+    sasl_mechanism: str | None = None
+    member_ids: list[str] = field(default_factory=list)
+    kip1313: Kip1313State = field(default_factory=Kip1313State)
+
+    def log_fields(self) -> dict[str, Any]:
+        return {
+            "client_id": self.client_id,
+            "client_instance_id": self.client_instance_id,
+            "client_software_name": self.client_software_name,
+            "client_software_version": self.client_software_version,
+            "principal": self.principal,
+        }
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.log_fields(), "sasl_mechanism": self.sasl_mechanism, "member_ids": self.member_ids}
+
+    def _clean(self, value: Any) -> Any:
+        return clean(value, self.max_string_length)
+
+    def observe_request(self, request: Request) -> bool:
+        """Update from a request; True if the software name/version became known."""
+        header = request.header
+        if self.client_id is None and header.get("client_id") is not None:
+            # KIP-1313: later requests may carry a null client id; the first one counts.
+            self.client_id = self._clean(header["client_id"])
+        instance = header.get("client_instance_id")
+        if instance is not None and instance != ZERO_UUID and self.client_instance_id is None:
+            self.client_instance_id = str(instance)
+        body = request.body
+        self._observe_member(body)
+        if request.api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
+            self._observe_instance(body.get("client_instance_id"))
+        elif request.api_key == SASL_HANDSHAKE:
+            self.sasl_mechanism = self._clean(body.get("mechanism"))
+        elif request.api_key == SASL_AUTHENTICATE:
+            self.observe_sasl_token(body.get("auth_bytes"))
+        elif request.api_key == API_VERSIONS and body.get("client_software_name"):
+            changed = self.client_software_name is None
+            self.client_software_name = self._clean(body["client_software_name"])
+            self.client_software_version = self._clean(body.get("client_software_version"))
+            return changed
+        return False
+
+    def observe_response(self, response: Response) -> None:
+        body = response.body
+        if response.api_key == GET_TELEMETRY_SUBSCRIPTIONS:
+            # KIP-714 v0: the broker assigns the id when the client sent zero.
+            self._observe_instance(body.get("client_instance_id"))
+        self._observe_member(body)
+
+    def observe_sasl_token(self, token: Any) -> None:
+        if token is not None and self.sasl_mechanism and self.principal is None:
+            self.principal = sasl_principal(self.sasl_mechanism, token)
+
+    def _observe_instance(self, instance: UUID | None) -> None:
+        if instance is not None and instance != ZERO_UUID and self.client_instance_id is None:
+            self.client_instance_id = str(instance)
+
+    def _observe_member(self, body: dict[str, Any]) -> None:
+        member = body.get("member_id")
+        if member and member not in self.member_ids and len(self.member_ids) < MAX_MEMBER_IDS:
+            self.member_ids.append(self._clean(member))

@@ -1,0 +1,302 @@
+"""The hooks `kafkalens proxy` runs: decode, identify, log, count, enforce KIP-1313.
+
+Runs after each frame was forwarded (see proxy/hooks.py), except KIP-1313 `reject`
+checks, which must see a request before it goes on, and the ApiVersions cap, which
+rewrites a response before it goes back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from codec import DecodeError, HeaderPolicy, UnknownApiError, decode_request, decode_response
+from codec.error_codes import INVALID_REQUEST
+from codec.error_response import error_response
+from codec.messages import decode_request_header
+from codec.schema import api_names
+from proxy.api_versions import API_VERSIONS, cap_api_versions
+from proxy.hooks import ConnectionInfo, Hooks, Pending
+from proxy.identity import Identity
+from proxy.metrics import Metrics
+from proxy.request_log import LineSink, RequestLog
+from proxy.summary import SummaryOptions, TopicIds, request_fields, response_fields
+
+UNKNOWN = "unknown"
+
+
+@dataclass
+class ConnState:
+    identity: Identity
+    requests: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    decode_errors: int = 0
+    instance_reported: bool = False
+
+
+@dataclass
+class Token:
+    """What a pending request carries until its response: plain values, no buffers."""
+
+    api: str
+    correlation_id: int
+    fields: dict[str, Any]
+    decode_error: str | None = None
+
+
+class ObservingHooks(Hooks):
+    def __init__(
+        self,
+        metrics: Metrics,
+        request_log: RequestLog | None,
+        summary: SummaryOptions,
+        policy: HeaderPolicy,
+        enforcement: str = "log",
+    ) -> None:
+        self.metrics = metrics
+        self.log = request_log
+        self.summary = summary
+        self.policy = policy
+        self.enforcement = enforcement
+        self.inspects_requests = enforcement == "reject"
+        self.rewrite_api_keys = frozenset({API_VERSIONS})
+        self.topic_ids = TopicIds()
+        self.states: dict[str, ConnState] = {}
+        self._names = api_names()
+
+    def api_name(self, api_key: int) -> str:
+        return self._names.get(api_key, UNKNOWN)
+
+    # -- connections ---------------------------------------------------------
+
+    def connection_opened(self, info: ConnectionInfo) -> None:
+        state = ConnState(Identity(max_string_length=self.summary.max_string_length))
+        self.states[info.conn_id] = state
+        info.identity = state.identity.as_json()
+        if self.log:
+            self.log.write("connection_open", self._connection_fields(info, state))
+
+    def connection_closed(self, info: ConnectionInfo, reason: str) -> None:
+        state = self.states.pop(info.conn_id, None)
+        if state is None:
+            return
+        if self.log:
+            fields = self._connection_fields(info, state)
+            fields.update(
+                reason=reason,
+                duration_s=round(time.time() - info.opened_at, 3),
+                bytes_in=info.bytes_in,
+                bytes_out=info.bytes_out,
+                requests=state.requests,
+                error_counts=state.errors,
+                decode_errors=state.decode_errors,
+                member_ids=state.identity.member_ids,
+            )
+            self.log.write("connection_close", fields)
+
+    def _connection_fields(self, info: ConnectionInfo, state: ConnState) -> dict[str, Any]:
+        return {
+            "conn": info.conn_id,
+            "listener": info.listener,
+            "client_address": f"{info.client_host}:{info.client_port}",
+            "tls_version": info.tls_version,
+            "client_cert_subject": info.client_cert_subject,
+            **state.identity.log_fields(),
+        }
+
+    # -- requests ------------------------------------------------------------
+
+    def admit_request(
+        self, info: ConnectionInfo, frame: memoryview, api_key: int, api_version: int, correlation_id: int
+    ) -> bytes | None:
+        state = self.states.get(info.conn_id)
+        if state is None or not self.policy.knows(api_key, api_version):
+            return None
+        try:
+            header, header_version, _ = decode_request_header(frame, self.policy)
+        except DecodeError:
+            return None
+        why = state.identity.kip1313.check(header_version, api_key, header.get("client_instance_id"))
+        if why is None:
+            return None
+        self._kip1313_violation(info, state, "rejected", why, api_key, api_version, correlation_id)
+        return error_response(api_key, api_version, correlation_id, INVALID_REQUEST, self.policy)
+
+    def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        pending.token = self._observe_request(info, frame, pending)
+
+    def request_without_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        token = self._observe_request(info, frame, pending)
+        if self.log and self.log.wants(token.api, pending.api_key, False):
+            line = self._line_base(info, pending, token)
+            line.update(latency_ms=None, response_bytes=None, errors=[])
+            line.update(token.fields)
+            self.log.write("request_no_response", line)
+
+    def _observe_request(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> Token:
+        api = self.api_name(pending.api_key)
+        state = self.states.get(info.conn_id)
+        self.metrics.api(api).request(pending.api_version, pending.request_size)
+        if state is not None:
+            state.requests[api] = state.requests.get(api, 0) + 1
+        token = Token(api, pending.correlation_id, {})
+        try:
+            request = decode_request(frame, self.policy)
+        except UnknownApiError:
+            self.metrics.unknown_request("api_key" if api == UNKNOWN else "api_version")
+            token.decode_error = "unknown api key or version"
+            return token
+        except DecodeError as exc:
+            self._decode_failed(state, api, "request")
+            token.decode_error = str(exc)
+            return token
+        if state is not None:
+            self._identify(info, state, request)
+        token.fields = request_fields(request, self.summary, self.topic_ids)
+        return token
+
+    def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
+        identity = state.identity
+        if identity.observe_request(request) and info.metrics is not None:
+            info.metrics.identify(
+                identity.client_software_name or UNKNOWN, identity.client_software_version or UNKNOWN
+            )
+        if self.enforcement != "reject":
+            why = identity.kip1313.check(
+                request.header_version, request.api_key, request.header.get("client_instance_id")
+            )
+            if why is not None:
+                self._kip1313_violation(
+                    info, state, "logged", why, request.api_key, request.api_version, request.correlation_id
+                )
+        self._refresh_identity(info, state)
+
+    def _refresh_identity(self, info: ConnectionInfo, state: ConnState) -> None:
+        identity = state.identity
+        if identity.client_instance_id and not state.instance_reported and info.metrics is not None:
+            state.instance_reported = True
+            info.metrics.client_instance(identity.client_instance_id)
+        info.identity = identity.as_json()
+
+    def _kip1313_violation(
+        self,
+        info: ConnectionInfo,
+        state: ConnState,
+        action: str,
+        why: str,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+    ) -> None:
+        self.metrics.kip1313_violation(action)
+        if self.log:
+            fields = self._connection_fields(info, state)
+            fields.update(
+                api_key=api_key,
+                api=self.api_name(api_key),
+                api_version=api_version,
+                correlation_id=correlation_id,
+                action=action,
+                reason=why,
+            )
+            self.log.warning("kip1313_violation", fields)
+
+    def _decode_failed(self, state: ConnState | None, api: str, direction: str) -> None:
+        self.metrics.api(api).decode_error(direction)
+        if state is not None:
+            state.decode_errors += 1
+
+    # -- responses -----------------------------------------------------------
+
+    def rewrite_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> bytes | None:
+        if pending.api_key == API_VERSIONS:
+            return cap_api_versions(frame, pending.api_version, self.policy)
+        return None
+
+    def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        latency = time.perf_counter() - pending.started
+        token: Token | None = pending.token
+        if token is None:  # the request hook did not run (e.g. an answer the proxy made)
+            token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
+        api_metrics = self.metrics.api(token.api)
+        response_size = len(frame) + 4
+        api_metrics.response(latency, response_size)
+        state = self.states.get(info.conn_id)
+        fields: dict[str, Any] = {"errors": []}
+        if token.decode_error is None:
+            fields = self._observe_response(info, state, frame, pending, token)
+        for error in fields["errors"]:
+            api_metrics.error(error)
+            if state is not None:
+                state.errors[error] = state.errors.get(error, 0) + 1
+        if self.log and self.log.wants(token.api, pending.api_key, bool(fields["errors"])):
+            line = self._line_base(info, pending, token)
+            line.update(latency_ms=round(latency * 1000, 3), response_bytes=response_size)
+            line.update(token.fields)
+            line.update(fields)
+            self.log.write("request", line)
+
+    def _observe_response(
+        self, info: ConnectionInfo, state: ConnState | None, frame: memoryview, pending: Pending, token: Token
+    ) -> dict[str, Any]:
+        version = pending.api_version
+        if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
+            version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
+        try:
+            response = decode_response(frame, pending.api_key, version, self.policy)
+        except DecodeError as exc:
+            self._decode_failed(state, token.api, "response")
+            return {"errors": [], "response_decode_error": str(exc)}
+        if state is not None:
+            state.identity.observe_response(response)
+            self._refresh_identity(info, state)
+        return response_fields(response, self.summary, self.topic_ids)
+
+    def _line_base(self, info: ConnectionInfo, pending: Pending, token: Token) -> dict[str, Any]:
+        state = self.states.get(info.conn_id)
+        identity = state.identity.log_fields() if state else {}
+        line: dict[str, Any] = {
+            "conn": info.conn_id,
+            "listener": info.listener,
+            "client_address": f"{info.client_host}:{info.client_port}",
+            "api_key": pending.api_key,
+            "api": token.api,
+            "api_version": pending.api_version,
+            "correlation_id": pending.correlation_id,
+            **identity,
+            "request_bytes": pending.request_size,
+        }
+        if token.decode_error is not None:
+            line["decode_error"] = token.decode_error
+        return line
+
+
+def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
+    """ObservingHooks from a proxy.config.Config."""
+    log_config = config.request_log
+    sink = LineSink(log_config.path, log_config.max_bytes, log_config.backups)
+    request_log = RequestLog(sink, log_config.sample_rate, log_config.apis, log_config.errors_only)
+    summary = SummaryOptions(
+        record_detail=log_config.record_detail,
+        header_value_allowlist=frozenset(log_config.header_value_allowlist),
+        max_string_length=log_config.max_string_length,
+        decompression_limit=config.limits.decompression_limit_bytes,
+    )
+    return ObservingHooks(
+        metrics,
+        request_log,
+        summary,
+        header_policy(config.kip1313.header_v3),
+        config.kip1313.enforcement,
+    )
+
+
+def header_policy(rules: Any) -> HeaderPolicy:
+    """KIP-1313 header v3 declarations from the config (api names or keys)."""
+    keys = {name: key for key, name in api_names().items()}
+    declared: dict[int, int | tuple[int, int | None]] = {}
+    for rule in rules:
+        api_key = rule.api if isinstance(rule.api, int) else keys[rule.api]
+        declared[api_key] = (rule.min_version, rule.max_version)
+    return HeaderPolicy(header_v3=declared)

@@ -1,0 +1,283 @@
+"""What a request log line says about a decoded request and its response.
+
+Pure functions over decoded messages. What is never logged, by construction: the
+content of any `bytes` field (SASL tokens, delegation-token HMACs, SCRAM salts and
+passwords, telemetry payloads) and any config value; only the names and numbers
+picked here reach a log line. Client-controlled strings pass through `clean`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from codec import DecodeError, Request, Response
+from codec.entities import collect, entity_paths, error_code_paths
+from codec.error_codes import error_name
+from codec.groups import group_payloads
+from codec.records import iter_records, summarize
+
+MAX_LISTED = 100  # topics, groups or config names listed in one line; the rest are counted
+
+PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS = 0, 1, 3, 22, 67
+JOIN_GROUP, SYNC_GROUP, API_VERSIONS = 11, 14, 18
+CONFIG_APIS = {19: "topics", 33: "resources", 44: "resources"}  # CreateTopics, AlterConfigs...
+
+
+@dataclass(frozen=True)
+class SummaryOptions:
+    record_detail: bool = False
+    header_value_allowlist: frozenset[str] = frozenset({"traceparent", "tracestate"})
+    max_string_length: int = 256
+    decompression_limit: int = 64 * 1024 * 1024
+
+
+@dataclass
+class TopicIds:
+    """Topic id -> name, learnt from Metadata responses (Fetch v13+ names topics by id)."""
+
+    names: dict[Any, str] = field(default_factory=dict)
+    limit: int = 100_000
+
+    def learn(self, body: dict[str, Any]) -> None:
+        for topic in body.get("topics") or ():
+            topic_id, name = topic.get("topic_id"), topic.get("name")
+            if topic_id is not None and name and len(self.names) < self.limit:
+                self.names[topic_id] = name
+
+    def name(self, topic: dict[str, Any]) -> str:
+        name = topic.get("topic") or topic.get("name")
+        if name:
+            return str(name)
+        topic_id = topic.get("topic_id")
+        return self.names.get(topic_id, str(topic_id))
+
+
+def clean(value: Any, limit: int) -> Any:
+    """A client-controlled string made safe for a log line: short and printable."""
+    if not isinstance(value, str):
+        return value
+    if len(value) > limit:
+        value = value[:limit] + "…"
+    if not value.isprintable():
+        value = "".join(ch if ch.isprintable() else "?" for ch in value)
+    return value
+
+
+def _listed(values: list[Any], limit: int) -> list[Any]:
+    return [clean(v, limit) for v in values[:MAX_LISTED]]
+
+
+def request_fields(request: Request, options: SummaryOptions, topic_ids: TopicIds) -> dict[str, Any]:
+    body, name = request.body, _message_name(request.api_key, "request")
+    version, limit = request.api_version, options.max_string_length
+    out: dict[str, Any] = {}
+    topics = collect(body, entity_paths(name, version, "topicName"))
+    if topics:
+        out["topics"] = _listed(topics, limit)
+        if len(topics) > MAX_LISTED:
+            out["topic_count"] = len(topics)
+    groups = collect(body, entity_paths(name, version, "groupId"))
+    if groups:
+        out["group_id"] = clean(groups[0], limit)
+        if len(groups) > 1:
+            out["group_ids"] = _listed(groups, limit)
+    transactional = collect(body, entity_paths(name, version, "transactionalId"))
+    if transactional:
+        out["transactional_id"] = clean(transactional[0], limit)
+    _group_member_fields(body, out, limit)
+    extra = _REQUEST_EXTRAS.get(request.api_key)
+    if extra is not None:
+        extra(request, out, options, topic_ids)
+    return out
+
+
+def response_fields(
+    response: Response, options: SummaryOptions, topic_ids: TopicIds
+) -> dict[str, Any]:
+    body, name = response.body, _message_name(response.api_key, "response")
+    codes = collect(body, error_code_paths(name, response.api_version))
+    out: dict[str, Any] = {"errors": sorted(error_name(c) for c in codes if c)}
+    extra = _RESPONSE_EXTRAS.get(response.api_key)
+    if extra is not None:
+        extra(response, out, options, topic_ids)
+    return out
+
+
+def _message_name(api_key: int, kind: str) -> str:
+    from codec.schema import api_messages
+
+    request, response = api_messages()[api_key]
+    return request.name if kind == "request" else response.name
+
+
+def _group_member_fields(body: dict[str, Any], out: dict[str, Any], limit: int) -> None:
+    for key in ("member_id", "group_instance_id", "protocol_type", "protocol_name"):
+        value = body.get(key)
+        if value:
+            out[key] = clean(value, limit)
+    for key in ("generation_id", "generation_id_or_member_epoch", "member_epoch"):
+        if key in body:
+            out["generation_id"] = body[key]
+            break
+
+
+def _record_stats(
+    topics: list[dict[str, Any]],
+    partitions_key: str,
+    options: SummaryOptions,
+    topic_ids: TopicIds,
+    partial_tail: bool,
+) -> dict[str, Any]:
+    total: dict[str, Any] = {
+        "batches": 0, "records": 0, "bytes": 0, "compression": set(), "producer_id": None,
+        "producer_epoch": None, "transactional": False, "control_batches": 0, "per_topic": {},
+    }
+    header_keys: dict[str, None] = {}
+    header_values: dict[str, list[str]] = {}
+    for topic in topics:
+        name = clean(topic_ids.name(topic), options.max_string_length)
+        per = total["per_topic"].setdefault(name, {"batches": 0, "records": 0, "bytes": 0})
+        for partition in topic.get(partitions_key) or ():
+            records = partition.get("records")
+            if not records:
+                continue
+            stats = summarize(records, allow_partial_tail=partial_tail, max_bytes=options.decompression_limit)
+            _add_stats(total, per, stats)
+            if options.record_detail:
+                _collect_headers(records, options, header_keys, header_values, partial_tail)
+    if not total["per_topic"]:
+        return {}
+    total["compression"] = sorted(total["compression"])
+    if options.record_detail:
+        total["header_keys"] = [clean(k, options.max_string_length) for k in header_keys]
+        if header_values:
+            total["header_values"] = header_values
+    return total
+
+
+def _add_stats(total: dict[str, Any], per: dict[str, Any], stats: Any) -> None:
+    for key in ("batches", "records", "bytes"):
+        total[key] += getattr(stats, key)
+        per[key] += getattr(stats, key)
+    total["compression"].update(stats.compressions)
+    total["control_batches"] += stats.control_batches
+    total["transactional"] = total["transactional"] or stats.transactional
+    if total["producer_id"] is None and stats.producer_id != -1:
+        total["producer_id"] = stats.producer_id
+        total["producer_epoch"] = stats.producer_epoch
+
+
+def _collect_headers(
+    records: Any,
+    options: SummaryOptions,
+    keys: dict[str, None],
+    values: dict[str, list[str]],
+    partial_tail: bool,
+) -> None:
+    try:
+        for record in iter_records(records, max_bytes=options.decompression_limit, allow_partial_tail=partial_tail):
+            for key, value in record.headers:
+                keys.setdefault(key, None)
+                if key in options.header_value_allowlist and value is not None:
+                    seen = values.setdefault(key, [])
+                    if len(seen) < 10:
+                        seen.append(clean(bytes(value).decode("utf-8", "replace"), options.max_string_length))
+    except DecodeError as exc:
+        keys.setdefault(f"<undecodable: {exc.reason}>", None)
+
+
+def _produce_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    out["acks"] = request.body.get("acks")
+    stats = _record_stats(request.body.get("topic_data") or [], "partition_data", options, ids, False)
+    if stats:
+        out["record_stats"] = stats
+
+
+def _fetch_response(response: Response, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    stats = _record_stats(response.body.get("responses") or [], "partitions", options, ids, True)
+    if stats:
+        out["record_stats"] = stats
+
+
+def _metadata_response(response: Response, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    ids.learn(response.body)
+    out["broker_count"] = len(response.body.get("brokers") or ())
+    out["topic_count"] = len(response.body.get("topics") or ())
+
+
+def _config_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    # Names only: values may be passwords or sasl.jaas.config and are never logged.
+    names = collect(request.body, (tuple(_CONFIG_NAME_PATHS[request.api_key]),))
+    if names:
+        out["config_names"] = _listed(names, options.max_string_length)
+
+
+_CONFIG_NAME_PATHS = {19: ("topics", "configs", "name"), 33: ("resources", "configs", "name"),
+                      44: ("resources", "configs", "name")}
+
+
+def _join_group_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    payloads = group_payloads(JOIN_GROUP, "request", request.body)
+    if payloads:
+        out["group_protocols"] = payloads["protocols"]
+        out["subscriptions"] = payloads["subscriptions"]
+
+
+def _join_group_response(response: Response, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    body = response.body
+    _group_member_fields(body, out, options.max_string_length)
+    out["leader"] = body.get("leader")
+    members = body.get("members") or []
+    if members:
+        out["members"] = len(members)
+        payloads = group_payloads(JOIN_GROUP, "response", body)
+        if payloads:
+            out["subscriptions"] = payloads["subscriptions"]
+
+
+def _sync_group_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    payloads = group_payloads(SYNC_GROUP, "request", request.body)
+    if payloads and payloads["assignments"]:
+        out["assignments"] = payloads["assignments"]
+
+
+def _sync_group_response(response: Response, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    payloads = group_payloads(SYNC_GROUP, "response", response.body)
+    if payloads:
+        _group_member_fields(response.body, out, options.max_string_length)
+        out["assignment"] = payloads["assignment"]
+
+
+def _init_producer_id_response(response: Response, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    out["producer_id"] = response.body.get("producer_id")
+    out["producer_epoch"] = response.body.get("producer_epoch")
+
+
+def _allocate_producer_ids_response(response: Response, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    # KIP-730: the block of producer ids the controller handed to a broker.
+    start, length = response.body.get("producer_id_start"), response.body.get("producer_id_len")
+    out["producer_id_block"] = {"start": start, "length": length}
+
+
+def _api_versions_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    for key in ("client_software_name", "client_software_version"):
+        if request.body.get(key):
+            out[key] = clean(request.body[key], options.max_string_length)
+
+
+_REQUEST_EXTRAS: dict[int, Any] = {
+    PRODUCE: _produce_request,
+    JOIN_GROUP: _join_group_request,
+    SYNC_GROUP: _sync_group_request,
+    API_VERSIONS: _api_versions_request,
+    **{key: _config_request for key in _CONFIG_NAME_PATHS},
+}
+_RESPONSE_EXTRAS: dict[int, Any] = {
+    FETCH: _fetch_response,
+    METADATA: _metadata_response,
+    JOIN_GROUP: _join_group_response,
+    SYNC_GROUP: _sync_group_response,
+    INIT_PRODUCER_ID: _init_producer_id_response,
+    ALLOCATE_PRODUCER_IDS: _allocate_producer_ids_response,
+}

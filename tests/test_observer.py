@@ -1,0 +1,269 @@
+"""The observing hooks, driven with real frames but no sockets: log lines, identity,
+metrics, KIP-1313 enforcement, the ApiVersions cap, and what is never logged."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codec import HeaderPolicy, Request, Response, decode_response, encode_request, encode_response
+from proxy.hooks import ConnectionInfo, Pending
+from proxy.metrics import Metrics
+from proxy.observer import ObservingHooks
+from proxy.request_log import LineSink, RequestLog
+from proxy.summary import SummaryOptions
+from tests.records_oracle import build_v2
+
+INSTANCE = uuid.UUID("11111111-2222-4333-8444-555555555555")
+PASSWORD = "s3cr3t-Pa55word!"
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, enforcement: str = "log", **summary: Any) -> None:
+        self.path = tmp_path / "requests.log"
+        self.metrics = Metrics()
+        self.log = RequestLog(LineSink(str(self.path)))
+        self.hooks = ObservingHooks(
+            self.metrics, self.log, SummaryOptions(**summary), HeaderPolicy(), enforcement
+        )
+        self.info = ConnectionInfo("c-1", "plaintext", "10.0.0.7", 50123, "broker:9092")
+        self.info.metrics = self.metrics.connection_opened("plaintext")
+        self.hooks.connection_opened(self.info)
+
+    def exchange(self, request: Request, response: Response | None) -> Pending:
+        frame = encode_request(request)
+        pending = Pending(request.correlation_id, request.api_key, request.api_version,
+                          time.perf_counter(), len(frame) + 4)
+        if response is None:
+            self.hooks.request_without_response(self.info, memoryview(frame), pending)
+            return pending
+        self.hooks.request_forwarded(self.info, memoryview(frame), pending)
+        self.hooks.response_forwarded(self.info, memoryview(encode_response(response)), pending)
+        return pending
+
+    def close(self) -> None:
+        self.hooks.connection_closed(self.info, "client_closed")
+        self.log.close()
+
+    def lines(self) -> list[dict[str, Any]]:
+        self.log.flush()
+        return [json.loads(line) for line in self.path.read_text().splitlines()]
+
+    def metric_text(self) -> str:
+        return self.metrics.render().decode()
+
+
+def header(correlation_id: int, client_id: str | None = "app-1", **extra: Any) -> dict[str, Any]:
+    return {"correlation_id": correlation_id, "client_id": client_id, **extra}
+
+
+def api_versions_exchange(h: Harness, correlation_id: int = 1) -> None:
+    request = Request(18, 3, header(correlation_id), {
+        "client_software_name": "librdkafka", "client_software_version": "2.4.0"})
+    response = Response(18, 3, {"correlation_id": correlation_id}, {
+        "error_code": 0, "throttle_time_ms": 0,
+        "api_keys": [{"api_key": 0, "min_version": 0, "max_version": 11}]})
+    h.exchange(request, response)
+
+
+def test_request_line_carries_identity_and_the_required_fields(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    api_versions_exchange(h)
+    metadata = Request(3, 12, header(2, client_id=None), {"topics": [{"topic_id": uuid.UUID(int=0), "name": "orders"}],
+                       "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    meta_response = Response(3, 12, {"correlation_id": 2}, {
+        "throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b", "port": 9092, "rack": None}],
+        "cluster_id": "c", "controller_id": 1, "topics": [{
+            "error_code": 3, "name": "orders", "topic_id": uuid.UUID(int=0), "is_internal": False,
+            "partitions": [], "topic_authorized_operations": -1}]})
+    h.exchange(metadata, meta_response)
+    h.close()
+    opened, versions, meta, closed = h.lines()
+    assert opened["event"] == "connection_open" and opened["client_address"] == "10.0.0.7:50123"
+    for key in ("ts", "event", "conn", "client_address", "api_key", "api", "api_version",
+                "correlation_id", "client_id", "client_instance_id", "client_software_name",
+                "client_software_version", "principal", "latency_ms", "request_bytes",
+                "response_bytes", "errors"):
+        assert key in meta, key
+    assert versions["api"] == "ApiVersions" and versions["client_software_name"] == "librdkafka"
+    assert meta["api"] == "Metadata" and meta["api_version"] == 12
+    # KIP-1313: a later null client id does not replace the first one.
+    assert meta["client_id"] == "app-1"
+    assert meta["client_software_version"] == "2.4.0"
+    assert meta["topics"] == ["orders"]
+    assert meta["errors"] == ["UNKNOWN_TOPIC_OR_PARTITION"]
+    assert meta["latency_ms"] >= 0 and meta["response_bytes"] > 0
+    assert closed["event"] == "connection_close"
+    assert closed["requests"] == {"ApiVersions": 1, "Metadata": 1}
+    assert closed["error_counts"] == {"UNKNOWN_TOPIC_OR_PARTITION": 1}
+    text = h.metric_text()
+    assert 'kafkalens_requests_total{api="Metadata",api_version="12"} 1.0' in text
+    assert 'kafkalens_request_errors_total{api="Metadata",error="UNKNOWN_TOPIC_OR_PARTITION"} 1.0' in text
+    assert 'client_software_name="librdkafka",client_software_version="2.4.0"} 1.0' in text
+
+
+def produce_request(correlation_id: int, acks: int, compression: str = "none") -> Request:
+    batch = build_v2(
+        [(1000, b"k", b"v" * 10, [("traceparent", b"00-abc-01"), ("secret-ish", b"zzz")])] * 3,
+        compression=compression, producer=(42, 1, 0),
+    )
+    return Request(0, 9, header(correlation_id), {
+        "transactional_id": None, "acks": acks, "timeout_ms": 1000,
+        "topic_data": [{"name": "orders", "partition_data": [{"index": 0, "records": batch}]}]})
+
+
+def test_produce_record_stats_and_acks_zero(tmp_path: Path) -> None:
+    h = Harness(tmp_path, record_detail=True)
+    h.exchange(produce_request(5, 0, "zstd"), None)
+    (_, line) = h.lines()
+    assert line["event"] == "request_no_response"
+    assert line["acks"] == 0 and line["latency_ms"] is None
+    stats = line["record_stats"]
+    assert stats["batches"] == 1 and stats["records"] == 3
+    assert stats["compression"] == ["zstd"] and stats["producer_id"] == 42
+    assert stats["per_topic"]["orders"]["records"] == 3
+    assert stats["header_keys"] == ["traceparent", "secret-ish"]
+    # Only allow-listed header values are logged.
+    assert stats["header_values"] == {"traceparent": ["00-abc-01"] * 3}
+
+
+def test_fetch_response_record_stats_and_partial_tail(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    batch = build_v2([(1, None, b"x" * 50, [])] * 4, compression="gzip")
+    records = batch + batch[:20]  # the broker cut the last batch short: legal in Fetch
+    request = Request(1, 11, header(6), {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
+                      "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
+                      "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""})
+    response = Response(1, 11, {"correlation_id": 6}, {
+        "throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [{
+            "topic": "orders", "partitions": [{
+                "partition_index": 0, "error_code": 0, "high_watermark": 4, "last_stable_offset": 4,
+                "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+                "records": records}]}]})
+    h.exchange(request, response)
+    line = h.lines()[-1]
+    assert line["record_stats"]["records"] == 4
+    assert line["record_stats"]["compression"] == ["gzip"]
+    assert line["record_stats"]["per_topic"] == {"orders": {"batches": 1, "records": 4, "bytes": len(batch)}}
+
+
+def test_sasl_plain_principal_is_logged_and_the_password_never(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.exchange(Request(17, 1, header(1), {"mechanism": "PLAIN"}),
+               Response(17, 1, {"correlation_id": 1}, {"error_code": 0, "mechanisms": ["PLAIN"]}))
+    token = b"\x00alice\x00" + PASSWORD.encode()
+    h.exchange(Request(36, 2, header(2), {"auth_bytes": token}),
+               Response(36, 2, {"correlation_id": 2}, {"error_code": 0, "error_message": None,
+                        "auth_bytes": b"", "session_lifetime_ms": 0}))
+    api_versions_exchange(h, 3)
+    h.close()
+    text = h.path.read_text() + h.metric_text() + json.dumps(h.info.identity)
+    assert h.lines()[-2]["principal"] == "alice"
+    for form in (PASSWORD, PASSWORD.encode().hex(), base64.b64encode(PASSWORD.encode()).decode(),
+                 base64.b64encode(token).decode(), token.hex()):
+        assert form not in text
+
+
+def test_sensitive_config_values_are_never_logged(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    request = Request(19, 5, header(1), {"topics": [{
+        "name": "t", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+        "configs": [{"name": "sasl.jaas.config", "value": "password=" + PASSWORD}]}],
+        "timeout_ms": 1000, "validate_only": False})
+    response = Response(19, 5, {"correlation_id": 1}, {"throttle_time_ms": 0, "topics": [{
+        "name": "t", "topic_id": uuid.UUID(int=0), "error_code": 0, "error_message": None,
+        "num_partitions": 1, "replication_factor": 1, "configs": [
+            {"name": "sasl.jaas.config", "value": PASSWORD, "read_only": False,
+             "config_source": 1, "is_sensitive": True}]}]})
+    h.exchange(request, response)
+    line = h.lines()[-1]
+    assert line["config_names"] == ["sasl.jaas.config"]
+    assert PASSWORD not in h.path.read_text()
+
+
+def kip1313_request(correlation_id: int, instance: uuid.UUID | None) -> Request:
+    if instance is None:
+        return Request(47, 0, header(correlation_id), {"group_id": "g", "topics": []})
+    return Request(47, 1, header(correlation_id, client_instance_id=instance), {"group_id": "g", "topics": []})
+
+
+def offset_delete_response(correlation_id: int, version: int) -> Response:
+    return Response(47, version, {"correlation_id": correlation_id},
+                    {"error_code": 0, "throttle_time_ms": 0, "topics": []})
+
+
+def test_kip1313_log_mode_warns_and_counts(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.exchange(kip1313_request(1, INSTANCE), offset_delete_response(1, 1))
+    h.exchange(kip1313_request(2, None), offset_delete_response(2, 0))
+    h.exchange(kip1313_request(3, uuid.UUID(int=9)), offset_delete_response(3, 1))
+    lines = h.lines()
+    violations = [line for line in lines if line["event"] == "kip1313_violation"]
+    assert [v["correlation_id"] for v in violations] == [2, 3]
+    assert all(v["action"] == "logged" for v in violations)
+    assert lines[2]["client_instance_id"] == str(INSTANCE)
+    assert 'kafkalens_kip1313_violations_total{action="logged"} 2.0' in h.metric_text()
+
+
+def test_kip1313_reject_mode_answers_invalid_request(tmp_path: Path) -> None:
+    h = Harness(tmp_path, enforcement="reject")
+    assert h.hooks.inspects_requests
+    first = encode_request(kip1313_request(1, INSTANCE))
+    assert h.hooks.admit_request(h.info, memoryview(first), 47, 1, 1) is None
+    same = encode_request(kip1313_request(2, INSTANCE))
+    assert h.hooks.admit_request(h.info, memoryview(same), 47, 1, 2) is None
+    other = encode_request(kip1313_request(3, uuid.UUID(int=7)))
+    reply = h.hooks.admit_request(h.info, memoryview(other), 47, 1, 3)
+    assert reply is not None
+    decoded = decode_response(reply, 47, 1)
+    assert decoded.header["correlation_id"] == 3 and decoded.body["error_code"] == 42
+    assert 'kafkalens_kip1313_violations_total{action="rejected"} 1.0' in h.metric_text()
+
+
+def test_api_versions_capped_to_what_the_codec_decodes(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    response = Response(18, 3, {"correlation_id": 1}, {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
+        {"api_key": 0, "min_version": 3, "max_version": 99},
+        {"api_key": 3, "min_version": 0, "max_version": 12},
+        {"api_key": 999, "min_version": 0, "max_version": 1},
+        {"api_key": 1, "min_version": 40, "max_version": 50}]})
+    pending = Pending(1, 18, 3, time.perf_counter(), 30)
+    new = h.hooks.rewrite_response(h.info, memoryview(encode_response(response)), pending)
+    assert new is not None
+    assert decode_response(new, 18, 3).body["api_keys"] == [
+        {"api_key": 0, "min_version": 3, "max_version": 12},
+        {"api_key": 3, "min_version": 0, "max_version": 12},
+    ]
+    untouched = Response(18, 3, {"correlation_id": 2}, {"error_code": 0, "throttle_time_ms": 0,
+                         "api_keys": [{"api_key": 3, "min_version": 0, "max_version": 12}]})
+    assert h.hooks.rewrite_response(h.info, memoryview(encode_response(untouched)), pending) is None
+
+
+def test_api_versions_fallback_v0_is_decoded_and_capped(tmp_path: Path) -> None:
+    # KIP-511: the client asked v9, which the broker does not know: a v0 body, error 35.
+    h = Harness(tmp_path)
+    fallback = Response(18, 0, {"correlation_id": 4}, {"error_code": 35, "api_keys": [
+        {"api_key": 18, "min_version": 0, "max_version": 77}]})
+    pending = Pending(4, 18, 9, time.perf_counter(), 30)
+    new = h.hooks.rewrite_response(h.info, memoryview(encode_response(fallback)), pending)
+    assert new is not None
+    decoded = decode_response(new, 18, 0)
+    assert decoded.body == {"error_code": 35, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 4}]}
+
+
+@pytest.mark.parametrize("rate", [0.0])
+def test_sampling_keeps_errors(tmp_path: Path, rate: float) -> None:
+    h = Harness(tmp_path)
+    h.log.sample_rate = rate
+    api_versions_exchange(h)
+    h.exchange(kip1313_request(2, None), Response(47, 0, {"correlation_id": 2},
+               {"error_code": 69, "throttle_time_ms": 0, "topics": []}))
+    events = [line["event"] for line in h.lines()]
+    assert events == ["connection_open", "request"]
+    assert h.lines()[-1]["errors"] == ["GROUP_ID_NOT_FOUND"]
