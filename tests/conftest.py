@@ -1,0 +1,60 @@
+"""Shared fixtures: a tansu broker, one behind a recording relay, librdkafka's mock cluster.
+
+`tests/` is on sys.path (pytest's rootdir-relative insertion for this conftest), so
+helpers import as `support.*`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from support.mock_cluster import mock_cluster as _mock_cluster
+from support.relay import RecordingRelay
+
+from proxy.tansu import TansuBroker, free_port
+
+TansuFactory = Callable[..., TansuBroker]
+
+
+@pytest.fixture
+def tansu_factory(tmp_path: Path) -> Iterator[TansuFactory]:
+    """Starts tansu brokers on demand; all are stopped after the test.
+
+    `tansu_factory(advertised_port=P)` starts one that tells clients to come back
+    through port P (a proxy or relay in front); any other TansuBroker field may be
+    given too (`port=`, `extra_args=`). Logs go to tmp_path/tansu-N.log.
+    """
+    started: list[TansuBroker] = []
+
+    def start(advertised_port: int | None = None, **fields: object) -> TansuBroker:
+        fields.setdefault("log_path", tmp_path / f"tansu-{len(started)}.log")
+        broker = TansuBroker(advertised_port=advertised_port, **fields)  # type: ignore[arg-type]
+        started.append(broker)
+        return broker.start()
+
+    yield start
+    for broker in started:
+        broker.stop()
+
+
+@pytest.fixture
+def tansu(tansu_factory: TansuFactory) -> TansuBroker:
+    """A started in-memory tansu broker on a free port, advertising itself."""
+    return tansu_factory()
+
+
+@pytest.fixture
+def relayed_tansu(tansu_factory: TansuFactory) -> Iterator[tuple[RecordingRelay, TansuBroker]]:
+    """A RecordingRelay in front of tansu; tansu advertises the relay's port."""
+    upstream = free_port()
+    with RecordingRelay("127.0.0.1", upstream) as relay:
+        yield relay, tansu_factory(advertised_port=relay.port, port=upstream)
+
+
+@pytest.fixture
+def mock_cluster() -> Iterator[str]:
+    """Bootstrap string of a 3-broker librdkafka mock cluster (see support.mock_cluster)."""
+    with _mock_cluster(3) as bootstrap:
+        yield bootstrap

@@ -1,0 +1,1 @@
+"""Test helpers: a recording TCP relay, librdkafka's mock cluster, client workloads."""
