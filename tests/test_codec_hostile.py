@@ -4,9 +4,11 @@ and never allocates far beyond what the input could justify."""
 from __future__ import annotations
 
 import contextlib
+import json
 import struct
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,7 +58,20 @@ def seed_frames() -> list[tuple[str, bytes, int, int]]:
     ]
 
 
-SEEDS = seed_frames()
+def golden_seeds(limit_bytes: int = 600) -> list[tuple[str, bytes, int, int]]:
+    """One real captured frame per (direction, api key, version), small ones first."""
+    folder = Path(__file__).resolve().parent / "data" / "golden"
+    seen: dict[tuple[str, int, int], tuple[str, bytes, int, int]] = {}
+    for entry in sorted(json.loads((folder / "index.json").read_text())["frames"], key=lambda e: e["size"]):
+        direction = "request" if entry["direction"] == "req" else "response"
+        key = (direction, entry["api_key"], entry["api_version"])
+        if key not in seen and entry["size"] <= limit_bytes:
+            seen[key] = (direction, (folder / entry["file"]).read_bytes(), entry["api_key"], entry["api_version"])
+    return list(seen.values())
+
+
+TRUNCATION_SEEDS = seed_frames()
+SEEDS = TRUNCATION_SEEDS + golden_seeds()
 
 
 def decoder_for(direction: str, api_key: int, version: int) -> Callable[[bytes], Any]:
@@ -122,7 +137,7 @@ def test_invalid_utf8_is_a_decode_error() -> None:
         decode_request(frame)
 
 
-@pytest.mark.parametrize(("direction", "frame", "api_key", "version"), SEEDS)
+@pytest.mark.parametrize(("direction", "frame", "api_key", "version"), TRUNCATION_SEEDS + golden_seeds(200))
 def test_every_truncation_is_a_decode_error(
     direction: str, frame: bytes, api_key: int, version: int
 ) -> None:
