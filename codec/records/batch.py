@@ -100,8 +100,9 @@ def read_v2_header(
     """The v2 header at `pos`; the caller has checked view holds `batch_length` + 12 bytes."""
     if batch_length < V2_HEADER_SIZE - LOG_OVERHEAD:
         raise error(f"record batch length {batch_length} shorter than its header", pos)
-    header = BatchHeader(pos, *_V2.unpack_from(view, pos))
-    _check_v2(header, max_bytes)
+    fields = _V2.unpack_from(view, pos)
+    _check_v2(pos, batch_length, fields[5], fields[12], max_bytes)
+    header = BatchHeader(pos, *fields)
     if verify_crc:
         actual = crc32c(view[pos + _V2_CRC_START : header.end])
         if actual != header.crc:
@@ -109,14 +110,14 @@ def read_v2_header(
     return header
 
 
-def _check_v2(header: BatchHeader, max_bytes: int) -> None:
-    if header.codec >= len(COMPRESSION_NAMES):
-        raise error(f"unknown compression id {header.codec}", header.position)
-    count = header.record_count
+def _check_v2(pos: int, batch_length: int, attributes: int, count: int, max_bytes: int) -> None:
+    codec = attributes & 0x07
+    if codec >= len(COMPRESSION_NAMES):
+        raise error(f"unknown compression id {codec}", pos)
     if count < 0:
-        raise error(f"negative record count {count}", header.position)
+        raise error(f"negative record count {count}", pos)
     # A count that cannot fit in the bytes it could decode to is a lie, caught here so
     # cheap summaries never report it.
-    room = header.end - header.position - V2_HEADER_SIZE if header.codec == 0 else max_bytes
+    room = batch_length + LOG_OVERHEAD - V2_HEADER_SIZE if codec == 0 else max_bytes
     if count > room // MIN_RECORD_SIZE:
-        raise error(f"record count {count} does not fit in {room} bytes", header.position)
+        raise error(f"record count {count} does not fit in {room} bytes", pos)

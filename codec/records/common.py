@@ -17,6 +17,15 @@ def error(message: str, offset: int | None = None) -> DecodeError:
     return DecodeError(message, direction=DIRECTION, offset=offset)
 
 
+def relocated(exc: DecodeError, position: int) -> DecodeError:
+    """`exc` from inside decompressed bytes, pointed at the wire entry `position` they came
+    from: offsets into a decompressed copy mean nothing to a reader of the wire bytes."""
+    if exc.offset is not None:
+        exc.reason = f"{exc.reason} (decompressed byte {exc.offset})"
+    exc.offset = position
+    return exc
+
+
 def as_view(buf: Buffer) -> memoryview:
     """A flat byte view of `buf`, so slices of it are zero-copy."""
     view = memoryview(buf)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from codec.errors import DecodeError
 from codec.records.batch import V2_HEADER_SIZE, BatchHeader
-from codec.records.common import DEFAULT_MAX_BYTES, Buffer, as_view
+from codec.records.common import DEFAULT_MAX_BYTES, Buffer, as_view, relocated
 from codec.records.compression import decompress
 from codec.records.framing import iter_batches
 from codec.records.record import Record, iter_v2_records
@@ -34,26 +34,25 @@ def iter_records(
 
 
 def batch_records(
-    view: memoryview, header: BatchHeader, *, verify_crc: bool = False, max_bytes: int
+    view: memoryview,
+    header: BatchHeader,
+    *,
+    verify_crc: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Iterator[Record]:
     """The records of one entry that iter_batches found in `view`."""
     if header.magic < 2:
         yield from iter_legacy_records(view, header, verify_crc=verify_crc, max_bytes=max_bytes)
         return
-    body = view[header.position + V2_HEADER_SIZE : header.end]
     if header.codec == 0:
         yield from iter_v2_records(view, header.position + V2_HEADER_SIZE, header.end, header)
         return
+    if header.record_count == 0:
+        # As Kafka does: an empty compressed batch is never decompressed.
+        return
+    body = view[header.position + V2_HEADER_SIZE : header.end]
     try:
         data = as_view(decompress(header.codec, body, max_bytes=max_bytes))
         yield from iter_v2_records(data, 0, len(data), header)
     except DecodeError as exc:
-        raise _in_batch(exc, header) from None
-
-
-def _in_batch(exc: DecodeError, header: BatchHeader) -> DecodeError:
-    """Offsets inside decompressed bytes mean nothing to a reader of the wire bytes."""
-    if exc.offset is not None:
-        exc.reason = f"{exc.reason} (decompressed byte {exc.offset})"
-    exc.offset = header.position
-    return exc
+        raise relocated(exc, header.position) from None

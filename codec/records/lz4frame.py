@@ -3,8 +3,9 @@
 Kafka reads frames itself (Lz4BlockInputStream) rather than with a general frame
 decoder, and so does this: each block is decompressed alone into a block-sized scratch
 buffer, which bounds memory and ignores the frame descriptor checksum that Kafka before
-0.10 computed wrongly (KIP-57). The xxHash32 block and content checksums are skipped
-too: the batch CRC already covers the compressed bytes. Frames with linked blocks, which
+0.10 computed wrongly (KIP-57). The xxHash32 block and content checksums must be there
+but are not computed (no native xxHash here): the batch CRC covers the same bytes.
+Bytes after the frame are ignored, as Kafka ignores them. Frames with linked blocks, which
 Kafka does not write, go to cramjam's frame decoder instead.
 """
 
@@ -23,6 +24,7 @@ _VERSION_1 = 0x40
 _INDEPENDENT = 0x20
 _BLOCK_CHECKSUM = 0x10
 _CONTENT_SIZE = 0x08
+_CONTENT_CHECKSUM = 0x04
 _DICT_ID = 0x01
 _RESERVED_FLG = 0x02
 _RESERVED_BD = 0x8F
@@ -80,7 +82,8 @@ def _read_blocks(view: memoryview, frame: _Frame, max_bytes: int) -> bytearray:
         word = int.from_bytes(view[pos : pos + 4], "little")
         pos += 4
         if word == 0:
-            # End mark. What follows (content checksum) is not read, as Kafka stops here.
+            if frame.flags & _CONTENT_CHECKSUM and len(view) - pos < 4:
+                raise error("LZ4 frame ends before its content checksum")
             return out
         size = word & ~_UNCOMPRESSED
         if size > frame.block_max or pos + size + trailer > len(view):

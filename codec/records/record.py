@@ -10,6 +10,8 @@ from codec.records.common import error
 from codec.records.varint import read_varint, read_varlong
 
 Headers = tuple[tuple[str, memoryview | None], ...]
+# offset delta, timestamp delta, key, value, headers, position after the record
+_Fields = tuple[int, int, memoryview | None, memoryview | None, Headers, int]
 
 
 @dataclass(slots=True)
@@ -27,14 +29,19 @@ class Record:
 
 def iter_v2_records(data: memoryview, pos: int, end: int, header: BatchHeader) -> Iterator[Record]:
     """The header.record_count records in data[pos:end], which they must fill exactly."""
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    # LogAppendTime: the broker's stamp in the batch replaces every record's own.
+    log_append_time = header.max_timestamp if header.timestamp_type == 1 else None
     for _ in range(header.record_count):
-        record, pos = _read_record(data, pos, end, header)
-        yield record
+        offset_delta, timestamp_delta, key, value, headers, pos = _read_record(data, pos, end)
+        timestamp = base_timestamp + timestamp_delta if log_append_time is None else log_append_time
+        yield Record(base_offset + offset_delta, timestamp, key, value, headers, header)
     if pos != end:
         raise error(f"{end - pos} bytes left after the batch's last record", pos)
 
 
-def _read_record(data: memoryview, pos: int, end: int, header: BatchHeader) -> tuple[Record, int]:
+def _read_record(data: memoryview, pos: int, end: int) -> _Fields:
     length, pos = read_varint(data, pos, end)
     record_end = pos + length
     if length < 0 or record_end > end:
@@ -47,13 +54,7 @@ def _read_record(data: memoryview, pos: int, end: int, header: BatchHeader) -> t
     headers, pos = _read_headers(data, pos, record_end)
     if pos != record_end:
         raise error(f"record ends {record_end - pos} bytes after its last header", pos)
-    if header.timestamp_type == 1:
-        # LogAppendTime: the broker's stamp in the batch replaces every record's own.
-        timestamp = header.max_timestamp
-    else:
-        timestamp = header.base_timestamp + timestamp_delta
-    offset = header.base_offset + offset_delta
-    return Record(offset, timestamp, key, value, headers, header), pos
+    return offset_delta, timestamp_delta, key, value, headers, pos
 
 
 def _read_bytes(data: memoryview, pos: int, end: int) -> tuple[memoryview | None, int]:

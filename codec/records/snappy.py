@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 import cramjam
 
@@ -15,15 +16,16 @@ _INT32 = struct.Struct(">i")
 
 
 def decompress_snappy(data: Buffer, max_bytes: int) -> bytearray:
-    blocks = _xerial_blocks(data) if _is_xerial(data) else [data]
     # Every raw block declares its length up front: check the sum before allocating.
+    blocks: list[Buffer] = []
     sizes = []
     total = 0
-    for block in blocks:
+    for block in _xerial_blocks(data) if _is_xerial(data) else [data]:
         size = _declared_size(block)
         total += size
         if total > max_bytes:
             raise too_big("snappy", max_bytes)
+        blocks.append(block)
         sizes.append(size)
     out = bytearray(total)
     with memoryview(out) as view:
@@ -38,9 +40,8 @@ def _is_xerial(data: Buffer) -> bool:
     return len(data) >= _XERIAL_HEADER and data[: len(_XERIAL_MAGIC)] == _XERIAL_MAGIC
 
 
-def _xerial_blocks(data: Buffer) -> list[Buffer]:
+def _xerial_blocks(data: Buffer) -> Iterator[memoryview]:
     view = memoryview(data)
-    blocks: list[Buffer] = []
     pos = _XERIAL_HEADER
     while pos < len(view):
         if len(view) - pos < 4:
@@ -49,9 +50,8 @@ def _xerial_blocks(data: Buffer) -> list[Buffer]:
         pos += 4
         if size < 0 or pos + size > len(view):
             raise error(f"xerial snappy block length {size} invalid")
-        blocks.append(view[pos : pos + size])
+        yield view[pos : pos + size]
         pos += size
-    return blocks
 
 
 def _declared_size(block: Buffer) -> int:

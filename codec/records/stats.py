@@ -41,6 +41,7 @@ def summarize(
     allow_partial_tail: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> RecordStats:
+    """Totals over the headers of a records field (flags as for iter_batches)."""
     view = as_view(buf)
     stats = RecordStats()
     batches = iter_batches(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from codec.errors import DecodeError
 from codec.records.batch import BatchHeader
-from codec.records.common import as_view, error
+from codec.records.common import as_view, error, relocated
 from codec.records.compression import decompress
 from codec.records.legacy import Message, read_message
 from codec.records.record import Record
@@ -22,8 +23,11 @@ def iter_legacy_records(
         return
     if value is None:
         raise error("compressed legacy message without a value", header.position)
-    inner = as_view(decompress(header.codec, value, max_bytes=max_bytes))
-    messages = _inner_messages(inner, header, verify_crc)
+    try:
+        inner = as_view(decompress(header.codec, value, max_bytes=max_bytes))
+        messages = _inner_messages(inner, header, verify_crc)
+    except DecodeError as exc:
+        raise relocated(exc, header.position) from None
     yield from _resolve(messages, header)
 
 
@@ -34,13 +38,13 @@ def _inner_messages(inner: memoryview, wrapper: BatchHeader, verify_crc: bool) -
         message = read_message(inner, pos, len(inner), verify_crc=verify_crc)
         inner_header = message[0]
         if inner_header.codec != 0:
-            raise error("compressed legacy message nested in another", wrapper.position)
+            raise error("compressed legacy message nested in another", pos)
         if inner_header.magic != wrapper.magic:
-            raise error("legacy inner message magic differs from its wrapper", wrapper.position)
+            raise error("legacy inner message magic differs from its wrapper", pos)
         messages.append(message)
         pos = inner_header.end
     if not messages:
-        raise error("compressed legacy message with no inner message", wrapper.position)
+        raise error("compressed legacy message with no inner message")
     return messages
 
 
