@@ -1,0 +1,150 @@
+"""`kafkalens`: proxy, check-config, demo, decode, report, watch.
+
+Bad configuration or flags end with exit code 2 and one line on stderr:
+``kafkalens: error: <key>: <what is wrong>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+import structlog
+
+from proxy.config import ConfigError, Overrides, load_config, summary
+
+EXIT_CONFIG = 2
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one line instead of usage + message."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(message)
+
+
+def fail(message: str) -> NoReturn:
+    print(f"kafkalens: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_CONFIG)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Diagnostics go to stderr: stdout may carry the request log ("-")."""
+    structlog.configure(
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="kafkalens", description="A Kafka-protocol L7 proxy.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    proxy = sub.add_parser("proxy", help="run the proxy")
+    proxy.add_argument("--config", metavar="FILE", help="kafkalens.yaml (default: built-in)")
+    proxy.add_argument("--listen", metavar="HOST:PORT", help="client-facing address")
+    proxy.add_argument("--upstream", metavar="HOST:PORT", help="the broker to forward to")
+    proxy.add_argument("--metrics", metavar="HOST:PORT", help="/metrics, /healthz, ... address")
+    proxy.add_argument("--request-log", metavar="PATH", help='request log file, or "-" (stdout)')
+    check = sub.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("file", metavar="FILE")
+    sub.add_parser("demo", help="an embedded broker behind the proxy", add_help=False)
+    for name, what in (
+        ("decode", "decode captured Kafka frames"),
+        ("report", "report on a request log"),
+        ("watch", "watch a request log"),
+    ):
+        sub.add_parser(name, help=what, add_help=False)
+    return parser
+
+
+def _decode(argv: list[str]) -> int:
+    from proxy import decode_cmd
+
+    return int(decode_cmd.main(argv) or 0)
+
+
+def _report(argv: list[str]) -> int:
+    from pipeline import cli as pipeline_cli
+
+    return int(pipeline_cli.report_main(argv) or 0)
+
+
+def _watch(argv: list[str]) -> int:
+    from pipeline import cli as pipeline_cli
+
+    return int(pipeline_cli.watch_main(argv) or 0)
+
+
+def _demo(argv: list[str]) -> int:
+    from proxy import demo
+
+    return demo.main(argv)
+
+
+# Subcommands whose own modules parse the rest of the command line.
+PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
+    "decode": _decode,
+    "report": _report,
+    "watch": _watch,
+    "demo": _demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in PASSTHROUGH:
+        return PASSTHROUGH[args_list[0]](args_list[1:])
+    args = _parser().parse_args(args_list)
+    if args.command == "check-config":
+        return check_config(args.file)
+    if args.command == "proxy":
+        return run_proxy(args)
+    _parser().print_help(sys.stderr)
+    return EXIT_CONFIG
+
+
+def check_config(path: str) -> int:
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        fail(str(exc))
+    print(f"{path}: OK")
+    for line in summary(config):
+        print(f"  {line}")
+    return 0
+
+
+def run_proxy(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from proxy.runner import check_supported, serve
+
+    overrides = Overrides(
+        listen=args.listen,
+        upstream=args.upstream,
+        metrics=args.metrics,
+        request_log=args.request_log,
+    )
+    try:
+        config = load_config(args.config, overrides)
+        check_supported(config)
+    except ConfigError as exc:
+        fail(str(exc))
+    configure_logging()
+    try:
+        if config.workers > 1:
+            from proxy.workers import serve_workers
+
+            serve_workers(config)
+        else:
+            uvloop.run(serve(config))
+    except ConfigError as exc:  # e.g. a listen address already in use
+        fail(str(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,627 @@
+"""Load and validate kafkalens.yaml into frozen dataclasses.
+
+config/kafkalens.yaml is the contract: every key there, with its default, and no
+other key. A `ConfigError` names the key path and what is wrong, e.g.
+``limits.max_frame_bytes: must be a positive integer, got -1``. Command-line flags
+are applied on top of the file through `Overrides`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
+MODES = ("sidecar", "gateway")
+ENFORCEMENTS = ("log", "reject")
+_MISSING = object()
+_VERSION_SPEC = re.compile(r"^\s*(\d+)\s*(\+|-\s*(\d+))?\s*$")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; `str()` is ``<key path>: <what is wrong>``."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ListenerTLS:
+    cert: str
+    key: str
+    client_ca: str | None = None
+    require_client_cert: bool = False
+    min_version: str = "TLSv1.2"
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    name: str
+    listen: Address
+    upstream: Address
+    tls: ListenerTLS | None = None
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    bootstrap_servers: tuple[Address, ...]
+    advertised_host: str
+    bootstrap_listen: Address = Address("0.0.0.0", 9092)
+    listen_host: str = "0.0.0.0"
+    broker_port_base: int = 9100
+    broker_ports: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpstreamTLS:
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    check_hostname: bool = True
+    server_hostname: str | None = None
+    min_version: str = "TLSv1.2"
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    listen: Address = Address("0.0.0.0", 9180)
+    max_label_values: int = 50
+
+
+@dataclass(frozen=True)
+class RequestLogConfig:
+    path: str = "-"
+    max_bytes: int = 104857600
+    backups: int = 5
+    sample_rate: float = 1.0
+    apis: tuple[str | int, ...] = ()
+    errors_only: bool = False
+    record_detail: bool = False
+    header_value_allowlist: tuple[str, ...] = ("traceparent", "tracestate")
+    max_string_length: int = 256
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_frame_bytes: int = 104857600
+    max_frame_bytes_before_auth: int = 1048576
+    max_connections: int = 10000
+    max_connections_per_ip: int = 1000
+    connect_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 600.0
+    frame_timeout_seconds: float = 30.0
+    shutdown_grace_seconds: float = 25.0
+    decompression_limit_bytes: int = 67108864
+
+
+@dataclass(frozen=True)
+class HeaderV3Rule:
+    """Request header v3 for `api` (a name like "Metadata" or a key) from `min_version`."""
+
+    api: str | int
+    min_version: int
+    max_version: int | None = None  # None: every version from min_version on
+
+
+@dataclass(frozen=True)
+class Kip1313Config:
+    enforcement: str = "log"
+    header_v3: tuple[HeaderV3Rule, ...] = ()
+
+
+DEFAULT_LISTENER = ListenerConfig(
+    name="plaintext", listen=Address("0.0.0.0", 9092), upstream=Address("127.0.0.1", 19092)
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    mode: str = "sidecar"
+    listeners: tuple[ListenerConfig, ...] = (DEFAULT_LISTENER,)
+    gateway: GatewayConfig | None = None
+    upstream_tls: UpstreamTLS | None = None
+    metrics: MetricsConfig = MetricsConfig()
+    request_log: RequestLogConfig = RequestLogConfig()
+    limits: Limits = Limits()
+    kip1313: Kip1313Config = Kip1313Config()
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line flags; each replaces its key in the file (None: keep the file's)."""
+
+    listen: str | None = None
+    upstream: str | None = None
+    metrics: str | None = None
+    request_log: str | None = None
+
+
+def parse_address(text: object, key: str, *, allow_port_zero: bool = False) -> Address:
+    """HOST:PORT or [IPV6]:PORT."""
+    if not isinstance(text, str):
+        raise ConfigError(key, f"must be HOST:PORT, got {text!r}")
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([^:\s\[\]]+):(\d+)", text.strip())
+    if not match:
+        raise ConfigError(key, f"must be HOST:PORT, got {text!r}")
+    host = match.group(1) or match.group(3)
+    port = int(match.group(2) or match.group(4))
+    lowest = 0 if allow_port_zero else 1
+    if not lowest <= port <= 65535:
+        raise ConfigError(key, f"port must be {lowest}..65535, got {port}")
+    return Address(host, port)
+
+
+class _Section:
+    """Reads one mapping of the YAML, each getter naming the full key path on error."""
+
+    def __init__(self, data: object, path: str) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(path or "(top level)", f"must be a mapping, got {_show(data)}")
+        self.data: dict[Any, Any] = data
+        self.path = path
+        self._read: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def raw(self, name: str, default: object = _MISSING) -> Any:
+        self._read.add(name)
+        value = self.data.get(name, _MISSING)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise ConfigError(self.key(name), "is required")
+            return default
+        return value
+
+    def has(self, name: str) -> bool:
+        return name in self.data and self.data[name] is not None
+
+    def done(self) -> None:
+        """Unknown keys are errors: a typo must not silently fall back to a default."""
+        for name in self.data:
+            if name not in self._read:
+                raise ConfigError(self.key(str(name)), "unknown key")
+
+    def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
+        value = self.raw(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise ConfigError(self.key(name), f"must be {what}, got {_show(value)}")
+        return value
+
+    def seconds(self, name: str, default: float) -> float:
+        value = self.raw(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ConfigError(self.key(name), f"must be a positive number, got {_show(value)}")
+        return float(value)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.raw(name, default)
+        if not isinstance(value, bool):
+            raise ConfigError(self.key(name), f"must be true or false, got {_show(value)}")
+        return value
+
+    def string(self, name: str, default: object = _MISSING) -> str:
+        value = self.raw(name, default)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(self.key(name), f"must be a non-empty string, got {_show(value)}")
+        return value
+
+    def optional_string(self, name: str) -> str | None:
+        if not self.has(name):
+            self.raw(name, None)
+            return None
+        return self.string(name)
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.raw(name, default)
+        if value not in choices:
+            raise ConfigError(
+                self.key(name), f"must be one of {', '.join(choices)}, got {_show(value)}"
+            )
+        return str(value)
+
+    def address(self, name: str, default: object = _MISSING, *, listen: bool = False) -> Address:
+        value = self.raw(name, default)
+        if isinstance(value, Address):
+            return value
+        return parse_address(value, self.key(name), allow_port_zero=listen)
+
+    def file(self, name: str) -> str | None:
+        """A path that must name a readable file (checked now, not at the first handshake)."""
+        if not self.has(name):
+            self.raw(name, None)
+            return None
+        path = self.string(name)
+        if not os.path.isfile(path):
+            raise ConfigError(self.key(name), f"file not found: {path}")
+        if not os.access(path, os.R_OK):
+            raise ConfigError(self.key(name), f"file not readable: {path}")
+        return path
+
+    def section(self, name: str) -> _Section:
+        return _Section(self.raw(name, None), self.key(name))
+
+    def list(self, name: str, default: list[Any]) -> list[Any]:
+        value = self.raw(name, default)
+        if not isinstance(value, list):
+            raise ConfigError(self.key(name), f"must be a list, got {_show(value)}")
+        return value
+
+
+def _show(value: object) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def load_config(path: str | Path | None = None, overrides: Overrides | None = None) -> Config:
+    """The configuration from `path` (None: the defaults) with `overrides` applied."""
+    data: object = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+    if overrides is not None:
+        data = _apply_overrides(data, overrides)
+    return parse_config(data)
+
+
+def _read_yaml(path: Path) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(str(path), f"{problem}{where}") from exc
+
+
+def _apply_overrides(data: object, flags: Overrides) -> object:
+    """Put flag values into the raw mapping; flag errors name the flag, not the key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        return data  # parse_config reports the bad top level
+    data = dict(data)
+    if flags.metrics is not None:
+        metrics = dict(data.get("metrics") or {})
+        metrics["listen"] = parse_address(flags.metrics, "--metrics", allow_port_zero=True)
+        data["metrics"] = metrics
+    if flags.request_log is not None:
+        if not flags.request_log:
+            raise ConfigError("--request-log", "must be a path or -")
+        request_log = dict(data.get("request_log") or {})
+        request_log["path"] = flags.request_log
+        data["request_log"] = request_log
+    if flags.listen is not None or flags.upstream is not None:
+        if data.get("mode", "sidecar") == "gateway":
+            _override_gateway(data, flags)
+        else:
+            _override_listener(data, flags)
+    return data
+
+
+def _override_listener(data: dict[str, Any], flags: Overrides) -> None:
+    listeners = data.get("listeners")
+    if listeners is None:
+        listeners = [{"name": DEFAULT_LISTENER.name}]
+    if not isinstance(listeners, list) or len(listeners) != 1:
+        raise ConfigError(
+            "--listen" if flags.listen is not None else "--upstream",
+            "applies to a config with exactly one listener; edit `listeners` in the file",
+        )
+    first = dict(listeners[0]) if isinstance(listeners[0], dict) else {}
+    if flags.listen is not None:
+        first["listen"] = parse_address(flags.listen, "--listen", allow_port_zero=True)
+    if flags.upstream is not None:
+        first["upstream"] = parse_address(flags.upstream, "--upstream")
+    first.setdefault("listen", DEFAULT_LISTENER.listen)
+    first.setdefault("upstream", DEFAULT_LISTENER.upstream)
+    data["listeners"] = [first]
+
+
+def _override_gateway(data: dict[str, Any], flags: Overrides) -> None:
+    gateway = dict(data.get("gateway") or {})
+    if flags.listen is not None:
+        gateway["bootstrap_listen"] = parse_address(flags.listen, "--listen", allow_port_zero=True)
+    if flags.upstream is not None:
+        gateway["bootstrap_servers"] = [str(parse_address(flags.upstream, "--upstream"))]
+    data["gateway"] = gateway
+
+
+def parse_config(data: object) -> Config:
+    """Validate an already-loaded YAML document."""
+    root = _Section(data, "")
+    mode = root.choice("mode", "sidecar", MODES)
+    gateway = _gateway(root.section("gateway")) if root.has("gateway") else None
+    root.raw("gateway", None)
+    if mode == "gateway" and gateway is None:
+        raise ConfigError("gateway", "is required when mode is gateway")
+    listeners = _listeners(root, required=mode == "sidecar")
+    config = Config(
+        mode=mode,
+        listeners=listeners,
+        gateway=gateway,
+        upstream_tls=_upstream_tls(root.section("upstream_tls"))
+        if root.has("upstream_tls")
+        else None,
+        metrics=_metrics(root.section("metrics")),
+        request_log=_request_log(root.section("request_log")),
+        limits=_limits(root.section("limits")),
+        kip1313=_kip1313(root.section("kip1313")),
+        workers=root.integer("workers", 1),
+    )
+    root.raw("upstream_tls", None)
+    root.done()
+    return config
+
+
+def _listeners(root: _Section, *, required: bool) -> tuple[ListenerConfig, ...]:
+    raw = root.raw("listeners", None)
+    if raw is None:
+        return (DEFAULT_LISTENER,) if required else ()
+    if not required:
+        raise ConfigError("listeners", "is for mode sidecar; gateway mode uses `gateway`")
+    if not isinstance(raw, list) or (required and not raw):
+        raise ConfigError("listeners", f"must be a non-empty list, got {_show(raw)}")
+    listeners = tuple(_listener(_Section(item, f"listeners[{i}]")) for i, item in enumerate(raw))
+    _check_unique(listeners)
+    return listeners
+
+
+def _listener(s: _Section) -> ListenerConfig:
+    name = s.string("name")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+        raise ConfigError(s.key("name"), f"must be 1-64 of A-Z a-z 0-9 _ . -, got {name!r}")
+    listener = ListenerConfig(
+        name=name,
+        listen=s.address("listen", listen=True),
+        upstream=s.address("upstream"),
+        tls=_listener_tls(s.section("tls")) if s.has("tls") else None,
+    )
+    s.raw("tls", None)
+    s.done()
+    return listener
+
+
+def _check_unique(listeners: tuple[ListenerConfig, ...]) -> None:
+    names: set[str] = set()
+    addresses: set[Address] = set()
+    for i, listener in enumerate(listeners):
+        if listener.name in names:
+            raise ConfigError(f"listeners[{i}].name", f"duplicate listener name {listener.name!r}")
+        names.add(listener.name)
+        if listener.listen in addresses and listener.listen.port != 0:
+            raise ConfigError(f"listeners[{i}].listen", f"address {listener.listen} used twice")
+        addresses.add(listener.listen)
+
+
+def _listener_tls(s: _Section) -> ListenerTLS:
+    cert, key = s.file("cert"), s.file("key")
+    if cert is None or key is None:
+        raise ConfigError(s.key("cert" if cert is None else "key"), "is required for TLS")
+    tls = ListenerTLS(
+        cert=cert,
+        key=key,
+        client_ca=s.file("client_ca"),
+        require_client_cert=s.boolean("require_client_cert", False),
+        min_version=s.choice("min_version", "TLSv1.2", TLS_VERSIONS),
+    )
+    if tls.require_client_cert and tls.client_ca is None:
+        raise ConfigError(s.key("client_ca"), "is required when require_client_cert is true")
+    s.done()
+    return tls
+
+
+def _upstream_tls(s: _Section) -> UpstreamTLS:
+    tls = UpstreamTLS(
+        ca=s.file("ca"),
+        cert=s.file("cert"),
+        key=s.file("key"),
+        check_hostname=s.boolean("check_hostname", True),
+        server_hostname=s.optional_string("server_hostname"),
+        min_version=s.choice("min_version", "TLSv1.2", TLS_VERSIONS),
+    )
+    if (tls.cert is None) != (tls.key is None):
+        raise ConfigError(s.key("key" if tls.key is None else "cert"), "cert and key go together")
+    s.done()
+    return tls
+
+
+def _gateway(s: _Section) -> GatewayConfig:
+    servers = s.list("bootstrap_servers", [])
+    if not servers:
+        raise ConfigError(s.key("bootstrap_servers"), "must list at least one HOST:PORT")
+    gateway = GatewayConfig(
+        bootstrap_listen=s.address("bootstrap_listen", "0.0.0.0:9092", listen=True),
+        bootstrap_servers=tuple(
+            parse_address(item, f"{s.key('bootstrap_servers')}[{i}]")
+            for i, item in enumerate(servers)
+        ),
+        advertised_host=s.string("advertised_host"),
+        listen_host=s.string("listen_host", "0.0.0.0"),
+        broker_port_base=s.integer("broker_port_base", 9100, minimum=0),
+        broker_ports=_broker_ports(s),
+    )
+    if gateway.broker_port_base > 65535:
+        raise ConfigError(
+            s.key("broker_port_base"), f"must be 0..65535, got {gateway.broker_port_base}"
+        )
+    s.done()
+    return gateway
+
+
+def _broker_ports(s: _Section) -> dict[int, int]:
+    raw = s.raw("broker_ports", {})
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            s.key("broker_ports"), f"must be a mapping node_id: port, got {_show(raw)}"
+        )
+    ports: dict[int, int] = {}
+    for node, port in raw.items():
+        key = f"{s.key('broker_ports')}.{node}"
+        if isinstance(node, bool) or not isinstance(node, int) or node < 0:
+            raise ConfigError(key, f"node id must be an integer >= 0, got {node!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ConfigError(key, f"port must be 1..65535, got {port!r}")
+        ports[node] = port
+    return ports
+
+
+def _metrics(s: _Section) -> MetricsConfig:
+    metrics = MetricsConfig(
+        listen=s.address("listen", "0.0.0.0:9180", listen=True),
+        max_label_values=s.integer("max_label_values", 50),
+    )
+    s.done()
+    return metrics
+
+
+def _request_log(s: _Section) -> RequestLogConfig:
+    sample_rate = s.raw("sample_rate", 1.0)
+    if (
+        isinstance(sample_rate, bool)
+        or not isinstance(sample_rate, int | float)
+        or not (0.0 <= sample_rate <= 1.0)
+    ):
+        raise ConfigError(s.key("sample_rate"), f"must be a number 0..1, got {_show(sample_rate)}")
+    log = RequestLogConfig(
+        path=s.string("path", "-"),
+        max_bytes=s.integer("max_bytes", 104857600),
+        backups=s.integer("backups", 5, minimum=0),
+        sample_rate=float(sample_rate),
+        apis=tuple(
+            _api_ref(item, f"{s.key('apis')}[{i}]") for i, item in enumerate(s.list("apis", []))
+        ),
+        errors_only=s.boolean("errors_only", False),
+        record_detail=s.boolean("record_detail", False),
+        header_value_allowlist=tuple(
+            _nonempty_str(item, f"{s.key('header_value_allowlist')}[{i}]")
+            for i, item in enumerate(
+                s.list("header_value_allowlist", ["traceparent", "tracestate"])
+            )
+        ),
+        max_string_length=s.integer("max_string_length", 256),
+    )
+    s.done()
+    return log
+
+
+def _api_ref(item: object, key: str) -> str | int:
+    """An api named like "Produce" or given by its key (0..32767)."""
+    if isinstance(item, int) and not isinstance(item, bool) and 0 <= item <= 32767:
+        return item
+    if isinstance(item, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", item):
+        return item
+    raise ConfigError(key, f"must be an api name like Produce or an api key, got {item!r}")
+
+
+def _nonempty_str(item: object, key: str) -> str:
+    if not isinstance(item, str) or not item:
+        raise ConfigError(key, f"must be a non-empty string, got {_show(item)}")
+    return item
+
+
+def _limits(s: _Section) -> Limits:
+    limits = Limits(
+        max_frame_bytes=s.integer("max_frame_bytes", 104857600),
+        max_frame_bytes_before_auth=s.integer("max_frame_bytes_before_auth", 1048576),
+        max_connections=s.integer("max_connections", 10000),
+        max_connections_per_ip=s.integer("max_connections_per_ip", 1000),
+        connect_timeout_seconds=s.seconds("connect_timeout_seconds", 10.0),
+        idle_timeout_seconds=s.seconds("idle_timeout_seconds", 600.0),
+        frame_timeout_seconds=s.seconds("frame_timeout_seconds", 30.0),
+        shutdown_grace_seconds=s.seconds("shutdown_grace_seconds", 25.0),
+        decompression_limit_bytes=s.integer("decompression_limit_bytes", 67108864),
+    )
+    if limits.max_frame_bytes > 2**31 - 1:
+        raise ConfigError(
+            s.key("max_frame_bytes"), f"must be at most {2**31 - 1}, got {limits.max_frame_bytes}"
+        )
+    if limits.max_frame_bytes_before_auth > limits.max_frame_bytes:
+        raise ConfigError(
+            s.key("max_frame_bytes_before_auth"),
+            f"must not exceed limits.max_frame_bytes ({limits.max_frame_bytes}),"
+            f" got {limits.max_frame_bytes_before_auth}",
+        )
+    s.done()
+    return limits
+
+
+def _kip1313(s: _Section) -> Kip1313Config:
+    raw = s.raw("header_v3", {})
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(s.key("header_v3"), f"must be a mapping api: versions, got {_show(raw)}")
+    rules = tuple(
+        _header_v3_rule(api, spec, f"{s.key('header_v3')}.{api}") for api, spec in raw.items()
+    )
+    kip = Kip1313Config(enforcement=s.choice("enforcement", "log", ENFORCEMENTS), header_v3=rules)
+    s.done()
+    return kip
+
+
+def _header_v3_rule(api: object, spec: object, key: str) -> HeaderV3Rule:
+    """`spec`: "3+" (3 and later), "3-5", "3" or 3."""
+    name = _api_ref(api, key)
+    if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+        return HeaderV3Rule(name, spec, spec)
+    match = _VERSION_SPEC.match(spec) if isinstance(spec, str) else None
+    if match is None:
+        raise ConfigError(key, f'must be versions like "3+", "3-5" or 3, got {spec!r}')
+    low = int(match.group(1))
+    if match.group(2) == "+":
+        return HeaderV3Rule(name, low, None)
+    high = int(match.group(3)) if match.group(3) else low
+    if high < low:
+        raise ConfigError(key, f"version range {spec!r} is empty")
+    return HeaderV3Rule(name, low, high)
+
+
+def summary(config: Config) -> list[str]:
+    """Human lines describing a valid config, for `kafkalens check-config`."""
+    lines = [f"mode: {config.mode}, workers: {config.workers}"]
+    for listener in config.listeners:
+        tls = " (TLS)" if listener.tls else ""
+        lines.append(f"listener {listener.name}: {listener.listen}{tls} -> {listener.upstream}")
+    if config.gateway is not None:
+        gw = config.gateway
+        servers = ", ".join(str(a) for a in gw.bootstrap_servers)
+        lines.append(f"gateway: bootstrap {gw.bootstrap_listen} -> {servers}")
+        lines.append(
+            f"gateway: brokers advertised as {gw.advertised_host}, ports from {gw.broker_port_base}"
+        )
+    if config.upstream_tls is not None:
+        lines.append("upstream TLS: on")
+    lines.append(f"metrics: http://{config.metrics.listen}/metrics")
+    lines.append(f"request log: {config.request_log.path}")
+    lines.append(f"kip1313 enforcement: {config.kip1313.enforcement}")
+    return lines

@@ -1,0 +1,418 @@
+"""One client connection paired with one upstream broker connection.
+
+`Connection` is the client's asyncio protocol; `UpstreamProtocol` delegates the
+broker's events to it. Bytes go through two `FrameSplitter`s (proxy/framing.py)
+whose handlers (proxy/exchange.py) know the Kafka side.
+
+Backpressure: when a transport's write buffer passes its high-water mark asyncio
+calls `pause_writing` on the protocol that writes to it; the proxy then stops
+reading from the *other* side until `resume_writing`, so a slow client holds the
+broker back instead of making the proxy buffer the broker's output (and the other
+way round). A connection buffers at most about `HIGH_WATER` plus one read chunk per
+direction, beyond frames it was asked to hold whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import structlog
+
+from proxy.config import Address, Limits
+from proxy.exchange import (
+    REQUEST_MIN_HEAD,
+    RESPONSE_MIN_HEAD,
+    Exchange,
+    RequestSide,
+    ResponseSide,
+)
+from proxy.framing import Buffer, FrameSplitter
+from proxy.hooks import ConnectionInfo, HookPlan, Hooks, next_connection_id
+from proxy.tls import describe_peer
+
+if TYPE_CHECKING:
+    from proxy.metrics import Metrics
+
+log = structlog.get_logger("kafkalens.proxy")
+
+HIGH_WATER = 1024 * 1024
+LOW_WATER = 256 * 1024
+# Once closed, a side still gets this long to flush what it was sent, then is cut.
+CLOSE_FLUSH_SECONDS = 5.0
+
+# Why reading from a side is paused (a bit each; reading resumes when none is left).
+PEER_BACKLOGGED = 1  # the other side's write buffer is over its high-water mark
+DRAINING = 2  # shutting down: no new requests
+
+
+@dataclass
+class ListenerRoute:
+    """Where one listener's connections go."""
+
+    name: str
+    upstreams: tuple[Address, ...]
+    upstream_tls: ssl.SSLContext | None = None
+    upstream_server_hostname: str | None = None
+
+
+@dataclass
+class ProxyContext:
+    """What every connection of a server shares."""
+
+    limits: Limits
+    hooks: Hooks
+    metrics: Metrics
+    plan: HookPlan = field(init=False)
+    connections: dict[str, Connection] = field(default_factory=dict)
+    per_ip: dict[str, int] = field(default_factory=dict)
+    accepting: bool = True
+
+    def __post_init__(self) -> None:
+        self.plan = HookPlan.of(self.hooks)
+
+    def admit(self, listener: str, ip: str) -> bool:
+        """Connection limits, overall and per client IP."""
+        reason = None
+        if not self.accepting:
+            reason = "shutting_down"
+        elif len(self.connections) >= self.limits.max_connections:
+            reason = "max_connections"
+        elif self.per_ip.get(ip, 0) >= self.limits.max_connections_per_ip:
+            reason = "per_ip_limit"
+        if reason is None:
+            self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+            return True
+        self.metrics.connection_rejected(listener, reason)
+        return False
+
+    def release(self, ip: str) -> None:
+        left = self.per_ip.get(ip, 1) - 1
+        if left > 0:
+            self.per_ip[ip] = left
+        else:
+            self.per_ip.pop(ip, None)
+
+
+class Connection(asyncio.Protocol):
+    """The client side of one proxied connection."""
+
+    def __init__(self, ctx: ProxyContext, route: ListenerRoute) -> None:
+        self.ctx = ctx
+        self.route = route
+        self.client: asyncio.Transport | None = None
+        self.upstream: asyncio.Transport | None = None
+        self.info: ConnectionInfo | None = None
+        self.closed = False
+        self.last_active = time.monotonic()
+        self._client_paused = 0
+        self._upstream_paused = 0
+        self._early: list[bytes] = []  # client bytes that came before the broker connection
+        self._connect_task: asyncio.Task[None] | None = None
+        self._ip = ""
+        self._counted_in = 0  # bytes_in / bytes_out already added to the byte counters
+        self._counted_out = 0
+
+    # --- client transport events -------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.client = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        ip = str(peer[0])
+        if not self.ctx.admit(self.route.name, ip):
+            self.closed = True
+            self.client.abort()
+            return
+        self._ip = ip
+        self._open(peer)
+        self.client.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        self.client.pause_reading()  # until the broker connection is up (see data_received)
+        self._connect_task = asyncio.get_running_loop().create_task(self._connect_upstream())
+
+    def _open(self, peer: tuple[Any, ...]) -> None:
+        ctx = self.ctx
+        assert self.client is not None
+        tls_version, subject = describe_peer(self.client)
+        self.info = info = ConnectionInfo(
+            conn_id=next_connection_id(),
+            listener=self.route.name,
+            client_host=str(peer[0]),
+            client_port=int(peer[1]) if len(peer) > 1 else 0,
+            upstream=", ".join(str(a) for a in self.route.upstreams),
+            tls_version=tls_version,
+            client_cert_subject=subject,
+        )
+        info.metrics = ctx.metrics.connection_opened(self.route.name)
+        ctx.connections[info.conn_id] = self
+        self.exchange = ex = Exchange(
+            info,
+            ctx.hooks,
+            ctx.plan,
+            ctx.metrics,
+            ctx.limits.max_frame_bytes_before_auth,
+            self._send_to_client,
+            self.close,
+            self._stop_reading_client,
+        )
+        max_frame = ctx.limits.max_frame_bytes
+        self.requests = FrameSplitter(
+            RequestSide(ex), self._send_to_upstream, max_frame, REQUEST_MIN_HEAD
+        )
+        responses = ResponseSide(ex)
+        ex.responses = responses
+        self.responses = responses.splitter = FrameSplitter(
+            responses, self._send_to_client, max_frame, RESPONSE_MIN_HEAD
+        )
+        try:
+            ctx.hooks.connection_opened(info)
+        except Exception:
+            ex.hook_failed("connection_opened", -1, "request")
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_active = time.monotonic()
+        info = self.info
+        assert info is not None
+        info.bytes_in += len(data)
+        if self.upstream is None:
+            # uvloop starts reading after connection_made, whatever it paused: pause
+            # again so at most this chunk waits for the broker connection
+            self._early.append(data)
+            assert self.client is not None
+            self.client.pause_reading()
+            return
+        self.requests.feed(data)
+
+    def eof_received(self) -> bool | None:
+        return None  # Kafka clients do not half-close: treat EOF as the end
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("client_eof" if exc is None else "client_error")
+
+    def pause_writing(self) -> None:
+        self.pause_upstream_reading(PEER_BACKLOGGED)
+
+    def resume_writing(self) -> None:
+        self.resume_upstream_reading(PEER_BACKLOGGED)
+
+    # --- upstream ------------------------------------------------------------------------
+
+    async def _connect_upstream(self) -> None:
+        loop = asyncio.get_running_loop()
+        route = self.route
+        timeout = self.ctx.limits.connect_timeout_seconds
+        for address in route.upstreams:
+            reason = "connect_refused"
+            try:
+                await asyncio.wait_for(
+                    loop.create_connection(
+                        lambda: UpstreamProtocol(self),
+                        address.host,
+                        address.port,
+                        ssl=route.upstream_tls,
+                        server_hostname=(route.upstream_server_hostname or address.host)
+                        if route.upstream_tls
+                        else None,
+                        ssl_handshake_timeout=timeout if route.upstream_tls else None,
+                    ),
+                    timeout,
+                )
+                return
+            except TimeoutError:
+                reason = "timeout"
+            except ssl.SSLError:
+                reason = "tls"
+            except OSError:
+                pass
+            self.ctx.metrics.upstream_failure(str(address), reason)
+            if self.closed:
+                return
+        log.warning("upstream unreachable", upstream=self.info and self.info.upstream)
+        self.close("upstream_connect_failed")
+
+    def upstream_made(self, transport: asyncio.Transport) -> None:
+        if self.closed:
+            transport.abort()  # the client left while we were connecting
+            return
+        self.upstream = transport
+        transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        early, self._early = self._early, []
+        for data in early:
+            self.requests.feed(data)
+        if self._upstream_paused:
+            transport.pause_reading()
+        if not self.closed and not self._client_paused:
+            assert self.client is not None
+            self.client.resume_reading()
+
+    def upstream_data(self, data: bytes) -> None:
+        if self.closed:
+            return  # the client already left: the response is dropped
+        self.last_active = time.monotonic()
+        info = self.info
+        assert info is not None
+        info.bytes_out += len(data)
+        self.responses.feed(data)
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        if not self.closed and self.info is not None:
+            reason = "closed" if exc is None else "reset"
+            self.ctx.metrics.upstream_failure(self.info.upstream, reason)
+        self.close("upstream_eof" if exc is None else "upstream_error")
+
+    # --- writing, pausing --------------------------------------------------------------
+
+    def _send_to_upstream(self, buffers: list[Buffer]) -> None:
+        assert self.upstream is not None
+        self.upstream.writelines(buffers)
+
+    def _send_to_client(self, buffers: list[Buffer]) -> None:
+        if not self.closed:
+            assert self.client is not None
+            self.client.writelines(buffers)
+
+    def _stop_reading_client(self) -> None:
+        self.pause_client_reading(DRAINING)
+
+    def pause_client_reading(self, reason: int) -> None:
+        was = self._client_paused
+        self._client_paused |= reason
+        if not was and self.client is not None and self.upstream is not None:
+            self.client.pause_reading()
+
+    def resume_client_reading(self, reason: int) -> None:
+        if not self._client_paused & reason:
+            return
+        self._client_paused &= ~reason
+        if not self._client_paused and not self.closed and self.upstream is not None:
+            assert self.client is not None
+            self.client.resume_reading()
+            self.requests.restart_frame_clock()
+
+    def pause_upstream_reading(self, reason: int) -> None:
+        was = self._upstream_paused
+        self._upstream_paused |= reason
+        if not was and self.upstream is not None and not self.closed:
+            self.upstream.pause_reading()
+
+    def resume_upstream_reading(self, reason: int) -> None:
+        if not self._upstream_paused & reason:
+            return
+        self._upstream_paused &= ~reason
+        if not self._upstream_paused and not self.closed and self.upstream is not None:
+            self.upstream.resume_reading()
+            self.responses.restart_frame_clock()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.exchange.pending) if self.info is not None else 0
+
+    def snapshot(self) -> dict[str, Any]:
+        assert self.info is not None
+        self.info.in_flight = self.in_flight
+        return self.info.as_json()
+
+    def count_bytes(self) -> None:
+        """Add the bytes relayed since the last call to the byte counters. Done by the
+        sweeper and at close instead of per read: a Prometheus counter takes a lock."""
+        info = self.info
+        if info is None:
+            return
+        metrics = self.ctx.metrics
+        if info.bytes_in != self._counted_in:
+            metrics.bytes_to_broker.inc(info.bytes_in - self._counted_in)
+            self._counted_in = info.bytes_in
+        if info.bytes_out != self._counted_out:
+            metrics.bytes_to_client.inc(info.bytes_out - self._counted_out)
+            self._counted_out = info.bytes_out
+
+    def check_timeouts(self, now: float) -> None:
+        """Called about once a second by the server's sweeper."""
+        self.count_bytes()
+        limits = self.ctx.limits
+        if now - self.last_active > limits.idle_timeout_seconds:
+            self.close("idle_timeout")
+            return
+        for splitter, paused in (
+            (self.requests, self._client_paused),
+            (self.responses, self._upstream_paused),
+        ):
+            since = splitter.mid_frame_since
+            if since is not None and not paused and now - since > limits.frame_timeout_seconds:
+                self.close("frame_timeout")
+                return
+
+    def begin_drain(self) -> None:
+        """Shutting down: forward no new requests, close once the in-flight ones are
+        answered (the server cuts the rest after the grace period)."""
+        if self.closed:
+            return
+        ex = self.exchange
+        ex.draining = True
+        if self.requests.at_boundary:
+            self.pause_client_reading(DRAINING)
+        if not ex.pending and self.responses.at_boundary:
+            self.close("shutdown")
+
+    def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._connect_task is not None and not self._connect_task.done():
+            self._connect_task.cancel()
+        _close_transport(self.client)
+        _close_transport(self.upstream)
+        info = self.info
+        if info is None:
+            return
+        self.count_bytes()
+        self.ctx.connections.pop(info.conn_id, None)
+        self.ctx.release(self._ip)
+        self.exchange.pending.clear()
+        if info.metrics is not None:
+            info.metrics.close(reason)
+        try:
+            self.ctx.hooks.connection_closed(info, reason)
+        except Exception:
+            self.exchange.hook_failed("connection_closed", -1, "request")
+
+
+def _close_transport(transport: asyncio.Transport | None) -> None:
+    """Close, letting buffered bytes flush for a moment, then cut it off."""
+    if transport is None or transport.is_closing():
+        return
+    transport.close()
+    with contextlib.suppress(RuntimeError):
+        asyncio.get_running_loop().call_later(CLOSE_FLUSH_SECONDS, transport.abort)
+
+
+class UpstreamProtocol(asyncio.Protocol):
+    """The broker side; everything is handled by its `Connection`."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.upstream_data(data)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.conn.upstream_made(cast(asyncio.Transport, transport))
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.upstream_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.conn.pause_client_reading(PEER_BACKLOGGED)
+
+    def resume_writing(self) -> None:
+        self.conn.resume_client_reading(PEER_BACKLOGGED)

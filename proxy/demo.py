@@ -1,0 +1,112 @@
+"""`kafkalens demo`: an in-memory tansu broker with the proxy in front of it.
+
+The broker listens on a free internal port and advertises the proxy's port, so
+every client connection, including those made after metadata discovery, goes
+through the proxy. Ctrl-C or SIGTERM stops both and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import socket
+import sys
+from pathlib import Path
+
+from proxy.config import Config, ConfigError, Overrides, load_config
+from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
+
+DEFAULT_DIR = Path("kafkalens-demo")
+HOST = "127.0.0.1"
+DEMO_GRACE_SECONDS = 5.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    from proxy.cli import _OneLineParser
+
+    parser = _OneLineParser(prog="kafkalens demo", description=__doc__)
+    parser.add_argument("--port", type=int, default=9092, help="proxy port for clients")
+    parser.add_argument("--metrics-port", type=int, default=9180, help="HTTP metrics port")
+    parser.add_argument(
+        "--log", default=str(DEFAULT_DIR / "requests.log"), metavar="PATH", help="request log"
+    )
+    return parser
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+def main(argv: list[str]) -> int:
+    from proxy.cli import configure_logging, fail
+
+    args = _parser().parse_args(argv)
+    for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
+        if not 1 <= port <= 65535:
+            fail(f"{flag}: must be 1..65535, got {port}")
+        if port_taken(port):
+            fail(f"port {port} is already in use; choose another with {flag}")
+    log_path = Path(args.log)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    internal = free_port(HOST)
+    config = load_config(
+        None,
+        Overrides(
+            listen=f"{HOST}:{args.port}",
+            upstream=f"{HOST}:{internal}",
+            metrics=f"{HOST}:{args.metrics_port}",
+            request_log=str(log_path),
+        ),
+    )
+    limits = dataclasses.replace(config.limits, shutdown_grace_seconds=DEMO_GRACE_SECONDS)
+    config = dataclasses.replace(config, limits=limits)
+    configure_logging()
+    broker = TansuBroker(
+        host=HOST, port=internal, advertised_port=args.port, log_path=log_path.parent / "tansu.log"
+    )
+    import uvloop
+
+    try:
+        return uvloop.run(_run(config, broker, log_path))
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+async def _run(config: Config, broker: TansuBroker, log_path: Path) -> int:
+    from proxy.runner import start_proxy, wait_for_stop_signal
+
+    running = await start_proxy(config)
+    try:
+        await asyncio.to_thread(broker.start)
+    except BrokerUnavailable as exc:
+        print(f"kafkalens: error: {exc}", file=sys.stderr)
+        await running.stop(0)
+        return 1
+    try:
+        _banner(config, log_path)
+        await wait_for_stop_signal()
+        print("stopping...", flush=True)
+        await running.stop(config.limits.shutdown_grace_seconds)
+    finally:
+        await asyncio.to_thread(broker.stop)
+    return 0
+
+
+def _banner(config: Config, log_path: Path) -> None:
+    listen = config.listeners[0].listen
+    lines = [
+        "kafkalens demo: a tansu broker behind the proxy",
+        f"  bootstrap servers: {listen}",
+        f"  request log:       {log_path}   (tail -f {log_path} | jq .)",
+        f"  metrics:           http://{config.metrics.listen}/metrics",
+        f"  clients:           http://{config.metrics.listen}/clients",
+        "  Ctrl-C to stop",
+    ]
+    print("\n".join(lines), flush=True)

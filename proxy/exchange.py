@@ -1,0 +1,362 @@
+"""The Kafka side of one connection: requests in flight, SASL phases, hook calls.
+
+`RequestSide` and `ResponseSide` are the `FrameHandler`s of the two `FrameSplitter`s
+of a connection. They share one `Exchange`, which holds the requests awaiting a
+response in the order they were sent: Kafka answers a connection's requests in
+order, so the response normally matches the oldest entry.
+
+Hooks that look at a frame after it went on are queued while a chunk is split and
+run once the chunk has been written (`chunk_done`), so decoding never delays bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from codec.errors import DecodeError
+from codec.peek import produce_acks
+from proxy import sasl
+from proxy.framing import (
+    HEAD_CAP,
+    HOLD,
+    NEED_MORE,
+    STOP,
+    STREAM,
+    STREAM_KEEP,
+    Buffer,
+    FrameSplitter,
+)
+from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending
+
+if TYPE_CHECKING:
+    from proxy.metrics import Metrics
+
+log = structlog.get_logger("kafkalens.proxy")
+
+PRODUCE = 0
+REQUEST_MIN_HEAD = 8  # api key, api version, correlation id
+RESPONSE_MIN_HEAD = 6  # correlation id + the error code of a SaslHandshake v0 response
+_REQUEST_HEADER = struct.Struct(">hhi")
+_INT32 = struct.Struct(">i")
+# A broken hook must not flood the log: the first few failures in the process are
+# logged with their traceback, then one in every _HOOK_ERROR_LOG_EVERY.
+_LOGGED_HOOK_ERRORS = 20
+_HOOK_ERROR_LOG_EVERY = 1000
+_hook_errors = 0
+
+AfterHook = Callable[[ConnectionInfo, memoryview, Pending], None]
+
+
+class Exchange:
+    """State both directions of one connection share."""
+
+    def __init__(
+        self,
+        info: ConnectionInfo,
+        hooks: Hooks,
+        plan: HookPlan,
+        metrics: Metrics,
+        max_frame_before_auth: int,
+        send_to_client: Callable[[list[Buffer]], object],
+        close: Callable[[str], None],
+        stop_reading_client: Callable[[], None],
+    ) -> None:
+        self.info = info
+        self.hooks = hooks
+        self.plan = plan
+        self.metrics = metrics
+        self.max_frame_before_auth = max_frame_before_auth
+        self.send_to_client = send_to_client
+        self.close = close
+        self.stop_reading_client = stop_reading_client
+        self.pending: deque[Pending] = deque()
+        self.before_auth = True
+        self.raw_sasl: sasl.RawSaslPhase | None = None
+        self.raw_replies_due = 0
+        self.handshake_mechanism: str | None = None
+        self.draining = False
+        self.hook_errors = 0
+        self.responses: ResponseSide | None = None
+
+    def hook_failed(self, hook: str, api_key: int, direction: str) -> None:
+        """A hook raised: count it as a decode error and go on forwarding."""
+        global _hook_errors
+        _hook_errors += 1
+        self.hook_errors += 1
+        try:
+            name = self.hooks.api_name(api_key)
+        except Exception:
+            name = "unknown"
+        self.metrics.api(name).decode_error(direction)
+        if _hook_errors <= _LOGGED_HOOK_ERRORS or _hook_errors % _HOOK_ERROR_LOG_EVERY == 0:
+            log.exception(
+                "hook failed",
+                hook=hook,
+                api_key=api_key,
+                conn=self.info.conn_id,
+                failures_so_far=_hook_errors,
+            )
+
+    def run_hooks(
+        self, queued: list[tuple[AfterHook, memoryview, Pending]], direction: str
+    ) -> None:
+        info = self.info
+        for hook, frame, pending in queued:
+            try:
+                hook(info, frame, pending)
+            except Exception:
+                self.hook_failed(hook.__name__, pending.api_key, direction)
+
+    def answer_in_order(self, pending: Pending) -> None:
+        """Send a reply the proxy made itself now, if nothing is ahead of it."""
+        responses = self.responses
+        if self.pending and self.pending[0] is pending and responses and responses.idle():
+            self.pending.popleft()
+            self.info.responses += 1
+            self.send_to_client(reply_frame(pending.reply or b""))
+
+
+def reply_frame(body: bytes) -> list[Buffer]:
+    return [_INT32.pack(len(body)), body]
+
+
+class RequestSide:
+    """Client to broker: record what each request needs, ask the hooks that hold."""
+
+    def __init__(self, ex: Exchange) -> None:
+        self.ex = ex
+        self.inject: list[Buffer] = []  # never used on this side
+        self._current: Pending | None = None
+        self._unanswered = False
+        self._after: list[tuple[AfterHook, memoryview, Pending]] = []
+
+    def frame_started(self, head: memoryview, size: int) -> int:
+        ex = self.ex
+        if ex.draining:
+            ex.stop_reading_client()
+            return STOP
+        if ex.raw_sasl is not None:
+            mode = self._raw_token(head, size)
+            if mode is not None:
+                return mode
+        if size < REQUEST_MIN_HEAD:
+            return STREAM  # not a request header: forward untouched, nothing to match
+        api_key, api_version, corr = _REQUEST_HEADER.unpack_from(head, 0)
+        acks = -1
+        if api_key == PRODUCE:
+            try:
+                acks = produce_acks(head, api_version)
+            except DecodeError:
+                if len(head) < size and len(head) < HEAD_CAP:
+                    return NEED_MORE
+        if ex.before_auth:
+            if api_key not in sasl.AUTH_APIS:
+                ex.before_auth = False
+            elif size > ex.max_frame_before_auth:
+                return self._refuse(size)
+        ex.info.requests += 1
+        pending = Pending(corr, api_key, api_version, time.perf_counter(), size + 4)
+        self._current = pending
+        if acks == 0:
+            return self._without_response()
+        self._unanswered = False
+        ex.pending.append(pending)
+        plan = ex.plan
+        if plan.hold_requests:
+            return HOLD
+        if plan.keep_requests or (api_key == sasl.SASL_HANDSHAKE and api_version == 0):
+            return STREAM_KEEP
+        return STREAM
+
+    def _refuse(self, size: int) -> int:
+        log.warning(
+            "frame over the before-auth limit",
+            conn=self.ex.info.conn_id,
+            size=size,
+            limit=self.ex.max_frame_before_auth,
+        )
+        self.ex.close("frame_too_large")
+        return STOP
+
+    def _without_response(self) -> int:
+        """Produce acks=0: the broker sends nothing back, so nothing is queued."""
+        self.ex.info.requests_without_response += 1
+        self._unanswered = True
+        plan = self.ex.plan
+        if plan.hold_requests:
+            return HOLD
+        return STREAM_KEEP if plan.keep_unanswered else STREAM
+
+    def _raw_token(self, head: memoryview, size: int) -> int | None:
+        """A frame while raw SASL tokens flow; None once it is a request again."""
+        ex = self.ex
+        phase = ex.raw_sasl
+        assert phase is not None
+        if phase.tokens_left is None:
+            if len(head) < min(size, sasl.MIN_PLAUSIBLE_HEAD):
+                return NEED_MORE
+            if sasl.looks_like_request(head, size):
+                ex.raw_sasl = None
+                ex.raw_replies_due = 0
+                return None
+        else:
+            phase.tokens_left -= 1
+            ex.raw_replies_due += 1
+            if phase.tokens_left <= 0:
+                ex.raw_sasl = None
+        if size > ex.max_frame_before_auth:
+            return self._refuse(size)
+        return STREAM
+
+    def frame_completed(self, body: memoryview | None) -> None:
+        pending = self._current
+        assert pending is not None and body is not None
+        if self._unanswered:
+            self._after.append((self.ex.hooks.request_without_response, body, pending))
+            return
+        if pending.api_key == sasl.SASL_HANDSHAKE and pending.api_version == 0:
+            self.ex.handshake_mechanism = sasl.handshake_mechanism(body)
+        if self.ex.plan.keep_requests:
+            self._after.append((self.ex.hooks.request_forwarded, body, pending))
+
+    def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]:
+        """Ask admit_request; forward, or answer in the broker's place."""
+        ex = self.ex
+        pending = self._current
+        assert pending is not None
+        try:
+            reply = ex.hooks.admit_request(
+                ex.info, body, pending.api_key, pending.api_version, pending.correlation_id
+            )
+        except Exception:
+            ex.hook_failed("admit_request", pending.api_key, "request")
+            reply = None
+        if reply is not None:
+            return self._answer_instead(pending, reply)
+        self.frame_completed(body)
+        return raw
+
+    def _answer_instead(self, pending: Pending, reply: bytes) -> list[Buffer]:
+        ex = self.ex
+        if self._unanswered:
+            # The client expects no response to acks=0; Kafka itself reports such an
+            # error by closing the connection, and so does the proxy.
+            ex.close("rejected")
+            return []
+        pending.reply = bytes(reply)
+        ex.answer_in_order(pending)
+        return []
+
+    def frame_too_large(self, size: int) -> None:
+        log.warning("client frame too large", conn=self.ex.info.conn_id, size=size)
+        self.ex.close("frame_too_large")
+
+    def chunk_done(self) -> None:
+        if self._after:
+            queued, self._after = self._after, []
+            self.ex.run_hooks(queued, "request")
+
+
+class ResponseSide:
+    """Broker to client: match each response with its request, rewrite if asked."""
+
+    def __init__(self, ex: Exchange) -> None:
+        self.ex = ex
+        self.inject: list[Buffer] = []  # replies the proxy made, to send before a frame
+        self.splitter: FrameSplitter | None = None
+        self._current: Pending | None = None
+        self._after: list[tuple[AfterHook, memoryview, Pending]] = []
+        self.unmatched = 0
+
+    def idle(self) -> bool:
+        """At a frame boundary: a reply written now cannot cut into a response."""
+        return self.splitter is None or self.splitter.at_boundary
+
+    def frame_started(self, head: memoryview, size: int) -> int:
+        ex = self.ex
+        if ex.raw_sasl is not None or ex.raw_replies_due:
+            if ex.raw_replies_due:
+                ex.raw_replies_due -= 1
+            return STREAM  # a raw SASL token from the broker
+        if size < 4:
+            self.unmatched += 1
+            return STREAM
+        (corr,) = _INT32.unpack_from(head, 0)
+        pending = self._match(corr)
+        if pending is None:
+            self.unmatched += 1
+            return STREAM
+        self._current = pending
+        ex.info.responses += 1
+        if pending.api_key == sasl.SASL_HANDSHAKE and pending.api_version == 0:
+            self._handshake_answered(head)
+        if pending.api_key in ex.plan.rewrite_api_keys:
+            return HOLD
+        return STREAM_KEEP if ex.plan.keep_responses else STREAM
+
+    def _match(self, corr: int) -> Pending | None:
+        """Pop the request `corr` answers; replies the proxy made ahead of it go first."""
+        queue = self.ex.pending
+        if queue:
+            first = queue[0]
+            if first.correlation_id == corr and first.reply is None:
+                return queue.popleft()
+        if not any(p.correlation_id == corr and p.reply is None for p in queue):
+            return None
+        while True:
+            first = queue.popleft()
+            if first.reply is not None:
+                self.inject.extend(reply_frame(first.reply))
+                self.ex.info.responses += 1
+            elif first.correlation_id == corr:
+                return first
+            # else: answered out of order means never answered (e.g. acks we misread)
+
+    def _handshake_answered(self, head: memoryview) -> None:
+        if sasl.handshake_succeeded(head):
+            self.ex.raw_sasl = sasl.RawSaslPhase(self.ex.handshake_mechanism)
+
+    def frame_completed(self, body: memoryview | None) -> None:
+        pending = self._current
+        assert pending is not None and body is not None
+        self._after.append((self.ex.hooks.response_forwarded, body, pending))
+
+    def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]:
+        ex = self.ex
+        pending = self._current
+        assert pending is not None
+        try:
+            new = ex.hooks.rewrite_response(ex.info, body, pending)
+        except Exception:
+            ex.hook_failed("rewrite_response", pending.api_key, "response")
+            new = None
+        sent: list[Buffer] = raw
+        if new is not None:
+            body = memoryview(bytes(new))
+            sent = [_INT32.pack(len(body)), body]
+        if ex.plan.keep_responses:
+            self._after.append((ex.hooks.response_forwarded, body, pending))
+        return sent
+
+    def frame_too_large(self, size: int) -> None:
+        log.warning("broker frame too large", conn=self.ex.info.conn_id, size=size)
+        self.ex.close("upstream_frame_too_large")
+
+    def chunk_done(self) -> None:
+        ex = self.ex
+        if self._after:
+            queued, self._after = self._after, []
+            ex.run_hooks(queued, "response")
+        queue = ex.pending
+        if queue and queue[0].reply is None or not (queue or ex.draining) or not self.idle():
+            return  # the usual case: nothing the proxy must send or close itself
+        while queue and queue[0].reply is not None:
+            ex.answer_in_order(queue[0])
+        if ex.draining and not queue:
+            ex.close("shutdown")

@@ -1,0 +1,288 @@
+"""Split a Kafka byte stream into frames and forward them without copying.
+
+A frame is an int32 big-endian length and that many bytes. `FrameSplitter.feed`
+takes each chunk from `data_received`, asks its handler what to do with each frame
+once the frame's first bytes (its "head") are in, and writes what may go on with a
+single `writelines` per chunk. Complete frames inside one chunk go out as one
+memoryview slice of the chunk; a frame spanning chunks goes out as its chunk pieces.
+Bodies are never copied on the forwarding path; only a header cut by a chunk border
+(at most `HEAD_CAP` bytes) is, and frames a handler asks to hold or keep are joined.
+
+Modes a handler returns from `frame_started`:
+
+* STREAM: forward the bytes as they arrive.
+* STREAM_NOTIFY: the same, and call `frame_completed(None)` when the frame ends.
+* STREAM_KEEP: the same, and call `frame_completed(body)` with the assembled body.
+* HOLD: forward nothing yet; at the end `frame_held(body, raw)` returns what to send.
+* NEED_MORE: the head is too short to decide; ask again with more bytes. Only valid
+  while the head is shorter than both the frame and `HEAD_CAP`.
+* STOP: process nothing more of this stream (the handler closes or drains).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+STREAM = 0
+STREAM_NOTIFY = 1
+STREAM_KEEP = 2
+HOLD = 3
+NEED_MORE = 4
+STOP = 5
+
+# Most a handler may need to see before deciding (a Produce header: client id and
+# transactional id). Bounds what a hostile header can make the proxy buffer.
+HEAD_CAP = 65536
+_FIRST_RETRY = 256
+_LENGTH = struct.Struct(">i")
+
+Buffer = bytes | memoryview
+
+
+class FrameHandler(Protocol):
+    # Buffers to send before the frame just announced by frame_started (e.g. replies
+    # the proxy makes itself, which must keep their place in the response order).
+    inject: list[Buffer]
+
+    def frame_started(self, head: memoryview, size: int) -> int: ...
+
+    def frame_completed(self, body: memoryview | None) -> None: ...
+
+    def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]: ...
+
+    def frame_too_large(self, size: int) -> None: ...
+
+    def chunk_done(self) -> None: ...
+
+
+class FrameSplitter:
+    """One direction of one connection."""
+
+    __slots__ = (
+        "_handler",
+        "_write",
+        "max_frame",
+        "min_head",
+        "_remaining",
+        "_mode",
+        "_pieces",
+        "_undecided",
+        "_head_want",
+        "stopped",
+        "mid_frame_since",
+    )
+
+    def __init__(
+        self,
+        handler: FrameHandler,
+        write: Callable[[list[Buffer]], object],
+        max_frame: int,
+        min_head: int,
+    ) -> None:
+        self._handler = handler
+        self._write = write
+        self.max_frame = max_frame  # declared lengths above this (or negative) are refused
+        self.min_head = min_head  # head bytes needed before frame_started is asked
+        self._remaining = 0  # raw bytes of the current frame still to arrive
+        self._mode = STREAM
+        self._pieces: list[Buffer] | None = None  # raw pieces of a held or kept frame
+        self._undecided: bytearray | None = None  # a frame start cut by a chunk border
+        self._head_want = min_head
+        self.stopped = False
+        # monotonic time the unfinished frame started (None at a frame boundary)
+        self.mid_frame_since: float | None = None
+
+    @property
+    def at_boundary(self) -> bool:
+        return not self._remaining and self._undecided is None
+
+    def feed(self, data: bytes) -> None:
+        if self.stopped:
+            return
+        view = memoryview(data)
+        out: list[Buffer] = []
+        pos = 0
+        new_partial = False
+        if self._undecided is not None:
+            pos = self._resolve_undecided(view, out)
+        if self._remaining and pos < len(view) and not self.stopped:
+            pos = self._continue_frame(view, pos, out)
+        if pos < len(view) and not self.stopped:
+            new_partial = self._split(view, pos, out)
+        if out:
+            self._write(out)
+        if self._remaining or self._undecided is not None:
+            if new_partial or self.mid_frame_since is None:
+                self.mid_frame_since = time.monotonic()
+        else:
+            self.mid_frame_since = None
+        self._handler.chunk_done()
+
+    def restart_frame_clock(self) -> None:
+        """Reading resumed after a pause: the unfinished frame gets a fresh timeout."""
+        if self.mid_frame_since is not None:
+            self.mid_frame_since = time.monotonic()
+
+    def _split(self, view: memoryview, pos: int, out: list[Buffer]) -> bool:
+        """Frames from `pos` on; True when the chunk ends inside a frame begun here."""
+        handler = self._handler
+        end = len(view)
+        run = pos  # start of bytes to forward verbatim, not yet in `out`
+        while pos < end:
+            avail = end - pos
+            if avail < 4:
+                return self._stash(view, pos, run, out)
+            (size,) = _LENGTH.unpack_from(view, pos)
+            if not self._size_ok(size, view, run, pos, out):
+                return False
+            body_avail = size if size <= avail - 4 else avail - 4
+            if body_avail < size and body_avail < self.min_head:
+                return self._stash(view, pos, run, out)
+            mode = handler.frame_started(view[pos + 4 : pos + 4 + body_avail], size)
+            if handler.inject:
+                if run < pos:
+                    out.append(view[run:pos])
+                run = pos
+                out.extend(handler.inject)
+                handler.inject.clear()
+            if mode == NEED_MORE and body_avail < size:
+                self._head_want = _more(body_avail)
+                return self._stash(view, pos, run, out)
+            if mode == STOP:
+                self._stop(view, run, pos, out)
+                return False
+            frame_end = pos + 4 + size
+            if frame_end <= end:
+                if mode == HOLD:
+                    if run < pos:
+                        out.append(view[run:pos])
+                    out.extend(handler.frame_held(view[pos + 4 : frame_end], [view[pos:frame_end]]))
+                    run = frame_end
+                elif mode == STREAM_KEEP:
+                    handler.frame_completed(view[pos + 4 : frame_end])
+                elif mode == STREAM_NOTIFY:
+                    handler.frame_completed(None)
+                pos = frame_end
+                continue
+            self._remaining = frame_end - end
+            self._mode = mode
+            if mode == HOLD:
+                if run < pos:
+                    out.append(view[run:pos])
+                run = end
+            if mode in (HOLD, STREAM_KEEP):
+                self._pieces = [view[pos:end]]
+            pos = end
+            if run < pos:
+                out.append(view[run:pos])
+            return True
+        if run < pos:
+            out.append(view[run:pos])
+        return False
+
+    def _size_ok(self, size: int, view: memoryview, run: int, pos: int, out: list[Buffer]) -> bool:
+        if 0 <= size <= self.max_frame:
+            return True
+        self._stop(view, run, pos, out)
+        self._handler.frame_too_large(size)
+        return False
+
+    def _stop(self, view: memoryview, run: int, pos: int, out: list[Buffer]) -> None:
+        """Forward the frames before `pos`, drop the rest of the stream."""
+        if run < pos:
+            out.append(view[run:pos])
+        self.stopped = True
+        self._pieces = None
+        self._undecided = None
+        self._remaining = 0
+
+    def _stash(self, view: memoryview, pos: int, run: int, out: list[Buffer]) -> bool:
+        """Keep a frame start too short to decide on (a few header bytes)."""
+        if run < pos:
+            out.append(view[run:pos])
+        self._undecided = bytearray(view[pos:])
+        return True
+
+    def _continue_frame(self, view: memoryview, pos: int, out: list[Buffer]) -> int:
+        take = min(self._remaining, len(view) - pos)
+        piece = view[pos : pos + take]
+        mode = self._mode
+        if mode in (HOLD, STREAM_KEEP):
+            assert self._pieces is not None
+            self._pieces.append(piece)
+        if mode != HOLD:
+            out.append(piece)
+        self._remaining -= take
+        if not self._remaining:
+            pieces, self._pieces = self._pieces, None
+            self._complete(mode, pieces, out)
+        return pos + take
+
+    def _complete(self, mode: int, pieces: list[Buffer] | None, out: list[Buffer]) -> None:
+        """The end of a frame that spanned chunks (or began in the undecided buffer)."""
+        handler = self._handler
+        if mode in (HOLD, STREAM_KEEP):
+            assert pieces is not None
+            whole = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            body = memoryview(whole)[4:]
+            if mode == HOLD:
+                out.extend(handler.frame_held(body, pieces))
+            else:
+                handler.frame_completed(body)
+        elif mode == STREAM_NOTIFY:
+            handler.frame_completed(None)
+
+    def _resolve_undecided(self, view: memoryview, out: list[Buffer]) -> int:
+        """Grow the cut frame start from this chunk until its handler decides."""
+        handler = self._handler
+        buf = self._undecided
+        assert buf is not None
+        pos, end = 0, len(view)
+        while True:
+            want = 4
+            if len(buf) >= 4:
+                (size,) = _LENGTH.unpack_from(buf, 0)
+                want = 4 + min(size, self._head_want)
+            if len(buf) < want:
+                take = min(want - len(buf), end - pos)
+                buf += view[pos : pos + take]
+                pos += take
+                if len(buf) < want:
+                    return pos
+                if len(buf) == 4 and not self._size_ok(
+                    _LENGTH.unpack_from(buf, 0)[0], view, 0, 0, out
+                ):
+                    return end
+                continue
+            head = memoryview(bytes(buf))[4:]
+            mode = handler.frame_started(head, size)
+            if handler.inject:
+                out.extend(handler.inject)
+                handler.inject.clear()
+            if mode == NEED_MORE and len(head) < size:
+                self._head_want = _more(len(head))
+                continue
+            if mode == STOP:
+                self._stop(view, 0, 0, out)
+                return end
+            return self._decided(mode, bytes(buf), size, pos, out)
+
+    def _decided(self, mode: int, start: bytes, size: int, pos: int, out: list[Buffer]) -> int:
+        self._undecided = None
+        self._head_want = self.min_head
+        if mode != HOLD:
+            out.append(start)
+        self._remaining = 4 + size - len(start)
+        if not self._remaining:
+            self._complete(mode, [start], out)
+        else:
+            self._mode = mode
+            self._pieces = [start] if mode in (HOLD, STREAM_KEEP) else None
+        return pos
+
+
+def _more(have: int) -> int:
+    return min(max(_FIRST_RETRY, 2 * have), HEAD_CAP)

@@ -1,0 +1,193 @@
+"""The seam between the forwarding machinery and everything that looks at frames.
+
+The connection code (proxy/connection.py) forwards bytes; a `Hooks` subclass decodes,
+logs, enforces and rewrites. The rules that keep the hot path fast:
+
+* A frame is forwarded before `request_forwarded` / `response_forwarded` run, so
+  decoding never delays a byte.
+* Only two hooks run *before* forwarding, and only when asked for:
+  `admit_request` when `inspects_requests` is true, and `rewrite_response` for the
+  api keys in `rewrite_api_keys`. Such frames are held until complete.
+* A hook whose method is not overridden costs nothing: the connection skips it and
+  does not assemble frames nobody reads (`HookPlan`).
+* An exception in a hook is caught, counted as a decode error, and forwarding goes on.
+
+Every `frame` is the frame body without its 4-byte length prefix, as a memoryview
+that is only valid during the call (copy it with `bytes(frame)` to keep it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from proxy.config import Config
+    from proxy.metrics import ConnectionMetrics, Metrics
+
+_conn_numbers = itertools.count(1)
+
+
+def next_connection_id() -> str:
+    """Unique within the host: the pid keeps worker processes apart."""
+    return f"{os.getpid()}-{next(_conn_numbers)}"
+
+
+class Pending:
+    """A request forwarded and awaiting its response (or, for acks=0, none)."""
+
+    __slots__ = (
+        "correlation_id",
+        "api_key",
+        "api_version",
+        "started",
+        "request_size",
+        "token",
+        "reply",
+    )
+
+    def __init__(
+        self, correlation_id: int, api_key: int, api_version: int, started: float, request_size: int
+    ) -> None:
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.started = started  # time.perf_counter() when the request's header arrived
+        self.request_size = request_size  # bytes on the wire, the 4-byte length prefix included
+        self.token: Any = None  # free for hooks: e.g. the decoded request, for the log line
+        self.reply: bytes | None = None  # a response the proxy answers itself (admit_request)
+
+    def __repr__(self) -> str:
+        return (
+            f"Pending(corr={self.correlation_id}, api={self.api_key}v{self.api_version},"
+            f" size={self.request_size})"
+        )
+
+
+@dataclass(eq=False)
+class ConnectionInfo:
+    """What is known about one client connection; listed by the /clients endpoint."""
+
+    conn_id: str
+    listener: str
+    client_host: str
+    client_port: int
+    upstream: str
+    tls_version: str | None = None
+    client_cert_subject: str | None = None
+    opened_at: float = field(default_factory=time.time)
+    bytes_in: int = 0  # from the client
+    bytes_out: int = 0  # to the client
+    requests: int = 0
+    responses: int = 0
+    requests_without_response: int = 0
+    in_flight: int = 0  # refreshed when listed
+    identity: dict[str, Any] = field(default_factory=dict)  # filled by hooks
+    metrics: ConnectionMetrics | None = None  # the connection gauges (identify() lives here)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "conn_id": self.conn_id,
+            "listener": self.listener,
+            "client": f"{self.client_host}:{self.client_port}",
+            "upstream": self.upstream,
+            "tls_version": self.tls_version,
+            "client_cert_subject": self.client_cert_subject,
+            "opened_at": self.opened_at,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "requests": self.requests,
+            "responses": self.responses,
+            "requests_without_response": self.requests_without_response,
+            "in_flight": self.in_flight,
+            "identity": self.identity,
+        }
+
+
+class Hooks:
+    """No-op base: subclass and override what you need (see the module docstring)."""
+
+    # True: every request frame is held until complete and passed to admit_request first.
+    inspects_requests: bool = False
+    # Responses to these api keys are held until complete and passed to rewrite_response.
+    rewrite_api_keys: frozenset[int] = frozenset()
+
+    def api_name(self, api_key: int) -> str:
+        """Label for metrics about `api_key` (the codec's names replace this)."""
+        return str(api_key) if 0 <= api_key <= 100 else "unknown"
+
+    def connection_opened(self, info: ConnectionInfo) -> None:
+        """A client connected and its upstream connection is up."""
+
+    def admit_request(
+        self,
+        info: ConnectionInfo,
+        frame: memoryview,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+    ) -> bytes | None:
+        """Before forwarding, if `inspects_requests`. Return a response frame body (from
+        the correlation id on, no length prefix) to answer the client with it instead of
+        forwarding; it is sent in order, after the responses to earlier requests."""
+        return None
+
+    def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        """After the request went to the broker; may set `pending.token`."""
+
+    def request_without_response(
+        self, info: ConnectionInfo, frame: memoryview, pending: Pending
+    ) -> None:
+        """After forwarding a request the broker will not answer (Produce acks=0)."""
+
+    def rewrite_response(
+        self, info: ConnectionInfo, frame: memoryview, pending: Pending
+    ) -> bytes | None:
+        """Before forwarding a response to an api in `rewrite_api_keys`. Return a new
+        frame body to send instead (the proxy writes its length prefix)."""
+        return None
+
+    def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        """After the response (as sent, i.e. rewritten if it was) went to the client."""
+
+    def connection_closed(self, info: ConnectionInfo, reason: str) -> None:
+        """The client connection ended; `reason` as counted in the metrics."""
+
+    def close(self) -> None:
+        """The proxy is stopping: flush and close whatever the hooks write to."""
+
+
+def _overrides(hooks: Hooks, name: str) -> bool:
+    return getattr(type(hooks), name) is not getattr(Hooks, name)
+
+
+@dataclass(frozen=True)
+class HookPlan:
+    """Which frames the connection must hold or assemble for `hooks`, worked out once."""
+
+    hold_requests: bool
+    keep_requests: bool  # assemble each request for request_forwarded
+    keep_unanswered: bool  # assemble acks=0 requests for request_without_response
+    keep_responses: bool  # assemble each response for response_forwarded
+    rewrite_api_keys: frozenset[int]
+
+    @classmethod
+    def of(cls, hooks: Hooks) -> HookPlan:
+        return cls(
+            hold_requests=hooks.inspects_requests,
+            keep_requests=_overrides(hooks, "request_forwarded"),
+            keep_unanswered=_overrides(hooks, "request_without_response"),
+            keep_responses=_overrides(hooks, "response_forwarded"),
+            rewrite_api_keys=frozenset(hooks.rewrite_api_keys),
+        )
+
+
+def make_hooks(config: Config, metrics: Metrics) -> Hooks:
+    """The hooks `kafkalens proxy` runs: decoding, the request log, client identity,
+    KIP-1313 enforcement (proxy/observer.py)."""
+    from proxy.observer import build_hooks
+
+    return build_hooks(config, metrics)

@@ -1,0 +1,67 @@
+"""Whether the upstream brokers accept TCP connections, checked in the background.
+
+/readyz must answer instantly and must not open a broker connection per request
+(a Kubernetes probe every few seconds per pod would otherwise do just that), so a
+task probes every upstream every `interval` seconds and /readyz reads the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+
+from proxy.config import Address
+
+PROBE_INTERVAL_SECONDS = 2.0
+PROBE_TIMEOUT_SECONDS = 1.0
+
+
+class UpstreamProbe:
+    def __init__(
+        self,
+        upstreams: Callable[[], Iterable[Address]],
+        interval: float = PROBE_INTERVAL_SECONDS,
+        timeout: float = PROBE_TIMEOUT_SECONDS,
+    ) -> None:
+        self._upstreams = upstreams
+        self.interval = interval
+        self.timeout = timeout
+        self.unreachable: list[Address] | None = None  # None: not probed yet
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.unreachable == []
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def probe_once(self) -> None:
+        addresses = sorted(set(self._upstreams()), key=str)
+        results = await asyncio.gather(*(self._reachable(a) for a in addresses))
+        self.unreachable = [a for a, ok in zip(addresses, results, strict=True) if not ok]
+
+    async def _run(self) -> None:
+        while True:
+            await self.probe_once()
+            await asyncio.sleep(self.interval)
+
+    async def _reachable(self, address: Address) -> bool:
+        try:
+            _reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(address.host, address.port), self.timeout
+            )
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True

@@ -1,0 +1,110 @@
+"""Run a whole proxy: listeners, the HTTP endpoint, the upstream probe, signals.
+
+Used by `kafkalens proxy` and `kafkalens demo`; tests use `start_proxy` directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy.config import Address, Config, ConfigError
+from proxy.hooks import Hooks, make_hooks
+from proxy.http import Endpoints, start_http
+from proxy.metrics import Metrics
+from proxy.readiness import UpstreamProbe
+from proxy.server import Server
+
+
+@dataclass
+class RunningProxy:
+    server: Server
+    http: asyncio.Server
+    probe: UpstreamProbe
+    metrics: Metrics
+
+    @property
+    def http_address(self) -> Address:
+        host, port = self.http.sockets[0].getsockname()[:2]
+        return Address(str(host), int(port))
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.server.listening():
+            return False, "listeners not bound"
+        if self.probe.unreachable is None:
+            return False, "upstream not probed yet"
+        if self.probe.unreachable:
+            return False, "upstream unreachable: " + ", ".join(map(str, self.probe.unreachable))
+        return True, "ready"
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Graceful: stop accepting, drain in-flight requests, close."""
+        self.http.close()
+        await self.probe.stop()
+        await self.server.shutdown(grace)
+
+
+def check_supported(config: Config) -> None:
+    """What the configuration may ask for that this build cannot do yet."""
+    if config.mode == "gateway":
+        raise ConfigError("mode", "gateway mode is not available yet")
+    if config.workers > 1:
+        from proxy.workers import check_shareable
+
+        check_shareable(config)
+
+
+async def start_proxy(
+    config: Config, hooks: Hooks | None = None, metrics: Metrics | None = None
+) -> RunningProxy:
+    check_supported(config)
+    metrics = metrics or Metrics(config.metrics.max_label_values)
+    hooks = hooks if hooks is not None else make_hooks(config, metrics)
+    server = Server(config, hooks, metrics)
+    try:
+        await server.start()
+    except BaseException:
+        await server.close()  # the listeners bound so far, and the hooks' files
+        raise
+    probe = UpstreamProbe(server.upstreams)
+    probe.start()
+    running: RunningProxy | None = None
+
+    def ready() -> tuple[bool, str]:
+        assert running is not None
+        return running.readiness()
+
+    endpoints = Endpoints(metrics=metrics.render, ready=ready, clients=server.clients)
+    try:
+        http = await start_http(config.metrics.listen, endpoints)
+    except OSError as exc:
+        await probe.stop()
+        await server.close()
+        listen = config.metrics.listen
+        raise ConfigError("metrics.listen", f"cannot listen on {listen}: {exc.strerror}") from exc
+    running = RunningProxy(server, http, probe, metrics)
+    return running
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def wait_for_stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
+    """Until one of `signals`. A second one during the shutdown that follows is ignored
+    rather than killing the process halfway through draining."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def serve(config: Config, on_ready: Callable[[RunningProxy], None] | None = None) -> None:
+    """Run until SIGTERM/SIGINT, then shut down gracefully."""
+    running = await start_proxy(config)
+    if on_ready is not None:
+        on_ready(running)
+    await wait_for_stop_signal()
+    await running.stop(config.limits.shutdown_grace_seconds)

@@ -1,0 +1,199 @@
+"""Listeners, accepting, connection limits, timeouts and graceful shutdown.
+
+`Server` owns the listeners (one per configured sidecar listener; gateway mode adds
+more at run time with `add_listener`) and the registry of open connections that
+the /clients endpoint lists. A sweeper task checks the idle and frame timeouts of
+every connection about once a second, which is far cheaper than a timer per
+connection re-armed on every read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from proxy.config import Address, Config, ConfigError, ListenerTLS
+from proxy.connection import Connection, ListenerRoute, ProxyContext
+from proxy.hooks import Hooks
+from proxy.metrics import Metrics
+from proxy.tls import client_context, server_context
+
+log = structlog.get_logger("kafkalens.proxy")
+
+BACKLOG = 1024
+_DRAIN_POLL_SECONDS = 0.02
+
+
+@dataclass
+class Listener:
+    name: str
+    listen: Address  # as configured (port may be 0)
+    route: ListenerRoute
+    server: asyncio.Server
+    tls: bool
+
+    @property
+    def bound(self) -> Address:
+        """The address actually bound (the real port when configured with port 0)."""
+        sockname = self.server.sockets[0].getsockname()
+        return Address(self.listen.host, int(sockname[1]))
+
+
+class Server:
+    """The proxy's sockets. `start`, then `shutdown` (SIGTERM) or `close`."""
+
+    def __init__(
+        self,
+        config: Config,
+        hooks: Hooks | None = None,
+        metrics: Metrics | None = None,
+        *,
+        reuse_port: bool = False,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics(config.metrics.max_label_values)
+        self.ctx = ProxyContext(config.limits, hooks or Hooks(), self.metrics)
+        self.listeners: dict[str, Listener] = {}
+        self.reuse_port = reuse_port
+        self._upstream_tls = client_context(config.upstream_tls) if config.upstream_tls else None
+        self._sweeper: asyncio.Task[None] | None = None
+        # prometheus_client's multiprocess mode (workers > 1) reads samples from files,
+        # which a function gauge never writes: the sweeper sets the value instead.
+        self._multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ
+        if not self._multiprocess:
+            self.metrics.pending_requests.set_function(self.pending_total)
+
+    @property
+    def hooks(self) -> Hooks:
+        return self.ctx.hooks
+
+    async def start(self) -> None:
+        """Bind every configured sidecar listener and start the timeout sweeper."""
+        for listener in self.config.listeners:
+            await self.add_listener(listener.name, listener.listen, listener.upstream, listener.tls)
+        self._start_sweeper()
+
+    async def add_listener(
+        self,
+        name: str,
+        listen: Address,
+        upstream: Address | Sequence[Address],
+        tls: ListenerTLS | None = None,
+    ) -> Listener:
+        """Accept on `listen` and forward to `upstream` (several: tried in order).
+
+        Usable while running: gateway mode opens one listener per broker it discovers.
+        """
+        if name in self.listeners:
+            raise ValueError(f"listener {name!r} exists already")
+        upstreams = (upstream,) if isinstance(upstream, Address) else tuple(upstream)
+        upstream_tls = self.config.upstream_tls
+        route = ListenerRoute(
+            name,
+            upstreams,
+            self._upstream_tls,
+            upstream_tls.server_hostname if upstream_tls else None,
+        )
+        ctx = self.ctx
+        try:
+            server = await asyncio.get_running_loop().create_server(
+                lambda: Connection(ctx, route),
+                listen.host,
+                listen.port,
+                ssl=server_context(tls) if tls else None,
+                ssl_handshake_timeout=self.config.limits.connect_timeout_seconds if tls else None,
+                backlog=BACKLOG,
+                reuse_address=True,
+                reuse_port=self.reuse_port or None,
+                family=socket.AF_INET6 if ":" in listen.host else socket.AF_INET,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"listener {name}", f"cannot listen on {listen}: {exc.strerror or exc}"
+            ) from exc
+        listener = Listener(name, listen, route, server, tls is not None)
+        self.listeners[name] = listener
+        log.info("listening", listener=name, listen=str(listener.bound), upstream=upstreams)
+        return listener
+
+    async def remove_listener(self, name: str) -> None:
+        """Stop accepting on a listener; its open connections go on."""
+        listener = self.listeners.pop(name)
+        listener.server.close()
+        await listener.server.wait_closed()
+
+    @property
+    def connections(self) -> dict[str, Connection]:
+        return self.ctx.connections
+
+    def clients(self) -> list[dict[str, Any]]:
+        """Every open connection, for /clients."""
+        return [conn.snapshot() for conn in list(self.ctx.connections.values())]
+
+    def pending_total(self) -> int:
+        return sum(conn.in_flight for conn in self.ctx.connections.values())
+
+    def upstreams(self) -> set[Address]:
+        return {a for listener in self.listeners.values() for a in listener.route.upstreams}
+
+    def listening(self) -> bool:
+        return bool(self.listeners) and all(
+            listener.server.is_serving() for listener in self.listeners.values()
+        )
+
+    def _start_sweeper(self) -> None:
+        limits = self.config.limits
+        shortest = min(limits.idle_timeout_seconds, limits.frame_timeout_seconds)
+        interval = max(0.05, min(1.0, shortest / 4))
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep(interval))
+
+    async def _sweep(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for conn in list(self.ctx.connections.values()):
+                conn.check_timeouts(now)
+            if self._multiprocess:
+                self.metrics.pending_requests.set(self.pending_total())
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Stop accepting, let in-flight requests finish for up to `grace` seconds
+        (default limits.shutdown_grace_seconds), then close what is left."""
+        if grace is None:
+            grace = self.config.limits.shutdown_grace_seconds
+        self.ctx.accepting = False
+        for listener in self.listeners.values():
+            listener.server.close()
+        for conn in list(self.ctx.connections.values()):
+            conn.begin_drain()
+        deadline = time.monotonic() + grace
+        while self.ctx.connections and time.monotonic() < deadline:
+            await asyncio.sleep(_DRAIN_POLL_SECONDS)
+        if self.ctx.connections:
+            log.warning("closing connections after the grace period", left=len(self.connections))
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every listener and connection now."""
+        self.ctx.accepting = False
+        for conn in list(self.ctx.connections.values()):
+            conn.close("shutdown")
+        for listener in self.listeners.values():
+            listener.server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        try:
+            self.hooks.close()
+        except Exception:
+            log.exception("hooks.close failed")

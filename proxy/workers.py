@@ -1,0 +1,229 @@
+"""`workers: N` (N > 1): N proxy processes share the listen ports, so more than one
+core forwards.
+
+Every worker binds the same listen addresses with SO_REUSEPORT and the kernel
+spreads new connections over them. The parent binds no proxy port: it starts the
+workers, waits until each has bound its listeners, serves the HTTP endpoint and
+supervises (a worker that dies is started again). Metrics use prometheus_client's
+multiprocess mode: workers write their samples to files in a private
+PROMETHEUS_MULTIPROC_DIR and the parent's /metrics adds them up. /clients merges
+the connection lists the workers write next to them every second.
+
+SIGTERM or SIGINT to the parent is passed to the workers, which drain their
+in-flight requests for up to limits.shutdown_grace_seconds as a single process does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+from dataclasses import dataclass, field
+from multiprocessing.context import SpawnProcess
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from proxy.config import Config, ConfigError
+
+log = structlog.get_logger("kafkalens.workers")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+READY_TIMEOUT_SECONDS = 60.0
+SUPERVISE_SECONDS = 1.0
+CLIENTS_FILE = "clients-{pid}.json"
+CLIENTS_WRITE_SECONDS = 1.0
+_ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited loop or locks
+
+
+def check_shareable(config: Config) -> None:
+    """Port 0 would give every worker a different port."""
+    for i, listener in enumerate(config.listeners):
+        if listener.listen.port == 0:
+            raise ConfigError(f"listeners[{i}].listen", "port 0 cannot be shared by workers > 1")
+
+
+# --- a worker --------------------------------------------------------------------------
+
+
+def worker_main(index: int, config: Config, ready: Any) -> None:
+    """Entry point of a worker process (spawned; the metrics dir is in its env)."""
+    import uvloop
+
+    from proxy.cli import configure_logging
+
+    # Ctrl-C reaches the whole process group: workers stop on the parent's SIGTERM only
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging()
+    uvloop.run(_worker(index, config, ready))
+
+
+async def _worker(index: int, config: Config, ready: Any) -> None:
+    from proxy.hooks import make_hooks
+    from proxy.metrics import Metrics
+    from proxy.runner import wait_for_stop_signal
+    from proxy.server import Server
+
+    metrics = Metrics(config.metrics.max_label_values)
+    server = Server(config, make_hooks(config, metrics), metrics, reuse_port=True)
+    try:
+        await server.start()
+    except ConfigError as exc:
+        ready.put((index, str(exc)))
+        return
+    ready.put((index, None))
+    writer = asyncio.get_running_loop().create_task(_write_clients(server))
+    await wait_for_stop_signal((signal.SIGTERM,))
+    writer.cancel()
+    await server.shutdown(config.limits.shutdown_grace_seconds)
+
+
+async def _write_clients(server: Any) -> None:
+    path = Path(os.environ[MULTIPROC_ENV]) / CLIENTS_FILE.format(pid=os.getpid())
+    tmp = path.with_suffix(".tmp")
+    while True:
+        tmp.write_text(json.dumps(server.clients(), default=str))
+        tmp.replace(path)  # atomic: the parent never reads half a list
+        await asyncio.sleep(CLIENTS_WRITE_SECONDS)
+
+
+# --- the parent ------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerPool:
+    config: Config
+    metrics_dir: Path
+    processes: dict[int, SpawnProcess] = field(default_factory=dict)
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.ready = _ctx.Queue()
+
+    def spawn(self, index: int) -> None:
+        process = _ctx.Process(
+            target=worker_main,
+            args=(index, self.config, self.ready),
+            name=f"kafkalens-worker-{index}",
+            daemon=False,
+        )
+        process.start()
+        self.processes[index] = process
+
+    async def wait_ready(self, count: int) -> None:
+        """Until `count` workers have bound their listeners; ConfigError if one could not."""
+        loop = asyncio.get_running_loop()
+        for _ in range(count):
+            index, error = await loop.run_in_executor(
+                None, self.ready.get, True, READY_TIMEOUT_SECONDS
+            )
+            if error is not None:
+                raise ConfigError(error.split(": ", 1)[0], error.split(": ", 1)[-1])
+
+    def alive(self) -> bool:
+        return bool(self.processes) and all(p.is_alive() for p in self.processes.values())
+
+    async def supervise(self) -> None:
+        """Start again a worker that died (not while stopping)."""
+        from prometheus_client import multiprocess
+
+        while not self.stopping:
+            await asyncio.sleep(SUPERVISE_SECONDS)
+            for index, process in list(self.processes.items()):
+                if process.is_alive() or self.stopping:
+                    continue
+                log.warning("worker died; starting it again", worker=index, code=process.exitcode)
+                if process.pid is not None:
+                    multiprocess.mark_process_dead(process.pid, str(self.metrics_dir))
+                    _remove(self.metrics_dir / CLIENTS_FILE.format(pid=process.pid))
+                self.spawn(index)
+                await self.wait_ready(1)
+
+    async def stop(self, grace: float) -> None:
+        self.stopping = True
+        for process in self.processes.values():
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        for process in self.processes.values():
+            await loop.run_in_executor(None, process.join, grace + 5)
+            if process.is_alive():
+                process.kill()
+                await loop.run_in_executor(None, process.join, 5)
+
+    def clients(self) -> list[dict[str, Any]]:
+        merged: list[dict[str, Any]] = []
+        for process in self.processes.values():
+            path = self.metrics_dir / CLIENTS_FILE.format(pid=process.pid)
+            with contextlib.suppress(OSError, ValueError):
+                merged.extend(json.loads(path.read_text()))
+        return merged
+
+    def render_metrics(self) -> bytes:
+        from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=str(self.metrics_dir))
+        return generate_latest(registry)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def serve_workers(config: Config) -> None:
+    """Run the parent: N workers, the HTTP endpoint, until SIGTERM/SIGINT."""
+    import uvloop
+
+    check_shareable(config)
+    metrics_dir = Path(tempfile.mkdtemp(prefix="kafkalens-metrics-"))
+    os.environ[MULTIPROC_ENV] = str(metrics_dir)  # inherited by the spawned workers
+    try:
+        uvloop.run(_parent(config, metrics_dir))
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+async def _parent(config: Config, metrics_dir: Path) -> None:
+    from proxy.http import Endpoints, start_http
+    from proxy.readiness import UpstreamProbe
+    from proxy.runner import wait_for_stop_signal
+
+    pool = WorkerPool(config, metrics_dir)
+    for index in range(config.workers):
+        pool.spawn(index)
+    try:
+        await pool.wait_ready(config.workers)
+    except BaseException:
+        await pool.stop(0)
+        raise
+    probe = UpstreamProbe(lambda: {listener.upstream for listener in config.listeners})
+    probe.start()
+
+    def ready() -> tuple[bool, str]:
+        if not pool.alive():
+            return False, "a worker is not running"
+        if not probe.ok:
+            return False, "upstream unreachable or not probed yet"
+        return True, "ready"
+
+    endpoints = Endpoints(metrics=pool.render_metrics, ready=ready, clients=pool.clients)
+    try:
+        http = await start_http(config.metrics.listen, endpoints)
+    except OSError as exc:
+        await pool.stop(0)
+        raise ConfigError("metrics.listen", f"cannot listen: {exc.strerror}") from exc
+    supervisor = asyncio.get_running_loop().create_task(pool.supervise())
+    log.info("workers ready", workers=config.workers)
+    await wait_for_stop_signal()
+    supervisor.cancel()
+    http.close()
+    await probe.stop()
+    await pool.stop(config.limits.shutdown_grace_seconds)

@@ -1,0 +1,279 @@
+"""`kafkalens` as a user runs it: exit codes, one-line errors, SIGTERM drain, demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proxy_harness import (
+    LOCAL,
+    FakeBroker,
+    api_versions_v0,
+    is_closed,
+    read_frame,
+    write_frame,
+)
+
+from proxy.tansu import free_port, wait_for_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def kafkalens(*args: str, **kwargs: object) -> subprocess.Popen[str]:
+    # the checkout first on the path, whatever the working directory (the demo runs in tmp)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", *args],
+        cwd=kwargs.pop("cwd", REPO),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def run(*args: str, cwd: Path = REPO) -> tuple[int, str, str]:
+    proc = kafkalens(*args, cwd=cwd)
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out, err
+
+
+def test_check_config() -> None:
+    code, out, err = run("check-config", "config/kafkalens.yaml")
+    assert (code, err) == (0, "")
+    assert out.startswith("config/kafkalens.yaml: OK\n") and "listener plaintext" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        (
+            "limits: {max_frame_bytes: -1}\n",
+            "limits.max_frame_bytes: must be a positive integer, got -1",
+        ),
+        (
+            "listeners: [{name: a, listen: 'h:1', upstream: 'h:2', tls: 3}]\n",
+            "listeners[0].tls: must be a mapping",
+        ),
+        ("limts: {}\n", "limts: unknown key"),
+    ],
+)
+def test_bad_config_is_one_line_and_exit_2(tmp_path: Path, content: str, line: str) -> None:
+    path = tmp_path / "k.yaml"
+    path.write_text(content)
+    for args in (("check-config", str(path)), ("proxy", "--config", str(path))):
+        code, out, err = run(*args)
+        assert code == 2 and out == ""
+        assert err.count("\n") == 1 and err.startswith(f"kafkalens: error: {line}")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("proxy", "--listen", "nope"), "--listen: must be HOST:PORT, got 'nope'"),
+        (("proxy", "--upstream", "h:0"), "--upstream: port must be 1..65535, got 0"),
+        (("proxy", "--bogus"), "unrecognized arguments: --bogus"),
+        (("proxy", "--config", "/no/such.yaml"), "/no/such.yaml: cannot read"),
+        (("check-config",), "the following arguments are required: FILE"),
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(args: tuple[str, ...], line: str) -> None:
+    code, _out, err = run(*args)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith(f"kafkalens: error: {line}")
+
+
+def test_listen_address_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.create_server((LOCAL, 0)) as taken:
+        port = taken.getsockname()[1]
+        code, _out, err = run(
+            "proxy", "--listen", f"{LOCAL}:{port}", "--upstream", f"{LOCAL}:1",
+            "--metrics", f"{LOCAL}:0", "--request-log", str(tmp_path / "r.log"),
+        )  # fmt: skip
+    assert code == 2
+    assert err.splitlines()[-1].startswith(
+        f"kafkalens: error: listener plaintext: cannot listen on 127.0.0.1:{port}"
+    )
+
+
+class SlowBroker:
+    """Answers each request after `delay` seconds; `received` is set on the first."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.received = threading.Event()
+
+    def __call__(self, sock: socket.socket) -> None:
+        while True:
+            request = read_frame(sock)
+            self.received.set()
+            time.sleep(self.delay)
+            write_frame(sock, request[4:8] + b"ok")
+
+
+def start_proxy(tmp_path: Path, upstream: str, grace: float) -> tuple[subprocess.Popen[str], int]:
+    port = free_port()
+    config = tmp_path / "k.yaml"
+    config.write_text(
+        f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{upstream}'}}]\n"
+        f"metrics: {{listen: '{LOCAL}:0'}}\n"
+        f"request_log: {{path: '{tmp_path / 'requests.log'}'}}\n"
+        f"limits: {{shutdown_grace_seconds: {grace}}}\n"
+    )
+    proc = kafkalens("proxy", "--config", str(config))
+    assert wait_for_port(LOCAL, port, 10), proc.stderr
+    return proc, port
+
+
+def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
+    slow = SlowBroker(delay=0.8)
+    with FakeBroker(slow) as broker:
+        proc, port = start_proxy(tmp_path, broker.address, grace=5)
+        try:
+            busy = socket.create_connection((LOCAL, port), timeout=5)
+            idle = socket.create_connection((LOCAL, port), timeout=5)
+            busy.sendall(api_versions_v0(1))
+            assert slow.received.wait(5)
+            proc.send_signal(signal.SIGTERM)
+            assert is_closed(idle, timeout=0.5)  # nothing in flight: closed at once
+            time.sleep(0.1)
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((LOCAL, port), timeout=1)  # no longer accepting
+            assert read_frame(busy) == b"\x00\x00\x00\x01ok"  # the in-flight answer arrives
+            assert is_closed(busy, timeout=2)
+            assert proc.wait(5) == 0
+        finally:
+            proc.kill()
+            proc.communicate()
+
+
+def test_sigterm_cuts_off_after_the_grace_period(tmp_path: Path) -> None:
+    slow = SlowBroker(delay=5)
+    with FakeBroker(slow) as broker:
+        proc, port = start_proxy(tmp_path, broker.address, grace=0.5)
+        try:
+            busy = socket.create_connection((LOCAL, port), timeout=5)
+            busy.sendall(api_versions_v0(1))
+            assert slow.received.wait(5)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert is_closed(busy, timeout=3)
+            assert proc.wait(5) == 0
+            assert 0.4 < time.monotonic() - started < 2.5
+        finally:
+            proc.kill()
+            proc.communicate()
+
+
+def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
+    port, metrics_port = free_port(), free_port()
+    log = tmp_path / "demo" / "requests.log"
+    proc = kafkalens(
+        "demo", "--port", str(port), "--metrics-port", str(metrics_port), "--log", str(log),
+        cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        banner: list[str] = []
+        assert proc.stdout is not None
+        while not banner or "Ctrl-C" not in banner[-1]:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.stderr else ""
+            banner.append(line)
+        text = "".join(banner)
+        assert f"bootstrap servers: 127.0.0.1:{port}" in text
+        assert f"tail -f {log} | jq ." in text
+        assert f"http://127.0.0.1:{metrics_port}/metrics" in text
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}")
+        producer.send("demo-topic", b"hello").get(15)
+        producer.close()
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/clients", timeout=5) as r:
+            assert isinstance(json.load(r), list)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(15) == 0
+        # the request log is opened where the banner said (its lines are the hooks' job)
+        assert log.exists() and (tmp_path / "demo" / "tansu.log").exists()
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_demo_port_taken(tmp_path: Path) -> None:
+    with socket.create_server((LOCAL, 0)) as taken:
+        port = taken.getsockname()[1]
+        code, _out, err = run("demo", "--port", str(port), cwd=tmp_path)
+    assert code == 2
+    assert err == f"kafkalens: error: port {port} is already in use; choose another with --port\n"
+
+
+def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
+    from proxy_harness import echo_broker
+
+    port, metrics_port = free_port(), free_port()
+    with FakeBroker(echo_broker) as broker:
+        config = tmp_path / "k.yaml"
+        config.write_text(
+            f"workers: 2\n"
+            f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{broker.address}'}}]\n"
+            f"metrics: {{listen: '{LOCAL}:{metrics_port}'}}\n"
+            f"request_log: {{path: '{tmp_path / 'requests.log'}'}}\n"
+        )
+        proc = kafkalens("proxy", "--config", str(config))
+        try:
+            assert wait_for_port(LOCAL, metrics_port, 30), proc.stderr
+            socks = []
+            for corr in range(40):  # SO_REUSEPORT spreads these over both workers
+                sock = socket.create_connection((LOCAL, port), timeout=5)
+                sock.sendall(api_versions_v0(corr))
+                assert read_frame(sock) == corr.to_bytes(4, "big") + b"ok"
+                socks.append(sock)
+            clients = http_json(metrics_port, "/clients", wait_for=lambda c: len(c) == 40)
+            pids = {c["conn_id"].split("-")[0] for c in clients}
+            assert len(pids) == 2
+            metrics = http_get(metrics_port, "/metrics")
+            opened = [
+                line
+                for line in metrics.splitlines()
+                if line.startswith("kafkalens_connections_opened_total{")
+            ]
+            assert opened == ['kafkalens_connections_opened_total{listener="main"} 40.0']
+            assert http_get(metrics_port, "/readyz") == "ready\n"
+            proc.send_signal(signal.SIGTERM)
+            assert all(is_closed(sock, timeout=5) for sock in socks)
+            assert proc.wait(15) == 0
+        finally:
+            proc.kill()
+            proc.communicate()
+
+
+def http_get(port: int, path: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{LOCAL}:{port}{path}", timeout=5) as response:
+        return str(response.read().decode())
+
+
+def http_json(
+    port: int, path: str, wait_for: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """The JSON at `path`, polled until `wait_for(value)` (workers write every second)."""
+    deadline = time.monotonic() + 5
+    while True:
+        value: list[dict[str, Any]] = json.loads(http_get(port, path))
+        if wait_for(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)

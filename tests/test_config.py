@@ -1,0 +1,244 @@
+"""proxy.config: the documented file is the default, and every error names its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy.config import (
+    Address,
+    Config,
+    ConfigError,
+    HeaderV3Rule,
+    Overrides,
+    load_config,
+    parse_config,
+    summary,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+CONTRACT = REPO / "config" / "kafkalens.yaml"
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(yaml.safe_load(text))
+    return str(info.value)
+
+
+def test_the_documented_file_is_the_default() -> None:
+    assert load_config(CONTRACT) == Config() == load_config(None) == parse_config({})
+    assert parse_config(None) == Config()
+
+
+def test_the_commented_out_sections_parse(tmp_path: Path) -> None:
+    """Uncommenting the example sections of the contract gives a valid file."""
+    for name in ("ca.crt", "client.crt", "client.key", "server.crt", "server.key"):
+        (tmp_path / name).write_text("x")
+    text = CONTRACT.read_text().replace("/etc/kafkalens/tls", str(tmp_path))
+    lines = []
+    in_example = False
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        starts = stripped in ("# tls:", "# gateway:", "# upstream_tls:")
+        in_example = starts or (in_example and stripped.startswith("#   "))
+        lines.append(indent + stripped[2:] if in_example else line)
+    data = yaml.safe_load("\n".join(lines))
+    data["mode"] = "gateway"
+    del data["listeners"]
+    config = parse_config(data)
+    assert config.gateway is not None
+    assert config.gateway.bootstrap_servers == (
+        Address("broker-0", 9092),
+        Address("broker-1", 9092),
+    )
+    assert config.gateway.broker_port_base == 9100
+    assert config.upstream_tls is not None and config.upstream_tls.check_hostname
+    sidecar = yaml.safe_load("\n".join(lines))
+    del sidecar["gateway"]
+    listener = parse_config(sidecar).listeners[0]
+    assert listener.tls is not None and listener.tls.min_version == "TLSv1.2"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "limits: {max_frame_bytes: -1}",
+            "limits.max_frame_bytes: must be a positive integer, got -1",
+        ),
+        (
+            "limits: {max_frame_bytes: 1.5}",
+            "limits.max_frame_bytes: must be a positive integer, got 1.5",
+        ),
+        (
+            "limits: {idle_timeout_seconds: 0}",
+            "limits.idle_timeout_seconds: must be a positive number, got 0",
+        ),
+        (
+            "limits: {max_connections: true}",
+            "limits.max_connections: must be a positive integer, got True",
+        ),
+        (
+            "limits: {max_frame_bytes_before_auth: 200000000}",
+            "limits.max_frame_bytes_before_auth: must not exceed",
+        ),
+        ("limits: {shutdown_grace: 1}", "limits.shutdown_grace: unknown key"),
+        ("colour: blue", "colour: unknown key"),
+        ("mode: mesh", "mode: must be one of sidecar, gateway, got 'mesh'"),
+        ("mode: gateway", "gateway: is required when mode is gateway"),
+        ("listeners: []", "listeners: must be a non-empty list, got a list"),
+        (
+            "listeners: [{name: a, listen: 'x', upstream: 'h:1'}]",
+            "listeners[0].listen: must be HOST:PORT, got 'x'",
+        ),
+        (
+            "listeners: [{name: a, listen: ':1', upstream: 'h:0'}]",
+            "listeners[0].listen: must be HOST:PORT",
+        ),
+        (
+            "listeners: [{name: a, listen: 'h:1', upstream: 'h:0'}]",
+            "listeners[0].upstream: port must be 1..65535, got 0",
+        ),
+        (
+            "listeners: [{name: a, listen: 'h:1', upstream: 'h:70000'}]",
+            "listeners[0].upstream: port must be 1..65535",
+        ),
+        ("listeners: [{listen: 'h:1', upstream: 'h:2'}]", "listeners[0].name: is required"),
+        (
+            "listeners: [{name: a, listen: 'h:1', upstream: 'h:2', colour: 1}]",
+            "listeners[0].colour: unknown key",
+        ),
+        (
+            "listeners: [{name: a, listen: 'h:1', upstream: 'h:2'}, {name: a, listen: 'h:3', upstream: 'h:2'}]",
+            "listeners[1].name: duplicate listener name 'a'",
+        ),
+        (
+            "listeners: [{name: a, listen: 'h:1', upstream: 'h:2', tls: {cert: /nope.crt, key: /nope.key}}]",
+            "listeners[0].tls.cert: file not found: /nope.crt",
+        ),
+        ("metrics: {listen: 'localhost'}", "metrics.listen: must be HOST:PORT, got 'localhost'"),
+        (
+            "metrics: {max_label_values: 0}",
+            "metrics.max_label_values: must be a positive integer, got 0",
+        ),
+        ("request_log: {sample_rate: 2}", "request_log.sample_rate: must be a number 0..1, got 2"),
+        ("request_log: {apis: [Produce, 'no such']}", "request_log.apis[1]: must be an api name"),
+        ("request_log: {path: ''}", "request_log.path: must be a non-empty string, got ''"),
+        (
+            "request_log: {errors_only: 'yes'}",
+            "request_log.errors_only: must be true or false, got 'yes'",
+        ),
+        (
+            "kip1313: {enforcement: block}",
+            "kip1313.enforcement: must be one of log, reject, got 'block'",
+        ),
+        (
+            "kip1313: {header_v3: {Metadata: 'x'}}",
+            "kip1313.header_v3.Metadata: must be versions like",
+        ),
+        (
+            "kip1313: {header_v3: {Metadata: '5-3'}}",
+            "kip1313.header_v3.Metadata: version range '5-3' is empty",
+        ),
+        ("workers: 0", "workers: must be a positive integer, got 0"),
+        (
+            "upstream_tls: {check_hostname: 1}",
+            "upstream_tls.check_hostname: must be true or false, got 1",
+        ),
+        (
+            "gateway: {bootstrap_servers: []}",
+            "gateway.bootstrap_servers: must list at least one HOST:PORT",
+        ),
+        ("- a list", "(top level): must be a mapping, got a list"),
+        ("limits: 5", "limits: must be a mapping, got 5"),
+    ],
+)
+def test_errors_name_the_key(text: str, message: str) -> None:
+    assert error_of(text).startswith(message)
+
+
+def test_values_and_forms() -> None:
+    config = parse_config(
+        yaml.safe_load(
+            """
+            listeners:
+              - {name: v6, listen: "[::1]:0", upstream: "broker:9093"}
+            limits: {connect_timeout_seconds: 0.5, max_frame_bytes: 2048, max_frame_bytes_before_auth: 1024}
+            request_log: {apis: [Produce, 1], sample_rate: 0}
+            kip1313: {enforcement: reject, header_v3: {DeleteGroups: "3+", Metadata: "14-15", 19: 7}}
+            """
+        )
+    )
+    assert (
+        config.listeners[0].listen == Address("::1", 0)
+        and str(config.listeners[0].listen) == "[::1]:0"
+    )
+    assert config.limits.connect_timeout_seconds == 0.5
+    assert config.request_log.apis == ("Produce", 1) and config.request_log.sample_rate == 0.0
+    assert config.kip1313.header_v3 == (
+        HeaderV3Rule("DeleteGroups", 3, None),
+        HeaderV3Rule("Metadata", 14, 15),
+        HeaderV3Rule(19, 7, 7),
+    )
+
+
+def test_flags_override_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "k.yaml"
+    path.write_text(
+        "listeners: [{name: main, listen: '0.0.0.0:1', upstream: 'b:2'}]\nrequest_log: {path: x.log}\n"
+    )
+    flags = Overrides(listen="127.0.0.1:9", upstream="c:3", metrics="127.0.0.1:8", request_log="-")
+    config = load_config(path, flags)
+    [listener] = config.listeners
+    assert (listener.name, listener.listen, listener.upstream) == (
+        "main",
+        Address("127.0.0.1", 9),
+        Address("c", 3),
+    )
+    assert config.metrics.listen == Address("127.0.0.1", 8) and config.request_log.path == "-"
+    assert load_config(None, Overrides(upstream="c:3")).listeners[0].listen == Address(
+        "0.0.0.0", 9092
+    )
+
+
+def test_flag_errors_name_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^--upstream: must be HOST:PORT"):
+        load_config(None, Overrides(upstream="nohost"))
+    with pytest.raises(ConfigError, match=r"^--metrics: port must be 0..65535"):
+        load_config(None, Overrides(metrics="h:99999"))
+    two = tmp_path / "two.yaml"
+    two.write_text(
+        "listeners: [{name: a, listen: 'h:1', upstream: 'b:2'}, {name: b, listen: 'h:3', upstream: 'b:2'}]"
+    )
+    with pytest.raises(
+        ConfigError, match=r"^--listen: applies to a config with exactly one listener"
+    ):
+        load_config(two, Overrides(listen="h:5"))
+
+
+def test_gateway_flags() -> None:
+    config = load_config(None, Overrides(listen="0.0.0.0:9"))
+    assert config.mode == "sidecar"
+    data = {"mode": "gateway", "gateway": {"bootstrap_servers": ["b:1"], "advertised_host": "p"}}
+    config = parse_config(data)
+    assert config.listeners == () and config.gateway is not None
+    assert config.gateway.bootstrap_listen == Address("0.0.0.0", 9092)
+
+
+def test_file_problems(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("limits: {max_frame_bytes: [1\n")
+    with pytest.raises(ConfigError, match="at line"):
+        load_config(bad)
+
+
+def test_summary_lines() -> None:
+    lines = summary(Config())
+    assert "listener plaintext: 0.0.0.0:9092 -> 127.0.0.1:19092" in lines
+    assert "metrics: http://0.0.0.0:9180/metrics" in lines

@@ -1,0 +1,191 @@
+"""proxy.framing: every chunking of a stream gives the same frames and the same output."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.framing import (
+    HOLD,
+    NEED_MORE,
+    STOP,
+    STREAM,
+    STREAM_KEEP,
+    STREAM_NOTIFY,
+    Buffer,
+    FrameSplitter,
+)
+
+MODES = (STREAM, STREAM_NOTIFY, STREAM_KEEP, HOLD)
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+class Recorder:
+    """A handler that picks each frame's mode from a script and records what it saw."""
+
+    def __init__(self, modes: list[int], want_head: int = 0) -> None:
+        self.modes = modes
+        self.want_head = want_head  # ask NEED_MORE until this many head bytes (or the frame)
+        self.inject: list[Buffer] = []
+        self.started: list[tuple[bytes, int]] = []
+        self.completed: list[bytes | None] = []
+        self.too_large: list[int] = []
+        self.chunks = 0
+
+    def frame_started(self, head: memoryview, size: int) -> int:
+        if len(head) < min(size, self.want_head):
+            return NEED_MORE
+        self.started.append((bytes(head), size))
+        return self.modes[len(self.started) - 1]
+
+    def frame_completed(self, body: memoryview | None) -> None:
+        self.completed.append(None if body is None else bytes(body))
+
+    def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]:
+        self.completed.append(bytes(body))
+        if len(body) % 2:
+            return raw  # odd sizes: forward as they were
+        return [frame(bytes(body)[::-1])]  # even: a replacement
+
+    def frame_too_large(self, size: int) -> None:
+        self.too_large.append(size)
+
+    def chunk_done(self) -> None:
+        self.chunks += 1
+
+
+def collect_into(out: list[bytes]) -> Callable[[list[Buffer]], None]:
+    return lambda bufs: out.extend(bytes(b) for b in bufs)
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False) if b > a]
+
+
+def run(
+    bodies: list[bytes], modes: list[int], cuts: list[int], want_head: int = 0
+) -> tuple[Recorder, bytes]:
+    handler = Recorder(modes, want_head)
+    out: list[bytes] = []
+    splitter = FrameSplitter(handler, lambda bufs: out.extend(bytes(b) for b in bufs), 1 << 20, 4)
+    for chunk in split(b"".join(frame(b) for b in bodies), cuts):
+        splitter.feed(chunk)
+    assert splitter.at_boundary
+    return handler, b"".join(out)
+
+
+def expected_output(bodies: list[bytes], modes: list[int]) -> bytes:
+    parts = []
+    for body, mode in zip(bodies, modes, strict=True):
+        if mode == HOLD and len(body) % 2 == 0:
+            parts.append(frame(body[::-1]))
+        else:
+            parts.append(frame(body))
+    return b"".join(parts)
+
+
+bodies_st = st.lists(st.binary(min_size=0, max_size=40), min_size=1, max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bodies=bodies_st,
+    mode_picks=st.lists(st.sampled_from(MODES), min_size=8, max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+    want_head=st.sampled_from([0, 4, 9, 300]),
+)
+def test_any_chunking_same_frames_and_output(
+    bodies: list[bytes], mode_picks: list[int], cuts: list[int], want_head: int
+) -> None:
+    modes = mode_picks[: len(bodies)]
+    handler, out = run(bodies, modes, cuts, want_head)
+    assert out == expected_output(bodies, modes)
+    assert [size for _head, size in handler.started] == [len(b) for b in bodies]
+    for (head, _size), body in zip(handler.started, bodies, strict=True):
+        assert body.startswith(head)
+        assert len(head) >= min(len(body), 4, want_head or 4)
+    kept = [b if m != STREAM_NOTIFY else None for b, m in zip(bodies, modes, strict=True) if m]
+    assert handler.completed == kept
+
+
+def test_complete_frames_in_one_chunk_go_out_as_one_slice() -> None:
+    bodies = [b"a" * 10, b"b" * 20, b"c" * 5]
+    handler = Recorder([STREAM] * 3)
+    writes: list[list[Buffer]] = []
+    splitter = FrameSplitter(handler, writes.append, 1 << 20, 4)
+    data = b"".join(frame(b) for b in bodies)
+    splitter.feed(data)
+    assert len(writes) == 1 and len(writes[0]) == 1
+    assert isinstance(writes[0][0], memoryview) and writes[0][0].obj is data  # no copy
+
+
+def test_frame_spanning_chunks_goes_out_as_its_pieces() -> None:
+    body = bytes(range(256)) * 100
+    data = frame(body)
+    handler = Recorder([STREAM])
+    writes: list[list[Buffer]] = []
+    splitter = FrameSplitter(handler, writes.append, 1 << 20, 4)
+    chunks = [data[:1000], data[1000:9000], data[9000:]]
+    for chunk in chunks:
+        splitter.feed(chunk)
+    assert [[bytes(b) for b in w] for w in writes] == [[c] for c in chunks]
+    assert all(w[0].obj is c for w, c in zip(writes, chunks, strict=True))  # type: ignore[union-attr]
+    assert splitter.mid_frame_since is None
+
+
+def test_negative_or_oversized_length_stops_after_earlier_frames() -> None:
+    for bad in (struct.pack(">i", -5), struct.pack(">i", 2000), b"\x16\x03\x01\x02\x00"):
+        handler = Recorder([STREAM, STREAM])
+        out: list[bytes] = []
+        splitter = FrameSplitter(handler, collect_into(out), 1000, 4)
+        good = frame(b"ok")
+        splitter.feed(good + bad + b"x" * 10)
+        assert b"".join(out) == good
+        assert len(handler.too_large) == 1 and splitter.stopped
+        splitter.feed(frame(b"later"))
+        assert b"".join(out) == good  # nothing after the stop
+
+
+def test_stop_drops_the_rest() -> None:
+    handler = Recorder([STREAM, STOP, STREAM])
+    out: list[bytes] = []
+    splitter = FrameSplitter(handler, lambda bufs: out.extend(bytes(b) for b in bufs), 1000, 4)
+    splitter.feed(frame(b"one") + frame(b"two") + frame(b"three"))
+    assert b"".join(out) == frame(b"one")
+
+
+def test_injected_buffers_go_before_the_frame() -> None:
+    class Injector(Recorder):
+        def frame_started(self, head: memoryview, size: int) -> int:
+            mode = super().frame_started(head, size)
+            if bytes(head) == b"two":
+                self.inject.append(b"INJECTED")
+            return mode
+
+    handler = Injector([STREAM] * 3)
+    out: list[bytes] = []
+    splitter = FrameSplitter(handler, lambda bufs: out.extend(bytes(b) for b in bufs), 1000, 4)
+    splitter.feed(frame(b"one") + frame(b"two") + frame(b"three"))
+    assert b"".join(out) == frame(b"one") + b"INJECTED" + frame(b"two") + frame(b"three")
+
+
+def test_mid_frame_clock() -> None:
+    handler = Recorder([STREAM, STREAM])
+    splitter = FrameSplitter(handler, lambda bufs: None, 1000, 4)
+    data = frame(b"x" * 50)
+    splitter.feed(data[:10])
+    started = splitter.mid_frame_since
+    assert started is not None
+    splitter.feed(data[10:20])
+    assert splitter.mid_frame_since == started  # the same frame keeps its start
+    splitter.feed(data[20:] + frame(b"y" * 5)[:3])
+    assert splitter.mid_frame_since is not None and splitter.mid_frame_since >= started
+    splitter.feed(frame(b"y" * 5)[3:])
+    assert splitter.mid_frame_since is None
