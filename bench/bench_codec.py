@@ -1,0 +1,234 @@
+"""Decode time of kafkalens's codec vs kio's (native reader) on the same frames.
+
+Not a test. Run from the repository root (kio comes with the test extras):
+
+    .venv/bin/python -m bench.bench_codec              # JSON lines, then a markdown table
+    .venv/bin/python -m bench.bench_codec --profile    # plus cProfile of kafkalens per case
+
+Cases (each at the newest version both codecs know): a Produce request carrying one
+1 MiB record batch; a Fetch response with 100 partitions of 256-byte record blobs; a
+Metadata response with 1,000 partitions (50 topics, 3 replicas each); a JoinGroup
+response with 50 members of 100-byte metadata. Both sides decode the whole frame
+(header and body) from the same bytes; kafkalens returns `bytes`/`records` fields as
+zero-copy memoryviews, kio copies them. Times are CPU microseconds per decode, best of 15
+alternating samples (other processes share the machine); ratio = kafkalens / kio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader
+
+from codec import (
+    Request,
+    Response,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    api_key: int
+    version: int
+    kind: str  # "request" or "response"
+    frame: bytes
+
+
+def produce_case() -> Case:
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 30_000,
+        "topic_data": [
+            {"name": "bench", "partition_data": [{"index": 0, "records": bytes(1 << 20)}]}
+        ],
+    }
+    header = {
+        "request_api_key": 0,
+        "request_api_version": 12,
+        "correlation_id": 7,
+        "client_id": "bench",
+    }
+    return Case("produce_1mib", 0, 12, "request", encode_request(Request(0, 12, header, body)))
+
+
+def fetch_case() -> Case:
+    def partition(index: int) -> dict[str, Any]:
+        return {
+            "partition_index": index,
+            "high_watermark": 1_000_000 + index,
+            "last_stable_offset": 1_000_000 + index,
+            "log_start_offset": 0,
+            "aborted_transactions": [],
+            "preferred_read_replica": -1,
+            "records": bytes(range(256)),
+        }
+
+    topics = [
+        {"topic_id": uuid.uuid4(), "partitions": [partition(p) for p in range(25)]}
+        for _ in range(4)
+    ]
+    body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 1, "responses": topics}
+    frame = encode_response(Response(1, 17, {"correlation_id": 7}, body))
+    return Case("fetch_100_partitions", 1, 17, "response", frame)
+
+
+def metadata_case() -> Case:
+    def partition(index: int) -> dict[str, Any]:
+        replicas = [(index + r) % 6 for r in range(3)]
+        return {
+            "partition_index": index,
+            "leader_id": replicas[0],
+            "leader_epoch": 5,
+            "replica_nodes": replicas,
+            "isr_nodes": replicas,
+            "offline_replicas": [],
+        }
+
+    brokers = [
+        {"node_id": n, "host": f"broker-{n}.example", "port": 9092, "rack": "r1"} for n in range(6)
+    ]
+    topics = [
+        {
+            "name": f"topic-{t:02d}",
+            "topic_id": uuid.uuid4(),
+            "partitions": [partition(p) for p in range(20)],
+        }
+        for t in range(50)
+    ]
+    body = {"brokers": brokers, "cluster_id": "bench", "controller_id": 0, "topics": topics}
+    frame = encode_response(Response(3, 13, {"correlation_id": 7}, body))
+    return Case("metadata_1000_partitions", 3, 13, "response", frame)
+
+
+def join_group_case() -> Case:
+    members = [
+        {
+            "member_id": f"consumer-{m}-{uuid.UUID(int=m)}",
+            "group_instance_id": None,
+            "metadata": bytes(100),
+        }
+        for m in range(50)
+    ]
+    body = {
+        "generation_id": 3,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "leader": members[0]["member_id"],
+        "member_id": members[0]["member_id"],
+        "members": members,
+    }
+    frame = encode_response(Response(11, 9, {"correlation_id": 7}, body))
+    return Case("join_group_50_members", 11, 9, "response", frame)
+
+
+def kafkalens_decoder(case: Case) -> Callable[[], object]:
+    frame = case.frame
+    if case.kind == "request":
+        return lambda: decode_request(frame)
+    return lambda: decode_response(frame, case.api_key, case.version)
+
+
+def kio_decoder(case: Case) -> Callable[[], object]:
+    entity: Any = (
+        load_request_schema(case.api_key, case.version)
+        if case.kind == "request"
+        else load_response_schema(case.api_key, case.version)
+    )
+    read_header = entity_reader(entity.__header_schema__)
+    read_body: Any = entity_reader(entity)
+    frame = case.frame
+
+    def decode() -> object:
+        header, size = read_header(frame, 0)
+        body, rest = read_body(frame, size)
+        assert size + rest == len(frame)
+        return header, body
+
+    return decode
+
+
+def per_call(pair: tuple[Callable[[], object], Callable[[], object]]) -> tuple[float, float]:
+    """CPU microseconds per call of each function: the best of 15 samples of ~50 ms,
+    the two taking turns so that a change of load on the machine hits both."""
+    calls = [_calls_for(fn) for fn in pair]
+    best = [float("inf"), float("inf")]
+    for _ in range(15):
+        for i, fn in enumerate(pair):
+            best[i] = min(best[i], _timed(fn, calls[i]) / calls[i] * 1e6)
+    return best[0], best[1]
+
+
+def _calls_for(fn: Callable[[], object], seconds: float = 0.05) -> int:
+    fn()
+    calls = 1
+    while _timed(fn, calls) < seconds:
+        calls *= 2
+    return calls
+
+
+def _timed(fn: Callable[[], object], calls: int) -> float:
+    start = time.process_time()
+    for _ in range(calls):
+        fn()
+    return time.process_time() - start
+
+
+def profile(case: Case, calls: int = 200) -> None:
+    decode = kafkalens_decoder(case)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        decode()
+    profiler.disable()
+    print(f"\n### cProfile of kafkalens, {case.name}, {calls} decodes\n```")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+    print("```")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", action="store_true", help="cProfile kafkalens per case")
+    args = parser.parse_args()
+    cases = [produce_case(), fetch_case(), metadata_case(), join_group_case()]
+    rows = []
+    for case in cases:
+        ours, theirs = per_call((kafkalens_decoder(case), kio_decoder(case)))
+        row = {
+            "case": case.name,
+            "api_version": case.version,
+            "frame_bytes": len(case.frame),
+            "kafkalens_us": round(ours, 2),
+            "kio_us": round(theirs, 2),
+            "ratio": round(ours / theirs, 3),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print("\n| case | version | frame bytes | kafkalens µs | kio µs | kafkalens / kio |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['case']} | v{r['api_version']} | {r['frame_bytes']:,} | {r['kafkalens_us']:,.1f}"
+            f" | {r['kio_us']:,.1f} | {r['ratio']:.2f} |"
+        )
+    if args.profile:
+        for case in cases:
+            profile(case)
+
+
+if __name__ == "__main__":
+    main()
