@@ -17,6 +17,7 @@ import itertools
 import struct
 from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 from codec import wire
 from codec.errors import EncodeError
@@ -49,6 +50,15 @@ class _Source:
         return name
 
 
+# Struct objects for primitive arrays of up to _SMALL_ARRAY elements, by type code: a
+# format string built per call costs more than the unpacking itself.
+_SMALL_ARRAY = 256
+_ARRAY_STRUCTS = {
+    code: [struct.Struct(f">{n}{code}") for n in range(_SMALL_ARRAY)]
+    for code, _ in FIXED_TYPES.values()
+}
+
+
 def _base_namespace() -> dict[str, Any]:
     return {
         "uv": wire.read_uvarint,
@@ -62,6 +72,7 @@ def _base_namespace() -> dict[str, Any]:
         "unpack_from": struct.unpack_from,
         "pack": struct.pack,
         "EncodeError": EncodeError,
+        "UUID": UUID,
         "MAX_UNKNOWN_TAGS": wire.MAX_UNKNOWN_TAGS,
     }
 
@@ -105,6 +116,23 @@ def _element_min_size(field: Field, version: int, flexible: bool) -> int:
     if element == "uuid":
         return 16
     return 1 if field.flexible_in(version, flexible) else 2
+
+
+def _fresh_default(src: _Source, field: Field) -> str:
+    """An expression for the field's default: a new object each time when it is a
+    mutable list or dict, so decoded messages never share (and mutate) one."""
+    default = field.default_value()
+    if isinstance(default, list | dict):
+        return repr(default)
+    return src.const(default)
+
+
+def _emit_uvarint(src: _Source, ind: int, var: str, end: str) -> None:
+    """Most varints (lengths, counts) are one byte: read those inline, no call."""
+    src.line(ind, f"if p >= {end}: raise short(p, 'varint')")
+    src.line(ind, f"{var} = b[p]")
+    src.line(ind, f"if {var} < 128: p += 1")
+    src.line(ind, f"else: {var}, p = uv(b, p, {end})")
 
 
 class DecoderBuilder:
@@ -163,9 +191,9 @@ class DecoderBuilder:
         for field in tagged:
             var = src.tmp("v")
             names[field.name] = var
-            src.line(1, f"{var} = {src.const(field.default_value())}")
+            src.line(1, f"{var} = {_fresh_default(src, field)}")
         src.line(1, "unk = exp = None")
-        src.line(1, "tc, p = uv(b, p, n)")
+        _emit_uvarint(src, 1, "tc", "n")
         src.line(1, "if tc:")
         src.line(2, "if tc > n - p: raise invalid(p, 'tagged field count exceeds the bytes left')")
         src.line(2, "for _ in range(tc):")
@@ -223,7 +251,7 @@ class DecoderBuilder:
     ) -> None:
         length = src.tmp("l")
         if flex:
-            src.line(ind, f"{length}, p = uv(b, p, {end})")
+            _emit_uvarint(src, ind, length, end)
             src.line(ind, f"{length} -= 1")
         else:
             prefix = "I16" if type_name == "string" else "I32"
@@ -270,7 +298,7 @@ class DecoderBuilder:
     ) -> None:
         count = src.tmp("c")
         if flex:
-            src.line(ind, f"{count}, p = uv(b, p, {end})")
+            _emit_uvarint(src, ind, count, end)
             src.line(ind, f"{count} -= 1")
         else:
             src.line(ind, f"if p + 4 > {end}: raise short(p, 'array length')")
@@ -290,7 +318,9 @@ class DecoderBuilder:
         element = field.element_type
         if not field.is_struct and element in FIXED_TYPES:
             code, size = FIXED_TYPES[element]
-            src.line(ind + 1, f"{var} = list(unpack_from('>%d{code}' % {count}, b, p))")
+            table = src.const(_ARRAY_STRUCTS[code])
+            src.line(ind + 1, f"if {count} < {_SMALL_ARRAY}: {var} = list({table}[{count}].unpack_from(b, p))")
+            src.line(ind + 1, f"else: {var} = list(unpack_from('>%d{code}' % {count}, b, p))")
             src.line(ind + 1, f"p += {count} * {size}")
             return
         src.line(ind + 1, f"k[0] -= {count}")

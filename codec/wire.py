@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 from uuid import UUID
 
 from codec.errors import DecodeError, EncodeError
@@ -63,7 +64,12 @@ def write_uvarint(value: int) -> bytes:
 
 
 def read_uuid(buf: memoryview, pos: int) -> UUID:
-    raw = bytes(buf[pos : pos + 16])
+    return _uuid(bytes(buf[pos : pos + 16]))
+
+
+@lru_cache(maxsize=8192)
+def _uuid(raw: bytes) -> UUID:
+    # Topic ids repeat in every Metadata and Fetch; a UUID is immutable, so share them.
     if raw == b"\x00" * 16:
         return ZERO_UUID
     return UUID(bytes=raw)
