@@ -244,9 +244,9 @@ class RequestSide:
 
     def _answer_instead(self, pending: Pending, reply: bytes) -> list[Buffer]:
         ex = self.ex
-        if self._unanswered:
-            # The client expects no response to acks=0; Kafka itself reports such an
-            # error by closing the connection, and so does the proxy.
+        if self._unanswered or not reply:
+            # Nothing to answer with (acks=0 expects no response; an empty reply means the
+            # API has no error code to carry it): Kafka closes the connection, so do we.
             ex.close("rejected")
             return []
         pending.reply = bytes(reply)

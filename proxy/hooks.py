@@ -132,7 +132,8 @@ class Hooks:
     ) -> bytes | None:
         """Before forwarding, if `inspects_requests`. Return a response frame body (from
         the correlation id on, no length prefix) to answer the client with it instead of
-        forwarding; it is sent in order, after the responses to earlier requests."""
+        forwarding; it is sent in order, after the responses to earlier requests. An
+        empty `b""` refuses the request by closing the connection."""
         return None
 
     def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:

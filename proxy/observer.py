@@ -121,7 +121,8 @@ class ObservingHooks(Hooks):
         if why is None:
             return None
         self._kip1313_violation(info, state, "rejected", why, api_key, api_version, correlation_id)
-        return error_response(api_key, api_version, correlation_id, INVALID_REQUEST, self.policy)
+        reply = error_response(api_key, api_version, correlation_id, INVALID_REQUEST, self.policy)
+        return reply if reply is not None else b""  # no top-level error code: close
 
     def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         pending.token = self._observe_request(info, frame, pending)
@@ -206,6 +207,10 @@ class ObservingHooks(Hooks):
         self.metrics.api(api).decode_error(direction)
         if state is not None:
             state.decode_errors += 1
+
+    def close(self) -> None:
+        if self.log:
+            self.log.close()
 
     # -- responses -----------------------------------------------------------
 

@@ -19,10 +19,18 @@ import structlog
 
 FLUSH_INTERVAL = 0.2
 BUFFER_BYTES = 64 * 1024
+PIPE_BUF = 4096
 
 
 def _dumps(event: dict[str, Any], **_: Any) -> str:
     return json.dumps(event, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _write_all(data: bytes) -> None:
+    fd = sys.stdout.fileno()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 class LineSink:
@@ -33,6 +41,8 @@ class LineSink:
         self.max_bytes = max_bytes
         self.backups = backups
         self._stream: IO[str] = sys.stdout if path == "-" else self._open()
+        if path == "-":
+            sys.stdout.flush()  # our writes bypass its buffer
         self._pending: list[str] = []
         self._pending_bytes = 0
         self._size = 0 if path == "-" else self._stream.tell()
@@ -56,6 +66,9 @@ class LineSink:
         self._last_flush = time.monotonic()
         if not self._pending:
             return
+        if self.path == "-":
+            self._write_stdout()
+            return
         data = "\n".join(self._pending) + "\n"
         self._pending.clear()
         self._pending_bytes = 0
@@ -64,6 +77,23 @@ class LineSink:
         self._stream.write(data)
         self._stream.flush()
         self._size += len(data.encode("utf-8")) if not data.isascii() else len(data)
+
+    def _write_stdout(self) -> None:
+        """Whole lines in writes of at most PIPE_BUF bytes: such writes to a pipe are
+        atomic, so worker processes sharing standard output never split a line."""
+        chunk: list[bytes] = []
+        size = 0
+        for line in self._pending:
+            raw = line.encode("utf-8") + b"\n"
+            if chunk and size + len(raw) > PIPE_BUF:
+                _write_all(b"".join(chunk))
+                chunk, size = [], 0
+            chunk.append(raw)
+            size += len(raw)
+        if chunk:
+            _write_all(b"".join(chunk))
+        self._pending.clear()
+        self._pending_bytes = 0
 
     def _rotate(self) -> None:
         self._stream.close()
