@@ -35,28 +35,33 @@ def capped_ranges(api_keys: list[dict[str, int]], policy: HeaderPolicy) -> list[
 
 
 def _max_known(policy: HeaderPolicy, api_key: int, high: int) -> int:
-    pair = api_messages().get(api_key)
-    if pair is None:
+    newest = _NEWEST.get(api_key)
+    if newest is None:
         return -1
-    newest = pair[0].max_version
-    for version in range(high, newest, -1):  # versions declared past the schema's newest
-        if policy.declares_v3(api_key, version):
-            return version
+    if high > newest and policy.header_v3:
+        for version in range(high, newest, -1):  # versions declared past the schema's newest
+            if policy.declares_v3(api_key, version):
+                return version
     return min(high, newest)
 
 
-def cap_api_versions(frame: memoryview, request_version: int, policy: HeaderPolicy) -> bytes | None:
-    """The rewritten response frame, or None to forward the original unchanged."""
+_NEWEST = {key: request.max_version for key, (request, _) in api_messages().items()}
+
+
+def cap_api_versions(
+    frame: memoryview, request_version: int, policy: HeaderPolicy
+) -> tuple[bytes | None, Response | None]:
+    """(the rewritten frame or None to forward the original, the decoded response)."""
     version = response_version(frame, request_version)
     if not policy.knows(API_VERSIONS, version):
-        return None
+        return None, None
     try:
         response = decode_response(frame, API_VERSIONS, version, policy)
     except DecodeError:
-        return None
+        return None, None
     original = response.body.get("api_keys") or []
     capped = capped_ranges(original, policy)
     if capped == original:
-        return None
-    body = {**response.body, "api_keys": capped}
-    return encode_response(Response(API_VERSIONS, version, response.header, body), policy)
+        return None, response
+    response.body["api_keys"] = capped
+    return encode_response(response, policy), response

@@ -11,7 +11,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from codec import DecodeError, HeaderPolicy, UnknownApiError, decode_request, decode_response
+from codec import (
+    DecodeError,
+    HeaderPolicy,
+    Response,
+    UnknownApiError,
+    decode_request,
+    decode_response,
+)
 from codec.error_codes import INVALID_REQUEST
 from codec.error_response import error_response
 from codec.messages import decode_request_header
@@ -43,6 +50,7 @@ class Token:
     correlation_id: int
     fields: dict[str, Any]
     decode_error: str | None = None
+    response: Response | None = None  # already decoded by rewrite_response
 
 
 class ObservingHooks(Hooks):
@@ -216,7 +224,10 @@ class ObservingHooks(Hooks):
 
     def rewrite_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> bytes | None:
         if pending.api_key == API_VERSIONS:
-            return cap_api_versions(frame, pending.api_version, self.policy)
+            new_frame, decoded = cap_api_versions(frame, pending.api_version, self.policy)
+            if isinstance(pending.token, Token):
+                pending.token.response = decoded  # no bytes fields: safe to keep
+            return new_frame
         return None
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
@@ -249,7 +260,7 @@ class ObservingHooks(Hooks):
         if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
             version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
         try:
-            response = decode_response(frame, pending.api_key, version, self.policy)
+            response = token.response or decode_response(frame, pending.api_key, version, self.policy)
         except DecodeError as exc:
             self._decode_failed(state, token.api, "response")
             return {"errors": [], "response_decode_error": str(exc)}

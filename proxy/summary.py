@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codec import DecodeError, Request, Response
-from codec.entities import collect, entity_paths, error_code_paths
+from codec.entities import ERROR_CODES, GROUPS, TOPICS, TRANSACTIONAL_IDS, collector
 from codec.error_codes import error_name
 from codec.groups import group_payloads
 from codec.records import iter_records, summarize
+from codec.schema import api_messages
 
 MAX_LISTED = 100  # topics, groups or config names listed in one line; the rest are counted
 
@@ -72,17 +73,18 @@ def request_fields(request: Request, options: SummaryOptions, topic_ids: TopicId
     body, name = request.body, _message_name(request.api_key, "request")
     version, limit = request.api_version, options.max_string_length
     out: dict[str, Any] = {}
-    topics = collect(body, entity_paths(name, version, "topicName"))
+    found = collector(name, version)(body)
+    topics = found[TOPICS]
     if topics:
         out["topics"] = _listed(topics, limit)
         if len(topics) > MAX_LISTED:
             out["topic_count"] = len(topics)
-    groups = collect(body, entity_paths(name, version, "groupId"))
+    groups = found[GROUPS]
     if groups:
         out["group_id"] = clean(groups[0], limit)
         if len(groups) > 1:
             out["group_ids"] = _listed(groups, limit)
-    transactional = collect(body, entity_paths(name, version, "transactionalId"))
+    transactional = found[TRANSACTIONAL_IDS]
     if transactional:
         out["transactional_id"] = clean(transactional[0], limit)
     _group_member_fields(body, out, limit)
@@ -96,7 +98,7 @@ def response_fields(
     response: Response, options: SummaryOptions, topic_ids: TopicIds
 ) -> dict[str, Any]:
     body, name = response.body, _message_name(response.api_key, "response")
-    codes = collect(body, error_code_paths(name, response.api_version))
+    codes = collector(name, response.api_version)(body)[ERROR_CODES]
     out: dict[str, Any] = {"errors": sorted(error_name(c) for c in codes if c)}
     extra = _RESPONSE_EXTRAS.get(response.api_key)
     if extra is not None:
@@ -105,10 +107,14 @@ def response_fields(
 
 
 def _message_name(api_key: int, kind: str) -> str:
-    from codec.schema import api_messages
+    return _MESSAGE_NAMES[(api_key, kind)]
 
-    request, response = api_messages()[api_key]
-    return request.name if kind == "request" else response.name
+
+_MESSAGE_NAMES = {
+    (key, kind): message.name
+    for key, pair in api_messages().items()
+    for kind, message in zip(("request", "response"), pair, strict=True)
+}
 
 
 def _group_member_fields(body: dict[str, Any], out: dict[str, Any], limit: int) -> None:
@@ -208,7 +214,9 @@ def _metadata_response(response: Response, out: dict[str, Any], options: Summary
 
 def _config_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
     # Names only: values may be passwords or sasl.jaas.config and are never logged.
-    names = collect(request.body, (tuple(_CONFIG_NAME_PATHS[request.api_key]),))
+    outer, _, name = _CONFIG_NAME_PATHS[request.api_key]
+    names = [c[name] for r in request.body.get(outer) or () for c in r.get("configs") or ()]
+    names = list(dict.fromkeys(names))
     if names:
         out["config_names"] = _listed(names, options.max_string_length)
 
