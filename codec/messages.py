@@ -155,6 +155,17 @@ def _run(
         raise DecodeError(f"malformed input: {type(exc).__name__}", offset=pos) from None
 
 
+TRAILING = "_trailing"
+
+
+def _keep_trailing(body: dict[str, Any], buf: memoryview, pos: int) -> None:
+    """Bytes after the message's last field: Kafka's brokers and clients ignore them
+    (librdkafka 2.16 sends three after its Metadata v12 request), so they are kept, as
+    a view, for the encoder to put back, not refused."""
+    if pos != len(buf):
+        body[TRAILING] = buf[pos:]
+
+
 def _view(frame: bytes | bytearray | memoryview) -> memoryview:
     view = frame if isinstance(frame, memoryview) else memoryview(frame)
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
@@ -190,8 +201,7 @@ def decode_request(
         request, _ = _messages_for(api_key, version)
         decoder = struct_decoder(request.name, policy.body_version(api_key, version))
         body, pos = _run(decoder, buf, pos, len(buf), [budget])
-        if pos != len(buf):
-            raise DecodeError(f"{len(buf) - pos} bytes after the end of the message", offset=pos)
+        _keep_trailing(body, buf, pos)
     except DecodeError as exc:
         raise exc.with_context(api_key=api_key, api_version=version, direction="request") from None
     return Request(api_key, version, header, body, header_version)
@@ -213,8 +223,7 @@ def decode_response(
         )
         decoder = struct_decoder(response.name, policy.body_version(api_key, api_version))
         body, pos = _run(decoder, buf, pos, len(buf), [budget])
-        if pos != len(buf):
-            raise DecodeError(f"{len(buf) - pos} bytes after the end of the message", offset=pos)
+        _keep_trailing(body, buf, pos)
     except DecodeError as exc:
         raise exc.with_context(api_key=api_key, api_version=api_version, direction="response") from None
     return Response(api_key, api_version, header, body, header_version)
@@ -239,6 +248,7 @@ def encode_request(request: Request, policy: HeaderPolicy = DEFAULT_POLICY) -> b
     out: list[Any] = []
     _encode("RequestHeader", header_version, header, out)
     _encode(req.name, policy.body_version(request.api_key, request.api_version), request.body, out)
+    out.append(request.body.get(TRAILING, b""))
     return b"".join(out)
 
 
@@ -249,6 +259,7 @@ def encode_response(response: Response, policy: HeaderPolicy = DEFAULT_POLICY) -
     out: list[Any] = []
     _encode("ResponseHeader", header_version, response.header, out)
     _encode(resp.name, policy.body_version(response.api_key, response.api_version), response.body, out)
+    out.append(response.body.get(TRAILING, b""))
     return b"".join(out)
 
 

@@ -76,7 +76,7 @@ def plain(value: Any) -> Any:
     if isinstance(value, memoryview):
         return bytes(value)
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items() if k != "_explicit_tags"}
+        return {k: plain(v) for k, v in value.items() if k not in ("_explicit_tags",)}
     if isinstance(value, list | tuple):
         return type(value)(plain(v) for v in value)
     return value

@@ -149,13 +149,26 @@ def test_every_truncation_is_a_decode_error(
 
 
 @pytest.mark.parametrize(("direction", "frame", "api_key", "version"), SEEDS)
-def test_trailing_junk_is_a_decode_error(
+def test_trailing_bytes_are_kept_and_re_encoded(
     direction: str, frame: bytes, api_key: int, version: int
 ) -> None:
+    # Kafka ignores bytes after a message's last field, and real clients send them
+    # (librdkafka 2.16's Metadata v12 request): decode, keep them, put them back.
     decode = decoder_for(direction, api_key, version)
     for junk in (b"\x00", b"\xff" * 7, b"trailing"):
-        with pytest.raises(DecodeError, match="after the end"):
-            decode(frame + junk)
+        message = decode(frame + junk)
+        assert bytes(message.body["_trailing"]) == junk
+        encode = encode_request if direction == "request" else encode_response
+        assert encode(message) == frame + junk
+
+
+def test_librdkafka_metadata_v12_request_with_trailing_bytes() -> None:
+    frame = bytes.fromhex("0003000c000000050007") + b"rdkafka" + bytes.fromhex("0000000000010000")
+    request = decode_request(frame)
+    assert request.header["client_id"] == "rdkafka"
+    assert request.body["topics"] is None
+    assert bytes(request.body["_trailing"]) == b"\x01\x00\x00"
+    assert encode_request(request) == frame
 
 
 @st.composite
