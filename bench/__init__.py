@@ -1,0 +1,1 @@
+"""kafkalens benchmark harness: `python -m bench.run` (see bench/README.md)."""

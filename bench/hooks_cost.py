@@ -1,0 +1,204 @@
+"""What kafkalens's hooks cost per request/response pair, without sockets.
+
+Real frames (librdkafka's Produce and Fetch, the raw clients' ApiVersions and
+Metadata) are captured through the tests' recording relay in front of a tansu
+broker, then replayed through the hooks `kafkalens proxy` runs, whole and stage by
+stage. Run from the repository root: .venv/bin/python -m bench.hooks_cost
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support.relay import Frame, RecordingRelay  # noqa: E402
+
+from bench import metadata, throughput, wire  # noqa: E402
+from codec import decode_request, decode_response  # noqa: E402
+from proxy.api_versions import cap_api_versions  # noqa: E402
+from proxy.config import Overrides, load_config  # noqa: E402
+from proxy.hooks import ConnectionInfo, Hooks, Pending  # noqa: E402
+from proxy.metrics import Metrics  # noqa: E402
+from proxy.observer import build_hooks  # noqa: E402
+from proxy.summary import SummaryOptions, TopicIds, request_fields, response_fields  # noqa: E402
+from proxy.tansu import TansuBroker, free_port  # noqa: E402
+
+Pair = tuple[Frame, Frame]
+HOST = "127.0.0.1"
+API_VERSIONS = 18
+
+
+def capture(records: int = 5000, partitions: int = 1000) -> dict[str, Pair]:
+    """One representative request/response pair per case, captured from real clients."""
+    port = free_port(HOST)
+    with (
+        TansuBroker(advertised_port=port) as broker,
+        RecordingRelay(HOST, broker.port, port=port) as relay,
+    ):
+        throughput.create_topic(relay.bootstrap)
+        throughput.produce(relay.bootstrap, records)
+        throughput.consume(relay.bootstrap, records)
+        _raw(port, wire.api_versions(), wire.metadata([throughput.TOPIC]))
+        metadata.create_topics(relay.bootstrap, partitions)
+        _raw(port, wire.metadata(None))
+        time.sleep(0.2)
+        pairs = [(q, r) for q, r in relay.pairs() if r is not None]
+    return {
+        "Produce (librdkafka batch)": _largest(pairs, 0, request=True),
+        "Fetch (librdkafka)": _largest(pairs, 1, request=False),
+        "ApiVersions v3": _ours(pairs, API_VERSIONS)[0],
+        "Metadata v12, 1 topic": _ours(pairs, 3)[0],
+        f"Metadata v12, {partitions:,} partitions": _ours(pairs, 3)[-1],
+    }
+
+
+def _raw(port: int, *templates: wire.Template) -> None:
+    sock = wire.connect(HOST, port)
+    try:
+        for n, template in enumerate(templates):
+            wire.roundtrip(sock, template.frame(n))
+    finally:
+        sock.close()
+
+
+def _largest(pairs: list[Pair], api_key: int, request: bool) -> Pair:
+    mine = [p for p in pairs if p[0].api_key == api_key]
+    return max(mine, key=lambda p: len(p[0 if request else 1].data))
+
+
+def _ours(pairs: list[Pair], api_key: int) -> list[Pair]:
+    """The raw client's pairs for `api_key`, smallest response first."""
+    mine = [p for p in pairs if p[0].api_key == api_key and wire.CLIENT_ID.encode() in p[0].data]
+    return sorted(mine, key=lambda p: len(p[1].data))
+
+
+def make_hooks(sample_rate: float) -> tuple[Hooks, ConnectionInfo]:
+    """The proxy's hooks, request log to /dev/null, and one open connection."""
+    config = load_config(None, Overrides(request_log="/dev/null"))
+    log = dataclasses.replace(config.request_log, sample_rate=sample_rate)
+    metrics = Metrics()
+    hooks = build_hooks(dataclasses.replace(config, request_log=log), metrics)
+    info = ConnectionInfo("bench-1", "plaintext", HOST, 50000, "127.0.0.1:9092")
+    info.metrics = metrics.connection_opened("plaintext")
+    hooks.connection_opened(info)
+    return hooks, info
+
+
+def cycle(hooks: Hooks, info: ConnectionInfo, pair: Pair) -> None:
+    """What a connection calls for one request and its response."""
+    request, response = pair
+    pending = Pending(
+        request.correlation_id,
+        request.api_key,
+        request.api_version,
+        time.perf_counter(),
+        len(request.data) + 4,
+    )
+    hooks.request_forwarded(info, memoryview(request.data), pending)
+    body = response.data
+    if request.api_key in hooks.rewrite_api_keys:
+        body = hooks.rewrite_response(info, memoryview(body), pending) or body
+    hooks.response_forwarded(info, memoryview(body), pending)
+
+
+def stages(pair: Pair) -> dict[str, Callable[[], object]]:
+    """The hooks' main pieces, each callable alone."""
+    request, response = pair
+    key, version = request.api_key, request.api_version
+    options, ids = SummaryOptions(), TopicIds()
+    decoded_request = decode_request(request.data)
+    decoded_response = decode_response(response.data, key, version)
+    hooks: Any = make_hooks(1.0)[0]
+    api = hooks.metrics.api(hooks.api_name(key))
+    line = _log_line(pair)
+    out: dict[str, Callable[[], object]] = {
+        "decode request": lambda: decode_request(request.data),
+        "request fields": lambda: request_fields(decoded_request, options, ids),
+        "decode response": lambda: decode_response(response.data, key, version),
+        "response fields": lambda: response_fields(decoded_response, options, ids),
+        "metrics": lambda: (api.request(version, 100), api.response(0.001, 100)),
+        "log line": lambda: hooks.log.write("request", dict(line)),
+    }
+    if key == API_VERSIONS:
+        out["ApiVersions cap"] = lambda: cap_api_versions(
+            memoryview(response.data), version, hooks.policy
+        )
+    return out
+
+
+def _log_line(pair: Pair) -> dict[str, Any]:
+    """The fields of the request log line the hooks write for `pair`."""
+    hooks: Any
+    hooks, info = make_hooks(1.0)
+    lines: list[dict[str, Any]] = []
+    hooks.log.write = lambda event, fields: lines.append(fields)
+    cycle(hooks, info, pair)
+    return lines[-1]
+
+
+def per_call_us(fn: Callable[[], object], seconds: float = 0.3) -> float:
+    """Best of 5 runs, microseconds of CPU per call."""
+    fn()
+    calls = 1
+    while _cpu(fn, calls) < seconds / 5:
+        calls *= 2
+    return min(_cpu(fn, calls) for _ in range(5)) / calls * 1e6
+
+
+def _cpu(fn: Callable[[], object], calls: int) -> float:
+    start = time.process_time()
+    for _ in range(calls):
+        fn()
+    return time.process_time() - start
+
+
+def measure(cases: dict[str, Pair]) -> list[dict[str, Any]]:
+    rows = []
+    for name, pair in cases.items():
+        row: dict[str, Any] = {"case": name}
+        row["request_bytes"], row["response_bytes"] = len(pair[0].data), len(pair[1].data)
+        for label, rate in (("all hooks, log on", 1.0), ("all hooks, log sampled 0", 0.0)):
+            hooks, info = make_hooks(rate)
+            row[label] = per_call_us(functools.partial(cycle, hooks, info, pair))
+        for label, fn in stages(pair).items():
+            row[label] = per_call_us(fn)
+        rows.append(row)
+    return rows
+
+
+COLUMNS = (
+    "all hooks, log on",
+    "all hooks, log sampled 0",
+    "decode request",
+    "request fields",
+    "decode response",
+    "response fields",
+    "ApiVersions cap",
+    "metrics",
+    "log line",
+)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    heads = ["case", "request B", "response B", *(f"{c} µs" for c in COLUMNS)]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for row in rows:
+        cells = [row["case"], f"{row['request_bytes']:,}", f"{row['response_bytes']:,}"]
+        cells += [f"{row[c]:,.1f}" if c in row else "–" for c in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    print(markdown(measure(capture())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""CPU time and memory of a process and its live descendants, read from /proc."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+PROC = Path("/proc")
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and every live descendant (worker processes included)."""
+    found = [pid]
+    for parent in found:
+        found.extend(_children(parent))
+    return [p for p in found if (PROC / str(p)).exists()]
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = list((PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process tree, in seconds."""
+    return sum(_cpu_one(p) for p in tree(pid))
+
+
+def _cpu_one(pid: int) -> float:
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # After "pid (comm) ": state is field 3, utime field 14, stime field 15.
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def memory_kib(pid: int, key: str) -> int:
+    """A /proc/PID/status value (VmRSS, VmHWM) summed over the process tree, in KiB."""
+    return sum(_status_kib(p, key) for p in tree(pid))
+
+
+def _status_kib(pid: int, key: str) -> int:
+    try:
+        lines = (PROC / str(pid) / "status").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def mb(kib: int | None) -> float | None:
+    """KiB (as /proc reports) to MB (10^6 bytes), one decimal."""
+    return None if kib is None else round(kib * 1024 / 1e6, 1)
+
+
+class CpuWindow:
+    """CPU seconds a process tree used between `start()` and `stop()` (None: no process)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self._before = 0.0
+        self.used: float | None = None
+
+    def start(self) -> CpuWindow:
+        if self.pid is not None:
+            self._before = cpu_seconds(self.pid)
+        return self
+
+    def stop(self) -> float | None:
+        if self.pid is not None:
+            self.used = cpu_seconds(self.pid) - self._before
+        return self.used

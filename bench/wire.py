@@ -1,0 +1,82 @@
+"""Small Kafka requests over raw sockets, encoded with the project's codec.
+
+Frames are encoded once; each send patches a fresh correlation id in place
+(bytes 8..12 of a length-prefixed request frame).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+from codec import Request, encode_request
+
+CLIENT_ID = "kafkalens-bench"
+API_VERSIONS = 18
+METADATA = 3
+_CORR = struct.Struct(">i")
+_SIZE = struct.Struct(">i")
+_ZERO_UUID = bytes(16)
+
+
+@dataclass(frozen=True)
+class Template:
+    """One request, length prefix included; `frame(n)` gives it with correlation id n."""
+
+    name: str
+    data: bytes
+
+    def frame(self, correlation_id: int) -> bytearray:
+        out = bytearray(self.data)
+        _CORR.pack_into(out, 8, correlation_id)
+        return out
+
+
+def _template(name: str, request: Request) -> Template:
+    body = encode_request(request)
+    return Template(name, _SIZE.pack(len(body)) + body)
+
+
+def api_versions() -> Template:
+    body = {"client_software_name": "kafkalens-bench", "client_software_version": "1.0"}
+    header = {"correlation_id": 0, "client_id": CLIENT_ID}
+    return _template("ApiVersions", Request(API_VERSIONS, 3, header, body))
+
+
+def metadata(topics: list[str] | None) -> Template:
+    """Metadata v12 for `topics` (None: every topic)."""
+    body = {
+        "topics": None if topics is None else [{"topic_id": _ZERO_UUID, "name": t} for t in topics],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    header = {"correlation_id": 0, "client_id": CLIENT_ID}
+    return _template("Metadata", Request(METADATA, 12, header, body))
+
+
+def connect(host: str, port: int, timeout: float = 10.0) -> socket.socket:
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def roundtrip(sock: socket.socket, frame: bytes | bytearray) -> int:
+    """Send one request, read its whole response; the response size (prefix included)."""
+    sock.sendall(frame)
+    head = _read_exact(sock, 4)
+    size = _SIZE.unpack(head)[0]
+    _read_exact(sock, size)
+    return size + 4
+
+
+def _read_exact(sock: socket.socket, count: int) -> bytes:
+    buf = bytearray(count)
+    view = memoryview(buf)
+    got = 0
+    while got < count:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("connection closed mid-response")
+        got += n
+    return bytes(buf)
