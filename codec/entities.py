@@ -25,7 +25,7 @@ _ENTITY_CATEGORIES = {
 }
 
 
-def _category(field: Field) -> str | None:
+def category(field: Field) -> str | None:
     if field.entity_type in _ENTITY_CATEGORIES:
         return _ENTITY_CATEGORIES[field.entity_type]
     if field.type == "int16" and field.name.endswith("error_code"):
@@ -46,9 +46,9 @@ def _build(fields: tuple[Field, ...], version: int) -> _Node | None:
     for f in fields:
         if not f.present_in(version):
             continue
-        category = _category(f)
-        if category is not None and not f.is_struct:
-            node.leaves.append((f.name, category, f.is_array))
+        kind = category(f)
+        if kind is not None and not f.is_struct:
+            node.leaves.append((f.name, kind, f.is_array))
         if f.children:
             child = _build(f.children, version)
             if child is not None:
