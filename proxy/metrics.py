@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter as RefCounts
 from collections.abc import Callable, Hashable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -198,8 +198,16 @@ class Metrics:
     def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
         return Counter(name, doc, labels, registry=self.registry)
 
-    def _gauge(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
-        return Gauge(name, doc, labels, registry=self.registry)
+    def _gauge(
+        self,
+        name: str,
+        doc: str,
+        labels: tuple[str, ...] = (),
+        mode: Literal["livesum", "max"] = "livesum",
+    ) -> Gauge:
+        # With workers > 1 each process writes its own value; "livesum" adds up those
+        # of the workers alive (connections, pending requests), "max" keeps one.
+        return Gauge(name, doc, labels, registry=self.registry, multiprocess_mode=mode)
 
     def _define_request_metrics(self) -> None:
         c = self._counter
@@ -269,6 +277,11 @@ class Metrics:
             "Failed or lost upstream broker connections.",
             ("upstream", "reason"),
         )
+        self.gateway_listener_errors = c(
+            "kafkalens_gateway_listener_errors_total",
+            "Gateway mode: broker listeners that could not be opened (their clients fail).",
+            ("reason",),
+        )
         self.pending_requests = self._gauge(
             "kafkalens_pending_requests", "Requests forwarded and awaiting their response."
         )
@@ -277,7 +290,7 @@ class Metrics:
         )
         self.bytes_to_broker = self.forwarded_bytes.labels(direction="client_to_broker")
         self.bytes_to_client = self.forwarded_bytes.labels(direction="broker_to_client")
-        self.build_info = self._gauge("kafkalens_build_info", "Always 1.", ("version",))
+        self.build_info = self._gauge("kafkalens_build_info", "Always 1.", ("version",), "max")
 
     def api(self, name: str) -> ApiMetrics:
         """The cached series of api `name` (a codec api name, a bounded set)."""
@@ -296,6 +309,10 @@ class Metrics:
     def upstream_failure(self, upstream: str, reason: str) -> None:
         """`reason`: connect_refused, timeout, tls, reset, ..."""
         self.upstream_failures.labels(upstream=self.upstream_capper(upstream), reason=reason).inc()
+
+    def gateway_listener_error(self, reason: str) -> None:
+        """`reason`: port_in_use, bind_failed or no_port (the node id maps past 65535)."""
+        self.gateway_listener_errors.labels(reason=reason).inc()
 
     def unknown_request(self, reason: str) -> None:
         """`reason`: "api_key" or "api_version"; the frame was forwarded untouched."""

@@ -48,12 +48,32 @@ class RunningProxy:
 
 def check_supported(config: Config) -> None:
     """What the configuration may ask for that this build cannot do yet."""
-    if config.mode == "gateway":
-        raise ConfigError("mode", "gateway mode is not available yet")
     if config.workers > 1:
         from proxy.workers import check_shareable
 
         check_shareable(config)
+
+
+async def open_server(
+    config: Config, hooks: Hooks, metrics: Metrics, *, reuse_port: bool = False
+) -> Server:
+    """A started Server: the sidecar listeners, or gateway mode's bootstrap listener
+    (its broker listeners open as responses name the brokers, see proxy/gateway.py)."""
+    gateway = None
+    if config.mode == "gateway":
+        from proxy.gateway import Gateway
+
+        gateway = Gateway(config, metrics)
+        hooks = gateway.wrap(hooks)
+    server = Server(config, hooks, metrics, reuse_port=reuse_port)
+    try:
+        await server.start()
+        if gateway is not None:
+            await gateway.start(server)
+    except BaseException:
+        await server.close()  # the listeners bound so far, and the hooks' files
+        raise
+    return server
 
 
 async def start_proxy(
@@ -62,12 +82,7 @@ async def start_proxy(
     check_supported(config)
     metrics = metrics or Metrics(config.metrics.max_label_values)
     hooks = hooks if hooks is not None else make_hooks(config, metrics)
-    server = Server(config, hooks, metrics)
-    try:
-        await server.start()
-    except BaseException:
-        await server.close()  # the listeners bound so far, and the hooks' files
-        raise
+    server = await open_server(config, hooks, metrics)
     probe = UpstreamProbe(server.upstreams)
     probe.start()
     running: RunningProxy | None = None

@@ -87,10 +87,12 @@ class Server:
         listen: Address,
         upstream: Address | Sequence[Address],
         tls: ListenerTLS | None = None,
+        sock: socket.socket | None = None,
     ) -> Listener:
         """Accept on `listen` and forward to `upstream` (several: tried in order).
 
-        Usable while running: gateway mode opens one listener per broker it discovers.
+        Usable while running: gateway mode opens one listener per broker it discovers,
+        passing `sock` already bound and listening (then `listen` only names it).
         """
         if name in self.listeners:
             raise ValueError(f"listener {name!r} exists already")
@@ -104,16 +106,21 @@ class Server:
         )
         ctx = self.ctx
         try:
+            where: dict[str, Any] = {"sock": sock}
+            if sock is None:
+                where = {
+                    "host": listen.host,
+                    "port": listen.port,
+                    "reuse_address": True,
+                    "reuse_port": self.reuse_port or None,
+                    "family": socket.AF_INET6 if ":" in listen.host else socket.AF_INET,
+                }
             server = await asyncio.get_running_loop().create_server(
                 lambda: Connection(ctx, route),
-                listen.host,
-                listen.port,
                 ssl=server_context(tls) if tls else None,
                 ssl_handshake_timeout=self.config.limits.connect_timeout_seconds if tls else None,
                 backlog=BACKLOG,
-                reuse_address=True,
-                reuse_port=self.reuse_port or None,
-                family=socket.AF_INET6 if ":" in listen.host else socket.AF_INET,
+                **where,
             )
         except OSError as exc:
             raise ConfigError(

@@ -23,14 +23,14 @@ import os
 import shutil
 import signal
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from proxy.config import Config, ConfigError
+from proxy.config import Address, Config, ConfigError
 
 log = structlog.get_logger("kafkalens.workers")
 
@@ -47,9 +47,35 @@ def check_shareable(config: Config) -> None:
     for i, listener in enumerate(config.listeners):
         if listener.listen.port == 0:
             raise ConfigError(f"listeners[{i}].listen", "port 0 cannot be shared by workers > 1")
+    if config.mode == "gateway" and config.gateway and config.gateway.bootstrap_listen.port == 0:
+        raise ConfigError("gateway.bootstrap_listen", "port 0 cannot be shared by workers > 1")
+
+
+def configured_upstreams(config: Config) -> set[Address]:
+    """What the parent probes: the sidecar upstreams, or the gateway's bootstrap servers."""
+    if config.mode == "gateway" and config.gateway:
+        return set(config.gateway.bootstrap_servers)
+    return {listener.upstream for listener in config.listeners}
 
 
 # --- a worker --------------------------------------------------------------------------
+
+
+def worker_log_path(path: str, index: int) -> str:
+    """requests.log -> requests-w1.log: one file per worker, so no two processes append
+    to or rotate the same file. Standard output stays shared (lines are written whole)."""
+    if path == "-":
+        return path
+    stem, dot, ext = path.rpartition(".")
+    if not dot or "/" in ext:
+        return f"{path}-w{index}"
+    return f"{stem}-w{index}.{ext}"
+
+
+def worker_config(config: Config, index: int) -> Config:
+    log_config = replace(config.request_log, path=worker_log_path(config.request_log.path, index))
+    return replace(config, request_log=log_config)
+
 
 
 def worker_main(index: int, config: Config, ready: Any) -> None:
@@ -67,13 +93,12 @@ def worker_main(index: int, config: Config, ready: Any) -> None:
 async def _worker(index: int, config: Config, ready: Any) -> None:
     from proxy.hooks import make_hooks
     from proxy.metrics import Metrics
-    from proxy.runner import wait_for_stop_signal
-    from proxy.server import Server
+    from proxy.runner import open_server, wait_for_stop_signal
 
+    config = worker_config(config, index)
     metrics = Metrics(config.metrics.max_label_values)
-    server = Server(config, make_hooks(config, metrics), metrics, reuse_port=True)
     try:
-        await server.start()
+        server = await open_server(config, make_hooks(config, metrics), metrics, reuse_port=True)
     except ConfigError as exc:
         ready.put((index, str(exc)))
         return
@@ -204,7 +229,7 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     except BaseException:
         await pool.stop(0)
         raise
-    probe = UpstreamProbe(lambda: {listener.upstream for listener in config.listeners})
+    probe = UpstreamProbe(lambda: configured_upstreams(config))
     probe.start()
 
     def ready() -> tuple[bool, str]:

@@ -191,6 +191,7 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.upstream_failure("u", "r")
     m.unknown_request("api_key")
     m.kip1313_violation("rejected")
+    m.gateway_listener_error("port_in_use")
     m.bytes_to_broker.inc()
     rendered = {name for name, _ in scrape(m)}
     assert rendered == metric_names()

@@ -1,0 +1,141 @@
+"""Gateway mode's hooks: whatever other hooks do, plus every broker address rewritten.
+
+`GatewayHooks` wraps the hooks the proxy would run anyway (decoding, logging,
+metrics) and adds one thing: a response that names brokers is decoded, each broker's
+host/port is replaced by the mapper's answer (proxy/gateway.py), and re-encoded.
+Which responses, at which versions, and where in them comes from the schemas
+(proxy/addresses.py), so a new message that carries an address is not missed.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import structlog
+
+from codec import DecodeError, HeaderPolicy, Response, decode_response, encode_response
+from codec.schema import api_messages
+from proxy.addresses import Mapper, address_fields, rewrite_addresses, rewritten_api_keys
+from proxy.hooks import ConnectionInfo, Hooks, Pending
+
+log = structlog.get_logger("kafkalens.gateway")
+
+
+@cache
+def _response_name(api_key: int) -> str:
+    return api_messages()[api_key][1].name
+
+
+def rewrite_broker_addresses(
+    frame: memoryview | bytes, api_key: int, api_version: int, policy: HeaderPolicy, mapper: Mapper
+) -> bytes | None:
+    """The response with every broker address mapped, or None when none changed (the
+    original bytes then go on untouched)."""
+    fields = address_fields(_response_name(api_key), api_version)
+    if not fields:
+        return None  # this version names no broker (e.g. Fetch before v16): no decoding
+    response, trailing = _decode(frame, api_key, api_version, policy)
+    if not rewrite_addresses(response.body, fields, mapper):
+        return None
+    return encode_response(response, policy) + trailing
+
+
+def _decode(
+    frame: memoryview | bytes, api_key: int, api_version: int, policy: HeaderPolicy
+) -> tuple[Response, bytes]:
+    """The response, and whatever bytes follow its end, kept as they are.
+
+    Clients ignore bytes after a response's end, and librdkafka's mock cluster adds one
+    to its flexible responses; refusing those would leave the brokers' own addresses
+    in them, for clients to go round the gateway.
+    """
+    try:
+        return decode_response(frame, api_key, api_version, policy), b""
+    except DecodeError as exc:
+        end = exc.offset
+        if end is None or not 0 < end < len(frame):
+            raise
+        try:  # if the message ends at the offset, what failed was only what follows it
+            response = decode_response(frame[:end], api_key, api_version, policy)
+        except DecodeError:
+            raise exc from None
+        return response, bytes(frame[end:])
+
+
+class GatewayHooks(Hooks):
+    """`inner`'s behaviour, with broker addresses rewritten by `mapper` before sending.
+
+    Every hook is delegated, so the connection assembles every frame even when `inner`
+    reads none; the hooks `kafkalens proxy` runs read them all anyway.
+    """
+
+    def __init__(self, inner: Hooks, mapper: Mapper, policy: HeaderPolicy) -> None:
+        self.inner = inner
+        self.mapper = mapper
+        self.policy = policy
+        self.inspects_requests = inner.inspects_requests
+        self.address_api_keys = rewritten_api_keys()
+        self.rewrite_api_keys = frozenset(inner.rewrite_api_keys) | self.address_api_keys
+
+    def rewrite_response(
+        self, info: ConnectionInfo, frame: memoryview, pending: Pending
+    ) -> bytes | None:
+        inner = None
+        if pending.api_key in self.inner.rewrite_api_keys:
+            inner = self.inner.rewrite_response(info, frame, pending)
+        if pending.api_key not in self.address_api_keys:
+            return inner
+        source = frame if inner is None else inner
+        try:
+            ours = rewrite_broker_addresses(
+                source, pending.api_key, pending.api_version, self.policy, self.mapper
+            )
+        except DecodeError as exc:
+            # the client now sees the brokers' own addresses and may go round the gateway
+            log.error(
+                "broker addresses not rewritten: undecodable response",
+                conn=info.conn_id,
+                api_key=pending.api_key,
+                api_version=pending.api_version,
+                error=str(exc),
+            )
+            return inner
+        return inner if ours is None else ours
+
+    # -- the rest is the inner hooks' ---------------------------------------------------
+
+    def api_name(self, api_key: int) -> str:
+        return self.inner.api_name(api_key)
+
+    def connection_opened(self, info: ConnectionInfo) -> None:
+        self.inner.connection_opened(info)
+
+    def admit_request(
+        self,
+        info: ConnectionInfo,
+        frame: memoryview,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+    ) -> bytes | None:
+        return self.inner.admit_request(info, frame, api_key, api_version, correlation_id)
+
+    def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        self.inner.request_forwarded(info, frame, pending)
+
+    def request_without_response(
+        self, info: ConnectionInfo, frame: memoryview, pending: Pending
+    ) -> None:
+        self.inner.request_without_response(info, frame, pending)
+
+    def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        self.inner.response_forwarded(info, frame, pending)
+
+    def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
+        self.inner.sasl_token(info, token)
+
+    def connection_closed(self, info: ConnectionInfo, reason: str) -> None:
+        self.inner.connection_closed(info, reason)
+
+    def close(self) -> None:
+        self.inner.close()
