@@ -36,6 +36,13 @@ def configure_logging(level: int = logging.INFO) -> None:
     structlog.configure(
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         wrapper_class=structlog.make_filtering_bound_logger(level),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=True),
+            # Plain tracebacks: the default (with `rich` installed) prints local
+            # variables, which could put a SASL token from a failing hook on stderr.
+            structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback),
+        ],
     )
 
 

@@ -134,6 +134,7 @@ class RequestSide:
         self.inject: list[Buffer] = []  # never used on this side
         self._current: Pending | None = None
         self._unanswered = False
+        self._raw_token_kept = False  # the frame being split is a raw SASL token, assembled
         self._after: list[tuple[AfterHook, memoryview, Pending]] = []
 
     def frame_started(self, head: memoryview, size: int) -> int:
@@ -212,9 +213,19 @@ class RequestSide:
                 ex.raw_sasl = None
         if size > ex.max_frame_before_auth:
             return self._refuse(size)
+        if ex.plan.keep_sasl_tokens:
+            self._raw_token_kept = True
+            return STREAM_KEEP
         return STREAM
 
     def frame_completed(self, body: memoryview | None) -> None:
+        if self._raw_token_kept:
+            self._raw_token_kept = False
+            assert body is not None
+            # A Pending only so that a failing hook is counted against SaslHandshake.
+            token = Pending(-1, sasl.SASL_HANDSHAKE, 0, time.perf_counter(), len(body) + 4)
+            self._after.append((self.sasl_token, body, token))
+            return
         pending = self._current
         assert pending is not None and body is not None
         if self._unanswered:
@@ -224,6 +235,9 @@ class RequestSide:
             self.ex.handshake_mechanism = sasl.handshake_mechanism(body)
         if self.ex.plan.keep_requests:
             self._after.append((self.ex.hooks.request_forwarded, body, pending))
+
+    def sasl_token(self, info: ConnectionInfo, token: memoryview, _: Pending) -> None:
+        self.ex.hooks.sasl_token(info, token)
 
     def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]:
         """Ask admit_request; forward, or answer in the broker's place."""

@@ -154,6 +154,10 @@ class Hooks:
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         """After the response (as sent, i.e. rewritten if it was) went to the client."""
 
+    def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
+        """After a raw SASL token from the client (the phase after SaslHandshake v0, see
+        proxy/sasl.py) went to the broker. `token` holds credentials: never keep or log it."""
+
     def connection_closed(self, info: ConnectionInfo, reason: str) -> None:
         """The client connection ended; `reason` as counted in the metrics."""
 
@@ -173,6 +177,7 @@ class HookPlan:
     keep_requests: bool  # assemble each request for request_forwarded
     keep_unanswered: bool  # assemble acks=0 requests for request_without_response
     keep_responses: bool  # assemble each response for response_forwarded
+    keep_sasl_tokens: bool  # assemble each raw SASL client token for sasl_token
     rewrite_api_keys: frozenset[int]
 
     @classmethod
@@ -182,6 +187,7 @@ class HookPlan:
             keep_requests=_overrides(hooks, "request_forwarded"),
             keep_unanswered=_overrides(hooks, "request_without_response"),
             keep_responses=_overrides(hooks, "response_forwarded"),
+            keep_sasl_tokens=_overrides(hooks, "sasl_token"),
             rewrite_api_keys=frozenset(hooks.rewrite_api_keys),
         )
 

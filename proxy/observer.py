@@ -28,7 +28,13 @@ from proxy.hooks import ConnectionInfo, Hooks, Pending
 from proxy.identity import Identity
 from proxy.metrics import Metrics
 from proxy.request_log import LineSink, RequestLog
-from proxy.summary import SummaryOptions, TopicIds, request_fields, response_fields
+from proxy.summary import (
+    GroupProtocols,
+    SummaryOptions,
+    TopicIds,
+    request_fields,
+    response_fields,
+)
 
 UNKNOWN = "unknown"
 
@@ -40,6 +46,7 @@ class ConnState:
     errors: dict[str, int] = field(default_factory=dict)
     decode_errors: int = 0
     instance_reported: bool = False
+    groups: GroupProtocols = field(default_factory=GroupProtocols)
 
 
 @dataclass
@@ -160,9 +167,11 @@ class ObservingHooks(Hooks):
             self._decode_failed(state, api, "request")
             token.decode_error = str(exc)
             return token
+        protocol_type = None
         if state is not None:
             self._identify(info, state, request)
-        token.fields = request_fields(request, self.summary, self.topic_ids)
+            protocol_type = state.groups.of_request(request, self.summary.max_string_length)
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
         return token
 
     def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
@@ -187,6 +196,13 @@ class ObservingHooks(Hooks):
             state.instance_reported = True
             info.metrics.client_instance(identity.client_instance_id)
         info.identity = identity.as_json()
+
+    def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
+        # A raw token after SaslHandshake v0: the principal, as SaslAuthenticate gives it.
+        state = self.states.get(info.conn_id)
+        if state is not None and state.identity.principal is None:
+            state.identity.observe_sasl_token(token)
+            self._refresh_identity(info, state)
 
     def _kip1313_violation(
         self,
@@ -266,8 +282,10 @@ class ObservingHooks(Hooks):
             return {"errors": [], "response_decode_error": str(exc)}
         if state is not None:
             state.identity.observe_response(response)
+            state.groups.learn(token.fields, response)
             self._refresh_identity(info, state)
-        return response_fields(response, self.summary, self.topic_ids)
+        protocol_type = token.fields.get("protocol_type")
+        return response_fields(response, self.summary, self.topic_ids, protocol_type)
 
     def _line_base(self, info: ConnectionInfo, pending: Pending, token: Token) -> dict[str, Any]:
         state = self.states.get(info.conn_id)

@@ -152,7 +152,7 @@ class RequestLog:
         self._log.info(event, **fields)
 
     def warning(self, event: str, fields: dict[str, Any]) -> None:
-        self._log.warning(event, **fields)
+        self._log.warning(event, level="warning", **fields)
 
     def flush(self) -> None:
         self.sink.flush()

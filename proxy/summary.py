@@ -8,7 +8,7 @@ picked here reach a log line. Client-controlled strings pass through `clean`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from codec import DecodeError, Request, Response
@@ -54,6 +54,44 @@ class TopicIds:
         return self.names.get(topic_id, str(topic_id))
 
 
+@dataclass
+class GroupProtocols:
+    """(group id, generation) -> protocol type, from the JoinGroups one connection made.
+
+    JoinGroup responses before v7 and SyncGroup messages before v5 do not say which
+    protocol their payloads follow, but the JoinGroup request always does and a
+    generation's protocol type is fixed: a SyncGroup for a generation joined on the same
+    connection (clients join and sync on their coordinator connection) can be decoded.
+    """
+
+    known: dict[tuple[Any, Any], str] = field(default_factory=dict)
+    limit: int = 16
+
+    def learn(self, request_fields: dict[str, Any], response: Response) -> None:
+        """After a JoinGroup response; `request_fields` are its request's line fields."""
+        body = response.body
+        protocol_type = request_fields.get("protocol_type")
+        if response.api_key != JOIN_GROUP or body.get("error_code") or not protocol_type:
+            return
+        if len(self.known) >= self.limit:
+            del self.known[next(iter(self.known))]  # the oldest generation
+        self.known[(request_fields.get("group_id"), body.get("generation_id"))] = protocol_type
+
+    def of_request(self, request: Request, limit: int) -> str | None:
+        """The protocol type of a SyncGroup request's generation, if joined here."""
+        if request.api_key != SYNC_GROUP:
+            return None
+        body = request.body
+        return self.known.get((clean(body.get("group_id"), limit), body.get("generation_id")))
+
+
+def _with_protocol_type(message: Any, protocol_type: str | None) -> Any:
+    """`message` with `protocol_type` filled in where its version carries none."""
+    if not protocol_type or message.body.get("protocol_type"):
+        return message
+    return replace(message, body={**message.body, "protocol_type": protocol_type})
+
+
 def clean(value: Any, limit: int) -> Any:
     """A client-controlled string made safe for a log line: short and printable."""
     if not isinstance(value, str):
@@ -69,7 +107,12 @@ def _listed(values: list[Any], limit: int) -> list[Any]:
     return [clean(v, limit) for v in values[:MAX_LISTED]]
 
 
-def request_fields(request: Request, options: SummaryOptions, topic_ids: TopicIds) -> dict[str, Any]:
+def request_fields(
+    request: Request, options: SummaryOptions, topic_ids: TopicIds, protocol_type: str | None = None
+) -> dict[str, Any]:
+    """`protocol_type`: the group's, for a SyncGroup whose version does not carry it."""
+    if request.api_key == SYNC_GROUP:
+        request = _with_protocol_type(request, protocol_type)
     body, name = request.body, _message_name(request.api_key, "request")
     version, limit = request.api_version, options.max_string_length
     out: dict[str, Any] = {}
@@ -95,8 +138,14 @@ def request_fields(request: Request, options: SummaryOptions, topic_ids: TopicId
 
 
 def response_fields(
-    response: Response, options: SummaryOptions, topic_ids: TopicIds
+    response: Response,
+    options: SummaryOptions,
+    topic_ids: TopicIds,
+    protocol_type: str | None = None,
 ) -> dict[str, Any]:
+    """`protocol_type`: the one the request named, for group responses that carry none."""
+    if response.api_key in (JOIN_GROUP, SYNC_GROUP):
+        response = _with_protocol_type(response, protocol_type)
     body, name = response.body, _message_name(response.api_key, "response")
     codes = collector(name, response.api_version)(body)[ERROR_CODES]
     out: dict[str, Any] = {"errors": sorted(error_name(c) for c in codes if c)}
@@ -200,6 +249,15 @@ def _produce_request(request: Request, out: dict[str, Any], options: SummaryOpti
         out["record_stats"] = stats
 
 
+def _fetch_request(
+    request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds
+) -> None:
+    if "topics" not in out:  # v13+ names topics by id: names from the Metadata answers seen
+        names = list(dict.fromkeys(ids.name(topic) for topic in request.body.get("topics") or ()))
+        if names:
+            out["topics"] = _listed(names, options.max_string_length)
+
+
 def _fetch_response(response: Response, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
     stats = _record_stats(response.body.get("responses") or [], "partitions", options, ids, True)
     if stats:
@@ -241,7 +299,8 @@ def _join_group_response(response: Response, out: dict[str, Any], options: Summa
         out["members"] = len(members)
         payloads = group_payloads(JOIN_GROUP, "response", body)
         if payloads:
-            out["subscriptions"] = payloads["subscriptions"]
+            # Keyed by member, unlike the request's (by protocol), which the line also has.
+            out["member_subscriptions"] = payloads["subscriptions"]
 
 
 def _sync_group_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
@@ -276,6 +335,7 @@ def _api_versions_request(request: Request, out: dict[str, Any], options: Summar
 
 _REQUEST_EXTRAS: dict[int, Any] = {
     PRODUCE: _produce_request,
+    FETCH: _fetch_request,
     JOIN_GROUP: _join_group_request,
     SYNC_GROUP: _sync_group_request,
     API_VERSIONS: _api_versions_request,

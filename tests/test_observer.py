@@ -206,7 +206,7 @@ def test_kip1313_log_mode_warns_and_counts(tmp_path: Path) -> None:
     lines = h.lines()
     violations = [line for line in lines if line["event"] == "kip1313_violation"]
     assert [v["correlation_id"] for v in violations] == [2, 3]
-    assert all(v["action"] == "logged" for v in violations)
+    assert all(v["action"] == "logged" and v["level"] == "warning" for v in violations)
     assert lines[2]["client_instance_id"] == str(INSTANCE)
     assert 'kafkalens_kip1313_violations_total{action="logged"} 2.0' in h.metric_text()
 

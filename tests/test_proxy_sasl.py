@@ -92,12 +92,16 @@ class Seen(Hooks):
     def __init__(self) -> None:
         self.requests: list[int] = []
         self.responses: list[tuple[int, bytes]] = []
+        self.tokens: list[bytes] = []
 
     def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         self.requests.append(pending.api_key)
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         self.responses.append((pending.api_key, bytes(frame)))
+
+    def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
+        self.tokens.append(bytes(token))
 
 
 @pytest.mark.parametrize("mechanism", sorted(EXCHANGES))
@@ -125,6 +129,7 @@ def test_raw_tokens_pass_through_then_requests_resume(mechanism: str) -> None:
         assert (info["requests"], info["responses"]) == (3, 3)  # tokens are not requests
         assert broker.errors == []
     assert hooks.requests == [SASL_HANDSHAKE, 18, METADATA]
+    assert hooks.tokens == exchange.client_tokens  # each client token, and nothing else
     assert [key for key, _ in hooks.responses] == [SASL_HANDSHAKE, 18, METADATA]
 
 
