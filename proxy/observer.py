@@ -23,17 +23,20 @@ from codec.error_codes import INVALID_REQUEST
 from codec.error_response import error_response
 from codec.messages import decode_request_header
 from codec.schema import api_names
+from codec.skim import skim_response
 from proxy.api_versions import API_VERSIONS, cap_api_versions
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 from proxy.identity import Identity
 from proxy.metrics import Metrics
 from proxy.request_log import LineSink, RequestLog
 from proxy.summary import (
+    FULL_DECODE_RESPONSES,
     GroupProtocols,
     SummaryOptions,
     TopicIds,
     request_fields,
     response_fields,
+    skimmed_response_fields,
 )
 
 UNKNOWN = "unknown"
@@ -47,6 +50,10 @@ class ConnState:
     decode_errors: int = 0
     instance_reported: bool = False
     groups: GroupProtocols = field(default_factory=GroupProtocols)
+    # What identity looked like when last published, and its log fields then: every
+    # line needs them, and they change a handful of times per connection.
+    identity_key: tuple[Any, ...] = ()
+    log_fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,7 +95,7 @@ class ObservingHooks(Hooks):
     def connection_opened(self, info: ConnectionInfo) -> None:
         state = ConnState(Identity(max_string_length=self.summary.max_string_length))
         self.states[info.conn_id] = state
-        info.identity = state.identity.as_json()
+        self._refresh_identity(info, state)
         if self.log:
             self.log.write("connection_open", self._connection_fields(info, state))
 
@@ -192,10 +199,23 @@ class ObservingHooks(Hooks):
 
     def _refresh_identity(self, info: ConnectionInfo, state: ConnState) -> None:
         identity = state.identity
+        key = (
+            identity.client_id,
+            identity.client_instance_id,
+            identity.client_software_name,
+            identity.client_software_version,
+            identity.principal,
+            identity.sasl_mechanism,
+            len(identity.member_ids),
+        )
+        if key == state.identity_key:
+            return
+        state.identity_key = key
         if identity.client_instance_id and not state.instance_reported and info.metrics is not None:
             state.instance_reported = True
             info.metrics.client_instance(identity.client_instance_id)
         info.identity = identity.as_json()
+        state.log_fields = identity.log_fields()
 
     def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
         # A raw token after SaslHandshake v0: the principal, as SaslAuthenticate gives it.
@@ -276,6 +296,9 @@ class ObservingHooks(Hooks):
         if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
             version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
         try:
+            if token.response is None and pending.api_key not in FULL_DECODE_RESPONSES:
+                _, found = skim_response(frame, pending.api_key, version, self.policy)
+                return skimmed_response_fields(pending.api_key, found, self.topic_ids)
             response = token.response or decode_response(frame, pending.api_key, version, self.policy)
         except DecodeError as exc:
             self._decode_failed(state, token.api, "response")
@@ -289,7 +312,7 @@ class ObservingHooks(Hooks):
 
     def _line_base(self, info: ConnectionInfo, pending: Pending, token: Token) -> dict[str, Any]:
         state = self.states.get(info.conn_id)
-        identity = state.identity.log_fields() if state else {}
+        identity = state.log_fields if state else {}
         line: dict[str, Any] = {
             "conn": info.conn_id,
             "listener": info.listener,

@@ -46,6 +46,11 @@ class TopicIds:
             if topic_id is not None and name and len(self.names) < self.limit:
                 self.names[topic_id] = name
 
+    def learn_pairs(self, pairs: list[tuple[Any, str]]) -> None:
+        for topic_id, name in pairs:
+            if name and len(self.names) < self.limit:
+                self.names[topic_id] = name
+
     def name(self, topic: dict[str, Any]) -> str:
         name = topic.get("topic") or topic.get("name")
         if name:
@@ -134,6 +139,23 @@ def request_fields(
     extra = _REQUEST_EXTRAS.get(request.api_key)
     if extra is not None:
         extra(request, out, options, topic_ids)
+    return out
+
+
+# Responses a log line needs whole (record batches, group payloads, identity); the
+# others are skimmed (codec/skim.py): parsed fully, materialising only names and errors.
+FULL_DECODE_RESPONSES = frozenset({
+    FETCH, JOIN_GROUP, SYNC_GROUP, API_VERSIONS, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS,
+    68, 71, 76, 88,  # Consumer/Share/StreamsGroupHeartbeat (member ids), telemetry (instance id)
+})
+
+
+def skimmed_response_fields(api_key: int, found: dict[str, Any], topic_ids: TopicIds) -> dict[str, Any]:
+    out: dict[str, Any] = {"errors": sorted({error_name(c) for c in found["errors"]})}
+    if api_key == METADATA:
+        topic_ids.learn_pairs(found["topic_ids"])
+        out["broker_count"] = found["counts"].get("brokers", 0)
+        out["topic_count"] = found["counts"].get("topics", 0)
     return out
 
 
