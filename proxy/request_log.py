@@ -22,8 +22,29 @@ BUFFER_BYTES = 64 * 1024
 PIPE_BUF = 4096
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def _dumps(event: dict[str, Any], **_: Any) -> str:
-    return json.dumps(event, separators=(",", ":"), ensure_ascii=False, default=str)
+    # One encoder for all lines: json.dumps with options builds a new one per call.
+    return _ENCODER.encode(event)
+
+
+class _Timestamp:
+    """ISO-8601 UTC with microseconds, formatting the date part once per second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        event["ts"] = f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
+        return event
 
 
 def _write_all(data: bytes) -> None:
@@ -132,7 +153,7 @@ class RequestLog:
         self._log = structlog.wrap_logger(
             sink,
             processors=[
-                structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+                _Timestamp(),
                 structlog.processors.JSONRenderer(serializer=_dumps),
             ],
             wrapper_class=structlog.BoundLogger,
