@@ -12,7 +12,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import IO, Any
 
 import structlog
@@ -37,7 +37,9 @@ class _Timestamp:
         self._second = -1
         self._prefix = ""
 
-    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    def __call__(
+        self, logger: Any, method: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
         now = time.time()
         second = int(now)
         if second != self._second:
