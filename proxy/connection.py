@@ -227,6 +227,11 @@ class Connection(asyncio.Protocol):
                 reason = "timeout"
             except ssl.SSLError:
                 reason = "tls"
+            except ConnectionResetError:
+                # TCP was up: a broker that hangs up mid-handshake (no common TLS version,
+                # no alert sent) is a TLS failure, not a refused connection
+                if route.upstream_tls:
+                    reason = "tls"
             except OSError:
                 pass
             self.ctx.metrics.upstream_failure(str(address), reason)
