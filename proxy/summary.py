@@ -18,7 +18,10 @@ from codec.groups import group_payloads
 from codec.records import iter_records, summarize
 from codec.schema import api_messages
 
-MAX_LISTED = 100  # topics, groups or config names listed in one line; the rest are counted
+MAX_LISTED = 100
+# Records whose headers one request's line looks at: iterating runs on the event loop at
+# a few microseconds a record, and a small compressed Produce can hold millions.
+MAX_DETAIL_RECORDS = 10_000  # topics, groups or config names listed in one line; the rest are counted
 
 PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS = 0, 1, 3, 22, 67
 JOIN_GROUP, SYNC_GROUP, API_VERSIONS = 11, 14, 18
@@ -212,6 +215,7 @@ def _record_stats(
     }
     header_keys: dict[str, None] = {}
     header_values: dict[str, list[str]] = {}
+    budget = [MAX_DETAIL_RECORDS]
     for topic in topics:
         name = clean(topic_ids.name(topic), options.max_string_length)
         per = total["per_topic"].setdefault(name, {"batches": 0, "records": 0, "bytes": 0})
@@ -222,12 +226,14 @@ def _record_stats(
             stats = summarize(records, allow_partial_tail=partial_tail, max_bytes=options.decompression_limit)
             _add_stats(total, per, stats)
             if options.record_detail:
-                _collect_headers(records, options, header_keys, header_values, partial_tail)
+                _collect_headers(records, options, header_keys, header_values, partial_tail, budget)
     if not total["per_topic"]:
         return {}
     total["compression"] = sorted(total["compression"])
     if options.record_detail:
         total["header_keys"] = [clean(k, options.max_string_length) for k in header_keys]
+        if budget[0] <= 0:
+            total["header_keys_from_first_records"] = MAX_DETAIL_RECORDS
         if header_values:
             total["header_values"] = header_values
     return total
@@ -251,9 +257,13 @@ def _collect_headers(
     keys: dict[str, None],
     values: dict[str, list[str]],
     partial_tail: bool,
+    budget: list[int],
 ) -> None:
     try:
         for record in iter_records(records, max_bytes=options.decompression_limit, allow_partial_tail=partial_tail):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
             for key, value in record.headers:
                 keys.setdefault(key, None)
                 if key in options.header_value_allowlist and value is not None:

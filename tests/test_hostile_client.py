@@ -298,11 +298,6 @@ def legacy_wrapper(inflated: int) -> bytes:
     return legacy_message(0, gzip.compress(inner, 9), attributes=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="codec/records/wrapped.py lists a legacy wrapper's inner messages before yielding"
-    " the first: about 10 bytes of Python objects per byte inflated",
-)
 def test_legacy_wrapper_of_tiny_messages_with_record_detail(tmp_path: Path) -> None:
     frame = produce_acks0(legacy_wrapper(6 * MIB))
     assert len(frame) < 64 * 1024

@@ -267,3 +267,17 @@ def test_sampling_keeps_errors(tmp_path: Path, rate: float) -> None:
     events = [line["event"] for line in h.lines()]
     assert events == ["connection_open", "request"]
     assert h.lines()[-1]["errors"] == ["GROUP_ID_NOT_FOUND"]
+
+
+def test_record_detail_looks_at_a_bounded_number_of_records(tmp_path: Path) -> None:
+    from proxy.summary import MAX_DETAIL_RECORDS
+
+    h = Harness(tmp_path, record_detail=True)
+    batch = build_v2([(1, None, b"", [("k", b"v")])] * (MAX_DETAIL_RECORDS + 500), compression="zstd")
+    request = Request(0, 9, header(1), {"transactional_id": None, "acks": 0, "timeout_ms": 1000,
+                      "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
+    h.exchange(request, None)
+    stats = h.lines()[-1]["record_stats"]
+    assert stats["records"] == MAX_DETAIL_RECORDS + 500  # the count comes from batch headers
+    assert stats["header_keys"] == ["k"]
+    assert stats["header_keys_from_first_records"] == MAX_DETAIL_RECORDS

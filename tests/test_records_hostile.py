@@ -300,3 +300,16 @@ def test_errors_inside_decompressed_data_point_at_the_batch() -> None:
     with pytest.raises(DecodeError, match="decompressed byte") as info:
         list(iter_records(first + wrap_v2(body, compression="zstd")))
     assert info.value.offset == len(first)
+
+
+def test_tiny_lz4_frame_declaring_4_mib_blocks_allocates_little() -> None:
+    import tracemalloc
+
+    from codec.records import decompress
+
+    frame = bytes.fromhex("04224d1860700000000000")  # block size code 7 (4 MiB), no blocks
+    tracemalloc.start()
+    assert bytes(decompress(3, frame, max_bytes=65536)) == b""
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 256 * 1024

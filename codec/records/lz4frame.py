@@ -73,7 +73,9 @@ def _read_frame_header(view: memoryview) -> _Frame:
 
 def _read_blocks(view: memoryview, frame: _Frame, max_bytes: int) -> bytearray:
     out = bytearray()
-    scratch = bytearray(frame.block_max)
+    # No block may exceed what we would accept in all: a tiny frame declaring 4 MiB
+    # blocks must not make us allocate 4 MiB.
+    scratch = bytearray(min(frame.block_max, max_bytes + 1))
     trailer = 4 if frame.flags & _BLOCK_CHECKSUM else 0
     pos = frame.data_start
     while True:

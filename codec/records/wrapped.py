@@ -25,14 +25,16 @@ def iter_legacy_records(
         raise error("compressed legacy message without a value", header.position)
     try:
         inner = as_view(decompress(header.codec, value, max_bytes=max_bytes))
-        messages = _inner_messages(inner, header, verify_crc)
+        last = _check_inner_messages(inner, header, verify_crc)
     except DecodeError as exc:
         raise relocated(exc, header.position) from None
-    yield from _resolve(messages, header)
+    yield from _resolve(inner, last, header)
 
 
-def _inner_messages(inner: memoryview, wrapper: BatchHeader, verify_crc: bool) -> list[Message]:
-    messages = []
+def _check_inner_messages(inner: memoryview, wrapper: BatchHeader, verify_crc: bool) -> Message:
+    """Validate every inner message and return the last one, keeping none of the others:
+    a small wrapper can inflate to millions of tiny messages."""
+    last: Message | None = None
     pos = 0
     while pos < len(inner):
         message = read_message(inner, pos, len(inner), verify_crc=verify_crc)
@@ -41,20 +43,23 @@ def _inner_messages(inner: memoryview, wrapper: BatchHeader, verify_crc: bool) -
             raise error("compressed legacy message nested in another", pos)
         if inner_header.magic != wrapper.magic:
             raise error("legacy inner message magic differs from its wrapper", pos)
-        messages.append(message)
+        last = message
         pos = inner_header.end
-    if not messages:
+    if last is None:
         raise error("compressed legacy message with no inner message")
-    return messages
+    return last
 
 
-def _resolve(messages: list[Message], wrapper: BatchHeader) -> Iterator[Record]:
-    """Records with absolute offsets and effective timestamps."""
+def _resolve(inner: memoryview, last: Message, wrapper: BatchHeader) -> Iterator[Record]:
+    """Records with absolute offsets and effective timestamps, read a second time."""
     shift = 0
     if wrapper.magic == 1:
         # Magic 1 inner offsets are relative; the wrapper holds the last absolute one.
-        shift = wrapper.base_offset - messages[-1][0].base_offset
+        shift = wrapper.base_offset - last[0].base_offset
     log_append = wrapper.timestamp_type == 1
-    for header, key, value in messages:
+    pos = 0
+    while pos < len(inner):
+        header, key, value = read_message(inner, pos, len(inner), verify_crc=False)
         timestamp = wrapper.max_timestamp if log_append else header.base_timestamp
         yield Record(header.base_offset + shift, timestamp, key, value, (), wrapper)
+        pos = header.end
