@@ -199,7 +199,8 @@ def _check_connections(lines: list[Line]) -> None:
     assert opened and opened == set(closes)
     for conn, close in closes.items():
         mine = [line for line in lines if line["event"] == "request" and line["conn"] == conn]
-        assert close["reason"] == "client_eof" and close["duration_s"] >= 0
+        # A client closing with a FIN reads as client_eof; librdkafka sometimes resets.
+        assert close["reason"] in ("client_eof", "client_error") and close["duration_s"] >= 0
         assert close["decode_errors"] == 0
         assert not mine or (close["bytes_in"] > 0 and close["bytes_out"] > 0)
         for api, answered in Counter(line["api"] for line in mine).items():
@@ -225,7 +226,10 @@ def _check_metrics(lines: list[Line], requests: list[Line], metrics: Samples) ->
     assert metrics.total("kafkalens_request_errors_total") == sum(errors.values())
     events = Counter(line["event"] for line in lines)
     assert metrics.total("kafkalens_connections_opened_total") == events["connection_open"]
-    closed = metrics.value("kafkalens_connections_closed_total", reason="client_eof")
+    closed = sum(
+        metrics.value("kafkalens_connections_closed_total", reason=reason) or 0
+        for reason in ("client_eof", "client_error")
+    )
     assert closed == events["connection_close"]
     assert metrics.total("kafkalens_connections") == 0  # all closed
     assert metrics.total("kafkalens_decode_errors_total") == 0
