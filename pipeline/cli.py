@@ -1,0 +1,93 @@
+"""Command lines of `kafkalens report` and `kafkalens watch`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+
+from pipeline.session import build_session
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kafkalens report",
+        description="Batch report over kafkalens request logs: Parquet tables + report.html.",
+    )
+    p.add_argument("logs", nargs="+", metavar="LOGS",
+                   help="log files, directories (recursive) or globs; plain or .gz")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (overwritten)")
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (default local[*], or spark-submit's)")
+    return p
+
+
+def _watch_parser() -> argparse.ArgumentParser:
+    from pipeline import watch
+
+    p = argparse.ArgumentParser(
+        prog="kafkalens watch",
+        description="Streaming one-minute aggregates over a directory the proxy logs into.",
+    )
+    p.add_argument("logdir", metavar="LOGDIR", help="the directory request_log.path writes into")
+    p.add_argument("--out", default="kafkalens-watch", metavar="DIR",
+                   help="Parquet output: DIR/by_api, DIR/by_software (default %(default)s)")
+    p.add_argument("--checkpoint", metavar="DIR", help="default: OUT/_checkpoint")
+    p.add_argument("--spool", metavar="DIR",
+                   help="where rotated files are staged (default: OUT/_spool)")
+    p.add_argument("--no-spool", action="store_true",
+                   help="read LOGDIR directly: only for rotation to unique, never reused names")
+    p.add_argument("--pattern", default=watch.DEFAULT_PATTERN,
+                   help="glob of the rotated files in LOGDIR (default %(default)s)")
+    p.add_argument("--once", "--available-now", dest="once", action="store_true",
+                   help="process what is there now, then stop (trigger availableNow)")
+    p.add_argument("--interval", type=float, default=10.0, metavar="SECONDS",
+                   help="trigger interval (default %(default)s)")
+    p.add_argument("--watermark", default=watch.DEFAULT_WATERMARK,
+                   help="how late a line may arrive (default %(default)s)")
+    p.add_argument("--max-files-per-trigger", type=int, default=watch.MAX_FILES_PER_TRIGGER)
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (default local[*], or spark-submit's)")
+    return p
+
+
+def _run(app: str, master: str | None, job: Callable[[SparkSession], int]) -> int:
+    # Stop the session only if this call made it (tests and notebooks share one).
+    owned = SparkSession.getActiveSession() is None
+    spark = build_session(app, master)
+    try:
+        return job(spark)
+    finally:
+        if owned:
+            spark.stop()
+
+
+def report_main(argv: list[str]) -> int:
+    from pipeline.report import run_report
+    from pipeline.summary import summary_lines
+
+    args = _report_parser().parse_args(argv)
+
+    def job(spark: SparkSession) -> int:
+        result = run_report(spark, args.logs, args.out)
+        print("kafkalens report")
+        for line in summary_lines(result):
+            print("  " + line)
+        print(f"  tables and report.html in {args.out}")
+        return 0
+
+    return _run("kafkalens-report", args.master, job)
+
+
+def watch_main(argv: list[str]) -> int:
+    from pipeline.watch import WatchOptions, run_watch
+
+    args = _watch_parser().parse_args(argv)
+    options = WatchOptions.from_args(args)
+    return _run("kafkalens-watch", args.master, lambda spark: run_watch(spark, options))
+
+
+if __name__ == "__main__":
+    sys.exit(report_main(sys.argv[1:]))

@@ -1,0 +1,114 @@
+"""Who the clients are and which api versions they use.
+
+A connection's identity is only learnt part way through it: the software name and
+version arrive with ApiVersions, the KIP-714 client instance id with
+GetTelemetrySubscriptions, the principal after SASL. So requests are first reduced
+to one row per (connection, api, version), and each connection's rows then take the
+identity seen on any of its lines; otherwise one client would appear as two.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from pipeline.readiness_data import removed_versions_frame
+
+CONN = ["listener", "client_address", "conn"]
+IDENTITY = [
+    "client_id",
+    "client_instance_id",
+    "client_software_name",
+    "client_software_version",
+    "principal",
+]
+
+
+def client_host(address: Column) -> Column:
+    """The host of "ip:port" or "[v6]:port" (the port changes with every connection)."""
+    host = F.regexp_extract(address, r"^\[?(.*?)\]?:\d+$", 1)
+    return F.when(host != "", host).otherwise(address)
+
+
+def connection_usage(requests: DataFrame) -> DataFrame:
+    """Request counts per connection and api version, with the connection's identity."""
+    usage = requests.groupBy(*CONN, "api_key", "api", "api_version").agg(
+        *[F.max(name).alias(name) for name in IDENTITY],
+        F.count(F.lit(1)).alias("requests"),
+        F.sum("error").alias("errors"),
+        F.min("ts").alias("first_seen"),
+        F.max("ts").alias("last_seen"),
+    )
+    # Identity fields are aggregates, not keys: keys stay narrow (hashing is the cost),
+    # and a field learnt on any of the connection's apis then applies to all of them.
+    per_conn = Window.partitionBy(*CONN)
+    resolved = usage.select(
+        *CONN,
+        *[F.max(name).over(per_conn).alias(name) for name in IDENTITY],
+        "api_key",
+        "api",
+        "api_version",
+        "requests",
+        "errors",
+        "first_seen",
+        "last_seen",
+    )
+    host = client_host(F.col("client_address"))
+    fallback = F.concat_ws(
+        "|", *[F.coalesce(c, F.lit("")) for c in (F.col("client_id"), host,
+               F.col("client_software_name"), F.col("client_software_version"))]
+    )
+    return resolved.withColumn("client_host", host).withColumn(
+        "client_key", F.coalesce(F.col("client_instance_id"), fallback)
+    )
+
+
+def _identity_aggs() -> list[Column]:
+    return [
+        F.max("client_instance_id").alias("client_instance_id"),
+        F.max("client_id").alias("client_id"),
+        F.max("client_software_name").alias("client_software_name"),
+        F.max("client_software_version").alias("client_software_version"),
+        F.array_sort(F.collect_set("client_host")).alias("client_hosts"),
+    ]
+
+
+def client_inventory(usage: DataFrame) -> DataFrame:
+    by_api = usage.groupBy("client_key", "api").agg(F.sum("requests").alias("n"))
+    api_map = by_api.groupBy("client_key").agg(
+        F.map_from_entries(F.collect_list(F.struct("api", "n"))).alias("requests_by_api")
+    )
+    clients = usage.groupBy("client_key").agg(
+        *_identity_aggs(),
+        F.array_sort(F.collect_set("principal")).alias("principals"),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
+        F.sum("requests").alias("requests"),
+        F.sum("errors").alias("errors"),
+        F.count_distinct(F.struct(*CONN)).alias("connections"),
+    )
+    return clients.join(api_map, "client_key")
+
+
+def api_usage(usage: DataFrame) -> DataFrame:
+    keys = ["api", "api_key", "api_version", "client_software_name", "client_software_version"]
+    return usage.groupBy(*keys).agg(
+        F.sum("requests").alias("requests"),
+        F.sum("errors").alias("errors"),
+        F.count_distinct("client_key").alias("clients"),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
+    )
+
+
+def kafka4_readiness(spark: SparkSession, usage: DataFrame) -> DataFrame:
+    """One row per client and (api, version) that a Kafka 4.0 broker no longer accepts."""
+    removed = F.broadcast(removed_versions_frame(spark))
+    hits = usage.join(removed, ["api_key", "api_version"])
+    return hits.groupBy("client_key", "api", "api_key", "api_version").agg(
+        *_identity_aggs(),
+        F.max("kafka4_min_version").alias("kafka4_min_version"),
+        F.sum("requests").alias("requests"),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
+    )

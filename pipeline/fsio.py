@@ -1,0 +1,30 @@
+"""Writing the report's one non-Spark file wherever the tables go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from pyspark.sql import SparkSession
+
+
+def is_local(path: str) -> bool:
+    return urlparse(path).scheme in ("", "file")
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write a text file at `path`: locally, or through Hadoop for hdfs://, s3a:// ..."""
+    if is_local(path):
+        target = Path(urlparse(path).path if path.startswith("file:") else path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    stream = hadoop_path.getFileSystem(conf).create(hadoop_path, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()

@@ -1,0 +1,74 @@
+"""The self-contained report.html: summary, charts (inline PNG) and the tables.
+
+Client ids, software names and topics are chosen by clients, so every value is
+escaped: the report must not run a client's script in the reader's browser.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from html import escape
+from typing import Any
+
+Row = dict[str, Any]
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 2em;font-size:13px}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f0f0f0}.num{text-align:right}.note{color:#666;font-size:13px}
+"""
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dt.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda kv: (-(kv[1] or 0), str(kv[0])))
+        return ", ".join(f"{k}: {cell(v)}" for k, v in items)
+    if isinstance(value, list):
+        return ", ".join(cell(v) for v in value)
+    return str(value)
+
+
+def table_html(name: str, rows: list[Row], total: int) -> str:
+    head = f"<h2>{escape(name)}</h2>"
+    if not rows:
+        return head + '<p class="note">no rows</p>'
+    shown = "" if total <= len(rows) else f" (first {len(rows):,} of {total:,})"
+    columns = list(rows[0])
+    header = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(_td(row[c]) for c in columns) + "</tr>" for row in rows
+    )
+    note = f'<p class="note">{total:,} rows{shown}</p>'
+    return f"{head}{note}<table><tr>{header}</tr>{body}</table>"
+
+
+def _td(value: Any) -> str:
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    return f'<td{" class=num" if numeric else ""}>{escape(cell(value))}</td>'
+
+
+def chart_html(title: str, png: str | None) -> str:
+    if png is None:
+        return f'<p class="note">{escape(title)}: no data</p>'
+    return f'<img alt="{escape(title)}" src="data:image/png;base64,{png}">'
+
+
+def render(summary: list[str], charts: list[tuple[str, str | None]],
+           tables: list[tuple[str, list[Row], int]]) -> str:
+    parts = ["<!doctype html><html><head><meta charset=utf-8>",
+             f"<title>kafkalens report</title><style>{STYLE}</style></head><body>",
+             "<h1>kafkalens report</h1><ul>",
+             *(f"<li>{escape(line)}</li>" for line in summary), "</ul>",
+             *(chart_html(t, png) for t, png in charts),
+             *(table_html(name, rows, total) for name, rows, total in tables),
+             "</body></html>"]
+    return "\n".join(parts)

@@ -1,0 +1,67 @@
+"""The few lines the report prints to the console (and heads report.html with)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.tables import Counts
+
+Row = dict[str, Any]
+
+
+@dataclass
+class ReportResult:
+    out: str
+    inputs: list[str]
+    missing: list[str]
+    counts: Counts
+    seconds: float
+    table_rows: dict[str, int] = field(default_factory=dict)
+    shown: dict[str, list[Row]] = field(default_factory=dict)
+
+    @property
+    def lines_per_second(self) -> float:
+        return self.counts.lines / self.seconds if self.seconds > 0 else 0.0
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def summary_lines(r: ReportResult) -> list[str]:
+    c = r.counts
+    lines = [
+        f"{c.lines:,} lines ({c.bad:,} bad) in {r.seconds:.1f} s "
+        f"({r.lines_per_second:,.0f} lines/s); {c.requests:,} requests, "
+        f"{c.connection_events:,} connection events, {c.other_events:,} other events",
+        f"time span: {c.first_ts or '-'} .. {c.last_ts or '-'} UTC",
+        f"clients: {r.table_rows.get('client_inventory', 0):,}; "
+        f"consumer groups: {r.table_rows.get('consumer_groups', 0):,}",
+    ]
+    if r.missing:
+        lines.append("inputs matching nothing: " + ", ".join(r.missing))
+    lines.append(_readiness(r.shown.get("kafka4_readiness", []),
+                            r.table_rows.get("kafka4_readiness", 0)))
+    lines.append("top topics: " + (", ".join(
+        f"{t['topic']} ({_human_bytes(t['total_bytes'] or 0)})"
+        for t in r.shown.get("top_topics", [])[:3]) or "-"))
+    slow = sorted(r.shown.get("latency_by_api", []), key=lambda a: -(a["p99_ms"] or 0))[:3]
+    lines.append("slowest p99: " + (", ".join(
+        f"{a['api']} {a['p99_ms']:.1f} ms" for a in slow if a["p99_ms"] is not None) or "-"))
+    return lines
+
+
+def _readiness(rows: list[Row], total: int) -> str:
+    if not total:
+        return "Kafka 4.0 readiness: no client used a removed api version"
+    worst = ", ".join(
+        f"{r['client_software_name'] or r['client_id'] or r['client_key']}"
+        f" {r['client_software_version'] or ''} {r['api']} v{r['api_version']}".replace("  ", " ")
+        for r in rows[:3]
+    )
+    return f"Kafka 4.0 readiness: {total:,} client/api versions would be refused, e.g. {worst}"

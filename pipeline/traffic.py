@@ -1,0 +1,82 @@
+"""What the traffic looks like: latency, errors, topics and consumer groups."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+PRODUCE, FETCH = 0, 1
+QUANTILES = (0.5, 0.95, 0.99)
+
+
+def _latency_aggs(quantiles: tuple[float, ...]) -> list[Column]:
+    approx = F.percentile_approx("latency_ms", list(quantiles))
+    named = [approx[i].alias(f"p{round(q * 100)}_ms") for i, q in enumerate(quantiles)]
+    return [F.count(F.lit(1)).alias("requests"), F.sum("error").alias("errors"),
+            *named]
+
+
+def latency_by_api(requests: DataFrame) -> DataFrame:
+    """Latency percentiles and error rate per api (acks=0 Produce counts, without latency)."""
+    stats = requests.groupBy("api", "api_key").agg(
+        *_latency_aggs(QUANTILES),
+        F.avg("latency_ms").alias("avg_ms"),
+        F.max("latency_ms").alias("max_ms"),
+    )
+    return stats.withColumn("error_rate", F.col("errors") / F.col("requests"))
+
+
+def latency_over_time(requests: DataFrame, bucket_seconds: int) -> DataFrame:
+    """Per api and time bucket: the series behind the report's latency chart."""
+    epoch = F.unix_seconds("ts")
+    bucket = F.timestamp_seconds(epoch - epoch % bucket_seconds).alias("bucket")
+    return requests.groupBy(bucket, "api").agg(*_latency_aggs((0.5, 0.95)))
+
+
+def _sum_where(api_key: int, field: str) -> Column:
+    return F.sum(F.when(F.col("api_key") == api_key, F.col("c")[field]).otherwise(0))
+
+
+def top_topics(requests: DataFrame) -> DataFrame:
+    """Bytes, records and batches produced (Produce requests) and fetched (Fetch responses)."""
+    carrying = requests.where(F.col("api_key").isin(PRODUCE, FETCH))
+    per_topic = carrying.select(
+        "api_key", F.explode("per_topic").alias("topic", "c")
+    )
+    sums = [
+        _sum_where(key, field).alias(f"{verb}_{field}")
+        for key, verb in ((PRODUCE, "produced"), (FETCH, "fetched"))
+        for field in ("bytes", "records", "batches")
+    ]
+    totals = per_topic.groupBy("topic").agg(*sums).withColumn(
+        "total_bytes", F.col("produced_bytes") + F.col("fetched_bytes")
+    )
+    order = Window.orderBy(F.desc("total_bytes"), F.asc("topic"))
+    return totals.withColumn("rank", F.row_number().over(order))
+
+
+def _latest(column: str) -> Column:
+    """The value on the newest line that has one (null orderings are skipped)."""
+    return F.max_by(column, F.when(F.col(column).isNotNull(), F.col("ts"))).alias(column)
+
+
+def consumer_groups(requests: DataFrame) -> DataFrame:
+    grouped = requests.where(F.col("group_id").isNotNull() & (F.col("group_id") != ""))
+    member = F.when(F.col("member_id") != "", F.col("member_id"))
+    software = F.concat_ws("/", "client_software_name", "client_software_version")
+    stats = grouped.groupBy("group_id").agg(
+        _latest("protocol_type"),
+        _latest("protocol_name").alias("assignor"),
+        F.count_distinct(member).alias("distinct_member_ids"),
+        F.max("members").alias("max_members"),
+        F.max("generation_id").alias("generation_id"),
+        F.count(F.lit(1)).alias("requests"),
+        F.array_sort(F.collect_set(F.when(software != "", software))).alias("client_software"),
+        F.min("ts").alias("first_seen"),
+        F.max("ts").alias("last_seen"),
+    )
+    # JoinGroup's member list is the group's size at a rebalance; member ids seen over
+    # the whole log also count members that have since left, so they are the fallback.
+    return stats.withColumn(
+        "member_count", F.coalesce(F.col("max_members"), F.col("distinct_member_ids"))
+    )

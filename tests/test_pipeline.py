@@ -1,0 +1,315 @@
+"""`kafkalens report`: the Spark batch job, checked against a plain-Python reference.
+
+Synthetic logs (pipeline.synth) are written as the proxy would: rotated gzip files,
+the active plain file, a second directory reached by a glob whose last line is cut
+short, an empty file, malformed lines and events the report must ignore. Every table
+is then compared with what a straightforward Python computation over the same
+events says it must contain.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pipeline import html
+from pipeline.cli import report_main
+from pipeline.readiness_data import removed_versions
+from pipeline.report import run_report
+from pipeline.session import build_session
+from pipeline.summary import ReportResult
+from pipeline.synth import BAD_SAMPLES, Synth, to_line, write_rotated
+
+REQUEST_EVENTS = ("request", "request_no_response")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = build_session("kafkalens-tests", "local[2]")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    session.conf.set("spark.sql.codegen.wholeStage", "false")  # tiny data: compiling costs more
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+# --- the input ---------------------------------------------------------------------
+
+
+class Logs:
+    """The events written, where they went, and what the reference makes of them."""
+
+    def __init__(self, root: Path) -> None:
+        synth = Synth(seed=11, bad_every=397, other_every=503)
+        self.main = list(synth.events(5000))
+        self.extra = list(synth.events(1000))
+        write_rotated(root / "logs", map(to_line, self.main), 1500, gz=True)
+        (root / "logs" / "requests.log.9").write_text("")  # an empty rotated file
+        write_rotated(root / "extra", map(to_line, self.extra), 10_000, name="other.log",
+                      truncate_last=True)
+        assert isinstance(self.extra[-1], dict)
+        # The cut line is bad; every other dict is a good line.
+        self.events = [e for e in self.main + self.extra[:-1] if isinstance(e, dict)]
+        self.requests = [e for e in self.events if e["event"] in REQUEST_EVENTS]
+        self.files = sorted((root / "logs").iterdir()) + [root / "extra" / "other.log"]
+
+
+def micros(ts: str) -> int:
+    t = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    return int(t.timestamp()) * 1_000_000 + t.microsecond
+
+
+def host(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+def resolved(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each request with its connection's identity (the max of each field on the conn)."""
+    fields = ("client_id", "client_instance_id", "client_software_name",
+              "client_software_version", "principal")
+    per_conn: dict[tuple, dict[str, Any]] = defaultdict(dict)
+    for e in requests:
+        ident = per_conn[(e["listener"], e["client_address"], e["conn"])]
+        for f in fields:
+            if e[f] is not None and (ident.get(f) is None or e[f] > ident[f]):
+                ident[f] = e[f]
+    out = []
+    for e in requests:
+        ident = per_conn[(e["listener"], e["client_address"], e["conn"])]
+        r = {**e, **{f: ident.get(f) for f in fields}}
+        r["key"] = r["client_instance_id"] or "|".join([
+            r["client_id"] or "", host(e["client_address"]),
+            r["client_software_name"] or "", r["client_software_version"] or ""])
+        out.append(r)
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+          ) -> tuple[Logs, ReportResult, Path]:
+    root = tmp_path_factory.mktemp("report")
+    logs = Logs(root)
+    inputs = [str(root / "logs"), str(root / "extra" / "*.log"), str(root / "missing-*.log")]
+    result = run_report(spark, inputs, str(root / "out"))
+    return logs, result, root / "out"
+
+
+def table(spark: SparkSession, out: Path, name: str) -> list[dict[str, Any]]:
+    df = spark.read.parquet(str(out / name))
+    micros_cols = [F.unix_micros(c).alias(c) for c, t in df.dtypes if t == "timestamp"]
+    other = [c for c, t in df.dtypes if t != "timestamp"]
+    return [r.asDict(recursive=True) for r in df.select(*other, *micros_cols).collect()]
+
+
+# --- the tables --------------------------------------------------------------------
+
+
+def test_counts_lines_and_reports_missing_inputs(built: tuple) -> None:
+    logs, result, _ = built
+    bad = sum(isinstance(e, str) for e in logs.main + logs.extra) + 1
+    c = result.counts
+    assert c.lines == len(logs.main) + len(logs.extra)
+    assert c.bad == bad
+    assert c.requests == len(logs.requests)
+    assert c.connection_events == sum(e["event"].startswith("connection_") for e in logs.events)
+    assert c.other_events == sum(e["event"] == "kip1313_violation" for e in logs.events) > 0
+    assert len(result.missing) == 1 and result.missing[0].endswith("/missing-*.log")
+    assert len(result.inputs) == 2
+
+
+def test_client_inventory(spark: SparkSession, built: tuple) -> None:
+    logs, _, out = built
+    expected: dict[str, dict[str, Any]] = {}
+    for r in resolved(logs.requests):
+        row = expected.setdefault(r["key"], {"requests": 0, "by_api": Counter(), "conns": set(),
+                                             "principals": set(), "ts": [], "errors": 0})
+        row["requests"] += 1
+        row["by_api"][r["api"]] += 1
+        row["conns"].add(r["conn"])
+        row["principals"] |= {r["principal"]} - {None}
+        row["ts"].append(micros(r["ts"]))
+        row["errors"] += bool(r["errors"])
+        row["ident"] = (r["client_id"], r["client_software_name"], r["client_software_version"])
+    rows = {r["client_key"]: r for r in table(spark, out, "client_inventory")}
+    assert rows.keys() == expected.keys()
+    # 3 + 2 + 4 + 2 instances with KIP-714 ids, the rest keyed by client id, host, software.
+    assert sum(r["client_instance_id"] is not None for r in rows.values()) == 3 + 4 + 2
+    for key, want in expected.items():
+        got = rows[key]
+        assert got["requests"] == want["requests"]
+        assert got["requests_by_api"] == dict(want["by_api"])
+        assert got["connections"] == len(want["conns"])
+        assert got["principals"] == sorted(want["principals"])
+        assert (got["first_seen"], got["last_seen"]) == (min(want["ts"]), max(want["ts"]))
+        assert got["errors"] == want["errors"]
+        assert (got["client_id"], got["client_software_name"],
+                got["client_software_version"]) == want["ident"]
+    # Requests before GetTelemetrySubscriptions and SASL belong to the same client.
+    orders = [r for r in rows.values() if r["client_id"] == "orders-service"]
+    assert len(orders) == 3 and all(r["principals"] == ["User:orders"] for r in orders)
+    legacy = rows["kafka-python-2.0.2|10.0.1.1||"]
+    assert legacy["client_instance_id"] is None and legacy["client_software_name"] is None
+
+
+def test_api_usage(spark: SparkSession, built: tuple) -> None:
+    logs, _, out = built
+    want: dict[tuple, list] = defaultdict(lambda: [0, 0, set()])
+    for r in resolved(logs.requests):
+        k = (r["api"], r["api_version"], r["client_software_name"], r["client_software_version"])
+        want[k][0] += 1
+        want[k][1] += bool(r["errors"])
+        want[k][2].add(r["key"])
+    got = {(r["api"], r["api_version"], r["client_software_name"], r["client_software_version"]):
+           [r["requests"], r["errors"], r["clients"]] for r in table(spark, out, "api_usage")}
+    assert got == {k: [n, e, len(c)] for k, (n, e, c) in want.items()}
+    assert got[("Produce", 2, None, None)][2] == 2  # both kafka-python instances
+
+
+def test_kafka4_readiness(spark: SparkSession, built: tuple) -> None:
+    logs, _, out = built
+    removed = {(key, version): minimum for key, _, version, minimum in removed_versions()}
+    want: Counter = Counter()
+    for r in resolved(logs.requests):
+        if (r["api_key"], r["api_version"]) in removed:
+            want[(r["key"], r["api"], r["api_version"])] += 1
+    rows = table(spark, out, "kafka4_readiness")
+    got = {(r["client_key"], r["api"], r["api_version"]): r["requests"] for r in rows}
+    assert got == dict(want)
+    assert all(r["kafka4_min_version"] == removed[(r["api_key"], r["api_version"])]
+               for r in rows)
+    offenders = {(r["client_id"], r["api"], r["api_version"]) for r in rows}
+    assert {("kafka-python-2.0.2", "Produce", 2), ("kafka-python-2.0.2", "Metadata", 1),
+            ("legacy-reader", "Fetch", 3), ("legacy-reader", "JoinGroup", 1),
+            ("ops-admin", "DescribeConfigs", 0)} <= offenders
+    assert not {r["client_id"] for r in rows} & {"orders-service", "billing", "audit"}
+
+
+def test_latency_by_api(spark: SparkSession, built: tuple) -> None:
+    logs, _, out = built
+    latencies: dict[str, list[float]] = defaultdict(list)
+    counts: Counter = Counter()
+    errors: Counter = Counter()
+    for e in logs.requests:
+        counts[e["api"]] += 1
+        errors[e["api"]] += bool(e["errors"])
+        if e["latency_ms"] is not None:
+            latencies[e["api"]].append(e["latency_ms"])
+    rows = {r["api"]: r for r in table(spark, out, "latency_by_api")}
+    assert rows.keys() == counts.keys()
+    for api, row in rows.items():
+        assert (row["requests"], row["errors"]) == (counts[api], errors[api])
+        assert row["error_rate"] == pytest.approx(errors[api] / counts[api])
+        values = sorted(latencies[api])
+        for q in (50, 95, 99):
+            # percentile_approx returns a sample value; allow one percent of rank.
+            lo = values[max(0, int(len(values) * (q - 1) / 100) - 1)]
+            hi = values[min(len(values) - 1, int(len(values) * (q + 1) / 100))]
+            assert lo <= row[f"p{q}_ms"] <= hi, (api, q)
+    assert rows["Fetch"]["p50_ms"] > 100 > rows["Produce"]["p99_ms"]
+
+
+def test_top_topics(spark: SparkSession, built: tuple) -> None:
+    logs, _, out = built
+    want: dict[str, Counter] = defaultdict(Counter)
+    for e in logs.requests:
+        verb = {0: "produced", 1: "fetched"}.get(e["api_key"])
+        for topic, c in (e.get("record_stats") or {}).get("per_topic", {}).items():
+            for field in ("bytes", "records", "batches"):
+                want[topic][f"{verb}_{field}"] += c[field]
+    order = sorted(want, key=lambda t: (-(want[t]["produced_bytes"] + want[t]["fetched_bytes"]), t))
+    rows = sorted(table(spark, out, "top_topics"), key=lambda r: r["rank"])
+    assert [r["topic"] for r in rows] == order
+    assert [r["rank"] for r in rows] == list(range(1, len(order) + 1))
+    for r in rows:
+        for field, value in want[r["topic"]].items():
+            assert r[field] == value, (r["topic"], field)
+    metrics = next(r for r in rows if r["topic"] == "metrics")  # acks=0 still counts
+    assert metrics["produced_records"] > 0 and metrics["fetched_bytes"] == 0
+
+
+def test_consumer_groups(spark: SparkSession, built: tuple) -> None:
+    logs, _, out = built
+    rows = {r["group_id"]: r for r in table(spark, out, "consumer_groups")}
+    assert set(rows) == {"billing", "legacy", "audit"}
+    got = {g: (r["protocol_type"], r["assignor"], r["member_count"], r["distinct_member_ids"])
+           for g, r in rows.items()}
+    assert got == {"billing": ("consumer", "cooperative-sticky", 4, 4),
+                   "legacy": ("consumer", "range", 2, 2),
+                   "audit": (None, None, 2, 2)}  # KIP-848: no JoinGroup, member ids count
+    requests = Counter(e.get("group_id") for e in logs.requests)
+    assert {g: r["requests"] for g, r in rows.items()} == {g: requests[g] for g in rows}
+    assert rows["legacy"]["client_software"] == ["sarama/1.27.0"]
+
+
+def _file_lines(path: Path) -> list[str]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def _is_bad(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return True
+    return line in BAD_SAMPLES
+
+
+def test_bad_lines(spark: SparkSession, built: tuple) -> None:
+    logs, _, out = built
+    want = {p.name: n for p in logs.files if (n := sum(map(_is_bad, _file_lines(p))))}
+    rows = table(spark, out, "bad_lines")
+    got: Counter = Counter()
+    for r in rows:
+        got[r["file"].rsplit("/", 1)[1]] += r["bad_lines"]
+        assert 1 <= len(r["samples"]) <= 2
+        assert all(s in BAD_SAMPLES or s.startswith('{"ts":"2025-') for s in r["samples"])
+    assert dict(got) == want
+    assert "other.log" in got  # the truncated last line
+    assert {r["reason"] for r in rows} <= {"invalid JSON", "missing or invalid ts/event"}
+
+
+def test_html_report(built: tuple) -> None:
+    _, _, out = built
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 2
+    for name in ("client_inventory", "kafka4_readiness", "top_topics", "consumer_groups"):
+        assert f"<h2>{name}</h2>" in page
+    assert "kafka-python-2.0.2" in page and "cooperative-sticky" in page
+
+
+def test_html_escapes_client_strings() -> None:
+    rows = [{"client_id": "<script>alert(1)</script>", "requests": 3}]
+    page = html.render(["a <b> summary"], [("chart", None)], [("clients", rows, 1)])
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "a &lt;b&gt; summary" in page
+
+
+def test_empty_input_gives_empty_report(spark: SparkSession, tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "requests.log").write_text("")
+    result = run_report(spark, [str(tmp_path / "logs"), str(tmp_path / "none*")],
+                        str(tmp_path / "out"))
+    assert result.counts.lines == 0 and result.counts.bad == 0
+    assert set(result.table_rows.values()) == {0}
+    assert spark.read.parquet(str(tmp_path / "out" / "client_inventory")).count() == 0
+    assert "no data" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_cli_prints_summary(spark: SparkSession, tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [to_line(e) for e in Synth(seed=3).events(300)]
+    (tmp_path / "requests.log").write_text("\n".join(lines) + "\n")
+    assert report_main([str(tmp_path / "requests.log"), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "300 lines (0 bad)" in printed and "Kafka 4.0 readiness" in printed
+    assert SparkSession.getActiveSession() is spark  # a shared session is left running
