@@ -59,9 +59,10 @@ def summary_lines(r: ReportResult) -> list[str]:
 def _readiness(rows: list[Row], total: int) -> str:
     if not total:
         return "Kafka 4.0 readiness: no client used a removed api version"
-    worst = ", ".join(
+    labels = [
         f"{r['client_software_name'] or r['client_id'] or r['client_key']}"
         f" {r['client_software_version'] or ''} {r['api']} v{r['api_version']}".replace("  ", " ")
-        for r in rows[:3]
-    )
+        for r in rows
+    ]
+    worst = ", ".join(list(dict.fromkeys(labels))[:3])  # one per software, not per instance
     return f"Kafka 4.0 readiness: {total:,} client/api versions would be refused, e.g. {worst}"
