@@ -41,7 +41,9 @@ def configure_logging(level: int = logging.INFO) -> None:
             structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=True),
             # Plain tracebacks: the default (with `rich` installed) prints local
             # variables, which could put a SASL token from a failing hook on stderr.
-            structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback),
+            structlog.dev.ConsoleRenderer(
+                colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+            ),
         ],
     )
 
