@@ -135,6 +135,19 @@ def _emit_uvarint(src: _Source, ind: int, var: str, end: str) -> None:
     src.line(ind, f"else: {var}, p = uv(b, p, {end})")
 
 
+def emit_length(src: _Source, ind: int, var: str, end: str, flex: bool, width: int) -> None:
+    """Read a length or count into `var`: a compact varint (minus one, so -1 is null) in
+    flexible versions, else a big-endian int16 or int32 of `width` bytes."""
+    if flex:
+        _emit_uvarint(src, ind, var, end)
+        src.line(ind, f"{var} -= 1")
+        return
+    packer = "I16" if width == 2 else "I32"
+    src.line(ind, f"if p + {width} > {end}: raise short(p, 'length')")
+    src.line(ind, f"{var} = {packer}.unpack_from(b, p)[0]")
+    src.line(ind, f"p += {width}")
+
+
 class DecoderBuilder:
     """Writes the decoder source for a struct and, recursively, its sub-structs."""
 
@@ -250,15 +263,7 @@ class DecoderBuilder:
         self, src: _Source, ind: int, type_name: str, var: str, end: str, nullable: bool, flex: bool
     ) -> None:
         length = src.tmp("l")
-        if flex:
-            _emit_uvarint(src, ind, length, end)
-            src.line(ind, f"{length} -= 1")
-        else:
-            prefix = "I16" if type_name == "string" else "I32"
-            size = 2 if type_name == "string" else 4
-            src.line(ind, f"if p + {size} > {end}: raise short(p, 'length')")
-            src.line(ind, f"{length} = {prefix}.unpack_from(b, p)[0]")
-            src.line(ind, f"p += {size}")
+        emit_length(src, ind, length, end, flex, 2 if type_name == "string" else 4)
         src.line(ind, f"if {length} < 0:")
         if nullable:
             src.line(ind + 1, f"{var} = None")
@@ -297,13 +302,7 @@ class DecoderBuilder:
         flex: bool,
     ) -> None:
         count = src.tmp("c")
-        if flex:
-            _emit_uvarint(src, ind, count, end)
-            src.line(ind, f"{count} -= 1")
-        else:
-            src.line(ind, f"if p + 4 > {end}: raise short(p, 'array length')")
-            src.line(ind, f"{count} = I32.unpack_from(b, p)[0]")
-            src.line(ind, "p += 4")
+        emit_length(src, ind, count, end, flex, 4)
         src.line(ind, f"if {count} < 0:")
         if nullable:
             src.line(ind + 1, f"{var} = None")

@@ -20,7 +20,7 @@ from functools import cache
 from typing import Any
 
 from codec import wire
-from codec.compiler import FIXED_TYPES, _element_min_size, _emit_uvarint, _Source
+from codec.compiler import FIXED_TYPES, _element_min_size, _emit_uvarint, _Source, emit_length
 from codec.entities import ERROR_CODES, GROUPS, TOPICS, TRANSACTIONAL_IDS, category
 from codec.errors import DecodeError
 from codec.messages import DEFAULT_POLICY, HeaderPolicy, UnknownApiError, struct_decoder
@@ -134,14 +134,7 @@ class SkimBuilder:
                 src.line(ind, "tid = read_uuid(b, p)")
             src.line(ind, "p += 16")
             return
-        if flex:
-            _emit_uvarint(src, ind, "l", end)
-            src.line(ind, "l -= 1")
-        else:
-            size = 2 if type_name == "string" else 4
-            src.line(ind, f"if p + {size} > {end}: raise short(p, 'length')")
-            src.line(ind, f"l = {'I16' if size == 2 else 'I32'}.unpack_from(b, p)[0]")
-            src.line(ind, f"p += {size}")
+        emit_length(src, ind, "l", end, flex, 2 if type_name == "string" else 4)
         src.line(ind, "if l < 0:")
         src.line(ind + 1, "pass" if nullable else "raise invalid(p, 'null in a field that is not nullable')")
         src.line(ind, "else:")
@@ -164,13 +157,7 @@ class SkimBuilder:
         top: bool,
     ) -> None:
         count = src.tmp("c")
-        if flex:
-            _emit_uvarint(src, ind, count, end)
-            src.line(ind, f"{count} -= 1")
-        else:
-            src.line(ind, f"if p + 4 > {end}: raise short(p, 'array length')")
-            src.line(ind, f"{count} = I32.unpack_from(b, p)[0]")
-            src.line(ind, "p += 4")
+        emit_length(src, ind, count, end, flex, 4)
         src.line(ind, f"if {count} < 0:")
         src.line(ind + 1, "pass" if nullable else "raise invalid(p, 'null array in a field that is not nullable')")
         src.line(ind, "else:")
