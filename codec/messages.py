@@ -65,6 +65,31 @@ class HeaderPolicy:
     """
 
     header_v3: Mapping[int, int | tuple[int, int | None]] = field(default_factory=dict)
+    # (api key, version, is response) -> (header version, header decoder, body decoder):
+    # asked for every frame, and the answer never changes for a policy.
+    _plans: dict[tuple[int, int, bool], tuple[int, Decoder, Decoder]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def plan(self, api_key: int, version: int, response: bool) -> tuple[int, Decoder, Decoder]:
+        """(header version, header decoder, body decoder) of a frame; UnknownApiError
+        for an api key or version without a definition."""
+        key = (api_key, version, response)
+        found = self._plans.get(key)
+        if found is None:
+            found = self._plans[key] = self._make_plan(api_key, version, response)
+        return found
+
+    def _make_plan(self, api_key: int, version: int, response: bool) -> tuple[int, Decoder, Decoder]:
+        request, reply = _messages_for(api_key, version)
+        if response:
+            header_version = self.response_header_version(api_key, version)
+            header = struct_decoder("ResponseHeader", header_version)
+        else:
+            header_version = self.request_header_version(api_key, version)
+            header = struct_decoder("RequestHeader", header_version)
+        name = (reply if response else request).name
+        return header_version, header, struct_decoder(name, self.body_version(api_key, version))
 
     def declares_v3(self, api_key: int, version: int) -> bool:
         rule = self.header_v3.get(api_key)
@@ -182,8 +207,8 @@ def decode_request_header(
         raise DecodeError("request shorter than its api key and version", direction="request", offset=0)
     api_key, version = _API_KEY_AND_VERSION.unpack_from(buf, 0)
     try:
-        header_version = policy.request_header_version(api_key, version)
-        header, pos = _run(struct_decoder("RequestHeader", header_version), buf, 0, len(buf), [budget])
+        header_version, header_decoder, _ = policy.plan(api_key, version, False)
+        header, pos = _run(header_decoder, buf, 0, len(buf), [budget])
     except DecodeError as exc:
         raise exc.with_context(api_key=api_key, api_version=version, direction="request") from None
     return header, header_version, pos
@@ -195,12 +220,13 @@ def decode_request(
     budget: int = DEFAULT_ELEMENT_BUDGET,
 ) -> Request:
     buf = _view(frame)
-    header, header_version, pos = decode_request_header(buf, policy, budget)
-    api_key, version = header["request_api_key"], header["request_api_version"]
+    if len(buf) < 4:
+        raise DecodeError("request shorter than its api key and version", direction="request", offset=0)
+    api_key, version = _API_KEY_AND_VERSION.unpack_from(buf, 0)
     try:
-        request, _ = _messages_for(api_key, version)
-        decoder = struct_decoder(request.name, policy.body_version(api_key, version))
-        body, pos = _run(decoder, buf, pos, len(buf), [budget])
+        header_version, header_decoder, body_decoder = policy.plan(api_key, version, False)
+        header, pos = _run(header_decoder, buf, 0, len(buf), [budget])
+        body, pos = _run(body_decoder, buf, pos, len(buf), [budget])
         _keep_trailing(body, buf, pos)
     except DecodeError as exc:
         raise exc.with_context(api_key=api_key, api_version=version, direction="request") from None
@@ -216,13 +242,9 @@ def decode_response(
 ) -> Response:
     buf = _view(frame)
     try:
-        _, response = _messages_for(api_key, api_version)
-        header_version = policy.response_header_version(api_key, api_version)
-        header, pos = _run(
-            struct_decoder("ResponseHeader", header_version), buf, 0, len(buf), [budget]
-        )
-        decoder = struct_decoder(response.name, policy.body_version(api_key, api_version))
-        body, pos = _run(decoder, buf, pos, len(buf), [budget])
+        header_version, header_decoder, body_decoder = policy.plan(api_key, api_version, True)
+        header, pos = _run(header_decoder, buf, 0, len(buf), [budget])
+        body, pos = _run(body_decoder, buf, pos, len(buf), [budget])
         _keep_trailing(body, buf, pos)
     except DecodeError as exc:
         raise exc.with_context(api_key=api_key, api_version=api_version, direction="response") from None
