@@ -27,6 +27,7 @@ from codec.skim import skim_response
 from proxy.api_versions import API_VERSIONS, cap_api_versions
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 from proxy.identity import Identity
+from proxy.memo import FrameMemo
 from proxy.metrics import Metrics
 from proxy.request_log import LineSink, RequestLog
 from proxy.summary import (
@@ -40,6 +41,10 @@ from proxy.summary import (
 )
 
 UNKNOWN = "unknown"
+# Requests never memoised: their summary depends on more than their bytes (Produce and
+# Fetch name topics learnt from Metadata, SyncGroup a generation's protocol), or they
+# carry credentials (SASL, delegation tokens) or telemetry payloads.
+UNMEMOISED_REQUESTS = frozenset({0, 1, 14, 17, 36, 38, 39, 40, 41, 72})
 
 
 @dataclass
@@ -86,6 +91,10 @@ class ObservingHooks(Hooks):
         self.topic_ids = TopicIds()
         self.states: dict[str, ConnState] = {}
         self._names = api_names()
+        # (decoded request, its line fields), and a skimmed response's line fields
+        self.request_memo = FrameMemo(skip=8)  # api key, version, correlation id
+        self.response_memo = FrameMemo(skip=4)  # correlation id
+        self.api_versions_memo = FrameMemo(skip=4)
 
     def api_name(self, api_key: int) -> str:
         return self._names.get(api_key, UNKNOWN)
@@ -164,8 +173,18 @@ class ObservingHooks(Hooks):
         if state is not None:
             state.requests[api] = state.requests.get(api, 0) + 1
         token = Token(api, pending.correlation_id, {})
+        key = None
+        if pending.api_key not in UNMEMOISED_REQUESTS:
+            key = self.request_memo.key(pending.api_key, pending.api_version, frame)
+            known = self.request_memo.get(key) if key is not None else None
+            if known is not None:
+                request, token.fields = known
+                if state is not None:
+                    self._identify(info, state, request)
+                return token
         try:
-            request = decode_request(frame, self.policy)
+            # A memoised request must not hold views of the chunk it came in: a copy.
+            request = decode_request(frame if key is None else frame.tobytes(), self.policy)
         except UnknownApiError:
             self.metrics.unknown_request("api_key" if api == UNKNOWN else "api_version")
             token.decode_error = "unknown api key or version"
@@ -179,6 +198,8 @@ class ObservingHooks(Hooks):
             self._identify(info, state, request)
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
         token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+        if key is not None:
+            self.request_memo.put(key, (request, token.fields))
         return token
 
     def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
@@ -260,11 +281,25 @@ class ObservingHooks(Hooks):
 
     def rewrite_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> bytes | None:
         if pending.api_key == API_VERSIONS:
-            new_frame, decoded = cap_api_versions(frame, pending.api_version, self.policy)
+            new_frame, decoded = self._capped(frame, pending.api_version)
             if isinstance(pending.token, Token):
                 pending.token.response = decoded  # no bytes fields: safe to keep
             return new_frame
         return None
+
+    def _capped(self, frame: memoryview, version: int) -> tuple[bytes | None, Response | None]:
+        """The ApiVersions cap; a broker answers every connection the same."""
+        memo = self.api_versions_memo
+        key = memo.key(API_VERSIONS, version, frame)
+        known = memo.get(key) if key is not None else None
+        if known is None:
+            new_frame, decoded = cap_api_versions(frame, version, self.policy)
+            known = (None if new_frame is None else new_frame[4:], decoded)
+            if key is not None and decoded is not None:
+                memo.put(key, known)
+        tail, decoded = known
+        # the correlation id is the frame's own; the rest is the memoised rewrite
+        return (None if tail is None else frame[:4].tobytes() + tail), decoded
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         latency = time.perf_counter() - pending.started
@@ -297,8 +332,7 @@ class ObservingHooks(Hooks):
             version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
         try:
             if token.response is None and pending.api_key not in FULL_DECODE_RESPONSES:
-                _, found = skim_response(frame, pending.api_key, version, self.policy)
-                return skimmed_response_fields(pending.api_key, found, self.topic_ids)
+                return self._skimmed(frame, pending.api_key, version)
             response = token.response or decode_response(frame, pending.api_key, version, self.policy)
         except DecodeError as exc:
             self._decode_failed(state, token.api, "response")
@@ -309,6 +343,19 @@ class ObservingHooks(Hooks):
             self._refresh_identity(info, state)
         protocol_type = token.fields.get("protocol_type")
         return response_fields(response, self.summary, self.topic_ids, protocol_type)
+
+    def _skimmed(self, frame: memoryview, api_key: int, version: int) -> dict[str, Any]:
+        memo = self.response_memo
+        key = memo.key(api_key, version, frame)
+        if key is not None:
+            known = memo.get(key)
+            if known is not None:
+                return known
+        _, found = skim_response(frame, api_key, version, self.policy)
+        fields = skimmed_response_fields(api_key, found, self.topic_ids)
+        if key is not None:
+            memo.put(key, fields)
+        return fields
 
     def _line_base(self, info: ConnectionInfo, pending: Pending, token: Token) -> dict[str, Any]:
         state = self.states.get(info.conn_id)

@@ -281,3 +281,75 @@ def test_record_detail_looks_at_a_bounded_number_of_records(tmp_path: Path) -> N
     assert stats["records"] == MAX_DETAIL_RECORDS + 500  # the count comes from batch headers
     assert stats["header_keys"] == ["k"]
     assert stats["header_keys_from_first_records"] == MAX_DETAIL_RECORDS
+
+
+def metadata_pair(correlation_id: int, topic: str, error_code: int) -> tuple[Request, Response]:
+    request = Request(3, 12, header(correlation_id), {
+        "topics": [{"topic_id": uuid.UUID(int=0), "name": topic}],
+        "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    response = Response(3, 12, {"correlation_id": correlation_id}, {
+        "throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b", "port": 9092, "rack": None}],
+        "cluster_id": "c", "controller_id": 1, "topics": [{
+            "error_code": error_code, "name": topic, "topic_id": uuid.UUID(int=7), "is_internal": False,
+            "partitions": [], "topic_authorized_operations": -1}]})
+    return request, response
+
+
+def test_repeated_frames_are_memoised_and_each_line_keeps_its_own_correlation_id(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    for corr, topic, error in ((5, "orders", 3), (6, "orders", 3), (7, "orders", 3), (8, "audit", 0)):
+        h.exchange(*metadata_pair(corr, topic, error))
+    memo_requests, memo_responses = h.hooks.request_memo, h.hooks.response_memo
+    assert (memo_requests.hits, memo_requests.misses) == (2, 2)
+    assert (memo_responses.hits, memo_responses.misses) == (2, 2)
+    h.close()
+    lines = [line for line in h.lines() if line["event"] == "request"]
+    assert [(x["correlation_id"], x["topics"], x["errors"]) for x in lines] == [
+        (5, ["orders"], ["UNKNOWN_TOPIC_OR_PARTITION"]),
+        (6, ["orders"], ["UNKNOWN_TOPIC_OR_PARTITION"]),
+        (7, ["orders"], ["UNKNOWN_TOPIC_OR_PARTITION"]),
+        (8, ["audit"], []),
+    ]
+    text = h.metric_text()
+    assert 'kafkalens_requests_total{api="Metadata",api_version="12"} 4.0' in text
+    assert 'error="UNKNOWN_TOPIC_OR_PARTITION"} 3.0' in text
+
+
+def test_a_memoised_request_keeps_no_view_of_the_chunk_it_came_in(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    # JoinGroup: its protocols' metadata is a bytes field, decoded as a view
+    request = Request(11, 5, header(9), {
+        "group_id": "g", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+        "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff"}]})
+    chunk = bytearray(encode_request(request))
+    pending = Pending(9, 11, 5, time.perf_counter(), len(chunk) + 4)
+    h.hooks.request_forwarded(h.info, memoryview(chunk), pending)
+    assert h.hooks.request_memo.misses == 1
+    chunk.extend(b"x")  # a buffer export (a live memoryview) would make this raise BufferError
+
+
+def test_sasl_requests_are_never_memoised(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    for corr in (1, 2):
+        request = Request(36, 2, header(corr), {"auth_bytes": f"\0alice\0{PASSWORD}".encode()})
+        response = Response(36, 2, {"correlation_id": corr}, {
+            "error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0})
+        h.exchange(request, response)
+    assert h.hooks.request_memo.hits == h.hooks.request_memo.misses == 0
+
+
+def test_memoised_api_versions_cap_answers_with_each_correlation_id(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    for corr in (11, 12):
+        response = Response(18, 3, {"correlation_id": corr}, {"error_code": 0, "throttle_time_ms": 0,
+                            "api_keys": [{"api_key": 0, "min_version": 3, "max_version": 99}]})
+        pending = Pending(corr, 18, 3, time.perf_counter(), 30)
+        new = h.hooks.rewrite_response(h.info, memoryview(encode_response(response)), pending)
+        assert new is not None
+        decoded = decode_response(new, 18, 3)
+        assert decoded.correlation_id == corr
+        assert decoded.body["api_keys"] == [{"api_key": 0, "min_version": 3, "max_version": 12}]
+    assert h.hooks.api_versions_memo.hits == 1
