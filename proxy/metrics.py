@@ -1,19 +1,24 @@
 """The proxy's Prometheus metrics, in a registry of their own.
 
-Hot path: `Metrics.api(name)` returns an `ApiMetrics` whose label children are bound
-once and cached, so counting a request costs a dict lookup and an `inc`/`observe`.
+Hot path: `Metrics.api(name)` returns an `ApiMetrics`, which counts requests,
+bytes and durations in plain Python numbers and adds them to its prometheus-client
+series when the registry is collected (and, with worker processes, about once a
+second): prometheus-client takes a lock per `inc`, five of them a request.
 Label values a peer controls go through a `LabelCapper`, which bounds the number of
 series a misbehaving or hostile client can create.
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections import Counter as RefCounts
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.registry import Collector
 
 from codec.error_codes import error_name
 
@@ -28,6 +33,8 @@ DURATION_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
     0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
+# What prometheus-client's Histogram.observe does: the first bucket bound >= the value.
+_BOUNDS = (*DURATION_BUCKETS, math.inf)
 
 # Error names come from the broker (a name per error code, unknown codes included):
 # bound both their series and the per-api cache of raw name -> child, which the capper
@@ -77,37 +84,71 @@ class ApiMetrics:
     __slots__ = (
         "_m",
         "name",
-        "_by_version",
         "_errors",
         "_codes",
         "duration",
         "request_bytes",
         "response_bytes",
+        "_requests",
+        "_request_bytes",
+        "_response_bytes",
+        "_duration_sum",
+        "_duration_counts",
     )
 
     def __init__(self, m: Metrics, name: str) -> None:
         self._m = m
         self.name = name
-        self._by_version: dict[int, Any] = {}
         self._errors: dict[str, Any] = {}
         self._codes: dict[int, Any] = {}
         self.duration = m.request_duration.labels(api=name)
         self.request_bytes = m.request_bytes.labels(api=name)
         self.response_bytes = m.response_bytes.labels(api=name)
+        # Not yet added to the series above (see `flush`).
+        self._requests: dict[int, int] = {}  # api version -> count
+        self._request_bytes = 0
+        self._response_bytes = 0
+        self._duration_sum = 0.0
+        self._duration_counts = [0] * len(_BOUNDS)
 
     def request(self, api_version: int, nbytes: int) -> None:
         """A request of this api arrived from a client (`nbytes` includes the size prefix)."""
-        child = self._by_version.get(api_version)
-        if child is None:
-            child = self._m.requests.labels(api=self.name, api_version=str(api_version))
-            self._by_version[api_version] = child
-        child.inc()
-        self.request_bytes.inc(nbytes)
+        requests = self._requests
+        requests[api_version] = requests.get(api_version, 0) + 1
+        self._request_bytes += nbytes
 
     def response(self, duration_seconds: float, nbytes: int) -> None:
         """Its response went back to the client, `duration_seconds` after the request."""
-        self.duration.observe(duration_seconds)
-        self.response_bytes.inc(nbytes)
+        self._response_bytes += nbytes
+        self._duration_sum += duration_seconds
+        self._duration_counts[bisect_left(_BOUNDS, duration_seconds)] += 1
+
+    def flush(self) -> None:
+        """Add what was counted since the last flush to the prometheus-client series."""
+        if self._requests:
+            requests, self._requests = self._requests, {}
+            for api_version, count in requests.items():
+                self._m.requests.labels(api=self.name, api_version=str(api_version)).inc(count)
+        if self._request_bytes:
+            self.request_bytes.inc(self._request_bytes)
+            self._request_bytes = 0
+        if self._response_bytes:
+            self.response_bytes.inc(self._response_bytes)
+            self._response_bytes = 0
+        if any(self._duration_counts):
+            self._flush_durations()
+
+    def _flush_durations(self) -> None:
+        # Histogram has no public "observe n values" call: its per-bucket values (not
+        # cumulative) and sum are what observe() increments; tests/test_metrics.py checks
+        # the result against observe() itself.
+        counts, self._duration_counts = self._duration_counts, [0] * len(_BOUNDS)
+        buckets = self.duration._buckets
+        for index, count in enumerate(counts):
+            if count:
+                buckets[index].inc(count)
+        self.duration._sum.inc(self._duration_sum)
+        self._duration_sum = 0.0
 
     def error(self, name: str) -> None:
         """The response carried a Kafka error, by name, e.g. "UNKNOWN_TOPIC_OR_PARTITION"."""
@@ -185,6 +226,7 @@ class Metrics:
 
     def __init__(self, max_label_values: int = 50, build_version: str | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_Flusher(self))  # first: collected before the series
         self.software_capper = LabelCapper(max_label_values)
         self.error_capper = LabelCapper(_ERROR_CACHE_LIMIT)
         self.upstream_capper = LabelCapper(max(max_label_values, 64))
@@ -299,6 +341,12 @@ class Metrics:
             api = self._apis[name] = ApiMetrics(self, name)
         return api
 
+    def flush(self) -> None:
+        """Hand what the ApiMetrics counted to prometheus-client (done on every collect;
+        worker processes also call it about once a second, their series live in files)."""
+        for api in list(self._apis.values()):
+            api.flush()
+
     def connection_opened(self, listener: str) -> ConnectionMetrics:
         return ConnectionMetrics(self, listener)
 
@@ -345,6 +393,20 @@ class Metrics:
         for family in self.registry.collect():
             names.update(_SAMPLE_SUFFIXES[family.type](family.name))
         return names
+
+
+class _Flusher(Collector):
+    """Registered first, so every collection of the registry sees up-to-date series."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        self._metrics.flush()
+        return iter(())
+
+    def describe(self) -> list[Any]:
+        return []
 
 
 _SAMPLE_SUFFIXES: dict[str, Callable[[str], tuple[str, ...]]] = {

@@ -169,7 +169,9 @@ class Server:
             for conn in list(self.ctx.connections.values()):
                 conn.check_timeouts(now)
             if self._multiprocess:
+                # the parent's /metrics reads this worker's files, never its registry
                 self.metrics.pending_requests.set(self.pending_total())
+                self.metrics.flush()
 
     async def shutdown(self, grace: float | None = None) -> None:
         """Stop accepting, let in-flight requests finish for up to `grace` seconds

@@ -195,3 +195,43 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.bytes_to_broker.inc()
     rendered = {name for name, _ in scrape(m)}
     assert rendered == metric_names()
+
+
+def test_batched_durations_scrape_exactly_like_histogram_observe(m: Metrics) -> None:
+    # ApiMetrics counts in plain numbers and hands them over on collection (proxy/metrics.py)
+    import random
+
+    from proxy.metrics import DURATION_BUCKETS
+
+    rng = random.Random(7)
+    samples = [*DURATION_BUCKETS, 0.0, 1e-7, 31.0, *(rng.uniform(0, 3) ** 4 for _ in range(500))]
+    reference = prometheus_client.Histogram(
+        "reference_seconds", "", buckets=DURATION_BUCKETS, registry=prometheus_client.CollectorRegistry()
+    )
+    api = m.api("Heartbeat")
+    for seconds in samples:
+        api.response(seconds, 1)
+        reference.observe(seconds)
+    prefix = "kafkalens_request_duration_seconds"
+    ours = {(k[0][len(prefix):], k[1]): v for k, v in scrape(m).items() if k[0].startswith(prefix)}
+    expected = {
+        (sample.name[len("reference_seconds"):], frozenset({*sample.labels.items(), ("api", "Heartbeat")})): sample.value
+        for metric in reference.collect()
+        for sample in metric.samples
+        if sample.name.endswith(("_bucket", "_count", "_sum"))
+    }
+    assert {k: v for k, v in ours.items() if k in expected} == pytest.approx(expected)
+    assert len(expected) == len(DURATION_BUCKETS) + 3  # +Inf, count, sum
+
+
+def test_counts_reach_the_series_on_every_collection_and_only_once(m: Metrics) -> None:
+    api = m.api("Metadata")
+    api.request(12, 10)
+    assert value(m, "kafkalens_requests_total", api="Metadata", api_version="12") == 1
+    assert value(m, "kafkalens_requests_total", api="Metadata", api_version="12") == 1
+    api.request(12, 10)
+    m.flush()
+    assert m.registry.get_sample_value(
+        "kafkalens_requests_total", {"api": "Metadata", "api_version": "12"}
+    ) == 2
+    assert value(m, "kafkalens_request_bytes_total", api="Metadata") == 20
