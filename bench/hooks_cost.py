@@ -4,6 +4,10 @@ Real frames (librdkafka's Produce and Fetch, the raw clients' ApiVersions and
 Metadata) are captured through the tests' recording relay in front of a tansu
 broker, then replayed through the hooks `kafkalens proxy` runs, whole and stage by
 stage. Run from the repository root: .venv/bin/python -m bench.hooks_cost
+
+Replaying a frame repeats it byte for byte, which the observer memoises
+(proxy/memo.py): "all hooks, log on" is the cost of such a repeat, "first seen" that
+of a frame the process has not met before (the memo never answers).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from codec import decode_request, decode_response  # noqa: E402
 from proxy.api_versions import cap_api_versions  # noqa: E402
 from proxy.config import Overrides, load_config  # noqa: E402
 from proxy.hooks import ConnectionInfo, Hooks, Pending  # noqa: E402
+from proxy.memo import FrameMemo  # noqa: E402
 from proxy.metrics import Metrics  # noqa: E402
 from proxy.observer import build_hooks  # noqa: E402
 from proxy.summary import SummaryOptions, TopicIds, request_fields, response_fields  # noqa: E402
@@ -79,12 +84,25 @@ def _ours(pairs: list[Pair], api_key: int) -> list[Pair]:
     return sorted(mine, key=lambda p: len(p[1].data))
 
 
-def make_hooks(sample_rate: float) -> tuple[Hooks, ConnectionInfo]:
-    """The proxy's hooks, request log to /dev/null, and one open connection."""
+class FirstSeen(FrameMemo):
+    """A memo that never remembers: every frame costs what a new one does."""
+
+    __slots__ = ()
+
+    def get(self, key: tuple[int, int, bytes]) -> Any:
+        return None
+
+
+def make_hooks(sample_rate: float, memo: bool = True) -> tuple[Hooks, ConnectionInfo]:
+    """The proxy's hooks, request log to /dev/null, and one open connection; `memo`
+    False makes every replayed frame cost what a frame seen for the first time does."""
     config = load_config(None, Overrides(request_log="/dev/null"))
     log = dataclasses.replace(config.request_log, sample_rate=sample_rate)
     metrics = Metrics()
     hooks = build_hooks(dataclasses.replace(config, request_log=log), metrics)
+    if not memo:
+        for name in ("request_memo", "response_memo", "api_versions_memo"):
+            setattr(hooks, name, FirstSeen(getattr(hooks, name).skip))
     info = ConnectionInfo("bench-1", "plaintext", HOST, 50000, "127.0.0.1:9092")
     info.metrics = metrics.connection_opened("plaintext")
     hooks.connection_opened(info)
@@ -164,8 +182,12 @@ def measure(cases: dict[str, Pair]) -> list[dict[str, Any]]:
     for name, pair in cases.items():
         row: dict[str, Any] = {"case": name}
         row["request_bytes"], row["response_bytes"] = len(pair[0].data), len(pair[1].data)
-        for label, rate in (("all hooks, log on", 1.0), ("all hooks, log sampled 0", 0.0)):
-            hooks, info = make_hooks(rate)
+        for label, rate, memo in (
+            ("all hooks, log on", 1.0, True),
+            ("all hooks, first seen", 1.0, False),
+            ("all hooks, log sampled 0", 0.0, True),
+        ):
+            hooks, info = make_hooks(rate, memo)
             row[label] = per_call_us(functools.partial(cycle, hooks, info, pair))
         for label, fn in stages(pair).items():
             row[label] = per_call_us(fn)
@@ -175,6 +197,7 @@ def measure(cases: dict[str, Pair]) -> list[dict[str, Any]]:
 
 COLUMNS = (
     "all hooks, log on",
+    "all hooks, first seen",
     "all hooks, log sampled 0",
     "decode request",
     "request fields",
