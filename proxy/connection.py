@@ -272,14 +272,23 @@ class Connection(asyncio.Protocol):
 
     # --- writing, pausing --------------------------------------------------------------
 
+    # uvloop's write() of one bytes object tries the socket at once; writelines() queues
+    # its buffers for the end of the loop iteration: measured, a plain relay spends
+    # ~35 us more CPU per small request/response pair with writelines.
     def _send_to_upstream(self, buffers: list[Buffer]) -> None:
         assert self.upstream is not None
-        self.upstream.writelines(buffers)
+        if len(buffers) == 1:
+            self.upstream.write(buffers[0])
+        else:
+            self.upstream.writelines(buffers)
 
     def _send_to_client(self, buffers: list[Buffer]) -> None:
         if not self.closed:
             assert self.client is not None
-            self.client.writelines(buffers)
+            if len(buffers) == 1:
+                self.client.write(buffers[0])
+            else:
+                self.client.writelines(buffers)
 
     def _stop_reading_client(self) -> None:
         self.pause_client_reading(DRAINING)

@@ -113,6 +113,11 @@ class FrameSplitter:
         if pos < len(view) and not self.stopped:
             new_partial = self._split(view, pos, out)
         if out:
+            first = out[0]
+            if len(out) == 1 and isinstance(first, memoryview) and len(first) == len(data):
+                # The whole chunk as it came (the usual case): pass the bytes object
+                # itself, which uvloop writes straight away; a view takes a slower path.
+                out[0] = data
             self._write(out)
         if self._remaining or self._undecided is not None:
             if new_partial or self.mid_frame_since is None:
