@@ -19,8 +19,9 @@ from proxy.tansu import TansuBroker, free_port, wait_for_port
 HOST = "127.0.0.1"
 ALL_ARMS = ("direct", "haproxy", "tansu-proxy", "kafkalens", "kafkalens-workers2")
 # Not in the default set; for PROFILE.md: kafkalens with its request log sampled at 0
-# (decoding and metrics still on), and its forwarding machinery with no hooks at all.
-EXTRA_ARMS = ("kafkalens-nolog", "kafkalens-bare")
+# (decoding and metrics still on), its forwarding machinery with no hooks at all, and
+# a plain Python (uvloop) byte relay: the floor of any Python proxy here.
+EXTRA_ARMS = ("kafkalens-nolog", "kafkalens-bare", "python-relay")
 CONFIG_REFUSED = 2  # kafkalens's exit code for a configuration it cannot run
 
 
@@ -147,6 +148,20 @@ def _bare(launch: Launch) -> subprocess.Popen[bytes]:
     return fronts.spawn(cmd, launch.log, fronts.working_tree_env())
 
 
+def _python_relay(launch: Launch) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.plain_relay",
+        "--listen",
+        f"{HOST}:{launch.front}",
+        "--upstream",
+        f"{HOST}:{launch.broker}",
+    ]
+    launch.notes.append("a plain uvloop byte relay: no framing, no hooks")
+    return fronts.spawn(cmd, launch.log, fronts.working_tree_env())
+
+
 def _addresses(launch: Launch) -> list[str]:
     metrics = f"{HOST}:{free_port(HOST)}"
     launch.notes.append(f"metrics on {metrics}")
@@ -176,4 +191,5 @@ FRONTS: dict[str, FrontBuilder] = {
     "kafkalens-workers2": _kafkalens(2, True),
     "kafkalens-nolog": _kafkalens(1, False),
     "kafkalens-bare": _bare,
+    "python-relay": _python_relay,
 }
