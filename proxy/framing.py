@@ -102,6 +102,8 @@ class FrameSplitter:
     def feed(self, data: bytes) -> None:
         if self.stopped:
             return
+        if not self._remaining and self._undecided is None and self._whole_frame(data):
+            return
         view = memoryview(data)
         out: list[Buffer] = []
         pos = 0
@@ -125,6 +127,39 @@ class FrameSplitter:
         else:
             self.mid_frame_since = None
         self._handler.chunk_done()
+
+    def _whole_frame(self, data: bytes) -> bool:
+        """The usual chunk, exactly one whole frame: handled here without the general
+        splitting machinery (it runs twice per small request). False: not such a chunk,
+        nothing done."""
+        end = len(data)
+        if end < 4:
+            return False
+        (size,) = _LENGTH.unpack_from(data, 0)
+        if size != end - 4 or size > self.max_frame:
+            return False
+        handler = self._handler
+        body = memoryview(data)[4:]
+        mode = handler.frame_started(body, size)
+        out: list[Buffer] = []
+        if handler.inject:
+            out.extend(handler.inject)
+            handler.inject.clear()
+        if mode == STOP:
+            self.stopped = True
+        elif mode == HOLD:
+            out.extend(handler.frame_held(body, [data]))
+        else:
+            out.append(data)
+            if mode == STREAM_KEEP:
+                handler.frame_completed(body)
+            elif mode == STREAM_NOTIFY:
+                handler.frame_completed(None)
+        if out:
+            self._write(out)
+        self.mid_frame_since = None
+        handler.chunk_done()
+        return True
 
     def restart_frame_clock(self) -> None:
         """Reading resumed after a pause: the unfinished frame gets a fresh timeout."""

@@ -115,6 +115,39 @@ def test_any_chunking_same_frames_and_output(
     assert handler.completed == kept
 
 
+@settings(max_examples=200, deadline=None)
+@given(bodies=bodies_st, mode_picks=st.lists(st.sampled_from(MODES), min_size=8, max_size=8))
+def test_one_frame_per_chunk_same_frames_and_output(
+    bodies: list[bytes], mode_picks: list[int]
+) -> None:
+    # chunks that are exactly one frame take the splitter's shortcut (_whole_frame)
+    modes = mode_picks[: len(bodies)]
+    cuts = [sum(4 + len(b) for b in bodies[:i]) for i in range(1, len(bodies))]
+    handler, out = run(bodies, modes, cuts)
+    assert out == expected_output(bodies, modes)
+    assert [(head, size) for head, size in handler.started] == [(b, len(b)) for b in bodies]
+    kept = [b if m != STREAM_NOTIFY else None for b, m in zip(bodies, modes, strict=True) if m]
+    assert handler.completed == kept
+    assert handler.chunks == len(bodies)
+
+
+def test_stop_and_inject_in_a_one_frame_chunk() -> None:
+    class Injector(Recorder):
+        def frame_started(self, head: memoryview, size: int) -> int:
+            mode = super().frame_started(head, size)
+            if bytes(head) == b"two":
+                self.inject.append(b"INJECTED")
+            return mode
+
+    handler = Injector([STREAM, STREAM, STOP, STREAM])
+    out: list[bytes] = []
+    splitter = FrameSplitter(handler, lambda bufs: out.extend(bytes(b) for b in bufs), 1000, 4)
+    for body in (b"one", b"two", b"three", b"four"):
+        splitter.feed(frame(body))
+    assert b"".join(out) == frame(b"one") + b"INJECTED" + frame(b"two")
+    assert splitter.stopped and handler.chunks == 3
+
+
 def test_complete_frames_in_one_chunk_go_out_as_the_chunk_itself() -> None:
     bodies = [b"a" * 10, b"b" * 20, b"c" * 5]
     handler = Recorder([STREAM] * 3)
