@@ -129,7 +129,7 @@ def check_config(path: str) -> int:
 def run_proxy(args: argparse.Namespace) -> int:
     import uvloop
 
-    from proxy.runner import check_supported, serve
+    from proxy.config import check_supported
 
     overrides = Overrides(
         listen=args.listen,
@@ -149,6 +149,8 @@ def run_proxy(args: argparse.Namespace) -> int:
 
             serve_workers(config)
         else:
+            from proxy.runner import serve
+
             uvloop.run(serve(config))
     except ConfigError as exc:  # e.g. a listen address already in use
         fail(str(exc))

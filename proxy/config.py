@@ -625,3 +625,11 @@ def summary(config: Config) -> list[str]:
     lines.append(f"request log: {config.request_log.path}")
     lines.append(f"kip1313 enforcement: {config.kip1313.enforcement}")
     return lines
+
+
+def check_supported(config: Config) -> None:
+    """What the configuration may ask for that this build cannot do yet."""
+    if config.workers > 1:
+        from proxy.workers import check_shareable
+
+        check_shareable(config)

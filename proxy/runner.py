@@ -6,16 +6,16 @@ Used by `kafkalens proxy` and `kafkalens demo`; tests use `start_proxy` directly
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.config import Address, Config, ConfigError
+from proxy.config import Address, Config, ConfigError, check_supported
 from proxy.hooks import Hooks, make_hooks
 from proxy.http import Endpoints, start_http
 from proxy.metrics import Metrics
 from proxy.readiness import UpstreamProbe
 from proxy.server import Server
+from proxy.signals import wait_for_stop_signal
 
 
 @dataclass
@@ -46,12 +46,6 @@ class RunningProxy:
         await self.server.shutdown(grace)
 
 
-def check_supported(config: Config) -> None:
-    """What the configuration may ask for that this build cannot do yet."""
-    if config.workers > 1:
-        from proxy.workers import check_shareable
-
-        check_shareable(config)
 
 
 async def open_server(
@@ -101,19 +95,6 @@ async def start_proxy(
         raise ConfigError("metrics.listen", f"cannot listen on {listen}: {exc.strerror}") from exc
     running = RunningProxy(server, http, probe, metrics)
     return running
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-async def wait_for_stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
-    """Until one of `signals`. A second one during the shutdown that follows is ignored
-    rather than killing the process halfway through draining."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
 
 
 async def serve(config: Config, on_ready: Callable[[RunningProxy], None] | None = None) -> None:
