@@ -28,6 +28,7 @@ class UpstreamProbe:
         self.interval = interval
         self.timeout = timeout
         self.unreachable: list[Address] | None = None  # None: not probed yet
+        self.probed: list[Address] = []
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -47,7 +48,21 @@ class UpstreamProbe:
     async def probe_once(self) -> None:
         addresses = sorted(set(self._upstreams()), key=str)
         results = await asyncio.gather(*(self._reachable(a) for a in addresses))
+        self.probed = addresses
         self.unreachable = [a for a, ok in zip(addresses, results, strict=True) if not ok]
+
+    def verdict(self, need_all: bool) -> tuple[bool, str]:
+        """(ready, why). A sidecar needs its upstream; a gateway needs the cluster, i.e.
+        at least one broker: one broker down must not take every client's path away."""
+        unreachable = self.unreachable
+        if unreachable is None:
+            return False, "upstream not probed yet"
+        listed = ", ".join(map(str, unreachable))
+        if not unreachable:
+            return True, "ready"
+        if need_all or len(unreachable) == len(self.probed):
+            return False, "upstream unreachable: " + listed
+        return True, "ready; unreachable: " + listed
 
     async def _run(self) -> None:
         while True:

@@ -33,11 +33,7 @@ class RunningProxy:
     def readiness(self) -> tuple[bool, str]:
         if not self.server.listening():
             return False, "listeners not bound"
-        if self.probe.unreachable is None:
-            return False, "upstream not probed yet"
-        if self.probe.unreachable:
-            return False, "upstream unreachable: " + ", ".join(map(str, self.probe.unreachable))
-        return True, "ready"
+        return self.probe.verdict(need_all=self.server.config.mode != "gateway")
 
     async def stop(self, grace: float | None = None) -> None:
         """Graceful: stop accepting, drain in-flight requests, close."""

@@ -237,9 +237,7 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     def ready() -> tuple[bool, str]:
         if not pool.alive():
             return False, "a worker is not running"
-        if not probe.ok:
-            return False, "upstream unreachable or not probed yet"
-        return True, "ready"
+        return probe.verdict(need_all=config.mode != "gateway")
 
     endpoints = Endpoints(metrics=pool.render_metrics, ready=ready, clients=pool.clients)
     try:

@@ -90,3 +90,19 @@ def test_bad_http_input() -> None:
         assert get(port, "/metrics", "POST")[0] == 405
         assert get(port, "/nope")[0] == 404
         assert get(port, "/healthz")[0] == 200  # still serving
+
+
+def test_readiness_verdict_sidecar_needs_its_upstream_a_gateway_one_broker() -> None:
+    from proxy.config import Address
+    from proxy.readiness import UpstreamProbe
+
+    a, b = Address("10.0.0.1", 9092), Address("10.0.0.2", 9092)
+    probe = UpstreamProbe(lambda: [a, b])
+    assert probe.verdict(need_all=True) == (False, "upstream not probed yet")
+    probe.probed, probe.unreachable = [a, b], [b]
+    assert probe.verdict(need_all=True) == (False, "upstream unreachable: 10.0.0.2:9092")
+    assert probe.verdict(need_all=False) == (True, "ready; unreachable: 10.0.0.2:9092")
+    probe.unreachable = [a, b]
+    assert probe.verdict(need_all=False)[0] is False
+    probe.unreachable = []
+    assert probe.verdict(need_all=True) == probe.verdict(need_all=False) == (True, "ready")
