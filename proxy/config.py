@@ -67,6 +67,7 @@ class GatewayConfig:
     listen_host: str = "0.0.0.0"
     broker_port_base: int = 9100
     broker_ports: Mapping[int, int] = field(default_factory=dict)
+    tls: ListenerTLS | None = None  # clients' side of the bootstrap and every broker listener
 
 
 @dataclass(frozen=True)
@@ -467,7 +468,9 @@ def _gateway(s: _Section) -> GatewayConfig:
         listen_host=s.string("listen_host", "0.0.0.0"),
         broker_port_base=s.integer("broker_port_base", 9100, minimum=0),
         broker_ports=_broker_ports(s),
+        tls=_listener_tls(s.section("tls")) if s.has("tls") else None,
     )
+    s.raw("tls", None)
     if gateway.broker_port_base > 65535:
         raise ConfigError(
             s.key("broker_port_base"), f"must be 0..65535, got {gateway.broker_port_base}"
@@ -619,6 +622,8 @@ def summary(config: Config) -> list[str]:
         lines.append(
             f"gateway: brokers advertised as {gw.advertised_host}, ports from {gw.broker_port_base}"
         )
+        if gw.tls is not None:
+            lines.append("gateway: client listeners TLS")
     if config.upstream_tls is not None:
         lines.append("upstream TLS: on")
     lines.append(f"metrics: http://{config.metrics.listen}/metrics")

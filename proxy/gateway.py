@@ -72,7 +72,7 @@ class Gateway:
     async def start(self, server: Server) -> None:
         self.server = server
         gw = self.config
-        await server.add_listener(BOOTSTRAP, gw.bootstrap_listen, gw.bootstrap_servers)
+        await server.add_listener(BOOTSTRAP, gw.bootstrap_listen, gw.bootstrap_servers, gw.tls)
 
     def port_for(self, node_id: int) -> int | None:
         port = self.config.broker_ports.get(node_id, self.config.broker_port_base + node_id)
@@ -136,7 +136,7 @@ class Gateway:
         listen = Address(self.config.listen_host, broker.port)
         try:
             listener = await server.add_listener(
-                f"broker-{broker.node_id}", listen, broker.upstream, sock=sock
+                f"broker-{broker.node_id}", listen, broker.upstream, self.config.tls, sock=sock
             )
         except (ConfigError, ValueError) as exc:
             sock.close()

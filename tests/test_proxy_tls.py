@@ -169,3 +169,52 @@ def test_upstream_host_name_is_checked(certs: Path) -> None:
             assert is_closed(sock)
             text = inner.running.metrics.render().decode()  # type: ignore[union-attr]
             assert 'reason="tls"' in text
+
+
+def test_gateway_terminates_tls_on_the_bootstrap_and_every_broker_listener(
+    certs: Path, mock_cluster: str
+) -> None:
+    from confluent_kafka import Producer
+
+    # node ids of the 3-broker mock cluster, each given a gateway port up front
+    ports = {node: free_port() for node in (1, 2, 3)}
+    gateway = parse_config({
+        "mode": "gateway",
+        "gateway": {
+            "bootstrap_servers": mock_cluster.split(","),
+            "bootstrap_listen": f"{LOCAL}:0",
+            "advertised_host": "localhost",  # the name the server certificate carries
+            "listen_host": LOCAL,
+            "broker_ports": ports,
+            "tls": edge_tls(certs),
+        },
+        "metrics": {"listen": f"{LOCAL}:0"},
+    })
+    with ProxyThread(gateway) as px:
+        producer = Producer({
+            "bootstrap.servers": f"localhost:{px.port}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(certs / "ca.crt"),
+            "ssl.certificate.location": str(certs / "client.crt"),
+            "ssl.key.location": str(certs / "client.key"),
+        })
+        metadata = producer.list_topics(timeout=10)
+        assert {node: b.port for node, b in metadata.brokers.items()} == ports
+        for n in range(30):  # partitions led by the brokers: connections to their listeners
+            producer.produce("gw-tls", b"v%d" % n, partition=n % 4)
+        assert producer.flush(15) == 0
+        clients = px.clients()
+        assert {c["listener"] for c in clients} & {f"broker-{n}" for n in ports}
+        assert all(c["tls_version"] in ("TLSv1.2", "TLSv1.3") for c in clients)
+        for port in ports.values():  # every broker listener speaks TLS, and only TLS
+            assert tls_round_trip(port, tls_client(certs))
+            assert not plaintext_answered(port)
+
+
+def plaintext_answered(port: int) -> bool:
+    with socket.create_connection((LOCAL, port), timeout=5) as sock:
+        sock.sendall(api_versions_v0(4))
+        try:
+            return correlation_id(read_frame(sock)) == 4
+        except (OSError, ConnectionError, ValueError, EOFError, AssertionError):
+            return False
