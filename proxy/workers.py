@@ -93,7 +93,7 @@ def worker_main(index: int, config: Config, ready: Any) -> None:
 async def _worker(index: int, config: Config, ready: Any) -> None:
     from proxy.hooks import make_hooks
     from proxy.metrics import Metrics
-    from proxy.runner import open_server, wait_for_stop_signal
+    from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
 
     config = worker_config(config, index)
     metrics = Metrics(config.metrics.max_label_values)
@@ -102,6 +102,7 @@ async def _worker(index: int, config: Config, ready: Any) -> None:
     except ConfigError as exc:
         ready.put((index, str(exc)))
         return
+    freeze_startup_objects()
     ready.put((index, None))
     writer = asyncio.get_running_loop().create_task(_write_clients(server))
     await wait_for_stop_signal((signal.SIGTERM,))
