@@ -4,6 +4,9 @@ The generic way to decode a schema is to interpret it field by field at run time
 that costs a dispatch per field. Instead, like dataclasses and attrs do, we write the
 source of a specialised function per (struct, version) once and `exec` it, so a
 decode is a run of `unpack_from` calls and bounds checks with no interpretation.
+Sub-structs are written into their parent's function (an array element costs no call
+and no tuple), and the usual cases take short paths: one-byte lengths and counts, no
+tagged fields, a bounds check that also covers the next length's first byte.
 
 Decoders: `f(buf, pos, end, budget) -> (dict, pos)`; `buf` is a memoryview, so
 `bytes`/`records` fields come out as zero-copy slices. Every length and count is
@@ -32,10 +35,22 @@ _NAMES = itertools.count()
 class _Source:
     """Accumulates the lines of one generated function and its constants."""
 
-    def __init__(self, namespace: dict[str, Any]) -> None:
+    def __init__(self, namespace: dict[str, Any], called: frozenset[int] = frozenset()) -> None:
         self.lines: list[str] = []
         self.namespace = namespace
         self.counter = 0
+        self.depth = 0  # structs being written; the function's own is 1
+        self.cold = 0  # > 0 while writing tagged fields: rare, so their sub-structs are called
+        self.called = called  # id(fields) of the own struct's sub-structs to call, not inline
+        self.inlined: dict[int, int] = {}  # id(fields) of those written in line -> characters
+
+    def may_inline(self, fields: tuple[Field, ...], ind: int) -> bool:
+        if ind > _INLINE_INDENT or self.cold:
+            return False
+        return not (self.depth == 1 and id(fields) in self.called)
+
+    def size(self) -> int:
+        return sum(map(len, self.lines))
 
     def line(self, indent: int, text: str) -> None:
         self.lines.append("    " * indent + text)
@@ -65,7 +80,8 @@ def _base_namespace() -> dict[str, Any]:
         "wuv": wire.write_uvarint,
         "short": wire.short,
         "invalid": wire.invalid,
-        "read_uuid": wire.read_uuid,
+        "read_unknown_tags": wire.read_unknown_tags,
+        "uuid_of": wire.uuid_of,
         "uuid_bytes": wire.uuid_bytes,
         "I16": wire.INT16,
         "I32": wire.INT32,
@@ -127,121 +143,286 @@ def _fresh_default(src: _Source, field: Field) -> str:
     return src.const(default)
 
 
-def _emit_uvarint(src: _Source, ind: int, var: str, end: str) -> None:
-    """Most varints (lengths, counts) are one byte: read those inline, no call."""
-    src.line(ind, f"if p >= {end}: raise short(p, 'varint')")
-    src.line(ind, f"{var} = b[p]")
+def _dict_literal(fields: list[Field], values: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{f.name!r}: {values[f.name]}" for f in fields) + "}"
+
+
+def _starts_with_varint(field: Field, version: int, flexible: bool) -> bool:
+    """Whether the field's first byte is a compact length or count (a varint)."""
+    if not field.flexible_in(version, flexible):
+        return False
+    return field.is_array or field.type in ("string", "bytes", "records")
+
+
+def _emit_uvarint(
+    src: _Source, ind: int, var: str, end: str, first: str | None = None, wide: bool = False
+) -> None:
+    """Most varints (lengths, counts) are one byte: read those inline, no call.
+
+    `first`, when given, is the varint's first byte, known to be in bounds: a variable
+    the fixed run before read it into, or `b[p]` when the field before checked for it.
+    `wide`: lengths of bytes and records are often two bytes, so read those inline too."""
+    if first is None:
+        src.line(ind, f"if p >= {end}: raise short(p, 'varint')")
+        src.line(ind, f"{var} = b[p]")
+    elif first != var:
+        src.line(ind, f"{var} = {first}")
     src.line(ind, f"if {var} < 128: p += 1")
+    if wide:
+        src.line(ind, f"elif p + 1 < {end} and b[p + 1] < 128: {var} = {var} & 127 | b[p + 1] << 7; p += 2")
     src.line(ind, f"else: {var}, p = uv(b, p, {end})")
 
 
-def emit_length(src: _Source, ind: int, var: str, end: str, flex: bool, width: int) -> None:
+def emit_length(
+    src: _Source,
+    ind: int,
+    var: str,
+    end: str,
+    flex: bool,
+    width: int,
+    first: str | None = None,
+    wide: bool = False,
+) -> None:
     """Read a length or count into `var`: a compact varint (minus one, so -1 is null) in
     flexible versions, else a big-endian int16 or int32 of `width` bytes."""
     if flex:
-        _emit_uvarint(src, ind, var, end)
+        _emit_uvarint(src, ind, var, end, first, wide)
         src.line(ind, f"{var} -= 1")
         return
+    assert first is None, "only a varint's first byte is read ahead"
     packer = "I16" if width == 2 else "I32"
     src.line(ind, f"if p + {width} > {end}: raise short(p, 'length')")
     src.line(ind, f"{var} = {packer}.unpack_from(b, p)[0]")
     src.line(ind, f"p += {width}")
 
 
+def emit_null_check(src: _Source, ind: int, length: str, var: str | None, nullable: bool, what: str) -> int:
+    """A negative length is null: `var = None` when nullable, else a DecodeError.
+    Returns the indent for the non-null case."""
+    if nullable:
+        src.line(ind, f"if {length} < 0: {var} = None" if var else f"if {length} >= 0:")
+        if var:
+            src.line(ind, "else:")
+        return ind + 1
+    src.line(ind, f"if {length} < 0: raise invalid(p, 'null {what}in a field that is not nullable')")
+    return ind
+
+
+def emit_count_check(src: _Source, ind: int, count: str, element_size: int, end: str, peek: bool) -> None:
+    """Refuse a count the bytes left cannot hold, before allocating for it; with `peek`,
+    also make sure of the byte after fixed-size elements."""
+    src.line(
+        ind,
+        f"if {count} * {element_size} {'>=' if peek else '>'} {end} - p:"
+        " raise invalid(p, 'array count exceeds the bytes left')",
+    )
+
+
+def _variable(src: _Source, first: str | None, stem: str) -> str:
+    """The variable for a length or count: the one already holding its first byte."""
+    return first if first and first.isidentifier() else src.tmp(stem)
+
+
+# Sub-structs are decoded in line (no call and tuple per element) while the function
+# stays within _FUNCTION_CHARS characters of source and _INLINE_INDENT levels. Compiling
+# a function peaks at ~100 bytes of memory per character: this keeps the peak where it
+# was before inlining (the fuzzer bounds the memory of a decode, and the first decode of
+# a message compiles it).
+_FUNCTION_CHARS = 6000
+_INLINE_INDENT = 24
+
+
+def write_function(namespace: dict[str, Any], emit: Callable[[_Source], None]) -> None:
+    """Write a function with `emit` and exec it. While it is too long, write it again
+    with its biggest sub-struct in a function of its own: the outer levels are called
+    (once per topic, say) and the inner ones (per partition) stay in line."""
+    called: frozenset[int] = frozenset()
+    while True:
+        src = _Source(namespace, called)
+        emit(src)
+        text = "\n".join(src.lines)
+        if len(text) <= _FUNCTION_CHARS or not src.inlined:
+            break
+        called |= {max(src.inlined, key=src.inlined.__getitem__)}
+    exec(text, namespace)  # noqa: S102 - our own generated source
+
+
+def emit_sub(
+    src: _Source, ind: int, fields: tuple[Field, ...], inline: Callable[[], Any], call: Callable[[], Any]
+) -> Any:
+    """Write a sub-struct with `inline` if the function may have it in line, else with
+    `call`; remembers how long the own struct's sub-structs are, for write_function."""
+    if not src.may_inline(fields, ind):
+        return call()
+    before = src.size()
+    result = inline()
+    if src.depth == 1:
+        src.inlined[id(fields)] = src.size() - before
+    return result
+
+
 class DecoderBuilder:
-    """Writes the decoder source for a struct and, recursively, its sub-structs."""
+    """Writes the decoder source for a struct, its sub-structs decoded in line."""
 
     def __init__(self, namespace: dict[str, Any], version: int, flexible: bool) -> None:
         self.namespace = namespace
         self.version = version
         self.flexible = flexible
+        self.functions: dict[int, str] = {}  # id(fields) -> its function, once written
 
     def build(self, fields: tuple[Field, ...], name: str) -> str:
-        src = _Source(self.namespace)
+        if id(fields) in self.functions:
+            return self.functions[id(fields)]
         func = f"D_{name}_{next(_NAMES)}"
-        src.line(0, f"def {func}(b, p, n, k):")
-        present = [f for f in fields if f.present_in(self.version)]
-        regular = [f for f in present if f.tag is None]
-        tagged = [f for f in present if f.tag is not None]
-        names: dict[str, str] = {}
-        self._emit_regular(src, regular, names)
-        if self.flexible:
-            self._emit_tagged(src, tagged, names)
-        items = ", ".join(f"{f.name!r}: {names[f.name]}" for f in present)
-        src.line(1, f"r = {{{items}}}")
-        if self.flexible:
-            src.line(1, "if unk is not None: r['_unknown_tags'] = unk")
-            src.line(1, "if exp is not None: r['_explicit_tags'] = exp")
-        src.line(1, "return r, p")
-        exec("\n".join(src.lines), self.namespace)  # noqa: S102 - our own generated source
+
+        def emit(src: _Source) -> None:
+            src.line(0, f"def {func}(b, p, n, k):")
+            result = self.emit_body(src, 1, fields, "n")
+            src.line(1, f"return {result}, p")
+
+        write_function(self.namespace, emit)
+        self.functions[id(fields)] = func
         return func
 
-    def _emit_regular(self, src: _Source, fields: list[Field], names: dict[str, str]) -> None:
+    def emit_body(self, src: _Source, ind: int, fields: tuple[Field, ...], end: str) -> str:
+        """Decode one struct from `p`, leaving its dict in the variable returned."""
+        src.depth += 1
+        present = [f for f in fields if f.present_in(self.version)]
+        names: dict[str, str] = {}
+        first = self._emit_regular(src, ind, [f for f in present if f.tag is None], names, end)
+        result = src.tmp("r")
+        if self.flexible:
+            self._emit_tagged(src, ind, present, names, end, result, first)
+        else:
+            src.line(ind, f"{result} = {_dict_literal(present, names)}")
+        src.depth -= 1
+        return result
+
+    def _emit_regular(
+        self, src: _Source, ind: int, fields: list[Field], names: dict[str, str], end: str
+    ) -> str | None:
+        """Returns the byte after the fields (see _emit_uvarint's `first`) if the last
+        of them made sure it is in bounds."""
+        first = None
         index = 0
         while index < len(fields):
             run = list(itertools.takewhile(_is_fixed, fields[index:]))
-            if len(run) > 1:
-                self._emit_fixed_run(src, run, names)
-                index += len(run)
+            index += len(run)
+            if run:
+                first = self._emit_fixed_run(src, ind, run, names, end, self._peek(fields[index:]))
                 continue
             var = src.tmp("v")
             names[fields[index].name] = var
-            self.emit_field(src, 1, fields[index], var, "n")
+            peek = self._peek(fields[index + 1 :])
+            first = self.emit_field(src, ind, fields[index], var, end, first, peek)
             index += 1
+        return first
 
-    def _emit_fixed_run(self, src: _Source, run: list[Field], names: dict[str, str]) -> None:
+    def _peek(self, rest: list[Field]) -> bool:
+        """Whether what follows starts with a varint: the field before then checks that
+        its first byte is in bounds too (or a fixed run reads it), saving a check."""
+        if not rest:
+            return self.flexible  # the count of tagged fields
+        return _starts_with_varint(rest[0], self.version, self.flexible)
+
+    def _emit_fixed_run(
+        self, src: _Source, ind: int, run: list[Field], names: dict[str, str], end: str, peek: bool
+    ) -> str | None:
         fmt = ">" + "".join(FIXED_TYPES[f.type][0] for f in run)
-        packer = src.const(struct.Struct(fmt))
         size = struct.calcsize(fmt)
+        packer = src.const(struct.Struct(fmt + ("B" if peek else "")))
         variables = [src.tmp("v") for _ in run]
         for field, var in zip(run, variables, strict=True):
             names[field.name] = var
-        src.line(1, f"if p + {size} > n: raise short(p)")
-        src.line(1, f"{', '.join(variables)}, = {packer}.unpack_from(b, p)")
-        src.line(1, f"p += {size}")
+        first = src.tmp("c") if peek else None
+        targets = ", ".join(variables + ([first] if first else []))
+        src.line(ind, f"if p + {size + peek} > {end}: raise short(p)")
+        src.line(ind, f"{targets}, = {packer}.unpack_from(b, p)")
+        src.line(ind, f"p += {size}")
+        return first
 
-    def _emit_tagged(self, src: _Source, tagged: list[Field], names: dict[str, str]) -> None:
+    def _emit_tagged(
+        self,
+        src: _Source,
+        ind: int,
+        present: list[Field],
+        names: dict[str, str],
+        end: str,
+        result: str,
+        first: str | None,
+    ) -> None:
+        """Tagged fields, behind a fast path for the usual case: none (a 0 byte)."""
+        tagged = [f for f in present if f.tag is not None]
+        defaults = {f.name: _fresh_default(src, f) for f in tagged}
+        src.line(ind, f"if not {first}:" if first else f"if p < {end} and not b[p]:")
+        src.line(ind + 1, "p += 1")
+        src.line(ind + 1, f"{result} = {_dict_literal(present, names | defaults)}")
+        src.line(ind, "else:")
+        if not tagged:
+            unknown = src.tmp("unk")
+            src.line(ind + 1, f"{unknown}, p = read_unknown_tags(b, p, {end})")
+            src.line(ind + 1, f"{result} = {_dict_literal(present, names)}")
+            src.line(ind + 1, f"if {unknown}: {result}['_unknown_tags'] = {unknown}")
+            return
         for field in tagged:
-            var = src.tmp("v")
-            names[field.name] = var
-            src.line(1, f"{var} = {_fresh_default(src, field)}")
-        src.line(1, "unk = exp = None")
-        _emit_uvarint(src, 1, "tc", "n")
-        src.line(1, "if tc:")
-        src.line(2, "if tc > n - p: raise invalid(p, 'tagged field count exceeds the bytes left')")
-        src.line(2, "for _ in range(tc):")
-        src.line(3, "tag, p = uv(b, p, n)")
-        src.line(3, "sz, p = uv(b, p, n)")
-        src.line(3, "e = p + sz")
-        src.line(3, "if e > n: raise short(p, 'tagged field')")
-        keyword = "if"
-        for field in sorted(tagged, key=lambda f: f.tag or 0):
-            var = names[field.name]
-            src.line(3, f"{keyword} tag == {field.tag}:")
-            self.emit_field(src, 4, field, var, "e")
-            src.line(4, "if p != e: raise invalid(p, 'tagged field size mismatch')")
-            default = src.const(field.default_value())
-            src.line(4, f"if {var} == {default}: exp = (exp or []) + [{field.tag}]")
-            keyword = "elif"
-        if tagged:
-            src.line(3, "else:")
-            indent = 4
-        else:
-            indent = 3
-        src.line(indent, "if unk is None: unk = []")
-        src.line(indent, "elif len(unk) >= MAX_UNKNOWN_TAGS: raise invalid(p, 'too many tagged fields')")
-        src.line(indent, "unk.append((tag, b[p:e]))")
-        src.line(indent, "p = e")
+            names[field.name] = src.tmp("v")
+            src.line(ind + 1, f"{names[field.name]} = {defaults[field.name]}")
+        unknown, explicit = self._emit_tag_loop(src, ind + 1, tagged, names, end)
+        src.line(ind + 1, f"{result} = {_dict_literal(present, names)}")
+        src.line(ind + 1, f"if {unknown} is not None: {result}['_unknown_tags'] = {unknown}")
+        src.line(ind + 1, f"if {explicit} is not None: {result}['_explicit_tags'] = {explicit}")
 
-    def emit_field(self, src: _Source, ind: int, field: Field, var: str, end: str) -> None:
+    def _emit_tag_loop(
+        self, src: _Source, ind: int, tagged: list[Field], names: dict[str, str], end: str
+    ) -> tuple[str, str]:
+        unk, exp, count, tag, size, stop = (src.tmp(s) for s in ("unk", "exp", "tc", "tag", "sz", "e"))
+        src.line(ind, f"{unk} = {exp} = None")
+        _emit_uvarint(src, ind, count, end)
+        src.line(ind, f"if {count} > {end} - p: raise invalid(p, 'tagged field count exceeds the bytes left')")
+        src.line(ind, f"for _ in range({count}):")
+        src.line(ind + 1, f"{tag}, p = uv(b, p, {end})")
+        src.line(ind + 1, f"{size}, p = uv(b, p, {end})")
+        src.line(ind + 1, f"{stop} = p + {size}")
+        src.line(ind + 1, f"if {stop} > {end}: raise short(p, 'tagged field')")
+        for index, field in enumerate(sorted(tagged, key=lambda f: f.tag or 0)):
+            var = names[field.name]
+            src.line(ind + 1, f"{'elif' if index else 'if'} {tag} == {field.tag}:")
+            src.cold += 1
+            self.emit_field(src, ind + 2, field, var, stop)
+            src.cold -= 1
+            src.line(ind + 2, f"if p != {stop}: raise invalid(p, 'tagged field size mismatch')")
+            default = src.const(field.default_value())
+            src.line(ind + 2, f"if {var} == {default}: {exp} = ({exp} or []) + [{field.tag}]")
+        src.line(ind + 1, "else:")
+        src.line(ind + 2, f"if {unk} is None: {unk} = []")
+        src.line(ind + 2, f"elif len({unk}) >= MAX_UNKNOWN_TAGS: raise invalid(p, 'too many tagged fields')")
+        src.line(ind + 2, f"{unk}.append(({tag}, b[p:{stop}]))")
+        src.line(ind + 2, f"p = {stop}")
+        return unk, exp
+
+    def emit_field(
+        self,
+        src: _Source,
+        ind: int,
+        field: Field,
+        var: str,
+        end: str,
+        first: str | None = None,
+        peek: bool = False,
+    ) -> str | None:
+        """Decode a field into `var`. `peek`: a varint follows; returns `b[p]` if the
+        field's last bounds check covered its first byte."""
         nullable = field.nullable_in(self.version)
         flex = field.flexible_in(self.version, self.flexible)
         if field.is_array:
-            self._emit_array(src, ind, field, var, end, nullable, flex)
-        elif field.is_struct:
+            return self._emit_array(src, ind, field, var, end, nullable, flex, first, peek)
+        if field.is_struct:
             self._emit_struct(src, ind, field, var, end, nullable)
-        else:
+            return None
+        if field.type in FIXED_TYPES or field.type == "uuid":
             self._emit_scalar(src, ind, field.type, var, end, nullable, flex)
+            return None
+        return self._emit_sized(src, ind, field.type, var, end, nullable, flex, first, peek)
 
     def _emit_scalar(
         self, src: _Source, ind: int, type_name: str, var: str, end: str, nullable: bool, flex: bool
@@ -250,46 +431,68 @@ class DecoderBuilder:
             code, size = FIXED_TYPES[type_name]
             packer = src.const(struct.Struct(">" + code))
             src.line(ind, f"if p + {size} > {end}: raise short(p)")
-            src.line(ind, f"{var} = {packer}.unpack_from(b, p)[0]")
+            src.line(ind, f"{var}, = {packer}.unpack_from(b, p)")
             src.line(ind, f"p += {size}")
         elif type_name == "uuid":
             src.line(ind, f"if p + 16 > {end}: raise short(p, 'uuid')")
-            src.line(ind, f"{var} = read_uuid(b, p)")
+            src.line(ind, f"{var} = uuid_of(b[p:p + 16].tobytes())")
             src.line(ind, "p += 16")
         else:
             self._emit_sized(src, ind, type_name, var, end, nullable, flex)
 
     def _emit_sized(
-        self, src: _Source, ind: int, type_name: str, var: str, end: str, nullable: bool, flex: bool
-    ) -> None:
-        length = src.tmp("l")
-        emit_length(src, ind, length, end, flex, 2 if type_name == "string" else 4)
-        src.line(ind, f"if {length} < 0:")
-        if nullable:
-            src.line(ind + 1, f"{var} = None")
-        else:
-            src.line(ind + 1, "raise invalid(p, 'null in a field that is not nullable')")
-        src.line(ind, "else:")
-        src.line(ind + 1, f"if p + {length} > {end}: raise short(p, {type_name!r})")
-        if type_name == "string":
-            src.line(ind + 1, f"{var} = str(b[p:p + {length}], 'utf-8')")
-        else:
-            src.line(ind + 1, f"{var} = b[p:p + {length}]")
-        src.line(ind + 1, f"p += {length}")
+        self,
+        src: _Source,
+        ind: int,
+        type_name: str,
+        var: str,
+        end: str,
+        nullable: bool,
+        flex: bool,
+        first: str | None = None,
+        peek: bool = False,
+    ) -> str | None:
+        length, stop = _variable(src, first, "l"), src.tmp("q")
+        string = type_name == "string"
+        emit_length(src, ind, length, end, flex, 2 if string else 4, first, wide=not string)
+        ind = emit_null_check(src, ind, length, var, nullable, "")
+        peek = peek and not nullable
+        src.line(ind, f"{stop} = p + {length}")
+        src.line(ind, f"if {stop} {'>=' if peek else '>'} {end}: raise short(p, {type_name!r})")
+        # bytes.decode() takes a fast path that str(view, 'utf-8') does not.
+        src.line(ind, f"{var} = b[p:{stop}]" + (".tobytes().decode()" if string else ""))
+        src.line(ind, f"p = {stop}")
+        return "b[p]" if peek else None
+
+    def _emit_sub(self, src: _Source, ind: int, field: Field, end: str) -> str:
+        """Decode a sub-struct in line or by a call; returns its variable."""
+        fields = field.children or ()
+        return str(
+            emit_sub(
+                src,
+                ind,
+                fields,
+                inline=lambda: self.emit_body(src, ind, fields, end),
+                call=lambda: self._emit_call(src, ind, field, end),
+            )
+        )
+
+    def _emit_call(self, src: _Source, ind: int, field: Field, end: str) -> str:
+        sub = self.build(field.children or (), field.name)
+        item = src.tmp("x")
+        src.line(ind, f"{item}, p = {sub}(b, p, {end}, k)")
+        return item
 
     def _emit_struct(
         self, src: _Source, ind: int, field: Field, var: str, end: str, nullable: bool
     ) -> None:
-        sub = self.build(field.children or (), field.name)
         if nullable:
             src.line(ind, f"if p >= {end}: raise short(p, 'struct marker')")
             src.line(ind, "p += 1")
-            src.line(ind, "if b[p - 1] == 0xFF:")
-            src.line(ind + 1, f"{var} = None")
+            src.line(ind, f"if b[p - 1] == 0xFF: {var} = None")
             src.line(ind, "else:")
-            src.line(ind + 1, f"{var}, p = {sub}(b, p, {end}, k)")
-        else:
-            src.line(ind, f"{var}, p = {sub}(b, p, {end}, k)")
+            ind += 1
+        src.line(ind, f"{var} = {self._emit_sub(src, ind, field, end)}")
 
     def _emit_array(
         self,
@@ -300,39 +503,36 @@ class DecoderBuilder:
         end: str,
         nullable: bool,
         flex: bool,
-    ) -> None:
-        count = src.tmp("c")
-        emit_length(src, ind, count, end, flex, 4)
-        src.line(ind, f"if {count} < 0:")
-        if nullable:
-            src.line(ind + 1, f"{var} = None")
-        else:
-            src.line(ind + 1, "raise invalid(p, 'null array in a field that is not nullable')")
-        src.line(ind, "else:")
-        element_size = _element_min_size(field, self.version, self.flexible)
-        src.line(
-            ind + 1,
-            f"if {count} * {element_size} > {end} - p: raise invalid(p, 'array count exceeds the bytes left')",
-        )
+        first: str | None = None,
+        peek: bool = False,
+    ) -> str | None:
+        count = _variable(src, first, "c")
+        emit_length(src, ind, count, end, flex, 4, first)
+        ind = emit_null_check(src, ind, count, var, nullable, "array ")
         element = field.element_type
-        if not field.is_struct and element in FIXED_TYPES:
+        fixed = not field.is_struct and element in FIXED_TYPES
+        peek = peek and fixed and not nullable
+        emit_count_check(src, ind, count, _element_min_size(field, self.version, self.flexible), end, peek)
+        if fixed:
             code, size = FIXED_TYPES[element]
             table = src.const(_ARRAY_STRUCTS[code])
-            src.line(ind + 1, f"if {count} < {_SMALL_ARRAY}: {var} = list({table}[{count}].unpack_from(b, p))")
-            src.line(ind + 1, f"else: {var} = list(unpack_from('>%d{code}' % {count}, b, p))")
-            src.line(ind + 1, f"p += {count} * {size}")
-            return
+            src.line(ind, f"if not {count}: {var} = []")
+            src.line(ind, f"elif {count} < {_SMALL_ARRAY}: {var} = [*{table}[{count}].unpack_from(b, p)]")
+            src.line(ind, f"else: {var} = [*unpack_from('>%d{code}' % {count}, b, p)]")
+            src.line(ind, f"p += {count} * {size}")
+            return "b[p]" if peek else None
+        src.line(ind, f"{var} = []")
+        src.line(ind, f"if {count}:")  # often empty (aborted transactions): skip the budget
         src.line(ind + 1, f"k[0] -= {count}")
         src.line(ind + 1, "if k[0] < 0: raise invalid(p, 'more array elements than the decode budget')")
-        item = src.tmp("x")
-        src.line(ind + 1, f"{var} = []")
         src.line(ind + 1, f"for _ in range({count}):")
         if field.is_struct:
-            sub = self.build(field.children or (), field.name)
-            src.line(ind + 2, f"{item}, p = {sub}(b, p, {end}, k)")
+            item = self._emit_sub(src, ind + 2, field, end)
         else:
+            item = src.tmp("x")
             self._emit_scalar(src, ind + 2, element, item, end, False, flex)
         src.line(ind + 2, f"{var}.append({item})")
+        return None
 
 
 def _null_marker(type_name: str, flex: bool) -> bytes:

@@ -1,0 +1,206 @@
+"""The decoder's and skimmer's fast paths (codec/compiler.py, codec/skim.py): sub-structs
+decoded in line, the "no tagged fields" byte, bounds checks that cover the next byte,
+and one- and two-byte varints read in line. Each has a slow path beside it; these
+tests make sure both are taken and agree."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import codec.compiler
+import codec.skim
+from codec import (
+    DecodeError,
+    Request,
+    Response,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from codec.compiler import compile_decoder
+from codec.schema import Field, api_messages, message
+from codec.skim import SkimBuilder, skim_response
+from tests.codec_strategies import field_value, plain
+from tests.test_codec_skim import compare
+
+
+def tagged_everywhere(fields: tuple[Field, ...], version: int) -> st.SearchStrategy[dict[str, Any]]:
+    """A struct value with unknown tagged fields in every struct, at every depth."""
+    present: dict[str, st.SearchStrategy[Any]] = {}
+    for field in fields:
+        if not field.present_in(version):
+            continue
+        if field.is_struct:
+            value = tagged_everywhere(field.children or (), version)
+            if field.is_array:
+                value = st.lists(value, max_size=2)  # type: ignore[assignment]
+            if field.nullable_in(version):
+                value = st.one_of(st.none(), value)
+            present[field.name] = value
+        else:
+            present[field.name] = field_value(field, version, True)
+    known = {f.tag for f in fields if f.tag is not None and f.present_in(version)}
+    unknown = st.lists(
+        st.tuples(st.integers(0, 200).filter(lambda t: t not in known), st.binary(max_size=4)),
+        max_size=2,
+        unique_by=lambda pair: pair[0],
+    ).map(sorted)
+    return st.tuples(st.fixed_dictionaries(present), unknown).map(
+        lambda pair: {**pair[0], "_unknown_tags": pair[1]} if pair[1] else pair[0]
+    )
+
+
+FLEXIBLE = [
+    (api_key, version)
+    for api_key, (_, response) in api_messages().items()
+    for version in response.versions
+    if (definition := response.definition(version)) is not None and definition.is_flexible(version)
+]
+
+
+@pytest.mark.parametrize(("api_key", "version"), FLEXIBLE)
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_unknown_tags_at_every_depth_round_trip_and_skim(api_key: int, version: int, data: st.DataObject) -> None:
+    definition = api_messages()[api_key][1].definition(version)
+    assert definition is not None
+    body = data.draw(tagged_everywhere(definition.fields, version))
+    frame = encode_response(Response(api_key, version, {"correlation_id": 1}, body))
+    decoded = decode_response(frame, api_key, version)
+    assert plain(decoded.body) == plain(body)
+    assert encode_response(decoded) == frame
+    compare(frame, api_key, version)
+
+
+def join_group(metadata_size: int, version: int) -> tuple[Response, bytes]:
+    members = [
+        {"member_id": "m", "group_instance_id": None, "metadata": bytes(range(256)) * (metadata_size // 256)
+         + bytes(metadata_size % 256)}
+    ]
+    body = {"generation_id": 1, "protocol_type": "consumer", "protocol_name": "range", "leader": "m",
+            "member_id": "m", "members": members}  # fmt: skip
+    response = Response(11, version, {"correlation_id": 1}, body)
+    return response, encode_response(response)
+
+
+@pytest.mark.parametrize("version", [5, 9])  # classic and flexible
+@pytest.mark.parametrize("size", [0, 125, 126, 127, 128, 255, 16_382, 16_383, 16_384, 70_000])
+def test_bytes_lengths_across_varint_widths(size: int, version: int) -> None:
+    response, frame = join_group(size, version)
+    decoded = decode_response(frame, 11, version)
+    assert bytes(decoded.body["members"][0]["metadata"]) == response.body["members"][0]["metadata"]
+    assert encode_response(decoded) == frame
+    for cut in {len(frame) - 1, len(frame) - 2, len(frame) - size - 2, len(frame) - size - 3}:
+        with pytest.raises(DecodeError):
+            decode_response(frame[:cut], 11, version)
+        with pytest.raises(DecodeError):
+            skim_response(frame[:cut], 11, version)
+
+
+def fetch_frame() -> bytes:
+    partition = {
+        "partition_index": 0, "error_code": 3, "high_watermark": 5, "last_stable_offset": 5,
+        "log_start_offset": 0, "aborted_transactions": [{"producer_id": 1, "first_offset": 2}],
+        "preferred_read_replica": -1, "records": b"r" * 130,
+        "diverging_epoch": {"epoch": 2, "end_offset": 9},
+        "_unknown_tags": [(9, b"x")],
+    }  # fmt: skip
+    empty = {**partition, "aborted_transactions": None, "records": None, "_unknown_tags": []}
+    topic = {"topic_id": uuid.UUID(int=3), "partitions": [partition, empty]}
+    body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 1, "responses": [topic],
+            "node_endpoints": [{"node_id": 1, "host": "h", "port": 1, "rack": None}]}  # fmt: skip
+    return encode_response(Response(1, 17, {"correlation_id": 1}, body))
+
+
+def metadata_frame() -> bytes:
+    partitions = [
+        {"error_code": e, "partition_index": i, "leader_id": 1, "leader_epoch": 0, "replica_nodes": [1, 2],
+         "isr_nodes": [1], "offline_replicas": list(range(300)) if i == 1 else []}
+        for i, e in enumerate((0, 9))
+    ]  # fmt: skip
+    topic = {"error_code": 0, "name": "t", "topic_id": uuid.UUID(int=5), "is_internal": False,
+             "partitions": partitions, "topic_authorized_operations": -1}  # fmt: skip
+    body = {"throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b", "port": 1, "rack": "r"}],
+            "cluster_id": None, "controller_id": 1, "topics": [topic, {**topic, "name": None}]}  # fmt: skip
+    return encode_response(Response(3, 13, {"correlation_id": 1}, body))
+
+
+@pytest.mark.parametrize(("frame", "api_key", "version"), [(fetch_frame(), 1, 17), (metadata_frame(), 3, 13)])
+def test_every_truncation_and_every_byte_flip(frame: bytes, api_key: int, version: int) -> None:
+    decoded = decode_response(frame, api_key, version)
+    assert encode_response(decoded) == frame
+    compare(frame, api_key, version)
+    for cut in range(len(frame)):
+        with pytest.raises(DecodeError):
+            decode_response(frame[:cut], api_key, version)
+        with pytest.raises(DecodeError):
+            skim_response(frame[:cut], api_key, version)
+    for pos in range(len(frame)):
+        for byte in (0x00, 0x01, 0x7F, 0x80, 0xFF):
+            flipped = frame[:pos] + bytes([byte]) + frame[pos + 1 :]
+            try:
+                decode_response(flipped, api_key, version)
+            except DecodeError:
+                # The skimmer may accept what it does not read (bad UTF-8 in a host name).
+                with contextlib.suppress(DecodeError):
+                    skim_response(flipped, api_key, version)
+            else:
+                compare(flipped, api_key, version)
+
+
+@pytest.mark.parametrize(("limit", "value"), [("_INLINE_INDENT", 1), ("_FUNCTION_CHARS", 400)])
+def test_sub_structs_not_written_in_line_are_called(
+    monkeypatch: pytest.MonkeyPatch, limit: str, value: int
+) -> None:
+    frame = metadata_frame()
+    definition = message("MetadataResponse").definition(13)
+    assert definition is not None
+    inline = compile_decoder(definition.fields, 13, True, "MetadataResponse")
+    monkeypatch.setattr(codec.compiler, limit, value)
+    called = compile_decoder(definition.fields, 13, True, "MetadataResponse")
+    assert called.__code__.co_code != inline.__code__.co_code
+    view = memoryview(frame)
+    body = 5  # after the response header: correlation id and an empty tag section
+    assert plain(called(view, body, len(view), [1000])) == plain(inline(view, body, len(view), [1000]))
+    namespace = codec.skim._namespace()
+    skim = namespace[SkimBuilder(namespace, 13, True).build(definition.fields, "MetadataResponse", top=True)]
+    found: dict[str, Any] = {c: [] for c in codec.skim.CATEGORIES} | {"counts": {}}
+    assert skim(view, body, len(view), found) == len(view)
+    assert found["errors"] == [9, 9] and found["topics"] == ["t"]
+    for cut in range(body, len(view)):
+        with pytest.raises(DecodeError):
+            called(view, body, cut, [1000])
+        with pytest.raises(DecodeError):
+            skim(view, body, cut, found)
+
+
+def test_empty_struct_arrays_cost_no_budget_and_big_ones_are_refused() -> None:
+    # An element budget of 0 still decodes a message whose arrays of structs are empty.
+    request = Request(3, 12, {"correlation_id": 1, "client_id": "c"},
+                      {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})  # fmt: skip
+    assert decode_request(encode_request(request), budget=0).body["topics"] == []
+    frame = encode_request(Request(3, 12, request.header, {**request.body, "topics": [{"topic_id": uuid.UUID(int=0), "name": "t"}] * 3}))
+    with pytest.raises(DecodeError, match="budget"):
+        decode_request(frame, budget=2)
+
+
+def test_null_in_a_field_that_is_not_nullable_after_a_peeked_byte() -> None:
+    # Metadata v13 partitions: a fixed run, then replica_nodes, whose count byte the run
+    # reads ahead; 0 is a null count there.
+    frame = bytearray(metadata_frame())
+    good = decode_response(bytes(frame), 3, 13)
+    assert good.body["topics"][0]["partitions"][0]["replica_nodes"] == [1, 2]
+    at = bytes(frame).index(struct.pack(">hiii", 0, 0, 1, 0) + b"\x03") + 14
+    frame[at] = 0
+    with pytest.raises(DecodeError, match="not nullable"):
+        decode_response(bytes(frame), 3, 13)
+    with pytest.raises(DecodeError, match="not nullable"):
+        skim_response(bytes(frame), 3, 13)
