@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import sys
 import time
 from collections.abc import Callable
@@ -220,7 +221,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    print(markdown(measure(capture())))
+    cases = capture()
+    gc.collect()
+    gc.freeze()  # as a serving kafkalens process does (proxy/runner.py)
+    print(markdown(measure(cases)))
 
 
 if __name__ == "__main__":
