@@ -196,6 +196,20 @@ def emit_length(
     src.line(ind, f"p += {width}")
 
 
+def emit_tagged_loop(src: _Source, ind: int, end: str) -> tuple[str, str]:
+    """Open the loop over a struct's tagged fields (count checked against the bytes
+    left); returns the variables of each field's tag and of its end offset."""
+    count, tag, size, stop = (src.tmp(s) for s in ("tc", "tag", "sz", "e"))
+    _emit_uvarint(src, ind, count, end)
+    src.line(ind, f"if {count} > {end} - p: raise invalid(p, 'tagged field count exceeds the bytes left')")
+    src.line(ind, f"for _ in range({count}):")
+    src.line(ind + 1, f"{tag}, p = uv(b, p, {end})")
+    src.line(ind + 1, f"{size}, p = uv(b, p, {end})")
+    src.line(ind + 1, f"{stop} = p + {size}")
+    src.line(ind + 1, f"if {stop} > {end}: raise short(p, 'tagged field')")
+    return tag, stop
+
+
 def emit_null_check(src: _Source, ind: int, length: str, var: str | None, nullable: bool, what: str) -> int:
     """A negative length is null: `var = None` when nullable, else a DecodeError.
     Returns the indent for the non-null case."""
@@ -375,15 +389,9 @@ class DecoderBuilder:
     def _emit_tag_loop(
         self, src: _Source, ind: int, tagged: list[Field], names: dict[str, str], end: str
     ) -> tuple[str, str]:
-        unk, exp, count, tag, size, stop = (src.tmp(s) for s in ("unk", "exp", "tc", "tag", "sz", "e"))
+        unk, exp = src.tmp("unk"), src.tmp("exp")
         src.line(ind, f"{unk} = {exp} = None")
-        _emit_uvarint(src, ind, count, end)
-        src.line(ind, f"if {count} > {end} - p: raise invalid(p, 'tagged field count exceeds the bytes left')")
-        src.line(ind, f"for _ in range({count}):")
-        src.line(ind + 1, f"{tag}, p = uv(b, p, {end})")
-        src.line(ind + 1, f"{size}, p = uv(b, p, {end})")
-        src.line(ind + 1, f"{stop} = p + {size}")
-        src.line(ind + 1, f"if {stop} > {end}: raise short(p, 'tagged field')")
+        tag, stop = emit_tagged_loop(src, ind, end)
         for index, field in enumerate(sorted(tagged, key=lambda f: f.tag or 0)):
             var = names[field.name]
             src.line(ind + 1, f"{'elif' if index else 'if'} {tag} == {field.tag}:")

@@ -23,7 +23,6 @@ from codec import wire
 from codec.compiler import (
     FIXED_TYPES,
     _element_min_size,
-    _emit_uvarint,
     _Source,
     _starts_with_varint,
     _variable,
@@ -31,6 +30,7 @@ from codec.compiler import (
     emit_length,
     emit_null_check,
     emit_sub,
+    emit_tagged_loop,
     write_function,
 )
 from codec.entities import ERROR_CODES, GROUPS, TOPICS, TRANSACTIONAL_IDS, category
@@ -126,15 +126,8 @@ class SkimBuilder:
         if not tagged:
             src.line(ind + 1, f"_, p = read_unknown_tags(b, p, {end})")
             return
-        count, tag, size, stop = (src.tmp(s) for s in ("tc", "tag", "sz", "e"))
         ind += 1
-        _emit_uvarint(src, ind, count, end)
-        src.line(ind, f"if {count} > {end} - p: raise invalid(p, 'tagged field count exceeds the bytes left')")
-        src.line(ind, f"for _ in range({count}):")
-        src.line(ind + 1, f"{tag}, p = uv(b, p, {end})")
-        src.line(ind + 1, f"{size}, p = uv(b, p, {end})")
-        src.line(ind + 1, f"{stop} = p + {size}")
-        src.line(ind + 1, f"if {stop} > {end}: raise short(p, 'tagged field')")
+        tag, stop = emit_tagged_loop(src, ind, end)
         for index, field in enumerate(sorted(tagged, key=lambda f: f.tag or 0)):
             src.line(ind + 1, f"{'elif' if index else 'if'} {tag} == {field.tag}:")
             src.cold += 1

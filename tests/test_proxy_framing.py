@@ -60,6 +60,16 @@ class Recorder:
         self.chunks += 1
 
 
+class Injector(Recorder):
+    """Asks to send b"INJECTED" ahead of the frame whose body is b"two"."""
+
+    def frame_started(self, head: memoryview, size: int) -> int:
+        mode = super().frame_started(head, size)
+        if bytes(head) == b"two":
+            self.inject.append(b"INJECTED")
+        return mode
+
+
 def collect_into(out: list[bytes]) -> Callable[[list[Buffer]], None]:
     return lambda bufs: out.extend(bytes(b) for b in bufs)
 
@@ -132,13 +142,6 @@ def test_one_frame_per_chunk_same_frames_and_output(
 
 
 def test_stop_and_inject_in_a_one_frame_chunk() -> None:
-    class Injector(Recorder):
-        def frame_started(self, head: memoryview, size: int) -> int:
-            mode = super().frame_started(head, size)
-            if bytes(head) == b"two":
-                self.inject.append(b"INJECTED")
-            return mode
-
     handler = Injector([STREAM, STREAM, STOP, STREAM])
     out: list[bytes] = []
     splitter = FrameSplitter(handler, lambda bufs: out.extend(bytes(b) for b in bufs), 1000, 4)
@@ -195,13 +198,6 @@ def test_stop_drops_the_rest() -> None:
 
 
 def test_injected_buffers_go_before_the_frame() -> None:
-    class Injector(Recorder):
-        def frame_started(self, head: memoryview, size: int) -> int:
-            mode = super().frame_started(head, size)
-            if bytes(head) == b"two":
-                self.inject.append(b"INJECTED")
-            return mode
-
     handler = Injector([STREAM] * 3)
     out: list[bytes] = []
     splitter = FrameSplitter(handler, lambda bufs: out.extend(bytes(b) for b in bufs), 1000, 4)
