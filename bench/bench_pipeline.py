@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_pipeline.py                  # 1M lines
     .venv/bin/python bench/bench_pipeline.py --lines 1000000 10000000
+    .venv/bin/python bench/bench_pipeline.py --parse-only     # the floor: read+parse only
 
 Input: pipeline.synth logs (~660 bytes a line) written as the proxy rotates them:
 100,000 lines a file, rotated files gzip-compressed (requests.log.N.gz; ~19x smaller,
@@ -13,7 +14,9 @@ Measured: the report runs as `python -m pipeline.report` (a fresh driver and JVM
 default master local[*]) and its whole wall time, JVM start and report.html included,
 divides the line count. Peak memory: the process tree (the Python driver and the
 java JVM it starts, its direct child) is sampled every 0.2 s from /proc, VmRSS summed;
-the largest sum is reported, and the peak of each process too.
+the largest sum is reported, and the peak of each process too. CPU: the user+system
+seconds of those processes (last sample of each; the machine is shared, so CPU seconds
+compare variants better than wall time), and the load average before and after.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from pipeline.synth import Synth, to_line, write_rotated
 
@@ -79,6 +83,20 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of one process (not its children)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def _name(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
@@ -86,14 +104,30 @@ def _name(pid: int) -> str:
         return "?"
 
 
-def run_report(logs: Path, out: Path) -> tuple[float, int, dict[str, int], str]:
-    """Wall seconds, peak summed RSS (KiB), peak RSS per process, and the report's stdout."""
+class Run(NamedTuple):
+    seconds: float  # wall
+    peak_kib: int  # summed RSS
+    per_process: dict[str, int]  # peak RSS (KiB) per process
+    cpu_seconds: float  # user + system, driver + JVM
+    stdout: str
+
+
+def run_report(logs: Path, out: Path, parse_only: bool = False) -> Run:
+    """Runs the report (or only its parsing, see parse_only_main) once and measures it."""
     cmd = [sys.executable, "-m", "pipeline.report", str(logs), "--out", str(out)]
+    if parse_only:
+        cmd = [sys.executable, "-m", "bench.bench_pipeline", "--parse-only-child", str(logs)]
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    peak, per_process = 0, dict[str, int]()
+    root = Path(__file__).resolve().parent.parent  # for -m bench.bench_pipeline
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=root if parse_only else None)
+    peak, per_process, cpu = 0, dict[str, int](), dict[int, float]()
     while proc.poll() is None:
-        sizes = {pid: _rss_kib(pid) for pid in _family(proc.pid)}
+        family = _family(proc.pid)
+        for pid in family:
+            if (seconds := _cpu_seconds(pid)) is not None:
+                cpu[pid] = seconds
+        sizes = {pid: _rss_kib(pid) for pid in family}
         peak = max(peak, sum(sizes.values()))
         for pid, kib in sizes.items():
             label = f"{_name(pid)}[{pid}]"
@@ -103,24 +137,50 @@ def run_report(logs: Path, out: Path) -> tuple[float, int, dict[str, int], str]:
     stdout = proc.stdout.read() if proc.stdout else ""
     if proc.returncode != 0:
         raise SystemExit(f"report failed ({proc.returncode}):\n{stdout}")
-    return seconds, peak, per_process, stdout
+    return Run(seconds, peak, per_process, sum(cpu.values()), stdout)
+
+
+def parse_only_main(logs: str) -> int:
+    """The floor of any report: a fresh driver and JVM reading and parsing every line
+    (the report's own read_lines and parse_lines, every column kept so that Spark
+    cannot prune fields from the parse), counted, nothing cached or written."""
+    from pyspark.sql import functions as F
+
+    from pipeline.read import expand_inputs, parse_lines, read_lines
+    from pipeline.session import build_session
+
+    spark = build_session("kafkalens-parse-only")
+    found, _ = expand_inputs(spark, [logs])
+    parsed = parse_lines(read_lines(spark, found))
+    row = parsed.agg(F.count(F.lit(1)), *[F.count(c) for c in parsed.columns]).first()
+    print(f"parse only: {row[0] if row else 0:,} lines")
+    spark.stop()
+    return 0
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--lines", type=int, nargs="+", default=[1_000_000])
     p.add_argument("--dir", type=Path, default=Path("/tmp/kafkalens-bench"))
+    p.add_argument("--parse-only", action="store_true",
+                   help="time only reading and parsing the lines (the floor of the report)")
+    p.add_argument("--parse-only-child", metavar="LOGS", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.parse_only_child:
+        return parse_only_main(args.parse_only_child)
     for lines in args.lines:
         logs = generate(args.dir, lines)
         size = sum(f.stat().st_size for f in logs.rglob("*") if f.is_file())
-        seconds, peak, per_process, stdout = run_report(logs, args.dir / f"report-{lines}")
-        print(stdout.rstrip())
-        big = {k: v for k, v in per_process.items() if v > 10 * 1024}  # not the launchers
-        print(f"bench {lines:,} lines ({size / 1e6:,.0f} MB on disk, gzip rotated files) on "
-              f"{os.cpu_count()} cores: {seconds:.1f} s wall, {lines / seconds:,.0f} lines/s; "
-              f"peak RSS driver+JVM {peak / 1024:,.0f} MiB (peak per process: "
-              f"{', '.join(f'{k} {v / 1024:,.0f}' for k, v in big.items())} MiB)")
+        load_before = _loadavg()
+        run = run_report(logs, args.dir / f"report-{lines}", args.parse_only)
+        print(run.stdout.rstrip())
+        big = {k: v for k, v in run.per_process.items() if v > 10 * 1024}  # not the launchers
+        print(f"bench{' (parse only)' if args.parse_only else ''} {lines:,} lines ({size / 1e6:,.0f} MB on disk, gzip rotated files) on "
+              f"{os.cpu_count()} cores: {run.seconds:.1f} s wall, "
+              f"{lines / run.seconds:,.0f} lines/s; {run.cpu_seconds:.1f} s CPU "
+              f"(driver+JVM); peak RSS driver+JVM {run.peak_kib / 1024:,.0f} MiB (peak per "
+              f"process: {', '.join(f'{k} {v / 1024:,.0f}' for k, v in big.items())} MiB); "
+              f"load average before {load_before}, after {_loadavg()}")
     return 0
 
 

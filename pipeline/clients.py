@@ -30,17 +30,43 @@ def client_host(address: Column) -> Column:
     return F.when(host != "", host).otherwise(address)
 
 
-def connection_usage(requests: DataFrame) -> DataFrame:
-    """Request counts per connection and api version, with the connection's identity."""
-    usage = requests.groupBy(*CONN, "api_key", "api", "api_version").agg(
-        *[F.max(name).alias(name) for name in IDENTITY],
+# Of a consumer group's requests, what consumer_groups (pipeline.traffic) needs.
+GROUP_KEYS = ["group_id", "member_id", "protocol_type", "protocol_name"]
+
+
+def request_groups(requests: DataFrame) -> DataFrame:
+    """The requests reduced once to one row per connection, api version, identity and
+    group fields: the lines' single wide aggregation, which connection_usage and
+    consumer_groups both start from instead of each scanning every line.
+
+    Identity and group fields are keys, not max() aggregates: a connection has only a
+    few distinct values (learnt from ApiVersions, telemetry, SASL, JoinGroup), and an
+    aggregate of a string forces a sort-based aggregation of every line where a hash
+    aggregation needs none.
+    """
+    return requests.groupBy(*CONN, "api_key", "api", "api_version", *IDENTITY, *GROUP_KEYS).agg(
         F.count(F.lit(1)).alias("requests"),
         F.sum("error").alias("errors"),
         F.min("ts").alias("first_seen"),
         F.max("ts").alias("last_seen"),
+        F.max("members").alias("members"),
+        F.max("generation_id").alias("generation_id"),
     )
-    # Identity fields are aggregates, not keys: keys stay narrow (hashing is the cost),
-    # and a field learnt on any of the connection's apis then applies to all of them.
+
+
+def connection_usage(groups: DataFrame) -> DataFrame:
+    """Request counts per connection and api version, with the connection's identity.
+
+    `groups` is request_groups(requests).
+    """
+    usage = groups.groupBy(*CONN, "api_key", "api", "api_version").agg(
+        *[F.max(name).alias(name) for name in IDENTITY],
+        F.sum("requests").alias("requests"),
+        F.sum("errors").alias("errors"),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
+    )
+    # A field learnt on any of the connection's apis then applies to all of them.
     per_conn = Window.partitionBy(*CONN)
     resolved = usage.select(
         *CONN,

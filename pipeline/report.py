@@ -24,7 +24,7 @@ from pyspark import StorageLevel  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
 from pipeline import charts, html  # noqa: E402
-from pipeline.clients import connection_usage  # noqa: E402
+from pipeline.clients import connection_usage, request_groups  # noqa: E402
 from pipeline.fsio import write_text  # noqa: E402
 from pipeline.read import expand_inputs, parse_lines, read_lines  # noqa: E402
 from pipeline.summary import ReportResult, summary_lines  # noqa: E402
@@ -83,14 +83,20 @@ def run_report(spark: SparkSession, inputs: list[str], out: str) -> ReportResult
     found, missing = expand_inputs(spark, inputs)
     # Parsed once, then every table scans the cache instead of re-reading the logs.
     parsed = parse_lines(read_lines(spark, found)).persist(StorageLevel.MEMORY_AND_DISK)
-    usage = connection_usage(request_rows(parsed)).persist(StorageLevel.MEMORY_AND_DISK)
+    # Small (a row per connection, api version and identity): four tables start there.
+    groups = request_groups(request_rows(parsed)).persist(StorageLevel.MEMORY_AND_DISK)
+    usage = connection_usage(groups).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        line_counts = counts(parsed)
-        built = build_tables(spark, parsed, line_counts, usage)
+        line_counts = counts(parsed)  # fills the lines' cache
+        # Filled before the tables' jobs start: concurrent jobs reaching an unfilled
+        # cache would each compute it, i.e. aggregate every line again.
+        usage.count()
+        built = build_tables(spark, parsed, line_counts, groups, usage)
         with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
             list(pool.map(lambda item: write_table(item[1], out, item[0]), built.items()))
     finally:
         usage.unpersist()
+        groups.unpersist()
         parsed.unpersist()
     result = ReportResult(out, found, missing, line_counts, time.monotonic() - started)
     with ThreadPoolExecutor(PARALLEL_JOBS) as pool:

@@ -76,9 +76,10 @@ def bucket_seconds(c: Counts, points: int = 120) -> int:
 
 
 def build_tables(
-    spark: SparkSession, parsed: DataFrame, c: Counts, usage: DataFrame
+    spark: SparkSession, parsed: DataFrame, c: Counts, groups: DataFrame, usage: DataFrame
 ) -> dict[str, DataFrame]:
-    """`usage` is clients.connection_usage(request_rows(parsed)), which three tables share."""
+    """`groups` is clients.request_groups(request_rows(parsed)), and `usage` is
+    clients.connection_usage(groups), which three tables share."""
     requests = request_rows(parsed)
     return {
         "client_inventory": clients.client_inventory(usage),
@@ -87,7 +88,7 @@ def build_tables(
         "latency_by_api": traffic.latency_by_api(requests),
         "latency_over_time": traffic.latency_over_time(requests, bucket_seconds(c)),
         "top_topics": traffic.top_topics(requests),
-        "consumer_groups": traffic.consumer_groups(requests),
+        "consumer_groups": traffic.consumer_groups(groups),
         "bad_lines": bad_lines(parsed),
     }
 

@@ -57,11 +57,14 @@ def top_topics(requests: DataFrame) -> DataFrame:
 
 def _latest(column: str) -> Column:
     """The value on the newest line that has one (null orderings are skipped)."""
-    return F.max_by(column, F.when(F.col(column).isNotNull(), F.col("ts"))).alias(column)
+    newest = F.when(F.col(column).isNotNull(), F.col("last_seen"))
+    return F.max_by(column, newest).alias(column)
 
 
-def consumer_groups(requests: DataFrame) -> DataFrame:
-    grouped = requests.where(F.col("group_id").isNotNull() & (F.col("group_id") != ""))
+def consumer_groups(groups: DataFrame) -> DataFrame:
+    """Per consumer group; `groups` is clients.request_groups(requests), whose rows keep
+    each line's own group fields and software (not the connection's resolved identity)."""
+    grouped = groups.where(F.col("group_id").isNotNull() & (F.col("group_id") != ""))
     member = F.when(F.col("member_id") != "", F.col("member_id"))
     software = F.concat_ws("/", "client_software_name", "client_software_version")
     stats = grouped.groupBy("group_id").agg(
@@ -70,10 +73,10 @@ def consumer_groups(requests: DataFrame) -> DataFrame:
         F.count_distinct(member).alias("distinct_member_ids"),
         F.max("members").alias("max_members"),
         F.max("generation_id").alias("generation_id"),
-        F.count(F.lit(1)).alias("requests"),
+        F.sum("requests").alias("requests"),
         F.array_sort(F.collect_set(F.when(software != "", software))).alias("client_software"),
-        F.min("ts").alias("first_seen"),
-        F.max("ts").alias("last_seen"),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
     )
     # JoinGroup's member list is the group's size at a rebalance; member ids seen over
     # the whole log also count members that have since left, so they are the fallback.
