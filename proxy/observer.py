@@ -41,10 +41,11 @@ from proxy.summary import (
 )
 
 UNKNOWN = "unknown"
-# Requests never memoised: their summary depends on more than their bytes (Produce and
-# Fetch name topics learnt from Metadata, SyncGroup a generation's protocol), or they
-# carry credentials (SASL, delegation tokens) or telemetry payloads.
-UNMEMOISED_REQUESTS = frozenset({0, 1, 14, 17, 36, 38, 39, 40, 41, 72})
+# Apis whose frames are never memoised: their summary depends on more than their bytes
+# (Produce and Fetch name topics learnt from Metadata, SyncGroup a generation's
+# protocol), they rarely repeat (offsets), or they carry credentials (SASL, delegation
+# token HMACs) or telemetry payloads, which must not linger in memory as memo keys.
+UNMEMOISED = frozenset({0, 1, 14, 17, 36, 38, 39, 40, 41, 72})
 
 
 @dataclass
@@ -174,7 +175,7 @@ class ObservingHooks(Hooks):
             state.requests[api] = state.requests.get(api, 0) + 1
         token = Token(api, pending.correlation_id, {})
         key = None
-        if pending.api_key not in UNMEMOISED_REQUESTS:
+        if pending.api_key not in UNMEMOISED:
             key = self.request_memo.key(pending.api_key, pending.api_version, frame)
             known = self.request_memo.get(key) if key is not None else None
             if known is not None:
@@ -346,7 +347,7 @@ class ObservingHooks(Hooks):
 
     def _skimmed(self, frame: memoryview, api_key: int, version: int) -> dict[str, Any]:
         memo = self.response_memo
-        key = memo.key(api_key, version, frame)
+        key = None if api_key in UNMEMOISED else memo.key(api_key, version, frame)
         if key is not None:
             known = memo.get(key)
             if known is not None:

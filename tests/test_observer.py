@@ -339,6 +339,22 @@ def test_sasl_requests_are_never_memoised(tmp_path: Path) -> None:
             "error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0})
         h.exchange(request, response)
     assert h.hooks.request_memo.hits == h.hooks.request_memo.misses == 0
+    assert h.hooks.response_memo.hits == h.hooks.response_memo.misses == 0
+
+
+def test_delegation_token_hmacs_are_never_kept_in_a_memo(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    hmac = b"HMAC-SECRET-0123456789"
+    for corr in (1, 2):
+        request = Request(41, 3, header(corr), {"owners": None})
+        response = Response(41, 3, {"correlation_id": corr}, {"error_code": 0, "tokens": [{
+            "principal_type": "User", "principal_name": "alice", "token_requester_principal_type": "User",
+            "token_requester_principal_name": "alice", "issue_timestamp": 1, "expiry_timestamp": 2,
+            "max_timestamp": 3, "token_id": "t1", "hmac": hmac, "renewers": []}], "throttle_time_ms": 0})
+        h.exchange(request, response)
+    memos = (h.hooks.request_memo, h.hooks.response_memo)
+    assert all(memo.hits == memo.misses == 0 for memo in memos)
+    assert not any(hmac in key[2] for memo in memos for key in memo._entries)
 
 
 def test_memoised_api_versions_cap_answers_with_each_correlation_id(tmp_path: Path) -> None:
