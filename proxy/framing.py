@@ -116,7 +116,12 @@ class FrameSplitter:
             new_partial = self._split(view, pos, out)
         if out:
             first = out[0]
-            if len(out) == 1 and isinstance(first, memoryview) and len(first) == len(data):
+            if (
+                len(out) == 1
+                and isinstance(first, memoryview)
+                and first.obj is data
+                and len(first) == len(data)
+            ):
                 # The whole chunk as it came (the usual case): pass the bytes object
                 # itself, which uvloop writes straight away; a view takes a slower path.
                 out[0] = data
