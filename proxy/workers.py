@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import multiprocessing
 import os
+import pickle
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field, replace
-from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,14 @@ READY_TIMEOUT_SECONDS = 60.0
 SUPERVISE_SECONDS = 1.0
 CLIENTS_FILE = "clients-{pid}.json"
 CLIENTS_WRITE_SECONDS = 1.0
-_ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited loop or locks
+# A worker is a fresh interpreter (no inherited loop or locks), started as a plain
+# child process rather than with multiprocessing's "spawn": that also starts a
+# resource-tracker process, 13 MB of RSS that does nothing here. Like spawn, the
+# child gets the parent's sys.path before it imports the project.
+_BOOTSTRAP = (
+    "import pickle, sys; path, payload = pickle.load(sys.stdin.buffer); sys.path[:] = path; "
+    "from proxy.workers import worker_entry; worker_entry(payload)"
+)
 
 
 def check_shareable(config: Config) -> None:
@@ -77,20 +85,35 @@ def worker_config(config: Config, index: int) -> Config:
     return replace(config, request_log=log_config)
 
 
-
-def worker_main(index: int, config: Config, ready: Any) -> None:
-    """Entry point of a worker process (spawned; the metrics dir is in its env)."""
+def worker_entry(payload: bytes) -> None:
+    """Entry point of a worker process: (index, ready fd, config) pickled by the parent;
+    the metrics dir is in its environment."""
     import uvloop
 
     from proxy.cli import configure_logging
 
+    index, ready_fd, config = pickle.loads(payload)
     # Ctrl-C reaches the whole process group: workers stop on the parent's SIGTERM only
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging()
-    uvloop.run(_worker(index, config, ready))
+    uvloop.run(_worker(index, config, ReadyPipe(ready_fd)))
 
 
-async def _worker(index: int, config: Config, ready: Any) -> None:
+@dataclass(frozen=True)
+class ReadyPipe:
+    """A worker's one line to the parent: its index, then the error it stopped on or
+    nothing. Every worker shares the pipe: a line is far below PIPE_BUF, so lines from
+    different workers never interleave."""
+
+    fd: int
+
+    def put(self, index: int, error: str | None) -> None:
+        line = json.dumps([index, error]) + "\n"
+        os.write(self.fd, line.encode())
+        os.close(self.fd)
+
+
+async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy.hooks import make_hooks
     from proxy.metrics import Metrics
     from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
@@ -100,10 +123,10 @@ async def _worker(index: int, config: Config, ready: Any) -> None:
     try:
         server = await open_server(config, make_hooks(config, metrics), metrics, reuse_port=True)
     except ConfigError as exc:
-        ready.put((index, str(exc)))
+        ready.put(index, str(exc))
         return
     freeze_startup_objects()
-    ready.put((index, None))
+    ready.put(index, None)
     writer = asyncio.get_running_loop().create_task(_write_clients(server))
     await wait_for_stop_signal((signal.SIGTERM,))
     writer.cancel()
@@ -126,34 +149,46 @@ async def _write_clients(server: Any) -> None:
 class WorkerPool:
     config: Config
     metrics_dir: Path
-    processes: dict[int, SpawnProcess] = field(default_factory=dict)
+    processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     stopping: bool = False
 
     def __post_init__(self) -> None:
-        self.ready = _ctx.Queue()
+        self._ready_read, self._ready_write = os.pipe()
+        self._ready: asyncio.StreamReader | None = None
 
     def spawn(self, index: int) -> None:
-        process = _ctx.Process(
-            target=worker_main,
-            args=(index, self.config, self.ready),
-            name=f"kafkalens-worker-{index}",
-            daemon=False,
+        payload = pickle.dumps((index, self._ready_write, self.config))
+        process = subprocess.Popen(
+            [sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, pass_fds=(self._ready_write,)
         )
-        process.start()
+        assert process.stdin is not None
+        with process.stdin:
+            pickle.dump((sys.path, payload), process.stdin)
         self.processes[index] = process
 
     async def wait_ready(self, count: int) -> None:
         """Until `count` workers have bound their listeners; ConfigError if one could not."""
-        loop = asyncio.get_running_loop()
+        reader = await self._ready_reader()
         for _ in range(count):
-            index, error = await loop.run_in_executor(
-                None, self.ready.get, True, READY_TIMEOUT_SECONDS
-            )
+            try:
+                line = await asyncio.wait_for(reader.readline(), READY_TIMEOUT_SECONDS)
+            except TimeoutError:
+                raise ConfigError("workers", "a worker did not start in time") from None
+            _index, error = json.loads(line)
             if error is not None:
                 raise ConfigError(error.split(": ", 1)[0], error.split(": ", 1)[-1])
 
+    async def _ready_reader(self) -> asyncio.StreamReader:
+        if self._ready is None:
+            reader = asyncio.StreamReader()
+            pipe = os.fdopen(self._ready_read, "rb", buffering=0)
+            loop = asyncio.get_running_loop()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+            self._ready = reader
+        return self._ready
+
     def alive(self) -> bool:
-        return bool(self.processes) and all(p.is_alive() for p in self.processes.values())
+        return bool(self.processes) and all(p.poll() is None for p in self.processes.values())
 
     async def supervise(self) -> None:
         """Start again a worker that died (not while stopping)."""
@@ -162,26 +197,26 @@ class WorkerPool:
         while not self.stopping:
             await asyncio.sleep(SUPERVISE_SECONDS)
             for index, process in list(self.processes.items()):
-                if process.is_alive() or self.stopping:
+                if process.poll() is None or self.stopping:
                     continue
-                log.warning("worker died; starting it again", worker=index, code=process.exitcode)
-                if process.pid is not None:
-                    multiprocess.mark_process_dead(process.pid, str(self.metrics_dir))
-                    _remove(self.metrics_dir / CLIENTS_FILE.format(pid=process.pid))
+                log.warning("worker died; starting it again", worker=index, code=process.returncode)
+                multiprocess.mark_process_dead(process.pid, str(self.metrics_dir))
+                _remove(self.metrics_dir / CLIENTS_FILE.format(pid=process.pid))
                 self.spawn(index)
                 await self.wait_ready(1)
 
     async def stop(self, grace: float) -> None:
         self.stopping = True
         for process in self.processes.values():
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGTERM)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
         loop = asyncio.get_running_loop()
         for process in self.processes.values():
-            await loop.run_in_executor(None, process.join, grace + 5)
-            if process.is_alive():
+            try:
+                await loop.run_in_executor(None, process.wait, grace + 5)
+            except subprocess.TimeoutExpired:
                 process.kill()
-                await loop.run_in_executor(None, process.join, 5)
+                await loop.run_in_executor(None, process.wait)
 
     def clients(self) -> list[dict[str, Any]]:
         merged: list[dict[str, Any]] = []

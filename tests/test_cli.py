@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -258,6 +259,56 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
         finally:
             proc.kill()
             proc.communicate()
+
+
+def test_a_dead_worker_is_started_again(tmp_path: Path) -> None:
+    """The parent's only children are its workers (no helper process such as
+    multiprocessing's resource tracker), and a killed worker is replaced."""
+    from proxy_harness import echo_broker
+
+    port, metrics_port = free_port(), free_port()
+    with FakeBroker(echo_broker) as broker:
+        config = tmp_path / "k.yaml"
+        config.write_text(
+            f"workers: 2\n"
+            f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{broker.address}'}}]\n"
+            f"metrics: {{listen: '{LOCAL}:{metrics_port}'}}\n"
+            f"request_log: {{path: '-'}}\n"
+        )
+        proc = kafkalens("proxy", "--config", str(config))
+        try:
+            assert wait_for_port(LOCAL, metrics_port, 30), proc.stderr
+            first = children_of(proc.pid)
+            assert len(first) == 2
+            os.kill(first[0], signal.SIGKILL)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                now = children_of(proc.pid)
+                if len(now) == 2 and first[0] not in now:
+                    break
+                time.sleep(0.2)
+            assert len(now) == 2 and first[0] not in now and first[1] in now
+            assert http_get(metrics_port, "/readyz") == "ready\n"
+            for corr in range(10):  # both workers serve again
+                with socket.create_connection((LOCAL, port), timeout=5) as sock:
+                    sock.sendall(api_versions_v0(corr))
+                    assert read_frame(sock) == corr.to_bytes(4, "big") + b"ok"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(15) == 0
+        finally:
+            proc.kill()
+            proc.communicate()
+
+
+def children_of(pid: int) -> list[int]:
+    """Live (not zombie) child processes of `pid`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(stat.parent.name))
+    return sorted(found)
 
 
 def http_get(port: int, path: str) -> str:
