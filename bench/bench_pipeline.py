@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/bench_pipeline.py                  # 1M lines
     .venv/bin/python bench/bench_pipeline.py --lines 1000000 10000000
-    .venv/bin/python bench/bench_pipeline.py --parse-only     # the floor: read+parse only
+    .venv/bin/python bench/bench_pipeline.py --parse-only     # the floor: read+parse only,
+                                                              # Spark's parser and Python's
 
 Input: pipeline.synth logs (~660 bytes a line) written as the proxy rotates them:
 100,000 lines a file, rotated files gzip-compressed (requests.log.N.gz; ~19x smaller,
@@ -12,11 +13,13 @@ into --dir and reused (two generator processes, one directory each).
 
 Measured: the report runs as `python -m pipeline.report` (a fresh driver and JVM,
 default master local[*]) and its whole wall time, JVM start and report.html included,
-divides the line count. Peak memory: the process tree (the Python driver and the
-java JVM it starts, its direct child) is sampled every 0.2 s from /proc, VmRSS summed;
-the largest sum is reported, and the peak of each process too. CPU: the user+system
-seconds of those processes (last sample of each; the machine is shared, so CPU seconds
-compare variants better than wall time), and the load average before and after.
+divides the line count. Peak memory: the process tree (the Python driver, the java
+JVM it starts and the Python workers the JVM starts) is sampled every 0.2 s from
+/proc, PSS summed (shared pages once); the largest sum is reported, and the peak of
+each process too. CPU: the user+system seconds of those processes (last sample of
+each), in all and for the JVM and the Python workers apart (the machine is shared, so
+CPU seconds compare variants better than wall time), and the load average before and
+after.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pipeline.synth import Synth, to_line, write_rotated
 
@@ -61,22 +65,25 @@ def generate(root: Path, lines: int) -> Path:
 
 
 def _family(pid: int) -> list[int]:
-    """The driver and its direct children: the JVM (spark-class execs it).
-
-    Deeper descendants are left out on purpose: a process the JVM spawns shares its
-    memory until exec (vfork), and its VmRSS would count the JVM twice.
-    """
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            pids += [int(c) for c in (task / "children").read_text().split()]
+    """The driver and all its descendants: the JVM (spark-class execs it) and the
+    Python workers (pyspark.daemon, started by the JVM, and the workers it forks)."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            with contextlib.suppress(OSError, ValueError):
+                todo += [int(c) for c in (task / "children").read_text().split()]
     return pids
 
 
-def _rss_kib(pid: int) -> int:
+def _pss_kib(pid: int) -> int:
+    """Proportional set size: pages shared between processes (the Python workers are
+    forked from one daemon; a launcher shares the JVM's pages until it execs) count
+    once in the sum, split between the sharers, where RSS would count them each time."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return int(line.split()[1])
     except OSError:
         pass
@@ -106,28 +113,34 @@ def _name(pid: int) -> str:
 
 class Run(NamedTuple):
     seconds: float  # wall
-    peak_kib: int  # summed RSS
-    per_process: dict[str, int]  # peak RSS (KiB) per process
-    cpu_seconds: float  # user + system, driver + JVM
+    peak_kib: int  # summed PSS
+    per_process: dict[str, int]  # peak PSS (KiB) per process
+    cpu_seconds: float  # user + system, driver, JVM and Python workers
+    cpu_by_kind: dict[str, float]  # the same for the driver, the JVM, the workers
     stdout: str
 
 
-def run_report(logs: Path, out: Path, parse_only: bool = False) -> Run:
+def run_report(logs: Path, out: Path, parse_arm: str | None = None) -> Run:
     """Runs the report (or only its parsing, see parse_only_main) once and measures it."""
     cmd = [sys.executable, "-m", "pipeline.report", str(logs), "--out", str(out)]
+    parse_only = parse_arm is not None
     if parse_only:
-        cmd = [sys.executable, "-m", "bench.bench_pipeline", "--parse-only-child", str(logs)]
+        cmd = [sys.executable, "-m", "bench.bench_pipeline", "--parse-only-child", str(logs),
+               "--arm", str(parse_arm)]
     started = time.monotonic()
     root = Path(__file__).resolve().parent.parent  # for -m bench.bench_pipeline
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             cwd=root if parse_only else None)
     peak, per_process, cpu = 0, dict[str, int](), dict[int, float]()
+    kinds: dict[int, str] = {}
     while proc.poll() is None:
         family = _family(proc.pid)
         for pid in family:
             if (seconds := _cpu_seconds(pid)) is not None:
                 cpu[pid] = seconds
-        sizes = {pid: _rss_kib(pid) for pid in family}
+                # By its latest name: spark-class is a shell script until it execs java.
+                kinds[pid] = "driver" if pid == proc.pid else _name(pid)
+        sizes = {pid: _pss_kib(pid) for pid in family}
         peak = max(peak, sum(sizes.values()))
         for pid, kib in sizes.items():
             label = f"{_name(pid)}[{pid}]"
@@ -137,23 +150,54 @@ def run_report(logs: Path, out: Path, parse_only: bool = False) -> Run:
     stdout = proc.stdout.read() if proc.stdout else ""
     if proc.returncode != 0:
         raise SystemExit(f"report failed ({proc.returncode}):\n{stdout}")
-    return Run(seconds, peak, per_process, sum(cpu.values()), stdout)
+    by_kind: dict[str, float] = {}
+    for pid, used in cpu.items():
+        kind = {"driver": "driver", "java": "JVM"}.get(kinds[pid], "Python workers")
+        by_kind[kind] = by_kind.get(kind, 0.0) + used
+    return Run(seconds, peak, per_process, sum(cpu.values()), by_kind, stdout)
 
 
-def parse_only_main(logs: str) -> int:
-    """The floor of any report: a fresh driver and JVM reading and parsing every line
-    (the report's own read_lines and parse_lines, every column kept so that Spark
-    cannot prune fields from the parse), counted, nothing cached or written."""
+PARSE_ARMS = ("spark", "python", "python-fold")
+
+
+def _count_parsed(batches: Iterator[Any]) -> Iterator[Any]:
+    """mapInArrow: each line parsed by fastparse (undecided ones too), one count out."""
+    import pyarrow as pa
+
+    from pipeline.fastparse import parse
+
+    n = 0
+    for batch in batches:
+        for raw in batch.column(0).cast(pa.binary()).to_pylist():
+            parse(raw)
+            n += 1
+    yield pa.RecordBatch.from_pydict({"n": [n]}, schema=pa.schema([("n", pa.int64())]))
+
+
+def parse_only_main(logs: str, arm: str) -> int:
+    """The floor of a report: a fresh driver and JVM reading and parsing every line.
+
+    spark: the report's former parse (text + from_json, read.parse_lines), every column
+    kept so that Spark cannot prune fields from the parse, counted; python: the text
+    lines parsed in the Python workers (fastparse), counted; python-fold: the report's
+    whole pass over the lines, parsed and folded into partials (read.line_partials)."""
     from pyspark.sql import functions as F
 
-    from pipeline.read import expand_inputs, parse_lines, read_lines
+    from pipeline.read import expand_inputs, line_partials, parse_lines, read_lines, text_partials
     from pipeline.session import build_session
 
     spark = build_session("kafkalens-parse-only")
     found, _ = expand_inputs(spark, [logs])
-    parsed = parse_lines(read_lines(spark, found))
-    row = parsed.agg(F.count(F.lit(1)), *[F.count(c) for c in parsed.columns]).first()
-    print(f"parse only: {row[0] if row else 0:,} lines")
+    lines = read_lines(spark, found)
+    if arm == "spark":
+        parsed = parse_lines(lines)
+        row = parsed.agg(F.count(F.lit(1)), *[F.count(c) for c in parsed.columns]).first()
+    elif arm == "python":
+        row = lines.select("value").mapInArrow(_count_parsed, "n long").agg(F.sum("n")).first()
+    else:
+        text = text_partials(lines).cache()
+        row = line_partials(text).agg(F.sum("lines")).first()
+    print(f"parse only ({arm}): {row[0] if row else 0:,} lines")
     spark.stop()
     return 0
 
@@ -163,24 +207,31 @@ def main() -> int:
     p.add_argument("--lines", type=int, nargs="+", default=[1_000_000])
     p.add_argument("--dir", type=Path, default=Path("/tmp/kafkalens-bench"))
     p.add_argument("--parse-only", action="store_true",
-                   help="time only reading and parsing the lines (the floor of the report)")
+                   help="time only reading and parsing the lines (the floor of the report),"
+                        " each way in turn: " + ", ".join(PARSE_ARMS))
+    p.add_argument("--arms", nargs="+", choices=PARSE_ARMS, default=list(PARSE_ARMS),
+                   help="with --parse-only: which ways")
     p.add_argument("--parse-only-child", metavar="LOGS", help=argparse.SUPPRESS)
+    p.add_argument("--arm", choices=PARSE_ARMS, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.parse_only_child:
-        return parse_only_main(args.parse_only_child)
+        return parse_only_main(args.parse_only_child, args.arm)
     for lines in args.lines:
         logs = generate(args.dir, lines)
         size = sum(f.stat().st_size for f in logs.rglob("*") if f.is_file())
-        load_before = _loadavg()
-        run = run_report(logs, args.dir / f"report-{lines}", args.parse_only)
-        print(run.stdout.rstrip())
-        big = {k: v for k, v in run.per_process.items() if v > 10 * 1024}  # not the launchers
-        print(f"bench{' (parse only)' if args.parse_only else ''} {lines:,} lines ({size / 1e6:,.0f} MB on disk, gzip rotated files) on "
-              f"{os.cpu_count()} cores: {run.seconds:.1f} s wall, "
-              f"{lines / run.seconds:,.0f} lines/s; {run.cpu_seconds:.1f} s CPU "
-              f"(driver+JVM); peak RSS driver+JVM {run.peak_kib / 1024:,.0f} MiB (peak per "
-              f"process: {', '.join(f'{k} {v / 1024:,.0f}' for k, v in big.items())} MiB); "
-              f"load average before {load_before}, after {_loadavg()}")
+        for arm in args.arms if args.parse_only else [None]:
+            load_before = _loadavg()
+            run = run_report(logs, args.dir / f"report-{lines}", arm)
+            print(run.stdout.rstrip())
+            big = {k: v for k, v in run.per_process.items() if v > 30 * 1024}  # no launchers
+            print(f"bench{f' (parse only, {arm})' if arm else ''} {lines:,} lines "
+                  f"({size / 1e6:,.0f} MB on disk, gzip rotated files) on "
+                  f"{os.cpu_count()} cores: {run.seconds:.1f} s wall, "
+                  f"{lines / run.seconds:,.0f} lines/s; {run.cpu_seconds:.1f} s CPU ("
+                  + ", ".join(f"{k} {v:.1f}" for k, v in run.cpu_by_kind.items())
+                  + f"); peak PSS of them {run.peak_kib / 1024:,.0f} MiB (peak per process: "
+                  f"{', '.join(f'{k} {v / 1024:,.0f}' for k, v in big.items())} MiB); "
+                  f"load average before {load_before}, after {_loadavg()}")
     return 0
 
 

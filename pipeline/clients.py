@@ -34,21 +34,19 @@ def client_host(address: Column) -> Column:
 GROUP_KEYS = ["group_id", "member_id", "protocol_type", "protocol_name"]
 
 
-def request_groups(requests: DataFrame) -> DataFrame:
-    """The requests reduced once to one row per connection, api version, identity and
-    group fields: the lines' single wide aggregation, which connection_usage and
-    consumer_groups both start from instead of each scanning every line.
+def request_groups(partials: DataFrame) -> DataFrame:
+    """The requests reduced to one row per connection, api version, identity and group
+    fields: the lines' single wide aggregation, which connection_usage and
+    consumer_groups both start from instead of each going over every line.
 
-    Identity and group fields are keys, not max() aggregates: a connection has only a
-    few distinct values (learnt from ApiVersions, telemetry, SASL, JoinGroup), and an
-    aggregate of a string forces a sort-based aggregation of every line where a hash
-    aggregation needs none.
+    `partials` are the partials' kind `g` rows: each worker has already folded its
+    lines per key (partials.Partials); this merges the workers' rows.
     """
-    return requests.groupBy(*CONN, "api_key", "api", "api_version", *IDENTITY, *GROUP_KEYS).agg(
-        F.count(F.lit(1)).alias("requests"),
-        F.sum("error").alias("errors"),
-        F.min("ts").alias("first_seen"),
-        F.max("ts").alias("last_seen"),
+    return partials.groupBy(*CONN, "api_key", "api", "api_version", *IDENTITY, *GROUP_KEYS).agg(
+        F.sum("requests").alias("requests"),
+        F.sum("errors").alias("errors"),
+        F.timestamp_micros(F.min("first_us")).alias("first_seen"),
+        F.timestamp_micros(F.max("last_us")).alias("last_seen"),
         F.max("members").alias("members"),
         F.max("generation_id").alias("generation_id"),
     )
@@ -89,6 +87,9 @@ def connection_usage(groups: DataFrame) -> DataFrame:
     )
 
 
+UNKNOWN_API = "unknown"
+
+
 def _identity_aggs() -> list[Column]:
     return [
         F.max("client_instance_id").alias("client_instance_id"),
@@ -100,7 +101,9 @@ def _identity_aggs() -> list[Column]:
 
 
 def client_inventory(usage: DataFrame) -> DataFrame:
-    by_api = usage.groupBy("client_key", "api").agg(F.sum("requests").alias("n"))
+    # A map key cannot be null: a request line naming no api counts as "unknown".
+    api = F.coalesce(F.col("api"), F.lit(UNKNOWN_API)).alias("api")
+    by_api = usage.groupBy("client_key", api).agg(F.sum("requests").alias("n"))
     api_map = by_api.groupBy("client_key").agg(
         F.map_from_entries(F.collect_list(F.struct("api", "n"))).alias("requests_by_api")
     )

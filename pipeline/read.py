@@ -1,9 +1,10 @@
-"""Input expansion and parsing: every non-blank line becomes one row, good or bad.
+"""Input expansion and parsing: every non-blank line counts once, good or bad.
 
-Lines are read as text and parsed with from_json and the explicit schema, so a
-malformed or truncated line is kept and flagged (``bad``) instead of failing the
-job or vanishing. Paths go through Hadoop's FileSystem, so inputs may be local
-files, hdfs:// or s3a:// alike; .gz files are decompressed by extension.
+Lines are read as text and parsed in the Python workers (fastparse) where the outcome
+is certain, else with from_json and the explicit schema (parse_lines), so a malformed
+or truncated line is kept and flagged (``bad``) instead of failing the job or
+vanishing. Paths go through Hadoop's FileSystem, so inputs may be local files,
+hdfs:// or s3a:// alike; .gz files are decompressed by extension.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline.partials import SPARK_SCHEMA, fold_parsed, fold_text
 from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, report_schema
 
 SAMPLE_CHARS = 200
@@ -82,3 +84,29 @@ def parse_lines(lines: DataFrame) -> DataFrame:
         F.when(reason.isNotNull(), F.substring(value, 1, SAMPLE_CHARS)).alias("line"),
         F.when(reason.isNotNull(), F.col("file")).alias("file"),
     )
+
+
+def text_partials(lines: DataFrame) -> DataFrame:
+    """The lines (`value`, `file`) folded per partition in Python: partials.py's rows,
+    kind `r` holding the lines fastparse could not decide."""
+    return lines.select("value", "file").mapInArrow(fold_text, SPARK_SCHEMA)
+
+
+def fallback_partials(text: DataFrame) -> DataFrame:
+    """The undecided lines of text_partials, parsed by Spark and folded like the rest."""
+    undecided = text.where(F.col("kind") == "r").select(
+        F.col("line").cast("string").alias("value"), "file"
+    )
+    parsed = parse_lines(undecided)
+    rows = parsed.select(
+        *[F.unix_micros(c).alias(c) if c == "ts" else c for c in parsed.columns if c != "line"],
+        F.col("line").cast("binary").alias("line"),
+    )
+    return rows.mapInArrow(fold_parsed, SPARK_SCHEMA)
+
+
+def line_partials(text: DataFrame) -> DataFrame:
+    """All lines' partials: text_partials' own, and its undecided lines' once parsed.
+
+    `text` (text_partials) is read twice, so the caller caches it."""
+    return text.where(F.col("kind") != "r").unionByName(fallback_partials(text))

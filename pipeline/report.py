@@ -4,8 +4,9 @@ Runs the same locally and on a cluster:
     kafkalens report LOGS... --out DIR [--master URL]
     python -m pipeline.report LOGS... --out DIR
     spark-submit --master yarn pipeline/report.py hdfs:///logs/kafkalens --out hdfs:///reports/x
-(run as a file, this module makes its package importable itself; the job uses no
-Python UDFs, so executors need nothing but Spark.)
+(run as a file, this module makes its package importable itself, and ships it to the
+Python workers, which parse and fold the lines (mapInArrow): executors need Python
+with pyarrow, pandas and msgspec, see pipeline/README.md.)
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pipeline import charts, html  # noqa: E402
 from pipeline.clients import connection_usage, request_groups  # noqa: E402
 from pipeline.fsio import write_text  # noqa: E402
-from pipeline.read import expand_inputs, parse_lines, read_lines  # noqa: E402
+from pipeline.read import expand_inputs, line_partials, read_lines, text_partials  # noqa: E402
+from pipeline.shipping import ship_package  # noqa: E402
 from pipeline.summary import ReportResult, summary_lines  # noqa: E402
 from pipeline.tables import (  # noqa: E402
     TABLE_ORDER,
     build_tables,
     counts,
-    request_rows,
+    kind,
     sort_columns,
 )
 
@@ -81,23 +83,28 @@ def render_html(result: ReportResult) -> str:
 def run_report(spark: SparkSession, inputs: list[str], out: str) -> ReportResult:
     started = time.monotonic()
     found, missing = expand_inputs(spark, inputs)
-    # Parsed once, then every table scans the cache instead of re-reading the logs.
-    parsed = parse_lines(read_lines(spark, found)).persist(StorageLevel.MEMORY_AND_DISK)
+    ship_package(spark)
+    # One Python pass folds every line into small partial aggregates (partials.py);
+    # the tables merge those instead of caching and scanning every parsed line.
+    text = text_partials(read_lines(spark, found)).persist(StorageLevel.MEMORY_AND_DISK)
+    partials = line_partials(text).persist(StorageLevel.MEMORY_AND_DISK)
     # Small (a row per connection, api version and identity): four tables start there.
-    groups = request_groups(request_rows(parsed)).persist(StorageLevel.MEMORY_AND_DISK)
+    groups = request_groups(kind(partials, "g")).persist(StorageLevel.MEMORY_AND_DISK)
     usage = connection_usage(groups).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        line_counts = counts(parsed)  # fills the lines' cache
+        line_counts = counts(partials)  # fills the partials' cache: the pass over the lines
+        text.unpersist()
         # Filled before the tables' jobs start: concurrent jobs reaching an unfilled
-        # cache would each compute it, i.e. aggregate every line again.
+        # cache would each compute it.
         usage.count()
-        built = build_tables(spark, parsed, line_counts, groups, usage)
+        built = build_tables(spark, partials, line_counts, groups, usage)
         with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
             list(pool.map(lambda item: write_table(item[1], out, item[0]), built.items()))
     finally:
         usage.unpersist()
         groups.unpersist()
-        parsed.unpersist()
+        partials.unpersist()
+        text.unpersist()
     result = ReportResult(out, found, missing, line_counts, time.monotonic() - started)
     with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
         for name, (total, rows) in zip(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -35,6 +36,10 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
     sized = "driver-memory" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     if launching and not sized and (chosen or "").startswith("local"):
         builder = builder.config("spark.driver.memory", local_driver_memory())
+    if launching and (chosen or "").startswith("local"):
+        # The report's Python workers need this interpreter's packages (pyarrow,
+        # orjson); PySpark would start whatever `python3` is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Log timestamps are UTC; so are windows, buckets and the tables written.
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     spark = builder.getOrCreate()

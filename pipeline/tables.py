@@ -1,4 +1,4 @@
-"""All of the report's tables from the parsed lines, by name, in writing order."""
+"""All of the report's tables from the lines' partial aggregates, by name, in writing order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline import clients, traffic
-from pipeline.schema import REQUEST_EVENTS
+from pipeline.read import SAMPLE_CHARS
 
 # Each table is written (and shown) in this order; the sort is for people reading it.
 TABLE_ORDER: dict[str, list[str]] = {
@@ -34,33 +34,32 @@ class Counts:
     last_ts: object
 
 
-def request_rows(parsed: DataFrame) -> DataFrame:
-    good = parsed.where(F.col("bad_reason").isNull() & F.col("event").isin(*REQUEST_EVENTS))
-    # map keys and group keys must not be null: name an unknown api by its key.
-    api = F.coalesce(F.col("api"), F.concat(F.lit("ApiKey"), F.col("api_key").cast("string")))
-    return good.withColumn("api", api)
+def kind(partials: DataFrame, name: str) -> DataFrame:
+    """The partials' rows of one kind (see partials.py)."""
+    return partials.where(F.col("kind") == name)
 
 
-def counts(parsed: DataFrame) -> Counts:
-    is_good = F.col("bad_reason").isNull()
-    row = parsed.agg(
-        F.count(F.lit(1)).alias("lines"),
-        F.count("bad_reason").alias("bad"),
-        F.count(F.when(is_good & F.col("event").isin(*REQUEST_EVENTS), 1)).alias("requests"),
-        F.count(F.when(is_good & F.col("event").startswith("connection_"), 1)).alias("conn"),
-        F.min(F.when(is_good, F.col("ts"))).alias("first_ts"),
-        F.max(F.when(is_good, F.col("ts"))).alias("last_ts"),
+def counts(partials: DataFrame) -> Counts:
+    row = kind(partials, "n").agg(
+        F.sum("lines").alias("lines"),
+        F.sum("bad").alias("bad"),
+        F.sum("requests").alias("requests"),
+        F.sum("conn_events").alias("conn"),
+        F.timestamp_micros(F.min("first_us")).alias("first_ts"),
+        F.timestamp_micros(F.max("last_us")).alias("last_ts"),
     ).first()
     assert row is not None
-    other = row["lines"] - row["bad"] - row["requests"] - row["conn"]
-    return Counts(row["lines"], row["bad"], row["requests"], row["conn"], other,
+    lines, bad, requests, conn = (row[k] or 0 for k in ("lines", "bad", "requests", "conn"))
+    return Counts(lines, bad, requests, conn, lines - bad - requests - conn,
                   row["first_ts"], row["last_ts"])
 
 
-def bad_lines(parsed: DataFrame) -> DataFrame:
+def bad_lines(partials: DataFrame) -> DataFrame:
     """Per file and reason: how many bad lines, and up to two samples of them."""
-    bad = parsed.where(F.col("bad_reason").isNotNull())
-    return bad.groupBy("file", F.col("bad_reason").alias("reason")).agg(
+    bad = kind(partials, "b").select(
+        "file", "reason", F.substring(F.col("line").cast("string"), 1, SAMPLE_CHARS).alias("line")
+    )
+    return bad.groupBy("file", "reason").agg(
         F.count(F.lit(1)).alias("bad_lines"),
         # Two deterministic samples in bounded memory, however many bad lines there are.
         F.array_distinct(F.array(F.min("line"), F.max("line"))).alias("samples"),
@@ -76,20 +75,20 @@ def bucket_seconds(c: Counts, points: int = 120) -> int:
 
 
 def build_tables(
-    spark: SparkSession, parsed: DataFrame, c: Counts, groups: DataFrame, usage: DataFrame
+    spark: SparkSession, partials: DataFrame, c: Counts, groups: DataFrame, usage: DataFrame
 ) -> dict[str, DataFrame]:
-    """`groups` is clients.request_groups(request_rows(parsed)), and `usage` is
+    """`groups` is clients.request_groups(kind(partials, "g")), and `usage` is
     clients.connection_usage(groups), which three tables share."""
-    requests = request_rows(parsed)
+    latency = kind(partials, "l")
     return {
         "client_inventory": clients.client_inventory(usage),
         "api_usage": clients.api_usage(usage),
         "kafka4_readiness": clients.kafka4_readiness(spark, usage),
-        "latency_by_api": traffic.latency_by_api(requests),
-        "latency_over_time": traffic.latency_over_time(requests, bucket_seconds(c)),
-        "top_topics": traffic.top_topics(requests),
+        "latency_by_api": traffic.latency_by_api(latency),
+        "latency_over_time": traffic.latency_over_time(latency, bucket_seconds(c)),
+        "top_topics": traffic.top_topics(kind(partials, "t")),
         "consumer_groups": traffic.consumer_groups(groups),
-        "bad_lines": bad_lines(parsed),
+        "bad_lines": bad_lines(partials),
     }
 
 

@@ -5,52 +5,79 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-PRODUCE, FETCH = 0, 1
+from pipeline import sketch
+from pipeline.partials import TOPIC_FIELDS
+
 QUANTILES = (0.5, 0.95, 0.99)
 
 
-def _latency_aggs(quantiles: tuple[float, ...]) -> list[Column]:
-    approx = F.percentile_approx("latency_ms", list(quantiles))
-    named = [approx[i].alias(f"p{round(q * 100)}_ms") for i, q in enumerate(quantiles)]
-    return [F.count(F.lit(1)).alias("requests"), F.sum("error").alias("errors"),
-            *named]
+def _merge_latency(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...]
+                   ) -> DataFrame:
+    """Partial latency rows (partials kind `l`) merged per key: requests, errors,
+    percentiles (sketch.py), avg_ms and max_ms.
 
-
-def latency_by_api(requests: DataFrame) -> DataFrame:
-    """Latency percentiles and error rate per api (acks=0 Produce counts, without latency)."""
-    stats = requests.groupBy("api", "api_key").agg(
-        *_latency_aggs(QUANTILES),
-        F.avg("latency_ms").alias("avg_ms"),
-        F.max("latency_ms").alias("max_ms"),
+    Two aggregations, both small: per key and bin (a partial's scalars ride along on
+    its first bin only, so each is added once), then per key, collecting the bins.
+    """
+    bins = F.arrays_zip(F.col("bins").alias("bin"), F.col("bin_counts").alias("n"),
+                        F.col("bin_lo").alias("lo"), F.col("bin_hi").alias("hi"))
+    exploded = latency.select(*keys, "requests", "errors", "lat_n", "lat_sum", "lat_max",
+                              F.posexplode_outer(bins).alias("pos", "b"))
+    first = F.col("pos").isNull() | (F.col("pos") == 0)
+    per_bin = exploded.groupBy(*keys, F.col("b.bin").alias("bin")).agg(
+        *[F.sum(F.when(first, F.col(c))).alias(c)
+          for c in ("requests", "errors", "lat_n", "lat_sum")],
+        F.max("lat_max").alias("lat_max"),
+        F.sum("b.n").alias("n"),
+        F.min("b.lo").alias("lo"),
+        F.max("b.hi").alias("hi"),
     )
+    merged = per_bin.groupBy(*keys).agg(
+        *[F.sum(c).alias(c) for c in ("requests", "errors", "lat_n", "lat_sum")],
+        F.max("lat_max").alias("lat_max"),
+        F.sort_array(F.collect_list(
+            F.when(F.col("bin").isNotNull(), F.struct("bin", "n", "lo", "hi"))
+        )).alias("hist"),
+    )
+    n = F.col("lat_n")
+    return merged.select(
+        # Not null, as the count it replaces (the tables' Parquet schemas stay the same).
+        *keys, F.coalesce("requests", F.lit(0).cast("long")).alias("requests"), "errors",
+        *[sketch.percentile(F.col("hist"), n, q).alias(f"p{round(q * 100)}_ms")
+          for q in quantiles],
+        F.when(n > 0, F.col("lat_sum") / n).alias("avg_ms"),
+        F.col("lat_max").alias("max_ms"),
+    )
+
+
+def latency_by_api(latency: DataFrame) -> DataFrame:
+    """Latency percentiles and error rate per api (acks=0 Produce counts, without latency).
+
+    `latency` is the partials' kind `l` rows (per api, api_key and minute)."""
+    stats = _merge_latency(latency, ["api", "api_key"], QUANTILES)
     return stats.withColumn("error_rate", F.col("errors") / F.col("requests"))
 
 
-def latency_over_time(requests: DataFrame, bucket_seconds: int) -> DataFrame:
-    """Per api and time bucket: the series behind the report's latency chart."""
-    epoch = F.unix_seconds("ts")
-    bucket = F.timestamp_seconds(epoch - epoch % bucket_seconds).alias("bucket")
-    return requests.groupBy(bucket, "api").agg(*_latency_aggs((0.5, 0.95)))
+def latency_over_time(latency: DataFrame, bucket_seconds: int) -> DataFrame:
+    """Per api and time bucket: the series behind the report's latency chart.
+
+    Buckets are whole minutes, so the partials' minutes fall wholly in one."""
+    start = F.col("minute") * 60
+    with_bucket = latency.withColumn(
+        "bucket", F.timestamp_seconds(start - start % bucket_seconds))
+    stats = _merge_latency(with_bucket, ["bucket", "api"], (0.5, 0.95))
+    return stats.drop("avg_ms", "max_ms")
 
 
-def _sum_where(api_key: int, field: str) -> Column:
-    return F.sum(F.when(F.col("api_key") == api_key, F.col("c")[field]).otherwise(0))
-
-
-def top_topics(requests: DataFrame) -> DataFrame:
-    """Bytes, records and batches produced (Produce requests) and fetched (Fetch responses)."""
-    carrying = requests.where(F.col("api_key").isin(PRODUCE, FETCH))
-    per_topic = carrying.select(
-        "api_key", F.explode("per_topic").alias("topic", "c")
-    )
-    sums = [
-        _sum_where(key, field).alias(f"{verb}_{field}")
-        for key, verb in ((PRODUCE, "produced"), (FETCH, "fetched"))
-        for field in ("bytes", "records", "batches")
-    ]
-    totals = per_topic.groupBy("topic").agg(*sums).withColumn(
-        "total_bytes", F.col("produced_bytes") + F.col("fetched_bytes")
-    )
+def top_topics(topics: DataFrame) -> DataFrame:
+    """Bytes, records and batches produced (Produce requests) and fetched (Fetch
+    responses); `topics` is the partials' kind `t` rows (per topic)."""
+    # A topic is a JSON key, never null; coalesce tells Spark so (the written schema
+    # keeps topic as not null).
+    topic = F.coalesce("topic", F.lit("")).alias("topic")
+    totals = topics.groupBy(topic).agg(
+        *[F.sum(name).alias(name) for name in TOPIC_FIELDS]
+    ).withColumn("total_bytes", F.col("produced_bytes") + F.col("fetched_bytes"))
     order = Window.orderBy(F.desc("total_bytes"), F.asc("topic"))
     return totals.withColumn("rank", F.row_number().over(order))
 

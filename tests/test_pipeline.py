@@ -313,3 +313,18 @@ def test_cli_prints_summary(spark: SparkSession, tmp_path: Path,
     printed = capsys.readouterr().out
     assert "300 lines (0 bad)" in printed and "Kafka 4.0 readiness" in printed
     assert SparkSession.getActiveSession() is spark  # a shared session is left running
+
+
+def test_a_request_without_api_is_counted_not_fatal(spark: SparkSession, tmp_path: Path) -> None:
+    events = [e for e in Synth(seed=5).events(200) if isinstance(e, dict)]
+    requests = [e for e in events if e["event"] in REQUEST_EVENTS]
+    nameless = requests[0]
+    nameless.pop("api", None)
+    nameless.pop("api_key", None)
+    (tmp_path / "requests.log").write_text("\n".join(to_line(e) for e in events) + "\n")
+    result = run_report(spark, [str(tmp_path / "requests.log")], str(tmp_path / "out"))
+    assert result.counts.requests == len(requests)
+    inventory = table(spark, tmp_path / "out", "client_inventory")
+    by_api = [row["requests_by_api"] for row in inventory]
+    assert sum(sum(m.values()) for m in by_api) == len(requests)
+    assert sum(m.get("unknown", 0) for m in by_api) == 1
