@@ -10,10 +10,13 @@ Cases (each at the newest version both codecs know): a Produce request carrying 
 Metadata response with 1,000 partitions (50 topics, 3 replicas each); a JoinGroup
 response with 50 members of 100-byte metadata. Both sides decode the whole frame
 (header and body) from the same bytes; kafkalens returns `bytes`/`records` fields as
-zero-copy memoryviews, kio copies them. Times are CPU microseconds per decode, best of 15
-alternating samples (other processes share the machine); ratio = kafkalens / kio. The
-extra column times kafkalens's skimmer (codec/skim.py, what the proxy's observer runs on
-every response) on the same response frames; requests have no skimmer.
+zero-copy memoryviews, kio copies them. kafkalens is timed twice: with its C decoders
+(codec/accel.py, what a kafkalens built with a C compiler runs; "–" when the extension
+is not built or KAFKALENS_PURE_CODEC is set) and with the pure-Python ones (the
+reference, codec/compiler.py). Times are CPU microseconds per decode, best of 15
+alternating samples (other processes share the machine); ratios are kafkalens / kio.
+The extra column times kafkalens's skimmer (codec/skim.py, what the proxy's observer
+runs on every response) on the same response frames; requests have no skimmer.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
 from codec import (
+    DEFAULT_POLICY,
+    HeaderPolicy,
     Request,
     Response,
     decode_request,
@@ -40,6 +45,8 @@ from codec import (
     encode_request,
     encode_response,
 )
+from codec.accel import ACTIVE
+from codec.messages import PURE_POLICY
 from codec.skim import skim_response
 
 
@@ -140,11 +147,13 @@ def join_group_case() -> Case:
     return Case("join_group_50_members", 11, 9, "response", frame)
 
 
-def kafkalens_decoder(case: Case) -> Callable[[], object]:
+def kafkalens_decoder(case: Case, policy: HeaderPolicy = DEFAULT_POLICY) -> Callable[[], object]:
+    """With DEFAULT_POLICY, the decoders kafkalens runs (C when active); with
+    PURE_POLICY, the Python ones."""
     frame = case.frame
     if case.kind == "request":
-        return lambda: decode_request(frame)
-    return lambda: decode_response(frame, case.api_key, case.version)
+        return lambda: decode_request(frame, policy)
+    return lambda: decode_response(frame, case.api_key, case.version, policy)
 
 
 def kafkalens_skimmer(case: Case) -> Callable[[], object] | None:
@@ -200,20 +209,25 @@ def _timed(fn: Callable[[], object], calls: int) -> float:
 
 
 def profile(case: Case, calls: int = 200) -> None:
-    decode = kafkalens_decoder(case)
+    """cProfile of the Python decoders (the C ones show as a single call)."""
+    decode = kafkalens_decoder(case, PURE_POLICY)
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(calls):
         decode()
     profiler.disable()
-    print(f"\n### cProfile of kafkalens, {case.name}, {calls} decodes\n```")
+    print(f"\n### cProfile of kafkalens's Python decoders, {case.name}, {calls} decodes\n```")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
     print("```")
 
 
+def _num(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", action="store_true", help="cProfile kafkalens per case")
+    parser.add_argument("--profile", action="store_true", help="cProfile kafkalens's Python decoders per case")
     args = parser.parse_args()
     cases = [produce_case(), fetch_case(), metadata_case(), join_group_case()]
     # As a serving kafkalens process does (proxy/runner.py): what start-up built is out
@@ -224,29 +238,35 @@ def main() -> None:
     rows = []
     for case in cases:
         skim = kafkalens_skimmer(case)
-        fns = [kafkalens_decoder(case), kio_decoder(case)] + ([skim] if skim else [])
-        ours, theirs, *skimmed = per_call(fns)
+        fns = [kafkalens_decoder(case, PURE_POLICY), kio_decoder(case)]
+        fns += [kafkalens_decoder(case)] if ACTIVE else []
+        fns += [skim] if skim else []
+        pure, theirs, *rest = per_call(fns)
+        accel = rest.pop(0) if ACTIVE else None
+        skimmed = rest[0] if rest else None
         row = {
             "case": case.name,
             "api_version": case.version,
             "frame_bytes": len(case.frame),
-            "kafkalens_us": round(ours, 2),
+            "kafkalens_us": round(accel, 2) if accel is not None else None,
+            "kafkalens_pure_us": round(pure, 2),
             "kio_us": round(theirs, 2),
-            "ratio": round(ours / theirs, 3),
-            "kafkalens_skim_us": round(skimmed[0], 2) if skimmed else None,
+            "ratio": round(accel / theirs, 3) if accel is not None else None,
+            "pure_ratio": round(pure / theirs, 3),
+            "kafkalens_skim_us": round(skimmed, 2) if skimmed is not None else None,
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(
-        "\n| case | version | frame bytes | kafkalens µs | kio µs | kafkalens / kio"
-        " | kafkalens skim µs |"
+        "\n| case | version | frame bytes | kafkalens C µs | kafkalens Python µs | kio µs"
+        " | C / kio | Python / kio | kafkalens skim µs |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        skim_us = "–" if r["kafkalens_skim_us"] is None else f"{r['kafkalens_skim_us']:,.1f}"
         print(
-            f"| {r['case']} | v{r['api_version']} | {r['frame_bytes']:,} | {r['kafkalens_us']:,.1f}"
-            f" | {r['kio_us']:,.1f} | {r['ratio']:.2f} | {skim_us} |"
+            f"| {r['case']} | v{r['api_version']} | {r['frame_bytes']:,} | {_num(r['kafkalens_us'], 1)}"
+            f" | {r['kafkalens_pure_us']:,.1f} | {r['kio_us']:,.1f} | {_num(r['ratio'], 2)}"
+            f" | {r['pure_ratio']:.2f} | {_num(r['kafkalens_skim_us'], 1)} |"
         )
     if args.profile:
         for case in cases:

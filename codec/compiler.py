@@ -673,6 +673,18 @@ class EncoderBuilder:
 
 
 def compile_decoder(fields: tuple[Field, ...], version: int, flexible: bool, name: str) -> Decoder:
+    """The C decoder (codec/accel.py) when it is built and not turned off by
+    KAFKALENS_PURE_CODEC, else the Python one; both give the same results."""
+    from codec import accel  # here: codec.accel lowers fields with this module's helpers
+
+    if accel.ACTIVE:
+        fallback = accel.lazy(lambda: compile_python_decoder(fields, version, flexible, name))
+        return accel.compile_accel_decoder(fields, version, flexible, name, fallback)
+    return compile_python_decoder(fields, version, flexible, name)
+
+
+def compile_python_decoder(fields: tuple[Field, ...], version: int, flexible: bool, name: str) -> Decoder:
+    """The reference decoder: generated Python."""
     namespace = _base_namespace()
     func = DecoderBuilder(namespace, version, flexible).build(fields, name)
     decoder: Decoder = namespace[func]

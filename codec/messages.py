@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from codec.compiler import Decoder, Encoder, compile_decoder, compile_encoder
+from codec.compiler import (
+    Decoder,
+    Encoder,
+    compile_decoder,
+    compile_encoder,
+    compile_python_decoder,
+)
 from codec.errors import DecodeError, EncodeError
 from codec.schema import Message, api_messages, message
 from codec.wire import DEFAULT_ELEMENT_BUDGET
@@ -65,6 +71,9 @@ class HeaderPolicy:
     """
 
     header_v3: Mapping[int, int | tuple[int, int | None]] = field(default_factory=dict)
+    # Decode with the Python decoders even where the C ones are active (codec/accel.py):
+    # the reference, for tests and benchmarks that compare the two.
+    pure: bool = False
     # (api key, version, is response) -> (header version, header decoder, body decoder):
     # asked for every frame, and the answer never changes for a policy.
     _plans: dict[tuple[int, int, bool], tuple[int, Decoder, Decoder]] = field(
@@ -82,14 +91,15 @@ class HeaderPolicy:
 
     def _make_plan(self, api_key: int, version: int, response: bool) -> tuple[int, Decoder, Decoder]:
         request, reply = _messages_for(api_key, version)
+        decoder = python_struct_decoder if self.pure else struct_decoder
         if response:
             header_version = self.response_header_version(api_key, version)
-            header = struct_decoder("ResponseHeader", header_version)
+            header = decoder("ResponseHeader", header_version)
         else:
             header_version = self.request_header_version(api_key, version)
-            header = struct_decoder("RequestHeader", header_version)
+            header = decoder("RequestHeader", header_version)
         name = (reply if response else request).name
-        return header_version, header, struct_decoder(name, self.body_version(api_key, version))
+        return header_version, header, decoder(name, self.body_version(api_key, version))
 
     def declares_v3(self, api_key: int, version: int) -> bool:
         rule = self.header_v3.get(api_key)
@@ -140,6 +150,7 @@ class HeaderPolicy:
 
 
 DEFAULT_POLICY = HeaderPolicy()
+PURE_POLICY = HeaderPolicy(pure=True)
 
 
 def _messages_for(api_key: int, version: int | None) -> tuple[Message, Message]:
@@ -156,6 +167,16 @@ def struct_decoder(name: str, version: int) -> Decoder:
     if definition is None:
         raise UnknownApiError(f"{name} has no version {version}", api_key=msg.api_key, api_version=version)
     return compile_decoder(definition.fields, version, definition.is_flexible(version), name)
+
+
+@cache
+def python_struct_decoder(name: str, version: int) -> Decoder:
+    """struct_decoder's Python decoder, whether or not the C one is active."""
+    msg = message(name)
+    definition = msg.definition(version)
+    if definition is None:
+        raise UnknownApiError(f"{name} has no version {version}", api_key=msg.api_key, api_version=version)
+    return compile_python_decoder(definition.fields, version, definition.is_flexible(version), name)
 
 
 @cache
@@ -192,6 +213,8 @@ def _keep_trailing(body: dict[str, Any], buf: memoryview, pos: int) -> None:
 
 
 def _view(frame: bytes | bytearray | memoryview) -> memoryview:
+    if type(frame) is bytes or type(frame) is bytearray:
+        return memoryview(frame)  # always 1-D unsigned bytes: skip the checks below
     view = frame if isinstance(frame, memoryview) else memoryview(frame)
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 

@@ -25,7 +25,7 @@ from codec import (
     encode_request,
     encode_response,
 )
-from codec.compiler import compile_decoder
+from codec.compiler import compile_python_decoder
 from codec.schema import Field, api_messages, message
 from codec.skim import SkimBuilder, skim_response
 from tests.codec_strategies import field_value, plain
@@ -163,9 +163,9 @@ def test_sub_structs_not_written_in_line_are_called(
     frame = metadata_frame()
     definition = message("MetadataResponse").definition(13)
     assert definition is not None
-    inline = compile_decoder(definition.fields, 13, True, "MetadataResponse")
+    inline = compile_python_decoder(definition.fields, 13, True, "MetadataResponse")
     monkeypatch.setattr(codec.compiler, limit, value)
-    called = compile_decoder(definition.fields, 13, True, "MetadataResponse")
+    called = compile_python_decoder(definition.fields, 13, True, "MetadataResponse")
     assert called.__code__.co_code != inline.__code__.co_code
     view = memoryview(frame)
     body = 5  # after the response header: correlation id and an empty tag section

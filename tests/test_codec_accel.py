@@ -1,0 +1,549 @@
+"""The C decoders (codec/_accel.c, programs from codec/accel.py) against the Python
+ones (codec/compiler.py), which are the reference: for every input, the same dicts
+(keys in the same order, values of the same types, bytes fields zero-copy views of the
+same buffer, fresh lists and dicts), the same end position and element budget left,
+or the same exception (class, offset and message).
+
+Both paths run here whatever KAFKALENS_PURE_CODEC says; these tests also keep the
+Python decoders honest (their results round-trip) now that kafkalens runs the C ones
+wherever the extension is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from codec import Request, Response, encode_data, encode_request, encode_response
+from codec import accel as accel_module
+from codec.compiler import Decoder
+from codec.messages import DEFAULT_POLICY, python_struct_decoder
+from codec.schema import ZERO_UUID, Field, api_messages, data_message_names, message
+from codec.wire import DEFAULT_ELEMENT_BUDGET, MAX_UNKNOWN_TAGS
+from tests.codec_strategies import plain, struct_value
+from tests.test_codec_hostile import mutated
+from tests.test_codec_inline import fetch_frame, join_group, metadata_frame
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "data" / "golden"
+FRAMES: list[dict[str, Any]] = json.loads((GOLDEN / "index.json").read_text())["frames"]
+
+needs_accel = pytest.mark.skipif(not accel_module.AVAILABLE, reason="codec._accel is not built")
+
+
+def test_the_extension_is_built_where_required() -> None:
+    """CI sets KAFKALENS_REQUIRE_ACCEL=1: there, a build that silently fell back to pure
+    Python (setup.py's optional=True) fails here."""
+    if os.environ.get("KAFKALENS_REQUIRE_ACCEL") != "1":
+        pytest.skip("KAFKALENS_REQUIRE_ACCEL is not set")
+    import codec._accel  # noqa: F401
+
+    assert accel_module.AVAILABLE
+    assert accel_module.ACTIVE is not bool(os.environ.get("KAFKALENS_PURE_CODEC"))
+
+
+# --- the two decoders of a struct, and what a call of each gives ------------------------
+
+
+@cache
+def decoders(name: str, version: int) -> tuple[Decoder, Decoder]:
+    """(Python, C) decoders of a message version."""
+    definition = message(name).definition(version)
+    assert definition is not None
+    pure = python_struct_decoder(name, version)
+    flexible = definition.is_flexible(version)
+    return pure, accel_module.compile_accel_decoder(definition.fields, version, flexible, name, pure)
+
+
+def outcome(decoder: Decoder, buf: Any, pos: Any, end: Any, budget: Any) -> tuple[Any, ...]:
+    """("ok", value, end, budget left) or ("error", class, offset, message, budget left)."""
+    k = [budget]
+    try:
+        value, stop = decoder(buf, pos, end, k)
+    except Exception as exc:  # noqa: BLE001 - compared, whatever it is
+        return ("error", type(exc), getattr(exc, "offset", None), str(exc), k[0])
+    return ("ok", value, stop, k[0])
+
+
+def assert_identical(ours: Any, theirs: Any, base: Any, where: str = "") -> None:
+    """Same types and values all the way down; views over `base` on both sides."""
+    assert type(ours) is type(theirs), (where, ours, theirs)
+    if isinstance(ours, dict):
+        assert list(ours) == list(theirs), where
+        for key in ours:
+            assert_identical(ours[key], theirs[key], base, f"{where}.{key}")
+    elif isinstance(ours, list | tuple):
+        assert len(ours) == len(theirs), where
+        for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert_identical(a, b, base, f"{where}[{index}]")
+    elif isinstance(ours, memoryview):
+        assert ours.obj is base and theirs.obj is base, where  # zero-copy, same buffer
+        assert ours.tobytes() == theirs.tobytes(), where
+        for attribute in ("format", "itemsize", "ndim", "shape", "strides", "readonly", "c_contiguous"):
+            assert getattr(ours, attribute) == getattr(theirs, attribute), (where, attribute)
+    elif isinstance(ours, float):
+        assert struct.pack(">d", ours) == struct.pack(">d", theirs), where  # NaN too
+    else:
+        assert ours == theirs, (where, ours, theirs)
+
+
+def containers(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict | list):
+        yield value
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from containers(item)
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from containers(item)
+
+
+def assert_same_outcome(pure: tuple[Any, ...], fast: tuple[Any, ...], base: Any) -> None:
+    assert pure[0] == fast[0], (pure, fast)
+    if pure[0] == "error":
+        assert pure[1:] == fast[1:], (pure, fast)
+        return
+    assert_identical(fast[1], pure[1], base)
+    assert fast[2:] == pure[2:], (pure[2:], fast[2:])
+    # Decoded lists and dicts are never shared (within a message or with the program).
+    found = list(containers(fast[1]))
+    assert len({id(c) for c in found}) == len(found)
+
+
+def compare_struct(name: str, version: int, frame: bytes, pos: int = 0, budget: int = DEFAULT_ELEMENT_BUDGET) -> tuple[Any, ...]:
+    buf = memoryview(frame)
+    pure, fast = decoders(name, version)
+    expected = outcome(pure, buf, pos, len(buf), budget)
+    assert_same_outcome(expected, outcome(fast, buf, pos, len(buf), budget), frame)
+    return expected
+
+
+def stages(kind: str, api_key: int, version: int) -> list[tuple[str, int]]:
+    """(message, version) of the header and the body decoder, as codec.messages plans."""
+    request, response = api_messages()[api_key]
+    body = DEFAULT_POLICY.body_version(api_key, version)
+    if kind == "request":
+        return [("RequestHeader", DEFAULT_POLICY.request_header_version(api_key, version)), (request.name, body)]
+    return [("ResponseHeader", DEFAULT_POLICY.response_header_version(api_key, version)), (response.name, body)]
+
+
+def compare_frame(frame: bytes, kind: str, api_key: int, version: int, budget: int = DEFAULT_ELEMENT_BUDGET) -> bool:
+    """Header then body from where the header ended, both ways; True if both decoded."""
+    pos = 0
+    for name, stage_version in stages(kind, api_key, version):
+        result = compare_struct(name, stage_version, frame, pos, budget)
+        if result[0] == "error":
+            return False
+        pos = result[2]
+    return True
+
+
+# --- generated messages of every api, version and direction ------------------------------
+
+
+def add_explicit_tags(fields: tuple[Field, ...], version: int, value: Any) -> None:
+    """Mark every tagged field explicit: the encoder then writes it even when it holds
+    its default, and the decoders meet each known tag and its `_explicit_tags`."""
+    if not isinstance(value, dict):
+        return
+    tags = [f.tag for f in fields if f.tag is not None and f.present_in(version)]
+    if tags:
+        value["_explicit_tags"] = tags
+    for field in fields:
+        if field.is_struct and field.present_in(version):
+            inner = value.get(field.name)
+            for item in inner if isinstance(inner, list) else [inner]:
+                add_explicit_tags(field.children or (), version, item)
+
+
+CASES = [
+    (api_key, version, kind)
+    for api_key, (request, _) in api_messages().items()
+    for version in request.versions
+    for kind in ("request", "response")
+]
+
+
+def _header(kind: str, api_key: int, version: int, data: st.DataObject) -> dict[str, Any]:
+    name, header_version = stages(kind, api_key, version)[0]
+    definition = message(name).definition(header_version)
+    assert definition is not None
+    flexible = definition.is_flexible(header_version)
+    header = data.draw(struct_value(definition.fields, header_version, flexible, unknown_tags=True))
+    return header
+
+
+@needs_accel
+@pytest.mark.parametrize(("api_key", "version", "kind"), CASES)
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_generated_frames(api_key: int, version: int, kind: str, data: st.DataObject) -> None:
+    name = stages(kind, api_key, version)[1][0]
+    definition = message(name).definition(version)
+    assert definition is not None
+    flexible = definition.is_flexible(version)
+    body = data.draw(struct_value(definition.fields, version, flexible, unknown_tags=True))
+    if data.draw(st.booleans()):
+        add_explicit_tags(definition.fields, version, body)
+    header = _header(kind, api_key, version, data)
+    if kind == "request":
+        frame = encode_request(Request(api_key, version, header, body))
+    else:
+        frame = encode_response(Response(api_key, version, header, body))
+    assert compare_frame(frame, kind, api_key, version)
+    # The reference itself still round-trips (the suite's other tests run the C path).
+    header_name, header_version = stages(kind, api_key, version)[0]
+    pure_header, pos = python_struct_decoder(header_name, header_version)(memoryview(frame), 0, len(frame), [DEFAULT_ELEMENT_BUDGET])
+    pure_body, _ = python_struct_decoder(name, version)(memoryview(frame), pos, len(frame), [DEFAULT_ELEMENT_BUDGET])
+    assert plain(pure_body) == plain(body)
+    # Broken copies of the same frame: cut, a byte changed, junk after it, a small budget.
+    cut = data.draw(st.integers(0, len(frame)))
+    compare_frame(frame[:cut], kind, api_key, version)
+    at = data.draw(st.integers(0, len(frame) - 1))
+    flipped = frame[:at] + bytes([data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF]))]) + frame[at + 1 :]
+    compare_frame(flipped, kind, api_key, version)
+    compare_frame(frame + data.draw(st.binary(min_size=1, max_size=4)), kind, api_key, version)
+    compare_frame(frame, kind, api_key, version, budget=data.draw(st.integers(-1, 4)))
+
+
+DATA = [(name, version) for name in data_message_names() for version in message(name).versions]
+
+
+@needs_accel
+@pytest.mark.parametrize(("name", "version"), DATA)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_generated_data_messages(name: str, version: int, data: st.DataObject) -> None:
+    definition = message(name).definition(version)
+    assert definition is not None
+    value = data.draw(struct_value(definition.fields, version, definition.is_flexible(version), unknown_tags=True))
+    frame = encode_data(name, version, value)
+    assert compare_struct(name, version, frame)[0] == "ok"
+    for cut in range(len(frame)):
+        compare_struct(name, version, frame[:cut])
+
+
+# --- real frames, and broken copies of them ----------------------------------------------
+
+
+def golden(entry: dict[str, Any]) -> tuple[bytes, str, int, int]:
+    kind = "request" if entry["direction"] == "req" else "response"
+    return (GOLDEN / entry["file"]).read_bytes(), kind, entry["api_key"], entry["api_version"]
+
+
+@needs_accel
+def test_every_golden_frame_whole_with_junk_and_mutated() -> None:
+    rng = random.Random(4)
+    for entry in FRAMES:
+        frame, kind, api_key, version = golden(entry)
+        assert compare_frame(frame, kind, api_key, version), entry["file"]
+        for junk in (b"\x00", b"\xff" * 7):
+            assert compare_frame(frame + junk, kind, api_key, version)
+        for _ in range(8):
+            data = bytearray(frame)
+            at = rng.randrange(len(data))
+            if rng.random() < 0.5:
+                data[at] = rng.choice((0x00, 0x01, 0x7F, 0x80, 0xFF))
+            else:
+                data[at : at + 4] = struct.pack(">i", rng.choice((-1, -2, 2**31 - 1, len(data) - at)))
+            compare_frame(bytes(data), kind, api_key, version)
+        compare_frame(frame[: rng.randrange(len(frame))], kind, api_key, version)
+
+
+def few_golden_frames() -> list[tuple[bytes, str, int, int]]:
+    """One small real frame each of a few apis that matter, both directions."""
+    chosen: dict[tuple[str, int], tuple[bytes, str, int, int]] = {}
+    for entry in sorted(FRAMES, key=lambda e: e["size"]):
+        frame, kind, api_key, version = golden(entry)
+        if api_key in (0, 1, 3, 11, 14, 18, 19, 22) and 40 <= len(frame) <= 4000:
+            chosen.setdefault((kind, api_key), (frame, kind, api_key, version))
+    return list(chosen.values())
+
+
+TRUNCATED = few_golden_frames() + [
+    (fetch_frame(), "response", 1, 17),
+    (metadata_frame(), "response", 3, 13),
+    (join_group(300, 9)[1], "response", 11, 9),
+    (join_group(300, 5)[1], "response", 11, 5),
+]
+
+
+@needs_accel
+@pytest.mark.parametrize(("frame", "kind", "api_key", "version"), TRUNCATED)
+def test_every_truncation_and_byte_flip(frame: bytes, kind: str, api_key: int, version: int) -> None:
+    for cut in range(len(frame)):
+        assert not compare_frame(frame[:cut], kind, api_key, version)
+    if len(frame) > 800:
+        return
+    for pos in range(len(frame)):
+        for byte in (0x00, 0x01, 0x7F, 0x80, 0xFF):
+            compare_frame(frame[:pos] + bytes([byte]) + frame[pos + 1 :], kind, api_key, version)
+
+
+@needs_accel
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=mutated())
+def test_mutated_frames(case: tuple[str, bytes, int, int]) -> None:
+    kind, frame, api_key, version = case
+    if kind == "request":
+        if len(frame) < 4:
+            return
+        api_key, version = struct.unpack_from(">hh", frame)
+        if not DEFAULT_POLICY.knows(api_key, version):
+            return
+    compare_frame(frame, kind, api_key, version)
+
+
+@needs_accel
+@pytest.mark.parametrize("budget", [-1, 0, 1, 2, 3, 5, 50])
+def test_element_budget(budget: int) -> None:
+    for frame, kind, api_key, version in TRUNCATED:
+        compare_frame(frame, kind, api_key, version, budget)
+
+
+# --- hand-made edge cases ----------------------------------------------------------------
+
+
+def api_versions_v3(tags: bytes) -> bytes:
+    """An ApiVersions v3 request whose header's tagged section is `tags`."""
+    return struct.pack(">hhih", 18, 3, 1, 1) + b"c" + tags + b"\x02a\x02b\x00"
+
+
+VARINT_TAGS = [
+    b"\x80\x00",  # zero tagged fields, written in two bytes
+    b"\x01\x80\x80\x80\x80\x00\x00",  # tag 0 in five bytes
+    b"\x01\x80\x80\x80\x80\x80\x00\x00",  # six bytes: too long
+    b"\x01\xff\xff\xff\xff\x7f\x00",  # the largest 5-byte tag
+    b"\x01\x05\xff\xff\xff\xff\x0f",  # a size past the end
+    b"\x02\x05\x01x",  # fewer fields than counted
+    b"\x7f",  # a count past the bytes left
+    b"\x81",  # a varint cut short
+    bytes([0x80 | (1025 & 0x7F), 1025 >> 7]) + b"".join(bytes([t & 0x7F | 0x80, t >> 7, 0]) for t in range(1025)),
+]
+
+
+@needs_accel
+@pytest.mark.parametrize("tags", VARINT_TAGS, ids=range(len(VARINT_TAGS)))
+def test_varints_and_unknown_tags(tags: bytes) -> None:
+    compare_frame(api_versions_v3(tags), "request", 18, 3)
+    compare_frame(api_versions_v3(tags)[:-1], "request", 18, 3)
+
+
+def test_unknown_tags_up_to_the_limit_are_kept() -> None:
+    count = MAX_UNKNOWN_TAGS
+    tags = bytes([0x80 | (count & 0x7F), count >> 7]) + b"".join(
+        bytes([t & 0x7F | 0x80, t >> 7, 1, t & 0xFF]) for t in range(count)
+    )
+    frame = api_versions_v3(tags)
+    if accel_module.AVAILABLE:
+        assert compare_frame(frame, "request", 18, 3)
+    header, _ = decoders("RequestHeader", 2)[0](memoryview(frame), 0, len(frame), [10])
+    assert len(header["_unknown_tags"]) == count
+
+
+BAD_UTF8 = [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"ok\xe2\x82"]
+
+
+@needs_accel
+@pytest.mark.parametrize("raw", BAD_UTF8, ids=range(len(BAD_UTF8)))
+def test_invalid_utf8(raw: bytes) -> None:
+    # client id (classic string) and software name (compact string) of ApiVersions v3
+    header = struct.pack(">hhih", 18, 3, 1, len(raw)) + raw + b"\x00"
+    compare_frame(header + b"\x02a\x02b\x00", "request", 18, 3)
+    ok = struct.pack(">hhih", 18, 3, 1, 1) + b"c\x00"
+    compare_frame(ok + bytes([len(raw) + 1]) + raw + b"\x02b\x00", "request", 18, 3)
+
+
+@needs_accel
+def test_floats_bools_and_unsigned_ints() -> None:
+    entry = {"entity": [{"entity_type": "user", "entity_name": None}],
+             "values": [{"key": "producer_byte_rate", "value": 1.5}]}  # fmt: skip
+    response = Response(48, 1, {"correlation_id": 1}, {"throttle_time_ms": 0, "error_code": 0,
+                                                        "error_message": None, "entries": [entry]})  # fmt: skip
+    frame = encode_response(response)
+    at = frame.index(struct.pack(">d", 1.5))
+    for value in (b"\x7f\xf8\x00\x00\x00\x00\x00\x01", b"\xff\xf0" + bytes(6), b"\x80" + bytes(7), bytes(8)):
+        assert compare_frame(frame[:at] + value + frame[at + 8 :], "response", 48, 1)
+    # a bool byte of 2 is True; uint16 ports up to 65535
+    request = Request(19, 5, {"correlation_id": 1, "client_id": "c"}, {"topics": [{
+        "name": "t", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
+        "timeout_ms": 1, "validate_only": True})  # fmt: skip
+    frame = encode_request(request)
+    assert compare_frame(frame[:-2] + b"\x02\x00", "request", 19, 5)
+    endpoint = {"name": "l", "host": "h", "port": 65535}
+    vote = Response(52, 1, {"correlation_id": 1}, {"error_code": 0, "topics": [],
+                                                   "node_endpoints": [{"node_id": 1, **endpoint}]})  # fmt: skip
+    assert compare_frame(encode_response(vote), "response", 52, 1)
+
+
+@needs_accel
+def test_uuids_nullable_structs_and_tagged_defaults() -> None:
+    topic_id = uuid.UUID(int=1 << 100)
+    for tid in (ZERO_UUID, topic_id):
+        partition = {"partition_index": 0, "error_code": 0, "high_watermark": 1, "last_stable_offset": 1,
+                     "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+                     "records": None, "diverging_epoch": {"epoch": -1, "end_offset": -1},
+                     "_explicit_tags": [0]}  # fmt: skip
+        body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                "responses": [{"topic_id": tid, "partitions": [partition, partition]}]}  # fmt: skip
+        frame = encode_response(Response(1, 16, {"correlation_id": 1}, body))
+        assert compare_frame(frame, "response", 1, 16)
+    # a nullable struct (ConsumerGroupHeartbeat's assignment, last): 0xFF is null,
+    # any other marker byte is a struct
+    heartbeat = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "member_id": "m",
+                 "member_epoch": 1, "heartbeat_interval_ms": 5, "assignment": None}  # fmt: skip
+    frame = encode_response(Response(68, 0, {"correlation_id": 1}, heartbeat))
+    assert frame[-2:] == b"\xff\x00"
+    for marker in (b"\xff", b"\x00", b"\x01", b"\x7f", b"\x80", b"\xfe"):
+        for rest in (b"\x00", b"\x01\x00\x00", b"\x02\x00\x00\x00"):
+            compare_frame(frame[:-2] + marker + rest, "response", 68, 0)
+
+
+@needs_accel
+def test_calls_the_c_decoder_does_not_take_go_to_the_python_one() -> None:
+    frame = fetch_frame()
+    pure, fast = decoders("FetchResponse", 17)
+    view = memoryview(frame)
+    odd: list[tuple[Any, Any, Any, Any]] = [
+        (frame, 5, len(frame), DEFAULT_ELEMENT_BUDGET),  # bytes, not a memoryview
+        (bytearray(frame), 5, len(frame), DEFAULT_ELEMENT_BUDGET),
+        (view, 5, len(frame) + 10, DEFAULT_ELEMENT_BUDGET),  # end past the buffer
+        (view, -3, len(frame), DEFAULT_ELEMENT_BUDGET),
+        (view, 9, 5, DEFAULT_ELEMENT_BUDGET),  # pos past end
+        (view, True, len(frame), DEFAULT_ELEMENT_BUDGET),
+        (view, 5, float(len(frame)), DEFAULT_ELEMENT_BUDGET),
+        (view, 5, len(frame), 2**70),
+        (view, 5, len(frame), True),
+        (memoryview(frame * 2)[::2], 5, len(frame), DEFAULT_ELEMENT_BUDGET),  # strided
+        (view.cast("b"), 5, len(frame), DEFAULT_ELEMENT_BUDGET),
+    ]
+    for buf, pos, end, budget in odd:
+        expected = outcome(pure, buf, pos, end, budget)
+        got = outcome(fast, buf, pos, end, budget)
+        assert expected[0] == got[0] and plain(expected[1:]) == plain(got[1:])
+    assert fast(view, 5, len(frame), [DEFAULT_ELEMENT_BUDGET])[1] == len(frame)
+    with pytest.raises(TypeError):
+        fast(view, 5)
+    released = memoryview(frame)
+    released.release()
+    assert outcome(pure, released, 5, 20, 9)[:2] == outcome(fast, released, 5, 20, 9)[:2]
+
+
+@needs_accel
+def test_the_buffer_stays_exported_while_views_of_it_live() -> None:
+    frame = bytearray(fetch_frame())
+    _, fast = decoders("FetchResponse", 17)
+    body, _ = fast(memoryview(frame), 5, len(frame), [DEFAULT_ELEMENT_BUDGET])
+    records = body["responses"][0]["partitions"][0]["records"]
+    with pytest.raises(BufferError):
+        frame.append(0)  # a view of it is alive: it cannot move
+    assert records.obj is frame and bytes(records) == b"r" * 130
+
+
+def test_programs_are_validated() -> None:
+    if not accel_module.AVAILABLE:
+        pytest.skip("codec._accel is not built")
+    from codec import _accel
+
+    good = accel_module.lower(message("FetchResponse").definition(17).fields, 17, True)  # type: ignore[union-attr]
+    helpers = accel_module._HELPERS
+    _accel.make_decoder(good, print, helpers, "ok")
+    bad = [
+        (), (True, (), (), ((99, "x"),), ()), (True, (("a", None),), (), ((1, False, (("b", "i"),)),), ()),
+        (True, (("a", None),), (), ((1, False, (("a", "z"),)),), ()),
+        (True, (("a", None),), (), ((7, "a", True, False, False, 0, (1, False, ((None, "i"),))),), ()),
+        (False, (("a", None),), (), (), ((1, "a", (1, False, (("a", "i"),)), 0),)),
+        (True, (("a", None), ("a", None)), (), (), ()),
+    ]
+    for program in bad:
+        with pytest.raises(ValueError, match="invalid decoder program"):
+            _accel.make_decoder(program, print, helpers, "bad")
+    with pytest.raises(TypeError):
+        _accel.make_decoder(good, 3, helpers, "bad")
+    deep: Any = (False, (), (), (), ())
+    for _ in range(40):
+        deep = (False, (("s", None),), (), ((6, "s", False, deep),), ())
+    with pytest.raises(ValueError, match="too deep"):
+        _accel.make_decoder(deep, print, helpers, "deep")
+
+
+# --- no leaks on any path ----------------------------------------------------------------
+
+
+def hostile_inputs() -> list[tuple[Decoder, bytes, int, int]]:
+    """(C decoder, frame, body offset, budget): failures at every byte and successes."""
+    found = []
+    for frame, kind, api_key, version in TRUNCATED[-4:]:
+        header, body = stages(kind, api_key, version)
+        fast = decoders(*body)[1]
+        start = decoders(*header)[0](memoryview(frame), 0, len(frame), [9])[1]
+        for cut in range(start, len(frame) + 1):
+            found.append((fast, frame[:cut], start, DEFAULT_ELEMENT_BUDGET))
+        for pos in range(start, len(frame), 3):
+            found.append((fast, frame[:pos] + b"\xff" + frame[pos + 1 :], start, DEFAULT_ELEMENT_BUDGET))
+        found += [(fast, frame, start, budget) for budget in (0, 1, 2)]
+    header = decoders("RequestHeader", 2)[1]
+    found += [(header, api_versions_v3(tags), 0, 9) for tags in VARINT_TAGS]
+    found += [(header, struct.pack(">hhih", 18, 3, 1, 1) + b"\xff\x00", 0, 9)]  # bad UTF-8
+    return found
+
+
+def _refcounts() -> list[int]:
+    return [sys.getrefcount(obj) for obj in (None, True, False, 0, -1, 1, "", ZERO_UUID, MAX_UNKNOWN_TAGS)]
+
+
+@needs_accel
+def test_hostile_inputs_decoded_100k_times_leak_nothing() -> None:
+    inputs = hostile_inputs()
+    calls = [(fast, memoryview(frame), start, len(frame), budget) for fast, frame, start, budget in inputs]
+
+    def run(times: int) -> None:
+        for index in range(times):
+            fast, view, start, end, budget = calls[index % len(calls)]
+            with contextlib.suppress(ValueError):  # DecodeError, and bad UTF-8 before _run
+                fast(view, start, end, [budget])
+
+    run(len(calls) * 2)
+    gc.collect()
+    refs = _refcounts()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    run(100_000)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert after - before < 64 * 1024, after - before
+    # a reference leaked per call would show 100,000 times; caches warming show a few
+    assert all(abs(b - a) < 100 for a, b in zip(refs, _refcounts(), strict=True)), (refs, _refcounts())
+
+
+# --- which decoders kafkalens runs -------------------------------------------------------
+
+
+def _active_in_child(env: dict[str, str]) -> str:
+    code = "import codec.accel, codec.messages as m; print(codec.accel.ACTIVE, type(m.struct_decoder('FetchResponse', 17)).__name__)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@needs_accel
+def test_kafkalens_pure_codec_turns_the_c_decoders_off() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KAFKALENS_PURE_CODEC"}
+    assert _active_in_child(env) == "True Decoder"
+    assert _active_in_child({**env, "KAFKALENS_PURE_CODEC": ""}) == "True Decoder"
+    assert _active_in_child({**env, "KAFKALENS_PURE_CODEC": "1"}) == "False function"
