@@ -7,7 +7,7 @@ only the api key and version of its request: no other state.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -162,21 +162,21 @@ def _messages_for(api_key: int, version: int | None) -> tuple[Message, Message]:
 
 @cache
 def struct_decoder(name: str, version: int) -> Decoder:
-    msg = message(name)
-    definition = msg.definition(version)
-    if definition is None:
-        raise UnknownApiError(f"{name} has no version {version}", api_key=msg.api_key, api_version=version)
-    return compile_decoder(definition.fields, version, definition.is_flexible(version), name)
+    return _decoder(name, version, compile_decoder)
 
 
 @cache
 def python_struct_decoder(name: str, version: int) -> Decoder:
     """struct_decoder's Python decoder, whether or not the C one is active."""
+    return _decoder(name, version, compile_python_decoder)
+
+
+def _decoder(name: str, version: int, compile_: Callable[..., Decoder]) -> Decoder:
     msg = message(name)
     definition = msg.definition(version)
     if definition is None:
         raise UnknownApiError(f"{name} has no version {version}", api_key=msg.api_key, api_version=version)
-    return compile_python_decoder(definition.fields, version, definition.is_flexible(version), name)
+    return compile_(definition.fields, version, definition.is_flexible(version), name)
 
 
 @cache

@@ -226,13 +226,7 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
 
     port, metrics_port = free_port(), free_port()
     with FakeBroker(echo_broker) as broker:
-        config = tmp_path / "k.yaml"
-        config.write_text(
-            f"workers: 2\n"
-            f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{broker.address}'}}]\n"
-            f"metrics: {{listen: '{LOCAL}:{metrics_port}'}}\n"
-            f"request_log: {{path: '{tmp_path / 'requests.log'}'}}\n"
-        )
+        config = workers_config(tmp_path, port, metrics_port, broker.address, tmp_path / "requests.log")
         proc = kafkalens("proxy", "--config", str(config))
         try:
             assert wait_for_port(LOCAL, metrics_port, 30), proc.stderr
@@ -268,13 +262,7 @@ def test_a_dead_worker_is_started_again(tmp_path: Path) -> None:
 
     port, metrics_port = free_port(), free_port()
     with FakeBroker(echo_broker) as broker:
-        config = tmp_path / "k.yaml"
-        config.write_text(
-            f"workers: 2\n"
-            f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{broker.address}'}}]\n"
-            f"metrics: {{listen: '{LOCAL}:{metrics_port}'}}\n"
-            f"request_log: {{path: '-'}}\n"
-        )
+        config = workers_config(tmp_path, port, metrics_port, broker.address, "-")
         proc = kafkalens("proxy", "--config", str(config))
         try:
             assert wait_for_port(LOCAL, metrics_port, 30), proc.stderr
@@ -298,6 +286,17 @@ def test_a_dead_worker_is_started_again(tmp_path: Path) -> None:
         finally:
             proc.kill()
             proc.communicate()
+
+
+def workers_config(tmp_path: Path, port: int, metrics_port: int, upstream: str, log: Path | str) -> Path:
+    config = tmp_path / "k.yaml"
+    config.write_text(
+        f"workers: 2\n"
+        f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{upstream}'}}]\n"
+        f"metrics: {{listen: '{LOCAL}:{metrics_port}'}}\n"
+        f"request_log: {{path: '{log}'}}\n"
+    )
+    return config
 
 
 def children_of(pid: int) -> list[int]:
