@@ -16,7 +16,7 @@ Program layout (the C side validates it and refuses anything else):
 
     struct  = (flexible, template, fresh, ops, tagged)
       template: ((key, value), ...) every present field in order; the value is a
-                tagged field's default if immutable, a regular field's likeliest
+                tagged field's default if immutable (or shared read-only), a regular field's likeliest
                 shared value (_Lowering.likely), else None
       fresh:    ((key, default), ...) tagged fields whose default is a list or a
                 dict: a new copy per decode, as the Python decoder's literal makes
@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from codec import wire
+from codec.absent import shared_default
 from codec.compiler import (
     FIXED_TYPES,
     Decoder,
@@ -87,8 +88,9 @@ class _Lowering:
             if field.tag is None:
                 template.append((_key(field), self.likely(field)))
                 continue
-            default = field.default_value()
-            if isinstance(default, list | dict):
+            shared = shared_default(field)
+            default = field.default_value() if shared is None else shared
+            if shared is None and isinstance(default, list | dict):
                 fresh.append((_key(field), default))
                 default = None
             template.append((_key(field), default))

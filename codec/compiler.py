@@ -23,6 +23,7 @@ from typing import Any
 from uuid import UUID
 
 from codec import wire
+from codec.absent import shared_default
 from codec.errors import EncodeError
 from codec.schema import FIXED_TYPES, Field
 
@@ -136,7 +137,11 @@ def _element_min_size(field: Field, version: int, flexible: bool) -> int:
 
 def _fresh_default(src: _Source, field: Field) -> str:
     """An expression for the field's default: a new object each time when it is a
-    mutable list or dict, so decoded messages never share (and mutate) one."""
+    mutable list or dict, so decoded messages never share (and mutate) one; a struct
+    of immutable defaults is shared read-only instead (codec/absent.py)."""
+    shared = shared_default(field)
+    if shared is not None:
+        return src.const(shared)
     default = field.default_value()
     if isinstance(default, list | dict):
         return repr(default)
