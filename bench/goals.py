@@ -33,8 +33,24 @@ GOALS = (
 )
 
 
-def judge(summary: Row) -> list[Row]:
-    return [_judge_one(goal, summary) for goal in GOALS]
+def judge(summary: Row, relay: Row | None = None) -> list[Row]:
+    """Each goal for one kafkalens arm. `relay` is the haproxy arm's summary from the
+    same run, if it ran: a goal a plain TCP relay misses on this host too is a limit
+    of the host (the goals were set where haproxy added ~66 µs), not of kafkalens."""
+    rows = [_judge_one(goal, summary) for goal in GOALS]
+    if relay is not None:
+        for goal, row in zip(GOALS, rows, strict=True):
+            _add_relay(goal, row, relay)
+    return rows
+
+
+def _add_relay(goal: Goal, row: Row, relay: Row) -> None:
+    value = relay.get(goal.key)
+    row["relay_value"] = value
+    if value is None:
+        row["relay_met"] = None
+    else:
+        row["relay_met"] = value >= goal.limit if goal.at_least else value <= goal.limit
 
 
 def _judge_one(goal: Goal, summary: Row) -> Row:

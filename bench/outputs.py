@@ -76,7 +76,10 @@ def write_all(out: Path, run: Row, rows: list[Row]) -> None:
     ran = [r["arm"] for r in rows if r.get("kind") == "arm" and "skipped" not in r]
     skipped = [r for r in rows if r.get("kind") == "arm" and "skipped" in r]
     summaries = [figures.summarize(rows, arm) for arm in ran]
-    judged = [g for s in summaries if s["arm"].startswith("kafkalens") for g in goals.judge(s)]
+    relay = next((s for s in summaries if s["arm"] == "haproxy"), None)
+    judged = [
+        g for s in summaries if s["arm"].startswith("kafkalens") for g in goals.judge(s, relay)
+    ]
     report.write_jsonl(out / "results.jsonl", [run, *rows, *summaries, *judged])
     (out / "results.md").write_text(report.markdown(run, summaries, judged, skipped))
     title = f"kafkalens benchmark ({run['size']}, {run['started']})"

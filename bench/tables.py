@@ -35,9 +35,18 @@ def _load(values: list[float]) -> str:
 
 def goals(rows: list[Row]) -> list[str]:
     lines = [
-        [r["arm"], r["goal"], r["target"], _value(r), _mark(r) + " " + r["verdict"]] for r in rows
+        [r["arm"], r["goal"], r["target"], _value(r), _mark(r) + " " + r["verdict"], _relay(r)]
+        for r in rows
     ]
-    return table(["arm", "goal", "target", "measured", "verdict"], lines)
+    return table(["arm", "goal", "target", "measured", "verdict", "haproxy, same run"], lines)
+
+
+def _relay(row: Row) -> str:
+    """The plain TCP relay's figure for the goal, and whether it meets it itself."""
+    if row.get("relay_value") is None:
+        return "–"
+    shown = _value({"value": row["relay_value"], "unit": row["unit"]})
+    return f"{shown} {'✅' if row['relay_met'] else '❌ (the relay misses it too)'}"
 
 
 def _value(row: Row) -> str:

@@ -81,3 +81,16 @@ def test_goals_judged(results: tuple[Path, list[dict[str, Any]]]) -> None:
     measured = [g for g in goals if g["met"] is not None]
     assert len(measured) >= 8  # tansu-proxy ratios and the 1,000-connection RSS need more
     assert all(g["verdict"].startswith(("met", "missed")) for g in measured)
+
+
+def test_each_goal_shows_whether_the_plain_relay_meets_it() -> None:
+    from bench import goals as goal_module
+
+    lens = {"arm": "kafkalens", "cpu_us_per_small_request": 90.0, "produce_vs_direct": 0.9}
+    relay = {"arm": "haproxy", "cpu_us_per_small_request": 70.0, "produce_vs_direct": 0.8}
+    judged = {g["key"]: g for g in goal_module.judge(lens, relay)}
+    cpu, produce = judged["cpu_us_per_small_request"], judged["produce_vs_direct"]
+    assert (cpu["met"], cpu["relay_value"], cpu["relay_met"]) == (False, 70.0, False)
+    assert (produce["met"], produce["relay_met"]) == (True, False)
+    assert judged["idle_rss_mb"]["relay_met"] is None  # the relay's figure is missing
+    assert all("relay_value" not in g for g in goal_module.judge(lens))
