@@ -20,6 +20,11 @@ each process too. CPU: the user+system seconds of those processes (last sample o
 each), in all and for the JVM and the Python workers apart (the machine is shared, so
 CPU seconds compare variants better than wall time), and the load average before and
 after.
+
+Last measured (pipeline/README.md, "Speed"; a shared 2-core machine, load ~3): 1M lines
+42.3 s (23,620 lines/s, 36.7 s CPU, peak 1.1 GiB), 10M lines 141.2 s (70,819 lines/s,
+151.6 s CPU, peak 1.8 GiB); before the workers read local files and the driver built
+the tables: 141.0 s and 402.0 s. The goal, 150,000 lines/s, is not met.
 """
 
 from __future__ import annotations
@@ -179,25 +184,32 @@ def parse_only_main(logs: str, arm: str) -> int:
 
     spark: the report's former parse (text + from_json, read.parse_lines), every column
     kept so that Spark cannot prune fields from the parse, counted; python: the text
-    lines parsed in the Python workers (fastparse), counted; python-fold: the report's
-    whole pass over the lines, parsed and folded into partials (read.line_partials)."""
+    lines (Spark's reader) parsed in the Python workers (fastparse), counted;
+    python-fold: the report's whole pass over the lines, the workers reading local
+    files themselves, parsing and folding them into partials merged in the driver
+    (report.merge_partials)."""
     from pyspark.sql import functions as F
 
-    from pipeline.read import expand_inputs, line_partials, parse_lines, read_lines, text_partials
+    from pipeline.read import expand_inputs, parse_lines, read_lines
+    from pipeline.report import merge_partials
     from pipeline.session import build_session
+    from pipeline.shipping import ship_package
 
     spark = build_session("kafkalens-parse-only")
     found, _ = expand_inputs(spark, [logs])
-    lines = read_lines(spark, found)
-    if arm == "spark":
-        parsed = parse_lines(lines)
-        row = parsed.agg(F.count(F.lit(1)), *[F.count(c) for c in parsed.columns]).first()
-    elif arm == "python":
-        row = lines.select("value").mapInArrow(_count_parsed, "n long").agg(F.sum("n")).first()
+    if arm == "python-fold":
+        ship_package(spark)
+        count = merge_partials(spark, found).lines
     else:
-        text = text_partials(lines).cache()
-        row = line_partials(text).agg(F.sum("lines")).first()
-    print(f"parse only ({arm}): {row[0] if row else 0:,} lines")
+        lines = read_lines(spark, found)
+        if arm == "spark":
+            parsed = parse_lines(lines)
+            row = parsed.agg(F.count(F.lit(1)), *[F.count(c) for c in parsed.columns]).first()
+        else:
+            row = lines.select("value").mapInArrow(_count_parsed, "n long").agg(
+                F.sum("n")).first()
+        count = row[0] if row else 0
+    print(f"parse only ({arm}): {count:,} lines")
     spark.stop()
     return 0
 

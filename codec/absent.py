@@ -41,7 +41,7 @@ class ReadOnlyDict(dict[str, Any]):
         # copy, deepcopy and pickle rebuild it from its items rather than by setitem.
         return (type(self), (dict(self),))
 
-    def copy(self) -> dict[str, Any]:  # type: ignore[override]
+    def copy(self) -> dict[str, Any]:
         return dict(self)
 
 

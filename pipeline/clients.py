@@ -5,14 +5,18 @@ version arrive with ApiVersions, the KIP-714 client instance id with
 GetTelemetrySubscriptions, the principal after SASL. So requests are first reduced
 to one row per (connection, api, version), and each connection's rows then take the
 identity seen on any of its lines; otherwise one client would appear as two.
+
+Built in the driver from the merged partials (merge.py), with Spark's aggregate
+semantics (agg.py): the rows are per connection and api version, never per line.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+import re
+from typing import Any
 
-from pipeline.readiness_data import removed_versions_frame
+from pipeline.agg import Row, add, least, most
+from pipeline.readiness_data import removed_versions
 
 CONN = ["listener", "client_address", "conn"]
 IDENTITY = [
@@ -22,122 +26,144 @@ IDENTITY = [
     "client_software_version",
     "principal",
 ]
-
-
-def client_host(address: Column) -> Column:
-    """The host of "ip:port" or "[v6]:port" (the port changes with every connection)."""
-    host = F.regexp_extract(address, r"^\[?(.*?)\]?:\d+$", 1)
-    return F.when(host != "", host).otherwise(address)
-
-
 # Of a consumer group's requests, what consumer_groups (pipeline.traffic) needs.
 GROUP_KEYS = ["group_id", "member_id", "protocol_type", "protocol_name"]
-
-
-def request_groups(partials: DataFrame) -> DataFrame:
-    """The requests reduced to one row per connection, api version, identity and group
-    fields: the lines' single wide aggregation, which connection_usage and
-    consumer_groups both start from instead of each going over every line.
-
-    `partials` are the partials' kind `g` rows: each worker has already folded its
-    lines per key (partials.Partials); this merges the workers' rows.
-    """
-    return partials.groupBy(*CONN, "api_key", "api", "api_version", *IDENTITY, *GROUP_KEYS).agg(
-        F.sum("requests").alias("requests"),
-        F.sum("errors").alias("errors"),
-        F.timestamp_micros(F.min("first_us")).alias("first_seen"),
-        F.timestamp_micros(F.max("last_us")).alias("last_seen"),
-        F.max("members").alias("members"),
-        F.max("generation_id").alias("generation_id"),
-    )
-
-
-def connection_usage(groups: DataFrame) -> DataFrame:
-    """Request counts per connection and api version, with the connection's identity.
-
-    `groups` is request_groups(requests).
-    """
-    usage = groups.groupBy(*CONN, "api_key", "api", "api_version").agg(
-        *[F.max(name).alias(name) for name in IDENTITY],
-        F.sum("requests").alias("requests"),
-        F.sum("errors").alias("errors"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"),
-    )
-    # A field learnt on any of the connection's apis then applies to all of them.
-    per_conn = Window.partitionBy(*CONN)
-    resolved = usage.select(
-        *CONN,
-        *[F.max(name).over(per_conn).alias(name) for name in IDENTITY],
-        "api_key",
-        "api",
-        "api_version",
-        "requests",
-        "errors",
-        "first_seen",
-        "last_seen",
-    )
-    host = client_host(F.col("client_address"))
-    fallback = F.concat_ws(
-        "|", *[F.coalesce(c, F.lit("")) for c in (F.col("client_id"), host,
-               F.col("client_software_name"), F.col("client_software_version"))]
-    )
-    return resolved.withColumn("client_host", host).withColumn(
-        "client_key", F.coalesce(F.col("client_instance_id"), fallback)
-    )
-
-
 UNKNOWN_API = "unknown"
 
-
-def _identity_aggs() -> list[Column]:
-    return [
-        F.max("client_instance_id").alias("client_instance_id"),
-        F.max("client_id").alias("client_id"),
-        F.max("client_software_name").alias("client_software_name"),
-        F.max("client_software_version").alias("client_software_version"),
-        F.array_sort(F.collect_set("client_host")).alias("client_hosts"),
-    ]
+# The host of "ip:port" or "[v6]:port", as the Java regex ^\[?(.*?)\]?:\d+$ that Spark
+# ran: "." stops at Java's line terminators and "$" may precede a final one.
+_HOST = re.compile(r"^\[?([^\n\r\x85\u2028\u2029]*?)\]?:[0-9]+(?:\r\n|[\n\r\x85\u2028\u2029])?\Z")
 
 
-def client_inventory(usage: DataFrame) -> DataFrame:
-    # A map key cannot be null: a request line naming no api counts as "unknown".
-    api = F.coalesce(F.col("api"), F.lit(UNKNOWN_API)).alias("api")
-    by_api = usage.groupBy("client_key", api).agg(F.sum("requests").alias("n"))
-    api_map = by_api.groupBy("client_key").agg(
-        F.map_from_entries(F.collect_list(F.struct("api", "n"))).alias("requests_by_api")
-    )
-    clients = usage.groupBy("client_key").agg(
-        *_identity_aggs(),
-        F.array_sort(F.collect_set("principal")).alias("principals"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"),
-        F.sum("requests").alias("requests"),
-        F.sum("errors").alias("errors"),
-        F.count_distinct(F.struct(*CONN)).alias("connections"),
-    )
-    return clients.join(api_map, "client_key")
+def client_host(address: str | None) -> str | None:
+    """The host of an address (the port changes with every connection)."""
+    if address is None:
+        return None
+    match = _HOST.search(address)
+    return match.group(1) if match and match.group(1) else address
 
 
-def api_usage(usage: DataFrame) -> DataFrame:
-    keys = ["api", "api_key", "api_version", "client_software_name", "client_software_version"]
-    return usage.groupBy(*keys).agg(
-        F.sum("requests").alias("requests"),
-        F.sum("errors").alias("errors"),
-        F.count_distinct("client_key").alias("clients"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"),
-    )
+def _client_key(row: Row) -> str:
+    if row["client_instance_id"] is not None:
+        return row["client_instance_id"]
+    return "|".join(row[name] or "" for name in
+                    ("client_id", "client_host", "client_software_name",
+                     "client_software_version"))
 
 
-def kafka4_readiness(spark: SparkSession, usage: DataFrame) -> DataFrame:
+def connection_usage(groups: list[Row]) -> list[Row]:
+    """Request counts per connection and api version, with the connection's identity
+    (each field's largest value on any of the connection's rows).
+
+    `groups` are the merged request groups (merge.Merged.group_rows)."""
+    identity: dict[tuple, dict[str, Any]] = {}
+    usage: dict[tuple, list] = {}
+    for g in groups:
+        conn = tuple(g[name] for name in CONN)
+        known = identity.setdefault(conn, dict.fromkeys(IDENTITY))
+        for name in IDENTITY:
+            known[name] = most(known[name], g[name])
+        key = (conn, g["api_key"], g["api"], g["api_version"])
+        u = usage.get(key)
+        if u is None:
+            usage[key] = [g["requests"], g["errors"], g["first_seen"], g["last_seen"]]
+        else:
+            u[0], u[1] = add(u[0], g["requests"]), add(u[1], g["errors"])
+            u[2], u[3] = least(u[2], g["first_seen"]), most(u[3], g["last_seen"])
+    rows = []
+    for (conn, api_key, api, api_version), (n, errors, first, last) in usage.items():
+        row = {**dict(zip(CONN, conn, strict=True)), **identity[conn], "api_key": api_key,
+               "api": api, "api_version": api_version, "requests": n, "errors": errors,
+               "first_seen": first, "last_seen": last}
+        row["client_host"] = client_host(row["client_address"])
+        row["client_key"] = _client_key(row)
+        rows.append(row)
+    return rows
+
+
+class _Identity:
+    """The identity aggregates of a client's rows: the largest of each field and the
+    sorted distinct hosts."""
+
+    FIELDS = ("client_instance_id", "client_id", "client_software_name",
+              "client_software_version")
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = dict.fromkeys(self.FIELDS)
+        self.hosts: set[str] = set()
+
+    def add(self, row: Row) -> None:
+        for name in self.FIELDS:
+            self.values[name] = most(self.values[name], row[name])
+        if row["client_host"] is not None:
+            self.hosts.add(row["client_host"])
+
+    def columns(self) -> Row:
+        return {**self.values, "client_hosts": sorted(self.hosts)}
+
+
+class _Span:
+    """requests, errors, first_seen and last_seen summed over rows."""
+
+    def __init__(self) -> None:
+        self.requests = self.errors = self.first = self.last = None
+
+    def add(self, row: Row) -> None:
+        self.requests = add(self.requests, row["requests"])
+        self.errors = add(self.errors, row.get("errors"))
+        self.first = least(self.first, row["first_seen"])
+        self.last = most(self.last, row["last_seen"])
+
+
+def client_inventory(usage: list[Row]) -> list[Row]:
+    clients: dict[str, tuple[_Identity, _Span, dict[str, Any]]] = {}
+    for row in usage:
+        ident, span, extra = clients.get(row["client_key"]) or clients.setdefault(
+            row["client_key"], (_Identity(), _Span(),
+                                {"principals": set(), "conns": set(), "by_api": {}}))
+        ident.add(row)
+        span.add(row)
+        if row["principal"] is not None:
+            extra["principals"].add(row["principal"])
+        extra["conns"].add(tuple(row[name] for name in CONN))
+        # A map key cannot be null: a request line naming no api counts as "unknown".
+        api = UNKNOWN_API if row["api"] is None else row["api"]
+        extra["by_api"][api] = add(extra["by_api"].get(api), row["requests"])
+    return [{"client_key": key, **ident.columns(), "principals": sorted(extra["principals"]),
+             "first_seen": span.first, "last_seen": span.last, "requests": span.requests,
+             "errors": span.errors, "connections": len(extra["conns"]),
+             "requests_by_api": extra["by_api"]}
+            for key, (ident, span, extra) in clients.items()]
+
+
+def api_usage(usage: list[Row]) -> list[Row]:
+    keys = ("api", "api_key", "api_version", "client_software_name", "client_software_version")
+    grouped: dict[tuple, tuple[_Span, set[str]]] = {}
+    for row in usage:
+        span, clients = grouped.setdefault(tuple(row[k] for k in keys), (_Span(), set()))
+        span.add(row)
+        clients.add(row["client_key"])
+    return [{**dict(zip(keys, key, strict=True)), "requests": span.requests,
+             "errors": span.errors, "clients": len(clients), "first_seen": span.first,
+             "last_seen": span.last}
+            for key, (span, clients) in grouped.items()]
+
+
+def kafka4_readiness(usage: list[Row]) -> list[Row]:
     """One row per client and (api, version) that a Kafka 4.0 broker no longer accepts."""
-    removed = F.broadcast(removed_versions_frame(spark))
-    hits = usage.join(removed, ["api_key", "api_version"])
-    return hits.groupBy("client_key", "api", "api_key", "api_version").agg(
-        *_identity_aggs(),
-        F.max("kafka4_min_version").alias("kafka4_min_version"),
-        F.sum("requests").alias("requests"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"),
-    )
+    removed: dict[tuple[int, int], list[int]] = {}
+    for api_key, _, version, minimum in removed_versions():
+        removed.setdefault((api_key, version), []).append(minimum)
+    keys = ("client_key", "api", "api_key", "api_version")
+    grouped: dict[tuple, tuple[_Identity, _Span, list]] = {}
+    for row in usage:
+        for minimum in removed.get((row["api_key"], row["api_version"]), ()):
+            ident, span, top = grouped.setdefault(tuple(row[k] for k in keys),
+                                                  (_Identity(), _Span(), [None]))
+            ident.add(row)
+            span.add(row)
+            top[0] = most(top[0], minimum)
+    return [{**dict(zip(keys, key, strict=True)), **ident.columns(),
+             "kafka4_min_version": top[0], "requests": span.requests,
+             "first_seen": span.first, "last_seen": span.last}
+            for key, (ident, span, top) in grouped.items()]

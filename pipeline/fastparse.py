@@ -72,7 +72,7 @@ def _struct(schema: StructType, name: str) -> Any:
 # The report's fields (schema.report_schema), decoded into attributes of a Line.
 Line = _struct(report_schema(), "Line")
 RecordStats, Counts = STRUCTS["record_stats"], STRUCTS["per_topic"]
-_decode = msgspec.json.Decoder(Line).decode
+decode = msgspec.json.Decoder(Line).decode  # raises ValueError: undecided
 
 _DATE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:[0-5]\d")
 _second_cache: dict[str, int] = {}
@@ -99,6 +99,11 @@ def ts_micros(ts: str) -> int | None:
     second = _second_cache.get(ts[:19])
     if second is None and (second := _second(ts[:19])) is None:
         return None
+    if len(ts) == 27:  # the proxy's own form, six digits: the common case, checked first
+        fraction = ts[20:26]
+        if ts[19] == "." and ts[26] == "Z" and fraction.isdigit() and fraction.isascii():
+            return second + int(fraction)
+        return None
     tail = ts[19:]
     if tail == "Z":
         return second
@@ -114,7 +119,7 @@ def parse(raw: bytes) -> Any:
     undecided. A decided line is never corrupt for Spark; whether it is bad (no valid
     ts or event) is the caller's question."""
     try:
-        line = _decode(raw)
+        line = decode(raw)
     except ValueError:  # malformed, a type Spark may convert or reject, bad UTF-8
         return None
     ts = line.ts

@@ -1,36 +1,40 @@
-"""One Python pass over the lines: per-partition partial aggregates, merged by Spark.
+"""One Python pass over the lines: per-partition partial aggregates, merged in the driver.
 
 Parsing and scanning every line in Spark (from_json, a cache of the parsed rows, a
 scan of it per table) cost ~20 us of CPU a line; here each Python worker parses its
 lines (fastparse) and folds them at once into a few small partial tables, one row
-per key, which the report's tables merge with sums, mins and maxes (tables.py):
+per key, which the driver merges with sums, mins and maxes (merge.py, tables.py):
 
     kind  rows per partition, keyed by
     n     one: lines, bad, requests, connection events, first and last ts
     b     one per bad line (file, reason, the line): Spark samples and counts them
-    g     connection, api version, identity and group fields (clients.request_groups)
+    g     connection, api version, identity and group fields (merge.Merged.group_rows)
     l     api, api_key, minute: requests, errors, latency sum, max and bins (sketch)
     t     topic: produced and fetched bytes, records, batches
     r     one per line fastparse left undecided (the line): Spark's parser decides
 
-The `r` lines go through read.parse_lines and then `fold_parsed`, the same fold over
-rows Spark has parsed, so every line is counted once, by the same rules.
+The `r` lines go through read.parse_lines and then `fold_rows`, the same fold over
+rows Spark has parsed, so every line is counted once, by the same rules. A worker
+gets its lines from Spark's text source (fold_text, mapInArrow) or, for local files,
+reads them itself (fold_splits, splits.py).
 """
 
 from __future__ import annotations
 
 import gc
-import math
 import operator
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from pipeline import fastparse
+from pipeline.agg import dmax, dmin
 from pipeline.clients import CONN, GROUP_KEYS, IDENTITY
 from pipeline.schema import REQUEST_EVENTS
 from pipeline.sketch import INV_LN_GAMMA, bin_of
+from pipeline.splits import Split, split_lines
 
 MINUTE_US = 60_000_000
 PRODUCE, FETCH = 0, 1
@@ -62,13 +66,7 @@ _SPARK_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int",
 SPARK_SCHEMA = ", ".join(f"{name} {_SPARK_TYPES[t]}" for name, t in _TYPES.items())
 
 
-def _max(a: Any, b: Any) -> Any:
-    """max() as Spark's aggregate: nulls ignored."""
-    return b if a is None or (b is not None and b > a) else a
-
-
 _group_key = operator.attrgetter(*GROUP_FIELDS)
-_log, _ceil, _INF = math.log, math.ceil, math.inf
 
 
 def _add(a: int | None, b: int | None) -> int | None:
@@ -76,28 +74,45 @@ def _add(a: int | None, b: int | None) -> int | None:
     return a if b is None else b if a is None else a + b
 
 
+def _add_counts(t: list, c: Any) -> None:
+    """A topic's [bytes, records, batches] plus a line's per-topic Counts."""
+    b, r, n = c.bytes, c.records, c.batches
+    if b is not None and t[0] is not None and r is not None and t[1] is not None \
+            and n is not None and t[2] is not None:
+        t[0] += b
+        t[1] += r
+        t[2] += n
+    else:
+        t[0], t[1], t[2] = _add(t[0], b), _add(t[1], r), _add(t[2], n)
+
+
 class Partials:
     """The partial aggregates of one partition (or of part of one).
 
     `add` runs once per line, millions of times: it is written flat (no helper calls,
-    locals for globals) because every call and lookup shows in the report's speed.
+    locals for globals) and does only what cannot wait: a request's count, first and
+    last ts live in its group alone (the partition's totals are summed from the groups
+    in `batch`), and its latency is appended to a list that `batch` bins at once.
     """
 
     def __init__(self) -> None:
-        self.lines = self.bad = self.requests = self.conn_events = 0
+        self.lines = self.bad = self.conn_events = self.values = 0
+        # Of the lines that are not requests (a request's ts is in its group).
         self.first: int | None = None
         self.last: int | None = None
         self.bad_rows: list[tuple[str, str, bytes]] = []
         self.raw: list[tuple[str, bytes]] = []
         self.groups: dict[tuple, list] = {}
+        # (api, api_key, minute) -> [requests, errors, [latency_ms, ...]]
         self.latency: dict[tuple, list] = {}
         # Per topic, [bytes, records, batches] of the Produce (Fetch) lines naming it.
         self.produced: dict[str, list] = {}
         self.fetched: dict[str, list] = {}
 
     def keys(self) -> int:
+        """How much is held: keys, kept lines, and latencies (a quarter: they are floats)."""
         return (len(self.groups) + len(self.latency) + len(self.produced) + len(self.fetched)
-                + len(self.raw) + len(self.bad_rows))
+                + len(self.raw) + len(self.bad_rows) + self.values // 4)
 
     def add(self, line: Any, reason: str | None = None) -> str | None:
         """One parsed line (a fastparse.Line, `ts` in microseconds) and the bad reason
@@ -105,20 +120,12 @@ class Partials:
         caller to keep the line with its file."""
         self.lines += 1
         ts, event = line.ts, line.event
-        if reason is None and (ts is None or event is None):
-            reason = "missing or invalid ts/event"
-        if reason is not None:
+        if reason is not None or ts is None or event is None:
             self.bad += 1
-            return reason
-        if self.first is None or ts < self.first:
-            self.first = ts
-        if self.last is None or ts > self.last:
-            self.last = ts
+            return reason or "missing or invalid ts/event"
         if event not in REQUEST_EVENTS:
-            if event.startswith("connection_"):
-                self.conn_events += 1
+            self._other(ts, event)
             return None
-        self.requests += 1
         api_key = line.api_key
         if line.api is None and api_key is not None:  # keys must not be null
             line.api = f"ApiKey{api_key}"
@@ -138,63 +145,36 @@ class Partials:
                 g[4] = members
             if (gen := line.generation_id) is not None and (g[5] is None or gen > g[5]):
                 g[5] = gen
-        # Latency per api and minute: [requests, errors, n, sum, max, {bin: [n, lo, hi]}]
         key = (line.api, api_key, ts // MINUTE_US)
         s = self.latency.get(key)
         if s is None:
-            s = self.latency[key] = [0, 0, 0, 0.0, None, {}]
+            s = self.latency[key] = [0, 0, []]
         s[0] += 1
         s[1] += error
-        x = line.latency_ms
-        if x is not None:
-            s[2] += 1
-            s[3] += x
-            if 0.0 < x < _INF:
-                if s[4] is None or x > s[4]:
-                    s[4] = x
-                b = _ceil(_log(x) * INV_LN_GAMMA)
-                c = s[5].get(b)
-                if c is None:
-                    s[5][b] = [1, x, x]
-                else:
-                    c[0] += 1
-                    if x < c[1]:
-                        c[1] = x
-                    elif x > c[2]:
-                        c[2] = x
-            else:
-                self._odd_latency(s, x)
+        if (x := line.latency_ms) is not None:
+            s[2].append(x)
+            self.values += 1
         if api_key in (PRODUCE, FETCH):
             stats = line.record_stats
-            if stats is not None and stats.per_topic:
-                self._topics(self.produced if api_key == PRODUCE else self.fetched,
-                             stats.per_topic)
+            if stats is not None and (per_topic := stats.per_topic):
+                sums = self.produced if api_key == PRODUCE else self.fetched
+                for topic, c in per_topic.items():
+                    t = sums.get(topic)
+                    if t is None:
+                        sums[topic] = [None] * 3 if c is None else [c.bytes, c.records,
+                                                                    c.batches]
+                    elif c is not None:
+                        _add_counts(t, c)
         return None
 
-    @staticmethod
-    def _odd_latency(s: list, x: float) -> None:
-        """A latency that is not a positive finite number, in Spark's order of doubles
-        (NaN above everything; only Spark's parser lets NaN and inf through)."""
-        if s[4] is None or x != x or (x > s[4] and s[4] == s[4]):
-            s[4] = x
-        b = bin_of(x)
-        c = s[5].setdefault(b, [0, x, x])
-        c[0] += 1
-        if x == x and (c[1] != c[1] or x < c[1]):
-            c[1] = x
-        if x != x or (c[2] == c[2] and x > c[2]):
-            c[2] = x
-
-    @staticmethod
-    def _topics(sums: dict[str, list], per_topic: dict[str, Any]) -> None:
-        for topic, c in per_topic.items():
-            t = sums.get(topic)
-            if t is None:
-                sums[topic] = [None, None, None] if c is None else [c.bytes, c.records,
-                                                                     c.batches]
-            elif c is not None:
-                t[0], t[1], t[2] = _add(t[0], c.bytes), _add(t[1], c.records), \
-                    _add(t[2], c.batches)
+    def _other(self, ts: int, event: str) -> None:
+        """A line of another event than a request: its ts and connection events."""
+        if self.first is None or ts < self.first:
+            self.first = ts
+        if self.last is None or ts > self.last:
+            self.last = ts
+        if event.startswith("connection_"):
+            self.conn_events += 1
 
     def _topic_rows(self) -> Iterator[tuple[str, list]]:
         """Per topic the six sums, as Spark's sums over the lines would give them: a
@@ -216,8 +196,13 @@ class Partials:
                 column.append(values.get(name, kind if name == "kind" else None))
             rows += 1
 
-        row("n", lines=self.lines, bad=self.bad, requests=self.requests,
-            conn_events=self.conn_events, first_us=self.first, last_us=self.last)
+        groups = list(self.groups.values())
+        row("n", lines=self.lines, bad=self.bad, requests=sum(g[0] for g in groups),
+            conn_events=self.conn_events,
+            first_us=min([g[2] for g in groups] + [self.first] * (self.first is not None),
+                         default=None),
+            last_us=max([g[3] for g in groups] + [self.last] * (self.last is not None),
+                        default=None))
         for file, reason, line in self.bad_rows:
             row("b", file=file, reason=reason, line=line)
         for file, line in self.raw:
@@ -225,20 +210,55 @@ class Partials:
         for key, (n, errors, first, last, members, generation) in self.groups.items():
             row("g", **dict(zip(GROUP_FIELDS, key, strict=True)), requests=n, errors=errors,
                 first_us=first, last_us=last, members=members, generation_id=generation)
-        for (api, api_key, minute), (n, errors, lat_n, total, hi, bins) in \
-                self.latency.items():
-            stats = list(bins.values())
+        for (api, api_key, minute), (n, errors, values) in self.latency.items():
             row("l", api=api, api_key=api_key, minute=minute, requests=n, errors=errors,
-                lat_n=lat_n, lat_sum=total, lat_max=hi, bins=list(bins),
-                bin_counts=[c[0] for c in stats], bin_lo=[c[1] for c in stats],
-                bin_hi=[c[2] for c in stats])
+                **latency_stats(values))
         for topic, sums in self._topic_rows():
             row("t", topic=topic, **dict(zip(TOPIC_FIELDS, sums, strict=True)))
         return pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
 
 
-def _folded(batches: Iterable[pa.RecordBatch],
-            fold: Callable[[Partials, pa.RecordBatch], None]) -> Iterator[pa.RecordBatch]:
+def latency_stats(values: list[float]) -> dict[str, Any]:
+    """A key's latencies as the partial row's columns: lat_n, lat_sum, lat_max and the
+    histogram's bins (sketch.py) with each bin's count, smallest and largest value."""
+    hist: dict[int, list] = {}
+    top = None
+    array = np.asarray(values, dtype=np.float64)
+    usual = (array > 0.0) & (array < np.inf)
+    if not usual.all():  # zero or negative (or, from Spark's parser, NaN and inf)
+        for x in array[~usual].tolist():
+            top = dmax(top, x)
+            c = hist.setdefault(bin_of(x), [0, x, x])
+            c[0], c[1], c[2] = c[0] + 1, dmin(c[1], x), dmax(c[2], x)
+    positive = array[usual]
+    if positive.size:
+        top = dmax(top, float(positive.max()))
+        for b, n, lo, hi in zip(*_log_bins(positive), strict=True):
+            hist[b] = [n, lo, hi]
+    bins = sorted(hist)
+    return {"lat_n": len(values), "lat_sum": sum(values, 0.0), "lat_max": top, "bins": bins,
+            "bin_counts": [hist[b][0] for b in bins], "bin_lo": [hist[b][1] for b in bins],
+            "bin_hi": [hist[b][2] for b in bins]}
+
+
+def _log_bins(x: np.ndarray) -> tuple[list[int], list[int], list[float], list[float]]:
+    """Positive finite latencies binned at once (sketch.bin_of): bins, counts, lows, highs."""
+    scaled = np.log(x) * INV_LN_GAMMA
+    bins = np.ceil(scaled)
+    # numpy's log may differ from math.log in the last bit: at a bin's edge, ask math.
+    edge = np.abs(scaled - np.round(scaled)) < 1e-6
+    if edge.any():
+        bins[edge] = [bin_of(v) for v in x[edge].tolist()]
+    order = np.lexsort((x, bins))
+    bins, x = bins[order], x[order]
+    starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
+    ends = np.r_[starts[1:], bins.size]
+    return (bins[starts].astype(np.int64).tolist(), (ends - starts).tolist(),
+            x[starts].tolist(), x[ends - 1].tolist())
+
+
+def _folded(batches: Iterable[Any], fold: Callable[[Partials, Any], None]
+            ) -> Iterator[pa.RecordBatch]:
     # The fold makes no reference cycles, and the cycle collector, run every few
     # hundred allocations over the ever more objects the partials hold, took half the
     # time (a parsed line is a dict of ~25 objects): off while folding.
@@ -257,23 +277,56 @@ def _folded(batches: Iterable[pa.RecordBatch],
             gc.enable()
 
 
-def _fold_text(partials: Partials, batch: pa.RecordBatch) -> None:
-    # As bytes: Spark's text source keeps invalid UTF-8, which only Spark should judge.
-    values = batch.column(0).cast(pa.binary()).to_pylist()
-    files = batch.column(1)  # read only for the few lines kept with their file
-    parse, add = fastparse.parse, partials.add
+def _fold_lines(partials: Partials, values: list[bytes] | list[bytes | None],
+                file_at: Callable[[int], str]) -> None:
+    """Parses and folds lines; `file_at(i)` names the file of line i (asked only for
+    the few lines kept with their file: bad and undecided ones)."""
+    decode, ts_micros, add = fastparse.decode, fastparse.ts_micros, partials.add
     for i, raw in enumerate(values):
-        line = parse(raw) if raw is not None else None
+        # fastparse.parse, inlined (a call per line is ~3% of the pass)
+        try:
+            line = decode(raw)  # type: ignore[arg-type]
+        except (ValueError, TypeError):  # undecided (TypeError: a null line)
+            line = None
+        else:
+            if (ts := line.ts) is not None and (ts := ts_micros(ts)) is None:
+                line = None
+            else:
+                line.ts = ts
         if line is None:
             if raw is not None and raw.strip(b" "):  # Spark's trim(): blanks are no lines
-                partials.raw.append((files[i].as_py(), raw))
+                partials.raw.append((file_at(i), raw))
         elif (reason := add(line)) is not None:
-            partials.bad_rows.append((files[i].as_py(), reason, raw))
+            partials.bad_rows.append((file_at(i), reason, raw or b""))  # (decoded: not null)
+
+
+def _fold_text(partials: Partials, batch: pa.RecordBatch) -> None:
+    # As bytes: Spark's text source keeps invalid UTF-8, which only Spark should judge.
+    files = batch.column(1)
+    _fold_lines(partials, batch.column(0).cast(pa.binary()).to_pylist(),
+                lambda i: files[i].as_py())
 
 
 def fold_text(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over (value, file) lines: their partials."""
     return _folded(batches, _fold_text)
+
+
+def _fold_split_lines(partials: Partials, item: tuple[str, list[bytes]]) -> None:
+    file, lines = item
+    _fold_lines(partials, lines, lambda _: file)
+
+
+def fold_splits(splits: Iterable[Split]) -> Iterator[bytes]:
+    """mapPartitions over splits of local files (splits.py), which the worker reads
+    itself: their partials, as Arrow IPC streams (the driver merges them)."""
+    for split in splits:
+        lines = ((split.file, chunk) for chunk in split_lines(split))
+        for batch in _folded(lines, _fold_split_lines):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+            yield sink.getvalue().to_pybytes()
 
 
 def _line(row: dict[str, Any]) -> Any:
@@ -286,13 +339,9 @@ def _line(row: dict[str, Any]) -> Any:
     return fastparse.Line(**row, errors=errors, record_stats=fastparse.RecordStats(per_topic))
 
 
-def _fold_rows(partials: Partials, batch: pa.RecordBatch) -> None:
-    for row in batch.to_pylist():
+def fold_rows(partials: Partials, rows: pa.Table | pa.RecordBatch) -> None:
+    """Folds rows read.parse_lines made (Spark's parse of the undecided lines)."""
+    for row in rows.to_pylist():
         reason, line, file = row.pop("bad_reason"), row.pop("line"), row.pop("file")
         if (reason := partials.add(_line(row), reason)) is not None:
             partials.bad_rows.append((file, reason, line))
-
-
-def fold_parsed(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over rows read.parse_lines made (see tables.fallback_partials)."""
-    return _folded(batches, _fold_rows)

@@ -1,23 +1,33 @@
-"""Input expansion and parsing: every non-blank line counts once, good or bad.
+"""Input expansion, the pass over the lines, and Spark's parse of the doubtful ones.
 
-Lines are read as text and parsed in the Python workers (fastparse) where the outcome
-is certain, else with from_json and the explicit schema (parse_lines), so a malformed
-or truncated line is kept and flagged (``bad``) instead of failing the job or
-vanishing. Paths go through Hadoop's FileSystem, so inputs may be local files,
-hdfs:// or s3a:// alike; .gz files are decompressed by extension.
+Every non-blank line counts once, good or bad. The Python workers parse the lines
+(fastparse) where the outcome is certain and fold them into partial aggregates
+(partials.py); a line they cannot be sure of is parsed with from_json and the
+explicit schema (parse_lines), so a malformed or truncated line is kept and flagged
+(``bad``) instead of failing the job or vanishing.
+
+Paths go through Hadoop's FileSystem (globs, directories, hdfs:// or s3a://), and
+Spark lists the files. Local files (plain paths, file://) are read by the workers
+themselves (splits.py: no JVM per line); others, and codecs other than gzip, by
+Spark's text source, the workers getting the lines over Arrow (text_partials).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import re
+from collections.abc import Iterable, Iterator
+from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.partials import SPARK_SCHEMA, fold_parsed, fold_text
+from pipeline.fsio import is_local
+from pipeline.merge import SAMPLE_CHARS
+from pipeline.partials import SPARK_SCHEMA, Partials, fold_rows, fold_splits, fold_text
 from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, report_schema
-
-SAMPLE_CHARS = 200
+from pipeline.splits import SPARK_CODECS, plan_splits
 
 
 def expand_inputs(spark: SparkSession, inputs: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -39,15 +49,69 @@ def expand_inputs(spark: SparkSession, inputs: Iterable[str]) -> tuple[list[str]
     return found, missing
 
 
-def read_lines(spark: SparkSession, paths: list[str]) -> DataFrame:
-    """Raw lines (`value`) with the file each came from (`file`)."""
-    if not paths:
-        return spark.createDataFrame([], "value string, file string")
+def _text(spark: SparkSession, paths: list[str]) -> DataFrame:
     reader = spark.read.option("recursiveFileLookup", "true")
     # A truncated .gz (a crash mid-compression) keeps the lines before the damage
     # instead of failing the job.
-    reader = reader.option("ignoreCorruptFiles", "true")
-    return reader.text(paths).select("value", F.col("_metadata.file_path").alias("file"))
+    return reader.option("ignoreCorruptFiles", "true").text(paths)
+
+
+def read_lines(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """Raw lines (`value`) with the file each came from (`file`), read by Spark."""
+    if not paths:
+        return spark.createDataFrame([], "value string, file string")
+    return _text(spark, paths).select("value", F.col("_metadata.file_path").alias("file"))
+
+
+def input_files(spark: SparkSession, paths: list[str]) -> list[str]:
+    """The files Spark's text source would read (globs and directories expanded, hidden
+    files skipped, as Spark lists them), named as its `_metadata.file_path` names them
+    (bad lines are kept with that name)."""
+    return [file_path(uri) for uri in _text(spark, paths).inputFiles()] if paths else []
+
+
+def file_path(uri: str) -> str:
+    """A listed file's URI as `_metadata.file_path` has it: file:/x, not file:///x
+    (an empty authority is dropped; escapes stay)."""
+    scheme = urlparse(uri).scheme
+    empty_authority = f"{scheme}:///"
+    return f"{scheme}:/{uri[len(empty_authority):]}" if uri.startswith(empty_authority) else uri
+
+
+def local_path(uri: str) -> str | None:
+    """Where a listed file is on this machine, or None if it is not local, or of a
+    codec only Hadoop reads."""
+    parsed = urlparse(uri)
+    if not is_local(uri) or uri.endswith(SPARK_CODECS):
+        return None
+    return unquote(parsed.path)
+
+
+def local_partials(spark: SparkSession, files: list[tuple[str, str]]) -> Iterator[pa.Table]:
+    """Partials of local (uri, path) files, read, parsed and folded by the workers: one
+    task per split, no rows through the JVM."""
+    splits = plan_splits([(uri, path, os.path.getsize(path)) for uri, path in files])
+    if not splits:
+        return
+    tasks = spark.sparkContext.parallelize(splits, len(splits)).mapPartitions(fold_splits)
+    for stream in tasks.collect():
+        yield pa.ipc.open_stream(stream).read_all()
+
+
+def line_partials(spark: SparkSession, paths: list[str]) -> Iterator[pa.Table]:
+    """The partials of every line of the inputs, local files read by the Python
+    workers, the others by Spark."""
+    listed = input_files(spark, paths)
+    local = [(uri, path) for uri in listed if (path := local_path(uri)) is not None]
+    yield from local_partials(spark, local)
+    if others := sorted(set(listed) - {uri for uri, _ in local}):
+        yield text_partials(read_lines(spark, [literal_path(uri) for uri in others])).toArrow()
+
+
+def literal_path(uri: str) -> str:
+    """A listed file as a path Spark's reader takes back: escapes decoded (a path
+    string is not a URI) and glob characters escaped (it would expand them)."""
+    return re.sub(r"([\\{}\[\]*?])", r"\\\1", unquote(uri))
 
 
 def bad_reason(j: Column) -> Column:
@@ -92,21 +156,18 @@ def text_partials(lines: DataFrame) -> DataFrame:
     return lines.select("value", "file").mapInArrow(fold_text, SPARK_SCHEMA)
 
 
-def fallback_partials(text: DataFrame) -> DataFrame:
-    """The undecided lines of text_partials, parsed by Spark and folded like the rest."""
-    undecided = text.where(F.col("kind") == "r").select(
-        F.col("line").cast("string").alias("value"), "file"
-    )
-    parsed = parse_lines(undecided)
-    rows = parsed.select(
-        *[F.unix_micros(c).alias(c) if c == "ts" else c for c in parsed.columns if c != "line"],
-        F.col("line").cast("binary").alias("line"),
-    )
-    return rows.mapInArrow(fold_parsed, SPARK_SCHEMA)
-
-
-def line_partials(text: DataFrame) -> DataFrame:
-    """All lines' partials: text_partials' own, and its undecided lines' once parsed.
-
-    `text` (text_partials) is read twice, so the caller caches it."""
-    return text.where(F.col("kind") != "r").unionByName(fallback_partials(text))
+def fallback_partials(spark: SparkSession, raw: list[tuple[str, bytes]]) -> pa.Table:
+    """The lines the workers left undecided (`raw`: file, line), parsed by Spark and
+    folded in the driver: few lines, one small job."""
+    partials = Partials()
+    if raw:
+        lines = spark.createDataFrame(raw, "file string, line binary").select(
+            F.col("line").cast("string").alias("value"), "file")
+        parsed = parse_lines(lines)
+        rows = parsed.select(
+            *[F.unix_micros(c).alias(c) if c == "ts" else c
+              for c in parsed.columns if c != "line"],
+            F.col("line").cast("binary").alias("line"),
+        )
+        fold_rows(partials, rows.toArrow())
+    return pa.Table.from_batches([partials.batch()])

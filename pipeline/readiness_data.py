@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
-
 # Next to this module in the source tree and in an installed package alike.
 DATA_FILE = Path(__file__).with_name("data") / "kafka4_removed_versions.json"
 
@@ -19,8 +17,3 @@ def removed_versions() -> list[tuple[int, str, int, int]]:
         for version in api["removed_versions"]:
             rows.append((api["api_key"], api["api"], version, api["kafka4_min_version"]))
     return rows
-
-
-def removed_versions_frame(spark: SparkSession) -> DataFrame:
-    schema = "api_key int, removed_api string, api_version int, kafka4_min_version int"
-    return spark.createDataFrame(removed_versions(), schema)

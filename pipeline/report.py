@@ -5,15 +5,16 @@ Runs the same locally and on a cluster:
     python -m pipeline.report LOGS... --out DIR
     spark-submit --master yarn pipeline/report.py hdfs:///logs/kafkalens --out hdfs:///reports/x
 (run as a file, this module makes its package importable itself, and ships it to the
-Python workers, which parse and fold the lines (mapInArrow): executors need Python
-with pyarrow, pandas and msgspec, see pipeline/README.md.)
+Python workers, which read (local files), parse and fold the lines: executors need
+Python with pyarrow, pandas, numpy and msgspec, see pipeline/README.md.) The driver
+merges the workers' small partial aggregates and builds, writes and renders the
+tables itself: two Spark jobs in all, not one per table.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 if not __package__:  # spark-submit pipeline/report.py: import the package, not its files
@@ -21,48 +22,23 @@ if not __package__:  # spark-submit pipeline/report.py: import the package, not 
     # standard library's html), so the repository root takes its place.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from pyspark import StorageLevel  # noqa: E402
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
 
 from pipeline import charts, html  # noqa: E402
-from pipeline.clients import connection_usage, request_groups  # noqa: E402
-from pipeline.fsio import write_text  # noqa: E402
-from pipeline.read import expand_inputs, line_partials, read_lines, text_partials  # noqa: E402
+from pipeline.fsio import write_parquet, write_text  # noqa: E402
+from pipeline.merge import Merged  # noqa: E402
+from pipeline.read import expand_inputs, fallback_partials, line_partials  # noqa: E402
 from pipeline.shipping import ship_package  # noqa: E402
 from pipeline.summary import ReportResult, summary_lines  # noqa: E402
-from pipeline.tables import (  # noqa: E402
-    TABLE_ORDER,
-    build_tables,
-    counts,
-    kind,
-    sort_columns,
-)
+from pipeline.tables import TABLE_ORDER, build_tables, counts  # noqa: E402
 
 HTML_ROWS = 50
-# Tables are written from a few threads at once: each job is small next to Spark's
-# per-job latency, and concurrent jobs keep the cores busy while another is scheduled.
-PARALLEL_JOBS = 4
+# The series behind the charts: more rows than a table shows.
+CHART_ROWS = {"latency_over_time": 5000, "api_usage": 5000}
 
 
 def table_path(out: str, name: str) -> str:
     return f"{out.rstrip('/')}/{name}"
-
-
-def write_table(df: DataFrame, out: str, name: str) -> None:
-    # One sorted file per table: the tables are aggregates, small next to the logs, so
-    # their last stage can run as one task (coalesce: no extra shuffle).
-    sorted_df = df.coalesce(1).sortWithinPartitions(*sort_columns(name))
-    sorted_df.write.mode("overwrite").parquet(table_path(out, name))
-
-
-def _read_back(spark: SparkSession, out: str, name: str) -> tuple[int, list[dict]]:
-    """A written table's row count and first rows (for the html and the console)."""
-    table = spark.read.parquet(table_path(out, name))
-    limit = 5000 if name in ("latency_over_time", "api_usage") else HTML_ROWS
-    rows = table.orderBy(*sort_columns(name)).limit(limit + 1).collect()
-    # Counting costs another job; only a table longer than what we show needs it.
-    total = len(rows) if len(rows) <= limit else table.count()
-    return total, [row.asDict(recursive=True) for row in rows[:limit]]
 
 
 def render_html(result: ReportResult) -> str:
@@ -80,37 +56,31 @@ def render_html(result: ReportResult) -> str:
     return html.render(summary_lines(result), chart_list, tables)
 
 
+def merge_partials(spark: SparkSession, inputs: list[str]) -> Merged:
+    """Every line's partials merged in the driver: one job over the lines (the Python
+    workers read, parse and fold them), then one small job for the lines only Spark's
+    parser can judge."""
+    merged = Merged()
+    for table in line_partials(spark, inputs):
+        merged.add_table(table)
+    undecided, merged.raw = merged.raw, []
+    merged.add_table(fallback_partials(spark, undecided))
+    return merged
+
+
 def run_report(spark: SparkSession, inputs: list[str], out: str) -> ReportResult:
     started = time.monotonic()
     found, missing = expand_inputs(spark, inputs)
     ship_package(spark)
-    # One Python pass folds every line into small partial aggregates (partials.py);
-    # the tables merge those instead of caching and scanning every parsed line.
-    text = text_partials(read_lines(spark, found)).persist(StorageLevel.MEMORY_AND_DISK)
-    partials = line_partials(text).persist(StorageLevel.MEMORY_AND_DISK)
-    # Small (a row per connection, api version and identity): four tables start there.
-    groups = request_groups(kind(partials, "g")).persist(StorageLevel.MEMORY_AND_DISK)
-    usage = connection_usage(groups).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        line_counts = counts(partials)  # fills the partials' cache: the pass over the lines
-        text.unpersist()
-        # Filled before the tables' jobs start: concurrent jobs reaching an unfilled
-        # cache would each compute it.
-        usage.count()
-        built = build_tables(spark, partials, line_counts, groups, usage)
-        with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
-            list(pool.map(lambda item: write_table(item[1], out, item[0]), built.items()))
-    finally:
-        usage.unpersist()
-        groups.unpersist()
-        partials.unpersist()
-        text.unpersist()
+    merged = merge_partials(spark, found)
+    line_counts = counts(merged)
+    tables = build_tables(merged, line_counts)
+    for name, table in tables.items():
+        write_parquet(spark, table.arrow(), table_path(out, name))
     result = ReportResult(out, found, missing, line_counts, time.monotonic() - started)
-    with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
-        for name, (total, rows) in zip(
-            TABLE_ORDER, pool.map(lambda n: _read_back(spark, out, n), TABLE_ORDER), strict=True
-        ):
-            result.table_rows[name], result.shown[name] = total, rows
+    for name, table in tables.items():
+        result.table_rows[name] = len(table.rows)
+        result.shown[name] = table.shown(CHART_ROWS.get(name, HTML_ROWS))
     write_text(spark, f"{out.rstrip('/')}/report.html", render_html(result))
     return result
 

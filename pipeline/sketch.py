@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
-
 GAMMA = 1.01
 INV_LN_GAMMA = 1 / math.log(GAMMA)
 # Not a log bin: zero (and negative) latencies, and infinite or NaN ones.
 ZERO_BIN = -(2**31)
 TOP_BIN = 2**31 - 1
+
+# A merged histogram: (bin, count, smallest, largest) per bin, sorted by bin.
+Hist = list[tuple[int, int, float, float]]
 
 
 def bin_of(x: float) -> int:
@@ -32,18 +32,15 @@ def bin_of(x: float) -> int:
     return ZERO_BIN if x <= 0.0 else TOP_BIN  # NaN compares false: top, as Spark sorts it
 
 
-def percentile(hist: Column, n: Column, q: float) -> Column:
-    """The q-th percentile of a histogram: `hist` is an array of struct(bin, n, lo, hi)
-    sorted by bin, `n` its total count; null when n is 0."""
-    rank = F.greatest(F.lit(1), F.ceil(n * F.lit(q)))
-    start = F.struct(F.lit(0).cast("long").alias("cum"), F.lit(None).cast("double").alias("v"))
-
-    def step(acc: Column, x: Column) -> Column:
-        cum = acc["cum"] + x["n"]
-        here = acc["v"].isNull() & (cum >= rank)
-        # The rank's place in this bin: its lower half gets the bin's smallest value.
-        lower = (rank - acc["cum"]) * 2 <= x["n"] + 1
-        value = F.when(here, F.when(lower, x["lo"]).otherwise(x["hi"])).otherwise(acc["v"])
-        return F.struct(cum.alias("cum"), value.alias("v"))
-
-    return F.when(n > 0, F.aggregate(hist, start, step)["v"])
+def percentile(hist: Hist, n: int, q: float) -> float | None:
+    """The q-th percentile of a histogram of n values; None when n is 0."""
+    if n <= 0:
+        return None
+    rank = max(1, math.ceil(n * q))
+    below = 0
+    for _, count, lo, hi in hist:
+        if below + count >= rank:
+            # The rank's place in this bin: its lower half gets the bin's smallest value.
+            return lo if (rank - below) * 2 <= count + 1 else hi
+        below += count
+    return None

@@ -8,6 +8,8 @@ corpus must count and explain bad lines exactly as Spark's parser does.
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
 import math
 import random
@@ -21,7 +23,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import fastparse, partials, sketch
+from pipeline import fastparse, partials, sketch, splits
 from pipeline.read import parse_lines
 from pipeline.report import run_report
 from pipeline.session import build_session
@@ -193,8 +195,7 @@ def test_report_counts_bad_lines_as_sparks_parser_does(
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 101, 5000])
-def test_percentiles_are_latencies_seen_within_one_percent(
-        spark: SparkSession, n: int) -> None:
+def test_percentiles_are_latencies_seen_within_one_percent(n: int) -> None:
     rng = random.Random(n)
     values = [round(rng.lognormvariate(1, 1.2), 3) for _ in range(n)] + [0.0] * (n // 50)
     bins: dict[int, list] = {}
@@ -202,16 +203,45 @@ def test_percentiles_are_latencies_seen_within_one_percent(
         c = bins.setdefault(sketch.bin_of(x), [0, x, x])
         c[0], c[1], c[2] = c[0] + 1, min(c[1], x), max(c[2], x)
     hist = [(b, c[0], c[1], c[2]) for b, c in sorted(bins.items())]
-    frame = spark.createDataFrame(
-        [(hist, len(values))], "hist array<struct<bin:int,n:bigint,lo:double,hi:double>>, n long")
-    qs = (0.01, 0.5, 0.95, 0.99, 1.0)
-    (row,) = frame.select(*[sketch.percentile(F.col("hist"), F.col("n"), q).alias(str(q))
-                            for q in qs]).collect()
     ordered = sorted(values)
-    for q in qs:
+    for q in (0.01, 0.5, 0.95, 0.99, 1.0):
         exact = ordered[max(1, math.ceil(q * len(values))) - 1]
-        got = row[str(q)]
+        got = sketch.percentile(hist, len(values), q)
         assert got in values and abs(got - exact) <= 0.01 * exact, (q, got, exact)
-    empty = spark.createDataFrame([([], 0)], "hist array<struct<bin:int,n:bigint,lo:double,"
-                                             "hi:double>>, n long")
-    assert empty.select(sketch.percentile(F.col("hist"), F.col("n"), 0.5)).first()[0] is None
+    assert sketch.percentile([], 0, 0.5) is None
+
+
+def test_local_reader_reads_what_spark_reads(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers' reader of local files (splits.py) against Spark's text source: the
+    same lines, counted and explained the same, whatever the line ends and cuts."""
+    monkeypatch.setattr(splits, "SPLIT_BYTES", 1000)  # many cuts, mid-line and mid-\r\n
+    logs = tmp_path / "logs"
+    (logs / "sub dir").mkdir(parents=True)
+    lines = [good(ts=f"2025-03-01T12:00:{i % 60:02d}.{i:06d}Z", conn=f"c{i % 7}")
+             for i in range(300)] + CORPUS
+    body = "\n".join(lines).encode()
+    (logs / "crlf.log").write_bytes(body.replace(b"\n", b"\r\n") + b"\r\n")
+    (logs / "cr.log").write_bytes(body.replace(b"\n", b"\r"))  # and no final newline
+    (logs / "bom.log").write_bytes(b"\xef\xbb\xbf" + body + b"\n")
+    packed = gzip.compress("\n".join(CORPUS + lines).encode())  # bad lines first
+    (logs / "sub dir" / "cut [1].log.gz").write_bytes(packed[: len(packed) // 2])
+    (logs / "two members.log.gz").write_bytes(gzip.compress(body[:5000])
+                                              + gzip.compress(body[5000:]))
+    (logs / "bz 2%.log.bz2").write_bytes(bz2.compress(body))  # Spark's reader reads it
+    (logs / ".hidden.log").write_bytes(body)  # Spark skips these: so must the report
+    (logs / "_temporary.log").write_bytes(body)
+    result = run_report(spark, [str(logs)], str(tmp_path / "out"))
+    text = spark.read.options(recursiveFileLookup="true", ignoreCorruptFiles="true").text(
+        str(logs))
+    reference = parse_lines(text.select("value", F.col("_metadata.file_path").alias("file")))
+    assert result.counts.lines == reference.count() > 6 * len(lines) // 2
+    want = Counter((r["file"], r["bad_reason"]) for r in reference.collect()
+                   if r["bad_reason"] is not None)
+    got = {(r["file"], r["reason"]): r["bad_lines"]
+           for r in spark.read.parquet(str(tmp_path / "out" / "bad_lines")).collect()}
+    assert got == dict(want)
+    assert len({file for file, _ in got}) == 6
+    requests = reference.where(F.col("bad_reason").isNull()
+                               & F.col("event").isin("request", "request_no_response"))
+    assert result.counts.requests == requests.count()
