@@ -10,6 +10,7 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.allocator import keep_large_buffers
 from proxy.config import Address, Config, ConfigError, check_supported
 from proxy.hooks import Hooks, make_hooks
 from proxy.http import Endpoints, start_http
@@ -108,6 +109,7 @@ async def serve(config: Config, on_ready: Callable[[RunningProxy], None] | None 
     """Run until SIGTERM/SIGINT, then shut down gracefully."""
     running = await start_proxy(config)
     freeze_startup_objects()
+    keep_large_buffers()
     if on_ready is not None:
         on_ready(running)
     await wait_for_stop_signal()

@@ -114,6 +114,7 @@ class ReadyPipe:
 
 
 async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
+    from proxy.allocator import keep_large_buffers
     from proxy.hooks import make_hooks
     from proxy.metrics import Metrics
     from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
@@ -126,6 +127,7 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
         ready.put(index, str(exc))
         return
     freeze_startup_objects()
+    keep_large_buffers()
     ready.put(index, None)
     writer = asyncio.get_running_loop().create_task(_write_clients(server))
     await wait_for_stop_signal((signal.SIGTERM,))
