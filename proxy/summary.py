@@ -46,20 +46,31 @@ class TopicIds:
     def learn(self, body: dict[str, Any]) -> None:
         for topic in body.get("topics") or ():
             topic_id, name = topic.get("topic_id"), topic.get("name")
-            if topic_id is not None and name and len(self.names) < self.limit:
+            if topic_id is not None and name and self._room_for(topic_id):
                 self.names[topic_id] = name
 
     def learn_pairs(self, pairs: list[tuple[Any, str]]) -> None:
         for topic_id, name in pairs:
-            if name and len(self.names) < self.limit:
+            if name and self._room_for(topic_id):
                 self.names[topic_id] = name
+
+    def _room_for(self, topic_id: Any) -> bool:
+        # A name replaces an id remembered as its text; new ids stop at the limit.
+        return topic_id in self.names or len(self.names) < self.limit
 
     def name(self, topic: dict[str, Any]) -> str:
         name = topic.get("topic") or topic.get("name")
         if name:
             return str(name)
         topic_id = topic.get("topic_id")
-        return self.names.get(topic_id, str(topic_id))
+        known = self.names.get(topic_id)
+        if known is None:
+            # An id no Metadata answer named: shown as its text, remembered as such
+            # (a uuid's str() costs more than the rest of a Fetch request's summary).
+            known = str(topic_id)
+            if len(self.names) < self.limit:
+                self.names[topic_id] = known
+        return known
 
 
 @dataclass

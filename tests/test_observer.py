@@ -369,3 +369,21 @@ def test_memoised_api_versions_cap_answers_with_each_correlation_id(tmp_path: Pa
         assert decoded.correlation_id == corr
         assert decoded.body["api_keys"] == [{"api_key": 0, "min_version": 3, "max_version": 12}]
     assert h.hooks.api_versions_memo.hits == 1
+
+
+def test_topic_ids_unknown_then_named_by_metadata() -> None:
+    from uuid import UUID
+
+    from proxy.summary import TopicIds
+
+    ids = TopicIds(limit=2)
+    first, second, third = UUID(int=1), UUID(int=2), UUID(int=3)
+    assert ids.name({"topic_id": first}) == str(first)  # not named yet: its text
+    ids.learn({"topics": [{"topic_id": first, "name": "orders"}]})
+    assert ids.name({"topic_id": first}) == "orders"  # a name replaces the text
+    assert ids.name({"topic_id": second}) == str(second)
+    assert ids.name({"topic_id": third}) == str(third)  # past the limit: not remembered
+    assert set(ids.names) == {first, second}
+    ids.learn_pairs([(second, "payments"), (third, "refunds")])
+    assert ids.name({"topic_id": second}) == "payments" and third not in ids.names
+    assert ids.name({"topic": "named", "topic_id": first}) == "named"
