@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.agg import add, dmax, dmin, least, most
-from pipeline.partials import GROUP_FIELDS, TOPIC_FIELDS
+from pipeline.partials import ARROW_SCHEMA, GROUP_FIELDS, TOPIC_FIELDS
 
 SAMPLE_CHARS = 200
 _GROUP_AGGREGATES = {"requests": "sum", "errors": "sum", "first_us": "min", "last_us": "max",
@@ -25,6 +25,9 @@ _GROUP_OUTPUTS = [(how, out) for how, out in zip(
     _GROUP_AGGREGATES.values(),
     ("requests", "errors", "first_seen", "last_seen", "members", "generation_id"),
     strict=True)]
+_GROUP_SCHEMA = pa.schema([(f.name, f.type) for f in ARROW_SCHEMA if f.name in GROUP_FIELDS]
+                          + [(out, ARROW_SCHEMA.field(name).type) for name, (_, out) in
+                             zip(_GROUP_AGGREGATES, _GROUP_OUTPUTS, strict=True)])
 # The columns each kind of partial row fills (partials.Partials.batch).
 _COLUMNS = {
     "n": ["lines", "bad", "requests", "conn_events", "first_us", "last_us"],
@@ -69,14 +72,14 @@ class Merged:
                 for row in rows.select(_COLUMNS[kind]).to_pylist():
                     merge(row)
         # A row per connection and api version: the most numerous partials, merged
-        # by Arrow (group_rows) rather than row by row.
+        # by Arrow (group_table) rather than row by row.
         self._group_tables.append(table.filter(pc.equal(kinds, "g")).select(_COLUMNS["g"]))
 
-    def group_rows(self) -> list[dict[str, Any]]:
+    def group_table(self) -> pa.Table:
         """The request groups merged: per GROUP_FIELDS, requests, errors, first_seen,
         last_seen (microseconds), members, generation_id."""
         if not self._group_tables:
-            return []
+            return pa.Table.from_batches([], _GROUP_SCHEMA)
         groups = pa.concat_tables(self._group_tables)
         self._group_tables = [groups]
         # Arrow's hash aggregates skip nulls, and a sum of nulls is null: Spark's rules.
@@ -84,8 +87,7 @@ class Merged:
             [(name, how) for name, how in _GROUP_AGGREGATES.items()])
         renamed = {f"{name}_{how}": out for name, (how, out) in
                    zip(_GROUP_AGGREGATES, _GROUP_OUTPUTS, strict=True)}
-        return merged.rename_columns([renamed.get(c, c) for c in merged.column_names]
-                                     ).to_pylist()
+        return merged.rename_columns([renamed.get(c, c) for c in merged.column_names])
 
     def _counts(self, r: dict[str, Any]) -> None:
         self.lines += r["lines"]

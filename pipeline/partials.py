@@ -8,7 +8,7 @@ per key, which the driver merges with sums, mins and maxes (merge.py, tables.py)
     kind  rows per partition, keyed by
     n     one: lines, bad, requests, connection events, first and last ts
     b     one per bad line (file, reason, the line): Spark samples and counts them
-    g     connection, api version, identity and group fields (merge.Merged.group_rows)
+    g     connection, api version, identity and group fields (merge.Merged.group_table)
     l     api, api_key, minute: requests, errors, latency sum, max and bins (sketch)
     t     topic: produced and fetched bytes, records, batches
     r     one per line fastparse left undecided (the line): Spark's parser decides

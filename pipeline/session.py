@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import sys
+import time
+from pathlib import Path
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -34,6 +38,55 @@ def local_driver_memory() -> str:
 # 19.3 -> 9.4 s), and the web UI is not looked at by a batch job.
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 LOCAL_CONF = {"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": LOCAL_JAVA_OPTIONS}
+# Class-data sharing: the JVM maps the classes a former run loaded from an archive
+# instead of loading and verifying them from Spark's jars again (session start, measured
+# back to back: 10.6-13.3 -> 5.9-6.6 s wall, JVM CPU 8.7-10.0 -> 4.5-5.0 s). The first
+# run pays for it once: its JVM records what it loads (slower) and writes the archive
+# at its exit (~160 MB in the user's cache; a 1M-line report took 68 s instead of
+# ~28 s). A JVM that finds the archive stale (another classpath or JDK) or damaged
+# ignores it, silently.
+_QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+CDS_ENV = "KAFKALENS_SPARK_CDS"  # "0": neither write nor use an archive
+_PROMOTE_AFTER_S = 60  # an archive being written is this young at most
+
+
+def cds_archive(cache: Path | None = None) -> Path:
+    """Where the archive of this Spark and JDK lives (their paths in its name: an
+    upgrade gets a new one)."""
+    import pyspark
+
+    home = os.environ.get("JAVA_HOME")
+    java = (shutil.which("java", path=os.path.join(home, "bin")) if home else None) or \
+        shutil.which("java") or "java"
+    key = f"{pyspark.__file__}|{pyspark.__version__}|{os.path.realpath(java)}"
+    base = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "kafkalens" / f"spark-cds-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+
+
+def cds_options(archive: Path, now: float | None = None) -> str:
+    """The JVM options to use the archive, or to write it at exit when there is none.
+
+    Each run writes its own file (`<archive>.<pid>.tmp`), made the archive by a later
+    run once it is old enough to be whole, so that no JVM maps a half-written one."""
+    if os.environ.get(CDS_ENV) == "0":
+        return ""
+    now = time.time() if now is None else now
+    for written in sorted(archive.parent.glob(f"{archive.name}.*.tmp")):
+        with contextlib.suppress(OSError):
+            if now - written.stat().st_mtime > _PROMOTE_AFTER_S:
+                if archive.exists():  # another run's, written meanwhile: not needed
+                    written.unlink()
+                else:
+                    os.replace(written, archive)
+    if archive.exists():
+        return f"-XX:SharedArchiveFile={archive} {_QUIET_CDS}"
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return ""
+    if not os.access(archive.parent, os.W_OK):
+        return ""
+    return f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.tmp {_QUIET_CDS}"
 
 
 def _user_conf_keys() -> str:
@@ -62,7 +115,9 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
         # msgspec); PySpark would start whatever `python3` is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         configured = _user_conf_keys()
-        for key, value in LOCAL_CONF.items():
+        local_conf = {**LOCAL_CONF, "spark.driver.extraJavaOptions":
+                      f"{LOCAL_JAVA_OPTIONS} {cds_options(cds_archive())}".strip()}
+        for key, value in local_conf.items():
             if key not in configured and "driver-java-options" not in configured:
                 builder = builder.config(key, value)
     # Log timestamps are UTC; so are windows, buckets and the tables written.

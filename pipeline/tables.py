@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline import clients, traffic
 from pipeline.agg import Row, sort_rows, timestamp
@@ -131,8 +132,10 @@ def bucket_seconds(c: Counts, points: int = 120) -> int:
 
 
 def build_tables(m: Merged, c: Counts) -> dict[str, Table]:
-    groups = m.group_rows()
+    groups = m.group_table()
     usage = clients.connection_usage(groups)
+    # Of the groups, consumer_groups needs those of a group (not most requests).
+    in_group = groups.filter(pc.fill_null(pc.not_equal(groups.column("group_id"), ""), False))
     built: dict[str, list[dict[str, Any]]] = {
         "client_inventory": clients.client_inventory(usage),
         "api_usage": clients.api_usage(usage),
@@ -140,7 +143,7 @@ def build_tables(m: Merged, c: Counts) -> dict[str, Table]:
         "latency_by_api": traffic.latency_by_api(m.latency),
         "latency_over_time": traffic.latency_over_time(m.latency, bucket_seconds(c)),
         "top_topics": traffic.top_topics(m.topics),
-        "consumer_groups": traffic.consumer_groups(groups),
+        "consumer_groups": traffic.consumer_groups(in_group.to_pylist()),
         "bad_lines": bad_lines(m),
     }
     return {name: Table(name, sort_rows(built[name], TABLE_ORDER[name]))

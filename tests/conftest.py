@@ -6,6 +6,7 @@ helpers import as `support.*`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +17,11 @@ from support.relay import RecordingRelay
 from proxy.tansu import TansuBroker, free_port
 
 TansuFactory = Callable[..., TansuBroker]
+
+# The pipeline's tests start several Spark JVMs (and `kafkalens report` subprocesses):
+# none should record a ~160 MB class archive into the home directory on its way out
+# (pipeline/session.py); tests/test_pipeline_session.py covers the archive itself.
+os.environ.setdefault("KAFKALENS_SPARK_CDS", "0")
 
 
 @pytest.fixture
