@@ -46,6 +46,12 @@ def sample(line: bytes | None) -> str | None:
     return None if line is None else line.decode("utf-8", "replace")[:SAMPLE_CHARS]
 
 
+def undecided_lines(table: pa.Table) -> list[tuple[str, bytes]]:
+    """The (file, line) of the lines the workers could not decide (kind `r`)."""
+    rows = table.filter(pc.equal(table.column("kind"), "r")).select(_COLUMNS["r"])
+    return [(r["file"], r["line"]) for r in rows.to_pylist()]
+
+
 @dataclass
 class Merged:
     lines: int = 0
