@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.mock_cluster import mock_cluster as _mock_cluster
@@ -64,3 +65,17 @@ def mock_cluster() -> Iterator[str]:
     """Bootstrap string of a 3-broker librdkafka mock cluster (see support.mock_cluster)."""
     with _mock_cluster(3) as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session for every pipeline test (a SparkSession is per process
+    anyway: build_session's getOrCreate would hand each module the same one)."""
+    from pipeline.session import build_session  # pyspark only where a test asks for it
+
+    session = build_session("kafkalens-tests", "local[2]")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    session.conf.set("spark.sql.codegen.wholeStage", "false")  # tiny data: compiling costs more
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -13,7 +13,6 @@ import datetime as dt
 import gzip
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +24,12 @@ from pipeline import html
 from pipeline.cli import report_main
 from pipeline.readiness_data import removed_versions
 from pipeline.report import run_report
-from pipeline.session import build_session
 from pipeline.summary import ReportResult
 from pipeline.synth import BAD_SAMPLES, Synth, to_line, write_rotated
 
 REQUEST_EVENTS = ("request", "request_no_response")
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = build_session("kafkalens-tests", "local[2]")
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    session.conf.set("spark.sql.codegen.wholeStage", "false")  # tiny data: compiling costs more
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 # --- the input ---------------------------------------------------------------------

@@ -14,7 +14,6 @@ import json
 import math
 import random
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from pyspark.sql import functions as F
 from pipeline import fastparse, partials, sketch, splits
 from pipeline.read import parse_lines
 from pipeline.report import run_report
-from pipeline.session import build_session
 
 GOOD = {"ts": "2025-03-01T12:00:00.500000Z", "event": "request", "conn": "c1",
         "listener": "plaintext", "client_address": "10.0.0.1:5555", "api_key": 0,
@@ -69,12 +67,6 @@ CORPUS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = build_session("kafkalens-partials", "local[2]")
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
 
 
 def spark_parsed(spark: SparkSession, lines: list[str]) -> list[dict[str, Any]]:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pyspark.sql import SparkSession
 from support import ck_client, kp_client
 from support.clients import Record
@@ -21,17 +19,10 @@ from support.observed import observed_in_front_of
 
 from pipeline.readiness_data import removed_versions
 from pipeline.report import run_report
-from pipeline.session import build_session
 
 OLD = (0, 10, 1)
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = build_session("kafkalens-proxy-logs", "local[2]")
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
 
 
 def records(stem: str) -> list[Record]:
@@ -63,7 +54,7 @@ def test_report_over_the_proxys_own_log(tansu_factory: Any, tmp_path: Path, spar
     result = run_report(spark, [str(tmp_path / "logs")], str(tmp_path / "out"))
     assert result is not None
     readiness = [r.asDict() for r in spark.read.parquet(str(tmp_path / "out" / "kafka4_readiness")).collect()]
-    got = Counter()
+    got: Counter[tuple[Any, Any, Any]] = Counter()
     for row in readiness:
         got[(row["client_id"], row["api"], row["api_version"])] += row["requests"]
     assert got == old

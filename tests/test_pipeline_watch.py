@@ -15,14 +15,11 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.session import build_session
 from pipeline.spool import Spool
 from pipeline.synth import Synth, to_line, write_rotated
 from pipeline.watch import WatchOptions, run_watch
@@ -30,14 +27,6 @@ from pipeline.watch import WatchOptions, run_watch
 WATERMARK = dt.timedelta(minutes=2)
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = build_session("kafkalens-tests", "local[2]")
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    session.conf.set("spark.sql.codegen.wholeStage", "false")  # tiny data: compiling costs more
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def _lines(path: Path) -> list[str]:
