@@ -65,13 +65,13 @@ class Merged:
     topics: dict[str, list] = field(default_factory=dict)  # topic -> TOPIC_FIELDS sums
     # (file, reason) -> [bad lines, smallest sample, largest sample]
     bad_lines: dict[tuple, list] = field(default_factory=dict)
-    raw: list[tuple[str, bytes]] = field(default_factory=list)  # undecided: (file, line)
     _group_tables: list[pa.Table] = field(default_factory=list)
 
     def add_table(self, table: pa.Table) -> None:
         """Partial rows (partials.ARROW_SCHEMA) of any number of workers."""
         kinds = table.column("kind")
-        for kind, merge in (("n", self._counts), ("b", self._bad), ("r", self._raw),
+        # Undecided rows (kind r) are not merged: undecided_lines hands them to Spark.
+        for kind, merge in (("n", self._counts), ("b", self._bad),
                             ("l", self._latency), ("t", self._topic)):
             rows = table.filter(pc.equal(kinds, kind))
             if rows.num_rows:
@@ -111,9 +111,6 @@ class Merged:
         else:
             b[0] += 1
             b[1], b[2] = least(b[1], text), most(b[2], text)
-
-    def _raw(self, r: dict[str, Any]) -> None:
-        self.raw.append((r["file"], r["line"]))
 
     def _latency(self, r: dict[str, Any]) -> None:
         key = (r["api"], r["api_key"], r["minute"])

@@ -69,7 +69,6 @@ def merge_partials(spark: SparkSession, inputs: list[str]) -> Merged:
         fallback = pool.submit(fallback_partials, spark, undecided)
         for table in tables:
             merged.add_table(table)
-        merged.raw = []  # the undecided lines, already handed to the job
         merged.add_table(fallback.result())
     return merged
 
