@@ -16,8 +16,8 @@ Program layout (the C side validates it and refuses anything else):
 
     struct  = (flexible, template, fresh, ops, tagged)
       template: ((key, value), ...) every present field in order; the value is a
-                tagged field's default if immutable (or shared read-only), a regular field's likeliest
-                shared value (_Lowering.likely), else None
+                tagged field's default if immutable (or shared read-only: absent.py),
+                a regular field's likeliest shared value (_Lowering.likely), else None
       fresh:    ((key, default), ...) tagged fields whose default is a list or a
                 dict: a new copy per decode, as the Python decoder's literal makes
       ops:      the regular fields, in wire order

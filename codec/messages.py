@@ -218,7 +218,7 @@ def _header_and_body(
     header_decoder: Decoder, body_decoder: Decoder, buf: memoryview, budget: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """_run for the header, then the body, in one call: it runs on every frame the
-    proxy decodes, and a call less is ~5 % of a small decode.
+    proxy decodes (two calls fewer: ~700 instructions a frame under callgrind).
 
     Bytes after the message's last field are kept, as a view, for the encoder to put
     back, not refused: Kafka's brokers and clients ignore them (librdkafka 2.16 sends
