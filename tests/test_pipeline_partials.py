@@ -149,6 +149,28 @@ def test_fold_counts_and_keeps_lines() -> None:
     assert (t["topic"], t["produced_bytes"], t["fetched_bytes"]) == ("t1", 60, 0)
 
 
+def test_latency_rows_join_the_groups_of_one_minute() -> None:
+    # Two connections (two groups) in one minute, one of them also in the next: the
+    # latency rows are per (api, api_key, minute) whatever the group.
+    lines = [good(conn="c1", latency_ms=1.0), good(conn="c2", latency_ms=2.0, errors=["X"]),
+             good(conn="c2", ts="2025-03-01T12:01:00.000001Z", latency_ms=None)]
+    rows = fold([line.encode() for line in lines])
+    groups = {g["conn"]: (g["requests"], g["errors"], g["first_us"], g["last_us"])
+              for g in rows["g"]}
+    assert groups == {"c1": (1, 0, 1740830400_500000, 1740830400_500000),
+                      "c2": (2, 1, 1740830400_500000, 1740830460_000001)}
+    latency = sorted(rows["l"], key=lambda r: r["minute"])
+    assert [(r["minute"], r["requests"], r["errors"], r["lat_n"], r["lat_sum"])
+            for r in latency] == [(29013840, 2, 1, 2, 3.0), (29013841, 1, 0, 0, 0.0)]
+    assert rows["n"][0]["requests"] == 3
+
+
+def test_batch_can_be_taken_twice() -> None:
+    p = partials.Partials()
+    partials._fold_lines(p, [good().encode(), good(conn="c2").encode()], lambda _: "f")
+    assert p.batch().to_pylist() == p.batch().to_pylist()
+
+
 def test_fold_of_nothing() -> None:
     rows = fold([])
     assert list(rows) == ["n"]
