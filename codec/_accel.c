@@ -21,6 +21,24 @@
 #include <stdint.h>
 #include <string.h>
 
+/* CPython 3.11 only (the layout verified, see put_direct): a decoded struct's values
+ * go straight into its dict's entries. The internal header needs Py_BUILD_CORE, which
+ * is set only around it: the rest of this file sees the public API alone. Where the
+ * header is not installed, the public API does it all (rather than the build failing,
+ * which setup.py's optional=True would turn into no extension at all). */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_LIMITED_API) \
+    && !defined(PYPY_VERSION) && defined(__has_include)
+#if __has_include("internal/pycore_dict.h")
+#define DIRECT_DICT 1
+#define Py_BUILD_CORE
+#include "internal/pycore_dict.h"
+#undef Py_BUILD_CORE
+#endif
+#endif
+#ifndef DIRECT_DICT
+#define DIRECT_DICT 0
+#endif
+
 /* Error paths and rare fields out of line: the hot functions stay small. */
 #if defined(__GNUC__)
 #define COLD __attribute__((cold, noinline))
@@ -80,6 +98,7 @@ struct Program {
     PyObject **keys;      /* the dict's keys, in order */
     PyObject **values;    /* the template's value of each key: see put() */
     PyObject *template_;  /* keys -> values: each struct's dict starts as a copy */
+    int direct;           /* a copy's entry i holds keys[i]: see put_direct */
     Py_ssize_t nops;
     Op *ops;
     Py_ssize_t ntagged;
@@ -311,6 +330,30 @@ static int load_op(PyObject *t, PyObject *index, int element, int depth, Op *op)
     }
 }
 
+#if DIRECT_DICT
+/* Whether a copy of the template is what build_dict's direct writes expect: its own
+ * combined table of str keys (so no other dict sees the writes), entry i holding
+ * keys[i] and values[i]. The template never changes, so neither do its copies. */
+static int direct_layout(const Program *prog)
+{
+    PyDictObject *copy = (PyDictObject *)PyDict_Copy(prog->template_);
+    PyDictKeysObject *dk;
+    Py_ssize_t i;
+    int ok;
+    if (copy == NULL)
+        return -1;
+    dk = copy->ma_keys;
+    ok = PyDict_CheckExact(copy) && copy->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE
+         && dk != ((PyDictObject *)prog->template_)->ma_keys && dk->dk_refcnt == 1
+         && dk->dk_nentries == prog->nkeys && copy->ma_used == prog->nkeys && prog->nkeys > 0;
+    for (i = 0; ok && i < prog->nkeys; i++)
+        ok = DK_UNICODE_ENTRIES(dk)[i].me_key == prog->keys[i]
+             && DK_UNICODE_ENTRIES(dk)[i].me_value == prog->values[i];
+    Py_DECREF(copy);
+    return ok;
+}
+#endif
+
 /* The keys in order, their template values, and `index`: key -> slot. */
 static int load_template(Program *prog, PyObject *items, PyObject *index)
 {
@@ -342,6 +385,10 @@ static int load_template(Program *prog, PyObject *items, PyObject *index)
     }
     if (PyDict_GET_SIZE(index) != n)
         return bad_program("duplicate template key");
+#if DIRECT_DICT
+    if ((prog->direct = direct_layout(prog)) < 0)
+        return -1;
+#endif
     return 0;
 }
 
@@ -693,6 +740,28 @@ static int read_fixed_run(Reader *r, const Op *op, Py_ssize_t end, const Program
     return 0;
 }
 
+/* A string's UTF-8 (strict), as PyUnicode_DecodeUTF8. Kafka's strings are mostly ASCII,
+ * which needs only a check and a copy; the rest, and the strings of 0 or 1 characters
+ * (CPython shares them), take PyUnicode_DecodeUTF8. */
+static PyObject *decode_text(const uint8_t *s, Py_ssize_t n)
+{
+    uint64_t bits = 0, word;
+    Py_ssize_t i = 0;
+    PyObject *text;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&word, s + i, 8);
+        bits |= word;
+    }
+    for (; i < n; i++)
+        bits |= s[i];
+    if (n <= 1 || (bits & UINT64_C(0x8080808080808080)) != 0)
+        return PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    text = PyUnicode_New(n, 127);
+    if (text != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(text), s, (size_t)n);
+    return text;
+}
+
 static const char *sized_name(int kind)
 {
     return kind == OP_STRING ? "string" : kind == OP_BYTES ? "bytes" : "records";
@@ -717,7 +786,7 @@ static inline PyObject *read_sized(Reader *r, const Op *op, Py_ssize_t end)
     }
     start = r->p;
     if (op->kind == OP_STRING) {
-        PyObject *text = PyUnicode_DecodeUTF8((const char *)r->b + start, (Py_ssize_t)length, NULL);
+        PyObject *text = decode_text(r->b + start, (Py_ssize_t)length);
         if (text != NULL)
             r->p = start + (Py_ssize_t)length;
         return text;
@@ -1002,13 +1071,64 @@ NOINLINE static int read_tagged(Reader *r, const Program *prog, Py_ssize_t end, 
     return 0;
 }
 
+#if DIRECT_DICT
+/* insertdict's MAINTAIN_TRACKING: a dict holding a (possibly) tracked object is tracked. */
+static inline int may_be_tracked(PyObject *obj)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    return PyType_IS_GC(type) && (type->tp_is_gc == NULL || type->tp_is_gc(obj))
+           && (!PyTuple_CheckExact(obj) || PyObject_GC_IsTracked(obj));
+}
+
+/* What PyDict_SetItem(dict, keys[i], value) does to a copy of the template, without
+ * the lookup: entry i holds keys[i] (direct_layout checked it at load; the checks here
+ * make a template changed since then take the slow path, not write out of place).
+ * ma_version_tag is left as PyDict_Copy set it, a fresh one nobody has read yet: the
+ * dict has not escaped, so it still names one state, this one. Returns whether it
+ * took every slot (those it did not take are left for PyDict_SetItem). */
+static int put_direct(PyObject *dict, const Program *prog, Fields *f)
+{
+    PyDictObject *mp = (PyDictObject *)dict;
+    PyDictKeysObject *dk = mp->ma_keys;
+    PyDictUnicodeEntry *entries;
+    Py_ssize_t i;
+    int tracked, all = 1;
+    if (mp->ma_values != NULL || dk->dk_kind != DICT_KEYS_UNICODE || dk->dk_nentries != prog->nkeys)
+        return 0;
+    entries = DK_UNICODE_ENTRIES(dk);
+    tracked = PyObject_GC_IsTracked(dict);
+    for (i = 0; i < prog->nkeys; i++) {
+        PyObject *value = f->slot[i], *old;
+        if (value == NULL)
+            continue;
+        if (entries[i].me_key != prog->keys[i]) {
+            all = 0;
+            continue;
+        }
+        f->slot[i] = NULL;  /* the dict takes it */
+        old = entries[i].me_value;
+        entries[i].me_value = value;
+        if (!tracked && may_be_tracked(value)) {
+            PyObject_GC_Track(dict);
+            tracked = 1;
+        }
+        Py_XDECREF(old);  /* the template's, which the template still holds */
+    }
+    return all;
+}
+#endif
+
 /* The struct's dict: its keys in the template's order, then _unknown_tags and
  * _explicit_tags if any, as the Python decoder's dict literal and assignments. */
 static PyObject *build_dict(const Program *prog, Fields *f, const Helpers *h)
 {
-    Py_ssize_t i;
+    Py_ssize_t i = 0;
     PyObject *dict = PyDict_Copy(prog->template_);
-    for (i = 0; dict != NULL && i < prog->nkeys; i++) {
+#if DIRECT_DICT
+    if (dict != NULL && prog->direct && put_direct(dict, prog, f))
+        i = prog->nkeys;  /* it took every slot */
+#endif
+    for (; dict != NULL && i < prog->nkeys; i++) {
         PyObject *value = f->slot[i];
         if (value == NULL)
             continue;
