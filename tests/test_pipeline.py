@@ -12,7 +12,10 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import threading
+import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from pyspark.sql import functions as F
 from pipeline import html
 from pipeline.cli import report_main
 from pipeline.readiness_data import removed_versions
-from pipeline.report import run_report
+from pipeline.report import PASS_GROUP, run_report, warm_parser
 from pipeline.summary import ReportResult
 from pipeline.synth import BAD_SAMPLES, Synth, to_line, write_rotated
 
@@ -318,3 +321,28 @@ def test_a_request_without_api_is_counted_not_fatal(spark: SparkSession, tmp_pat
     by_api = [row["requests_by_api"] for row in inventory]
     assert sum(sum(m.values()) for m in by_api) == len(requests)
     assert sum(m.get("unknown", 0) for m in by_api) == 1
+
+
+def test_parser_warm_up_waits_for_the_pass_and_gives_up_without_one(
+        spark: SparkSession) -> None:
+    sc = spark.sparkContext
+    passed = threading.Event()
+    passed.set()  # no pass job ever ran: nothing is warmed, no job started
+    before = len(sc.statusTracker().getJobIdsForGroup(None))
+    started = time.monotonic()
+    warm_parser(spark, passed)
+    assert time.monotonic() - started < 1.0
+    assert len(sc.statusTracker().getJobIdsForGroup(None)) == before
+
+    # A running job of the pass's group: the warm-up runs its parse job after it starts.
+    passed = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        warm = pool.submit(warm_parser, spark, passed)
+        sc.setJobGroup(PASS_GROUP, "test pass")
+        try:
+            sc.parallelize(range(2), 2).foreach(lambda _: time.sleep(1.5))
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            passed.set()
+        warm.result(timeout=60)
+    assert len(sc.statusTracker().getJobIdsForGroup(None)) > before
