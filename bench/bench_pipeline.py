@@ -21,13 +21,13 @@ each), in all and for the JVM and the Python workers apart (the machine is share
 CPU seconds compare variants better than wall time), and the load average before and
 after.
 
-Last measured (pipeline/README.md, "Speed"; a shared 2-core machine, load ~2): 1M lines
-16.6 s (60,080 lines/s, 22.9 s CPU, peak 1.0 GiB), 10M lines 71.4-78.8 s (126,891 to
-140,090 lines/s, 117.8-127.8 s CPU, peak 1.6 GiB), with the JVM's class-data archive
-already written (the first run writes it: 1M took 68.2 s); the code before, back to
-back: 10M 92.4-125.3 s (144.7-145.5 s CPU), 1M 28.6 s; before the workers read local
-files and the driver built the tables: 141.0 s and 402.0 s (load ~3-5). The goal,
-150,000 lines/s, is not met.
+Last measured (pipeline/README.md, "Speed"; a shared 2-core machine, load ~1-2): 10M
+lines 63.1-74.2 s in seven runs (median 66.6 s, 150,200 lines/s; 107-127 s CPU, peak
+1.6 GiB), the code before it 76.3 and 76.4 s alternating with it; 1M lines 15.9-18.1 s
+(55,300-62,800 lines/s, peak 1.1 GiB), with the JVM's class-data archive already
+written (the first run writes it: 1M took 68.2 s). The goal, 150,000 lines/s, is met
+in four 10M runs of seven, not reliably, and not at 1M (Spark's start and first job
+take ~7 s).
 """
 
 from __future__ import annotations
