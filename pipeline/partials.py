@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import gc
 import operator
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -218,12 +218,9 @@ class Partials:
         """The partials as rows of ARROW_SCHEMA, built a column at a time (a row at a
         time cost ~0.5 us per folded line)."""
         rows = _Rows()
-        first = [g[0] for g in self.groups.values()]
-        last = [g[1] for g in self.groups.values()]
-        if self.first is not None:
-            first.append(self.first)
-            last.append(self.last)
         group_rows, latency = self._group_sums()
+        first = [r[2] for r in group_rows] + [self.first] * (self.first is not None)
+        last = [r[3] for r in group_rows] + [self.last] * (self.last is not None)
         rows.add("n", [{"lines": self.lines, "bad": self.bad, "conn_events": self.conn_events,
                         "requests": sum(r[0] for r in group_rows),
                         "first_us": min(first, default=None),
@@ -249,13 +246,11 @@ class _Rows:
         self.columns: dict[str, list] = {name: [] for name in _TYPES}
 
     def add(self, kind: str, rows: list[dict[str, Any]]) -> None:
-        for name, column in self.columns.items():
-            if name == "kind":
-                column.extend([kind] * len(rows))
-            else:
-                column.extend([row.get(name) for row in rows])
+        names = {name for row in rows for name in row}
+        self.add_columns(kind, len(rows), {name: [row.get(name) for row in rows]
+                                           for name in names})
 
-    def add_columns(self, kind: str, n: int, values: dict[str, tuple]) -> None:
+    def add_columns(self, kind: str, n: int, values: Mapping[str, Sequence]) -> None:
         for name, column in self.columns.items():
             column.extend([kind] * n if name == "kind" else values.get(name, (None,) * n))
 
