@@ -16,7 +16,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 if not __package__:  # spark-submit pipeline/report.py: import the package, not its files
@@ -68,12 +70,8 @@ def merge_partials(spark: SparkSession, inputs: list[str]) -> Merged:
     passed = threading.Event()
     with ThreadPoolExecutor(1) as pool:
         warm = pool.submit(warm_parser, spark, passed)
-        spark.sparkContext.setJobGroup(PASS_GROUP, "kafkalens report: the pass over the lines")
-        try:
+        with pass_job_group(spark, passed):
             tables = list(line_partials(spark, inputs))
-        finally:
-            passed.set()
-            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         warm.result()
         undecided = [line for table in tables for line in undecided_lines(table)]
         fallback = pool.submit(fallback_partials, spark, undecided)
@@ -89,6 +87,23 @@ WARM_UP_LINES = [("file:/warm-up", b'{"ts":"2025-03-01T12:00:00Z","event":"reque
                  ("file:/warm-up", b"{")]
 
 
+@contextmanager
+def pass_job_group(spark: SparkSession, passed: threading.Event) -> Iterator[None]:
+    """This thread's jobs inside are the pass's (PASS_GROUP); `passed` is set after."""
+    spark.sparkContext.setJobGroup(PASS_GROUP, "kafkalens report: the pass over the lines")
+    try:
+        yield
+    finally:
+        passed.set()
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+
+def pass_running(spark: SparkSession) -> bool:
+    tracker = spark.sparkContext.statusTracker()
+    return any((job := tracker.getJobInfo(i)) is not None and job.status == "RUNNING"
+               for i in tracker.getJobIdsForGroup(PASS_GROUP))
+
+
 def warm_parser(spark: SparkSession, passed: threading.Event) -> None:
     """Runs Spark's parse of the undecided lines once on lines of our own, its result
     dropped, while the pass over the lines runs. Cold, that job took ~3.8 s (planning
@@ -96,9 +111,7 @@ def warm_parser(spark: SparkSession, passed: threading.Event) -> None:
     the report with one core idle; now most of it overlaps the pass. It waits for the
     pass's job to start, so that its tasks queue behind the pass's (FIFO) instead of
     delaying them, and gives up if the pass ends first (no input, or a failure)."""
-    tracker = spark.sparkContext.statusTracker()
-    while not any((job := tracker.getJobInfo(i)) is not None and job.status == "RUNNING"
-                  for i in tracker.getJobIdsForGroup(PASS_GROUP)):
+    while not pass_running(spark):
         if passed.wait(0.05):
             return
     fallback_partials(spark, WARM_UP_LINES)

@@ -23,10 +23,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import html
+from pipeline import html, report
 from pipeline.cli import report_main
 from pipeline.readiness_data import removed_versions
-from pipeline.report import PASS_GROUP, run_report, warm_parser
+from pipeline.report import run_report
 from pipeline.summary import ReportResult
 from pipeline.synth import BAD_SAMPLES, Synth, to_line, write_rotated
 
@@ -324,25 +324,24 @@ def test_a_request_without_api_is_counted_not_fatal(spark: SparkSession, tmp_pat
 
 
 def test_parser_warm_up_waits_for_the_pass_and_gives_up_without_one(
-        spark: SparkSession) -> None:
-    sc = spark.sparkContext
+        spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Any, bool]] = []  # (lines parsed, whether the pass ran then)
+    monkeypatch.setattr(report, "fallback_partials",
+                        lambda s, lines: calls.append((lines, report.pass_running(s))))
     passed = threading.Event()
-    passed.set()  # no pass job ever ran: nothing is warmed, no job started
-    before = len(sc.statusTracker().getJobIdsForGroup(None))
+    passed.set()  # the pass ended without a job (no input): nothing is warmed
     started = time.monotonic()
-    warm_parser(spark, passed)
-    assert time.monotonic() - started < 1.0
-    assert len(sc.statusTracker().getJobIdsForGroup(None)) == before
+    report.warm_parser(spark, passed)
+    assert time.monotonic() - started < 1.0 and calls == []
 
-    # A running job of the pass's group: the warm-up runs its parse job after it starts.
+    # It waits for the pass's job to be running, then parses its own lines once.
     passed = threading.Event()
     with ThreadPoolExecutor(1) as pool:
-        warm = pool.submit(warm_parser, spark, passed)
-        sc.setJobGroup(PASS_GROUP, "test pass")
-        try:
-            sc.parallelize(range(2), 2).foreach(lambda _: time.sleep(1.5))
-        finally:
-            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-            passed.set()
+        warm = pool.submit(report.warm_parser, spark, passed)
+        time.sleep(0.3)
+        assert calls == []  # no pass job yet
+        with report.pass_job_group(spark, passed):
+            spark.sparkContext.parallelize(range(2), 2).foreach(lambda _: time.sleep(1.5))
         warm.result(timeout=60)
-    assert len(sc.statusTracker().getJobIdsForGroup(None)) > before
+    assert calls == [(report.WARM_UP_LINES, True)]
+    assert not report.pass_running(spark)
