@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.agg import add, dmax, dmin, least, most
+from pipeline.agg import add, least, most
 from pipeline.partials import ARROW_SCHEMA, GROUP_FIELDS, TOPIC_FIELDS
 
 SAMPLE_CHARS = 200
@@ -38,6 +38,8 @@ _COLUMNS = {
           "bins", "bin_counts", "bin_lo", "bin_hi"],
     "t": ["topic", *TOPIC_FIELDS],
 }
+LATENCY_COLUMNS = _COLUMNS["l"]
+LATENCY_SCHEMA = pa.schema([ARROW_SCHEMA.field(name) for name in LATENCY_COLUMNS])
 
 
 def sample(line: bytes | None) -> str | None:
@@ -60,26 +62,26 @@ class Merged:
     conn_events: int = 0
     first_us: int | None = None
     last_us: int | None = None
-    # (api, api_key, minute) -> [requests, errors, lat_n, lat_sum, lat_max, {bin: [n, lo, hi]}]
-    latency: dict[tuple, list] = field(default_factory=dict)
     topics: dict[str, list] = field(default_factory=dict)  # topic -> TOPIC_FIELDS sums
     # (file, reason) -> [bad lines, smallest sample, largest sample]
     bad_lines: dict[tuple, list] = field(default_factory=dict)
     _group_tables: list[pa.Table] = field(default_factory=list)
+    _latency_tables: list[pa.Table] = field(default_factory=list)
 
     def add_table(self, table: pa.Table) -> None:
         """Partial rows (partials.ARROW_SCHEMA) of any number of workers."""
         kinds = table.column("kind")
         # Undecided rows (kind r) are not merged: undecided_lines hands them to Spark.
-        for kind, merge in (("n", self._counts), ("b", self._bad),
-                            ("l", self._latency), ("t", self._topic)):
+        for kind, merge in (("n", self._counts), ("b", self._bad), ("t", self._topic)):
             rows = table.filter(pc.equal(kinds, kind))
             if rows.num_rows:
                 for row in rows.select(_COLUMNS[kind]).to_pylist():
                     merge(row)
         # A row per connection and api version: the most numerous partials, merged
-        # by Arrow (group_table) rather than row by row.
+        # by Arrow (group_table) rather than row by row; so are the latency rows, each
+        # with its histogram (traffic.py merges them per the key each table wants).
         self._group_tables.append(table.filter(pc.equal(kinds, "g")).select(_COLUMNS["g"]))
+        self._latency_tables.append(table.filter(pc.equal(kinds, "l")).select(_COLUMNS["l"]))
 
     def group_table(self) -> pa.Table:
         """The request groups merged: per GROUP_FIELDS, requests, errors, first_seen,
@@ -94,6 +96,15 @@ class Merged:
         renamed = {f"{name}_{how}": out for name, (how, out) in
                    zip(_GROUP_AGGREGATES, _GROUP_OUTPUTS, strict=True)}
         return merged.rename_columns([renamed.get(c, c) for c in merged.column_names])
+
+    def latency_table(self) -> pa.Table:
+        """The partial latency rows (LATENCY_COLUMNS) of every worker, not merged: one
+        per api, api_key and minute of each partition."""
+        if not self._latency_tables:
+            return pa.Table.from_batches([], LATENCY_SCHEMA)
+        latency = pa.concat_tables(self._latency_tables)
+        self._latency_tables = [latency]
+        return latency
 
     def _counts(self, r: dict[str, Any]) -> None:
         self.lines += r["lines"]
@@ -112,14 +123,6 @@ class Merged:
             b[0] += 1
             b[1], b[2] = least(b[1], text), most(b[2], text)
 
-    def _latency(self, r: dict[str, Any]) -> None:
-        key = (r["api"], r["api_key"], r["minute"])
-        s = self.latency.get(key)
-        if s is None:
-            s = self.latency[key] = [0, 0, 0, 0.0, None, {}]
-        merge_latency(s, r["requests"], r["errors"], r["lat_n"], r["lat_sum"], r["lat_max"],
-                      zip(r["bins"], r["bin_counts"], r["bin_lo"], r["bin_hi"], strict=True))
-
     def _topic(self, r: dict[str, Any]) -> None:
         t = self.topics.get(r["topic"])
         if t is None:
@@ -128,21 +131,3 @@ class Merged:
             for i, name in enumerate(TOPIC_FIELDS):
                 t[i] = add(t[i], r[name])
 
-
-def merge_latency(s: list, requests: int, errors: int, lat_n: int, lat_sum: float,
-                  lat_max: float | None, bins: Any) -> None:
-    """Adds one partial's latency stats to `s` ([requests, errors, lat_n, lat_sum,
-    lat_max, {bin: [n, lo, hi]}]); `bins` yields (bin, n, lo, hi)."""
-    s[0] = add(s[0], requests)
-    s[1] = add(s[1], errors)
-    s[2] = add(s[2], lat_n)
-    s[3] = add(s[3], lat_sum)
-    s[4] = dmax(s[4], lat_max)
-    hist = s[5]
-    for b, n, lo, hi in bins:
-        c = hist.get(b)
-        if c is None:
-            hist[b] = [n, lo, hi]
-        else:
-            c[0] += n
-            c[1], c[2] = dmin(c[1], lo), dmax(c[2], hi)

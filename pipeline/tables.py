@@ -132,7 +132,7 @@ def bucket_seconds(c: Counts, points: int = 120) -> int:
 
 
 def build_tables(m: Merged, c: Counts) -> dict[str, Table]:
-    groups = m.group_table()
+    groups, latency = m.group_table(), m.latency_table()
     usage = clients.connection_usage(groups)
     # Of the groups, consumer_groups needs those of a group (not most requests).
     in_group = groups.filter(pc.fill_null(pc.not_equal(groups.column("group_id"), ""), False))
@@ -140,8 +140,8 @@ def build_tables(m: Merged, c: Counts) -> dict[str, Table]:
         "client_inventory": clients.client_inventory(usage),
         "api_usage": clients.api_usage(usage),
         "kafka4_readiness": clients.kafka4_readiness(usage),
-        "latency_by_api": traffic.latency_by_api(m.latency),
-        "latency_over_time": traffic.latency_over_time(m.latency, bucket_seconds(c)),
+        "latency_by_api": traffic.latency_by_api(latency),
+        "latency_over_time": traffic.latency_over_time(latency, bucket_seconds(c)),
         "top_topics": traffic.top_topics(m.topics),
         "consumer_groups": traffic.consumer_groups(in_group.to_pylist()),
         "bad_lines": bad_lines(m),

@@ -1,19 +1,21 @@
-"""The client tables built by Arrow's group_by (pipeline.clients) against a plain
-Python reference with Spark's aggregate semantics (nulls a key value like any other,
-sums, mins and maxes skipping nulls), over random request groups full of nulls."""
+"""The client and latency tables built by Arrow's group_by (pipeline.clients,
+pipeline.traffic) against a plain Python reference with Spark's aggregate semantics
+(nulls a key value like any other, sums, mins and maxes skipping nulls, NaN the
+largest double), over random request groups and latency partials full of nulls."""
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from pipeline import clients
-from pipeline.agg import Row, add, least, most
+from pipeline import clients, partials, sketch, traffic
+from pipeline.agg import Row, add, dmax, dmin, least, most
 from pipeline.clients import CONN, IDENTITY, UNKNOWN_API, client_host
-from pipeline.merge import _GROUP_SCHEMA
+from pipeline.merge import _GROUP_SCHEMA, LATENCY_SCHEMA
 from pipeline.readiness_data import removed_versions
 
 
@@ -157,3 +159,83 @@ def test_client_tables_of_nothing() -> None:
     assert usage.num_rows == 0
     assert clients.client_inventory(usage) == clients.api_usage(usage) == []
     assert clients.kafka4_readiness(usage) == []
+
+
+# The latency tables: partial rows merged by Arrow and numpy (pipeline.traffic)
+# against the merge done value by value with Spark's rules (agg.py) and sketch.py.
+
+def reference_latency(keys: list[tuple], parts: list[Row], quantiles: tuple[float, ...]
+                      ) -> list[Row]:
+    merged: dict[tuple, list] = {}
+    for key, p in zip(keys, parts, strict=True):
+        s = merged.setdefault(key, [0, 0, 0, 0.0, None, {}])
+        s[0], s[1] = add(s[0], p["requests"]), add(s[1], p["errors"])
+        s[2], s[3], s[4] = add(s[2], p["lat_n"]), add(s[3], p["lat_sum"]), dmax(s[4], p["lat_max"])
+        for b, n, lo, hi in zip(p["bins"], p["bin_counts"], p["bin_lo"], p["bin_hi"],
+                                strict=True):
+            c = s[5].setdefault(b, [0, lo, hi])
+            c[0], c[1], c[2] = c[0] + n, dmin(c[1], lo), dmax(c[2], hi)
+    rows = []
+    for key, (requests, errors, n, total, top, bins) in merged.items():
+        hist = [(b, c[0], c[1], c[2]) for b, c in sorted(bins.items())]
+        row: Row = {"key": key, "requests": requests, "errors": errors}
+        for q in quantiles:
+            row[f"p{round(q * 100)}_ms"] = sketch.percentile(hist, n, q)
+        row.update(avg_ms=total / n if n > 0 else None, max_ms=top)
+        rows.append(row)
+    return rows
+
+
+def random_latency_parts(rng: random.Random, n: int) -> list[Row]:
+    """Partial latency rows as workers make them (partials.latency_stats), of a few
+    apis and minutes, with zero, negative, infinite and NaN latencies (Spark's parser
+    takes NaN) and minutes without any."""
+    special = [0.0, -1.0, math.inf, math.nan]
+    parts = []
+    for _ in range(n):
+        count = rng.choice([0, 0, 1, 2, 5, 40])
+        values = [rng.choice(special) if rng.random() < 0.05
+                  else round(rng.lognormvariate(1, 2), 3) for _ in range(count)]
+        errors = rng.choice([None, 0, 1, count])
+        parts.append({"api": rng.choice(["Produce", "Fetch", "Metadata", None]),
+                      "api_key": rng.choice([0, 1, 3]), "minute": rng.randrange(29013840, 29013900),
+                      "requests": rng.choice([None, count + 3]), "errors": errors,
+                      **partials.latency_stats(values)})
+    for values in ([math.nan, 2.0], [math.inf, 0.0, 2.0]):  # one bin with inf and NaN
+        parts.insert(rng.randrange(len(parts) + 1), {
+            "api": "Produce", "api_key": 0, "minute": 29013840, "requests": 3, "errors": 0,
+            **partials.latency_stats(values)})
+    return parts
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12, abs=0)
+    return a == b and type(a) is type(b)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_latency_tables_match_the_value_by_value_merge(seed: int) -> None:
+    rng = random.Random(seed)
+    parts = random_latency_parts(rng, rng.choice([1, 30, 400]))
+    table = pa.Table.from_pylist(parts, schema=LATENCY_SCHEMA)
+    by_api = traffic.latency_by_api(table)
+    want = reference_latency([(p["api"], p["api_key"]) for p in parts], parts,
+                             traffic.QUANTILES)
+    assert [(r["api"], r["api_key"]) for r in by_api] == [w.pop("key") for w in want]
+    for got, w in zip(by_api, want, strict=True):
+        assert all(_same(got[name], value) for name, value in w.items()), (got, w)
+    over_time = traffic.latency_over_time(table, 180)
+    keys = [(traffic._bucket_start(p["minute"], 180) * 1_000_000, p["api"]) for p in parts]
+    want = reference_latency(keys, parts, (0.5, 0.95))
+    assert [(r["bucket"], r["api"]) for r in over_time] == [w.pop("key") for w in want]
+    for got, w in zip(over_time, want, strict=True):
+        assert all(_same(got[name], w[name]) for name in ("requests", "errors", "p50_ms",
+                                                          "p95_ms")), (got, w)
+    (produce,) = [r for r in by_api if (r["api"], r["api_key"]) == ("Produce", 0)]
+    assert math.isnan(produce["max_ms"])  # a NaN is the largest, as in Spark
+
+
+def test_latency_tables_of_nothing() -> None:
+    empty = pa.Table.from_batches([], LATENCY_SCHEMA)
+    assert traffic.latency_by_api(empty) == traffic.latency_over_time(empty, 60) == []
