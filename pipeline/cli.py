@@ -65,10 +65,11 @@ def _run(app: str, master: str | None, job: Callable[[SparkSession], int]) -> in
 
 
 def report_main(argv: list[str]) -> int:
-    from pipeline.report import run_report
+    from pipeline.report import preload_charts, run_report
     from pipeline.summary import summary_lines
 
     args = _report_parser().parse_args(argv)
+    preload_charts()
 
     def job(spark: SparkSession) -> int:
         result = run_report(spark, args.logs, args.out)

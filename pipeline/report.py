@@ -13,6 +13,7 @@ tables itself: two Spark jobs in all, not one per table.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -28,7 +29,7 @@ if not __package__:  # spark-submit pipeline/report.py: import the package, not 
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from pipeline import charts, html  # noqa: E402
+from pipeline import html  # noqa: E402
 from pipeline.fsio import write_parquet, write_text  # noqa: E402
 from pipeline.merge import Merged, undecided_lines  # noqa: E402
 from pipeline.read import expand_inputs, fallback_partials, line_partials  # noqa: E402
@@ -46,6 +47,8 @@ def table_path(out: str, name: str) -> str:
 
 
 def render_html(result: ReportResult) -> str:
+    from pipeline import charts  # matplotlib: preload_charts imports it at start
+
     shown = result.shown
     apis = [row["api"] for row in shown["latency_by_api"]]
     chart_list = [
@@ -58,6 +61,19 @@ def render_html(result: ReportResult) -> str:
         if name != "latency_over_time"
     ]
     return html.render(summary_lines(result), chart_list, tables)
+
+
+def preload_charts() -> threading.Thread:
+    """Imports matplotlib (~0.7 s of one core) in a thread while the JVM starts, when
+    the driver waits and one core is idle; render_html's import then finds it done."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # render_html imports it again and says why
+            import pipeline.charts  # noqa: F401
+
+    thread = threading.Thread(target=load, name="kafkalens-preload-charts", daemon=True)
+    thread.start()
+    return thread
 
 
 def merge_partials(spark: SparkSession, inputs: list[str]) -> Merged:
