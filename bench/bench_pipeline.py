@@ -21,13 +21,14 @@ each), in all and for the JVM and the Python workers apart (the machine is share
 CPU seconds compare variants better than wall time), and the load average before and
 after.
 
-Last measured (pipeline/README.md, "Speed"; a shared 2-core machine, load ~1-2): 10M
-lines 63.1-74.2 s in seven runs (median 66.6 s, 150,200 lines/s; 107-127 s CPU, peak
-1.6 GiB), the code before it 76.3 and 76.4 s alternating with it; 1M lines 15.9-18.1 s
-(55,300-62,800 lines/s, peak 1.1 GiB), with the JVM's class-data archive already
-written (the first run writes it: 1M took 68.2 s). The goal, 150,000 lines/s, is met
-in four 10M runs of seven, not reliably, and not at 1M (Spark's start and first job
-take ~7 s).
+Last measured (pipeline/README.md, "Speed"; a shared 2-core machine, load ~1.5-2.5),
+10M lines, two interpreters alternating over the same code: Debian's python3.11
+(3.11.2) 56.9-65.6 s in four runs (152,000-176,000 lines/s, median ~166,000; workers
+77-91 s of CPU), a pyenv 3.11.7 built without --enable-optimizations/--with-lto
+71.8-84.2 s (119,000-139,000; workers 101-119 s); peak 1.45-1.49 GiB. 1M lines ~16-18 s
+(56,000-62,000 lines/s) with either: Spark's start and first job take ~7 s of the
+6.7 s budget. The first run of a venv writes the JVM's class-data archive (slower).
+Run it with the interpreter you deploy: it prints which one ran.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import argparse
 import contextlib
 import multiprocessing
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -246,8 +248,14 @@ def main() -> int:
                   + ", ".join(f"{k} {v:.1f}" for k, v in run.cpu_by_kind.items())
                   + f"); peak PSS of them {run.peak_kib / 1024:,.0f} MiB (peak per process: "
                   f"{', '.join(f'{k} {v / 1024:,.0f}' for k, v in big.items())} MiB); "
-                  f"load average before {load_before}, after {_loadavg()}")
+                  f"load average before {load_before}, after {_loadavg()}; {_interpreter()}")
     return 0
+
+
+def _interpreter() -> str:
+    """The Python that ran the driver and the workers: its build matters (see the
+    docstring: ~20 % of the report's time between two builds of 3.11 here)."""
+    return f"python {platform.python_version()} ({sys.executable})"
 
 
 if __name__ == "__main__":
