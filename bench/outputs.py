@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,8 @@ def run_row(size: str, sizes: Sizes, note: str, profiled: bool) -> Row:
         "sizes": dataclasses.asdict(sizes),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        # The proxy arms run this interpreter's venv: its build moves their CPU.
+        "python_executable": sys.executable,
         "librdkafka": confluent_kafka.libversion()[0],
         "loadavg_start": load,
         "note": note,

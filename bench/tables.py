@@ -14,7 +14,8 @@ def header(run: Row) -> list[str]:
     load = run["loadavg_start"], run["loadavg_end"]
     return [
         f"Run {run['started']} on {run['cpus']} CPUs, {run['took_seconds']:.0f} s;"
-        f" load average (1/5/15 min) {_load(load[0])} at start, {_load(load[1])} at end.",
+        f" load average (1/5/15 min) {_load(load[0])} at start, {_load(load[1])} at end;"
+        f" Python {run['python']} ({run.get('python_executable', '?')}).",
         f"{run['machine_note']}",
         "",
         f"Sizes: {sizes['records']:,} records of {sizes['record_bytes']:,} B"
