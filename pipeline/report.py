@@ -63,7 +63,7 @@ def render_html(result: ReportResult) -> str:
     return html.render(summary_lines(result), chart_list, tables)
 
 
-def preload_charts() -> threading.Thread:
+def preload_charts() -> None:
     """Imports matplotlib (~0.7 s of one core) in a thread while the JVM starts, when
     the driver waits and one core is idle; render_html's import then finds it done."""
 
@@ -71,9 +71,7 @@ def preload_charts() -> threading.Thread:
         with contextlib.suppress(Exception):  # render_html imports it again and says why
             import pipeline.charts  # noqa: F401
 
-    thread = threading.Thread(target=load, name="kafkalens-preload-charts", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=load, name="kafkalens-preload-charts", daemon=True).start()
 
 
 def merge_partials(spark: SparkSession, inputs: list[str]) -> Merged:

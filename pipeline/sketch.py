@@ -33,7 +33,9 @@ def bin_of(x: float) -> int:
 
 
 def percentile(hist: Hist, n: int, q: float) -> float | None:
-    """The q-th percentile of a histogram of n values; None when n is 0."""
+    """The q-th percentile of a histogram of n values; None when n is 0. (The rule
+    itself: the report applies it to every key at once, traffic._Histograms, and
+    test_pipeline_tables holds the two equal.)"""
     if n <= 0:
         return None
     rank = max(1, math.ceil(n * q))
