@@ -61,13 +61,16 @@ def per_gb(cpu: float | None, moved: int | None) -> float | None:
 
 def _small(rows: list[Row], arm: str) -> Row:
     out: Row = {}
-    cpu, count = 0.0, 0
+    cpu, system, count = 0.0, 0.0, 0
     for api in SMALL_APIS:
         row = find(rows, arm, "small", api)
         out.update(latency_figures(api.lower(), row, find(rows, "direct", "small", api)))
         if row is not None and row.get("cpu_s") is not None:
             cpu, count = cpu + row["cpu_s"], count + row["count"]
+            system += row.get("cpu_system_s") or 0.0
     out["cpu_us_per_small_request"] = round(cpu / count * 1e6, 1) if count else None
+    # The kernel's part: system calls every front makes alike (reads, writes, epoll).
+    out["system_cpu_us_per_small_request"] = round(system / count * 1e6, 1) if count else None
     return out
 
 

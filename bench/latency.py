@@ -64,6 +64,7 @@ def _measure(
     result.update(summarize_ns(samples))
     result["requests_per_s"] = round(count / seconds, 1) if seconds else None
     result["cpu_s"] = None if cpu is None else round(cpu, 2)
+    result["cpu_system_s"] = None if window.system is None else round(window.system, 2)
     if direct is not None:
         result["baseline"] = summarize_ns(base)
     return result

@@ -33,17 +33,26 @@ def _children(pid: int) -> list[int]:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of the process tree, in seconds."""
-    return sum(_cpu_one(p) for p in tree(pid))
+    return sum(user_system_seconds(pid))
 
 
-def _cpu_one(pid: int) -> float:
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    """utime and stime of the process tree, in seconds."""
+    user = system = 0.0
+    for p in tree(pid):
+        u, s = _cpu_one(p)
+        user, system = user + u, system + s
+    return user, system
+
+
+def _cpu_one(pid: int) -> tuple[float, float]:
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     fields = stat[stat.rindex(")") + 2 :].split()
     # After "pid (comm) ": state is field 3, utime field 14, stime field 15.
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
 def memory_kib(pid: int, key: str) -> int:
@@ -68,19 +77,23 @@ def mb(kib: int | None) -> float | None:
 
 
 class CpuWindow:
-    """CPU seconds a process tree used between `start()` and `stop()` (None: no process)."""
+    """CPU seconds a process tree used between `start()` and `stop()` (None: no process);
+    `system` is the kernel's part of `used` (system calls: the sockets, epoll)."""
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
-        self._before = 0.0
+        self._before = (0.0, 0.0)
         self.used: float | None = None
+        self.system: float | None = None
 
     def start(self) -> CpuWindow:
         if self.pid is not None:
-            self._before = cpu_seconds(self.pid)
+            self._before = user_system_seconds(self.pid)
         return self
 
     def stop(self) -> float | None:
         if self.pid is not None:
-            self.used = cpu_seconds(self.pid) - self._before
+            user, system = user_system_seconds(self.pid)
+            self.system = system - self._before[1]
+            self.used = user - self._before[0] + self.system
         return self.used

@@ -102,11 +102,13 @@ def small(summaries: list[Row], run: Row) -> list[str]:
             pair(s["metadata_baseline_p50_us"], s["metadata_baseline_p99_us"]),
             f"{signed(s['metadata_added_p50_us'])} / {signed(s['metadata_added_p99_us'])}",
             fmt(s["cpu_us_per_small_request"]),
+            fmt(s.get("system_cpu_us_per_small_request")),
         ]
         for s in summaries
     ]
     heads = ["arm", "ApiVersions p50 / p99 µs", "broker µs", "added µs"]
     heads += ["Metadata p50 / p99 µs", "broker µs", "added µs", "CPU µs / request"]
+    heads += ["of which system µs"]
     return [PAIRED_NOTE, "", *table(heads, lines)]
 
 

@@ -70,6 +70,7 @@ def test_latency_cpu_and_memory(results: tuple[Path, list[dict[str, Any]]]) -> N
         assert 0 < lens[f"{key}_p50_us"] <= lens[f"{key}_p99_us"]
     assert lens["apiversions_added_p50_us"] is not None
     assert lens["cpu_us_per_small_request"] is not None
+    assert 0 <= lens["system_cpu_us_per_small_request"] <= lens["cpu_us_per_small_request"]
     assert lens["busy_requests_per_s"] > 0
     assert lens["idle_rss_mb"] > 0 and lens["peak_rss_mb"] >= lens["idle_rss_mb"]
 
