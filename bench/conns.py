@@ -10,7 +10,7 @@ import uvloop
 
 from bench import wire
 from bench.aclient import close_clients, open_clients
-from bench.procs import CpuWindow, mb, memory_kib
+from bench.procs import CpuWindow, mb, memory_kib, pss_kib
 from bench.stats import summarize_ns
 
 
@@ -57,10 +57,12 @@ async def _idle(host: str, port: int, count: int, pid: int | None) -> dict[str, 
         await asyncio.gather(*(c.run(0.0) for c in clients))
         await asyncio.sleep(1.0)  # let the proxy settle (buffers released, GC)
         during = memory_kib(pid, "VmRSS") if pid else None
+        shared = pss_kib(pid) if pid else None
     finally:
         await close_clients(clients)
     result: dict[str, Any] = {"connections": count, "rss_before_mb": mb(before)}
     result["rss_open_mb"] = mb(during)
+    result["pss_open_mb"] = mb(shared)
     if before is not None and during is not None:
         result["kb_per_connection"] = round((during - before) * 1.024 / count, 1)
     return result

@@ -122,6 +122,7 @@ def _memory(rows: list[Row], arm: str) -> Row:
     return {
         "idle_connections": get(row, "connections"),
         "idle_rss_mb": get(row, "rss_open_mb"),
+        "idle_pss_mb": get(row, "pss_open_mb"),
         "idle_kb_per_connection": get(row, "kb_per_connection"),
         "peak_rss_mb": get(arm_row, "peak_rss_mb"),
     }

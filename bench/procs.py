@@ -60,6 +60,20 @@ def memory_kib(pid: int, key: str) -> int:
     return sum(_status_kib(p, key) for p in tree(pid))
 
 
+def pss_kib(pid: int) -> int:
+    """Proportional set size summed over the process tree, in KiB: each page shared by
+    n processes (the interpreter and libraries a parent and its forked workers share)
+    counts 1/n in each, where summed VmRSS counts it n times."""
+    total = 0
+    for p in tree(pid):
+        try:
+            lines = (PROC / str(p) / "smaps_rollup").read_text().splitlines()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in lines if line.startswith("Pss:")), 0)
+    return total
+
+
 def _status_kib(pid: int, key: str) -> int:
     try:
         lines = (PROC / str(pid) / "status").read_text().splitlines()

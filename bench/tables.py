@@ -155,12 +155,13 @@ def memory(summaries: list[Row]) -> list[str]:
             s["arm"],
             fmt(s["idle_connections"]),
             fmt(s["idle_rss_mb"]),
+            fmt(s.get("idle_pss_mb")),
             fmt(s["idle_kb_per_connection"]),
             fmt(s["peak_rss_mb"]),
         ]
         for s in summaries
     ]
-    heads = ["arm", "open connections", "RSS with them open MB", "KB / connection"]
+    heads = ["arm", "open connections", "RSS with them open MB", "PSS MB", "KB / connection"]
     return table(heads + ["peak RSS (VmHWM) MB"], lines)
 
 

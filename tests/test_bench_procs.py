@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from bench.procs import CpuWindow, user_system_seconds
+from bench.procs import CpuWindow, memory_kib, pss_kib, user_system_seconds
 
 
 def _burn_user(seconds: float) -> None:
@@ -44,3 +44,23 @@ def test_no_process_no_figures() -> None:
 def test_user_and_system_sum_to_cpu_seconds() -> None:
     user, system = user_system_seconds(os.getpid())
     assert user > 0 and system >= 0
+
+
+def test_pss_counts_a_forked_childs_shared_pages_once() -> None:
+    alone_rss, alone_pss = memory_kib(os.getpid(), "VmRSS"), pss_kib(os.getpid())
+    never_written, keep_open = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.read(never_written, 1)  # blocks until killed
+        os._exit(0)
+    try:
+        rss_both = memory_kib(os.getpid(), "VmRSS")
+        pss_both = pss_kib(os.getpid())
+        # the child shares nearly all its pages with us: RSS doubles, PSS barely grows
+        assert rss_both > 1.5 * alone_rss
+        assert pss_both < 1.3 * alone_pss
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        os.close(never_written)
+        os.close(keep_open)

@@ -73,6 +73,7 @@ def test_latency_cpu_and_memory(results: tuple[Path, list[dict[str, Any]]]) -> N
     assert 0 <= lens["system_cpu_us_per_small_request"] <= lens["cpu_us_per_small_request"]
     assert lens["busy_requests_per_s"] > 0
     assert lens["idle_rss_mb"] > 0 and lens["peak_rss_mb"] >= lens["idle_rss_mb"]
+    assert 0 < lens["idle_pss_mb"] <= lens["idle_rss_mb"]
 
 
 def test_goals_judged(results: tuple[Path, list[dict[str, Any]]]) -> None:
