@@ -31,11 +31,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the process tree, in seconds."""
-    return sum(user_system_seconds(pid))
-
-
 def user_system_seconds(pid: int) -> tuple[float, float]:
     """utime and stime of the process tree, in seconds."""
     user = system = 0.0
