@@ -6,6 +6,7 @@ ones librdkafka opens after bootstrap included, goes through the front.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,11 @@ ALL_ARMS = ("direct", "haproxy", "tansu-proxy", "kafkalens", "kafkalens-workers2
 # Not in the default set; for PROFILE.md: kafkalens with its request log sampled at 0
 # (decoding and metrics still on), its forwarding machinery with no hooks at all, and
 # a plain Python (uvloop) byte relay: the floor of any Python proxy here.
-EXTRA_ARMS = ("kafkalens-nolog", "kafkalens-bare", "python-relay")
+EXTRA_ARMS = ("kafkalens-nolog", "kafkalens-bare", "python-relay", "kafkalens-baseline")
+# `kafkalens-baseline` runs another checkout's code (a git worktree of an earlier
+# commit, its C accelerator built or copied in) in the same run, so a change is
+# measured before and after on the same host minute: KAFKALENS_BASELINE_TREE=DIR.
+BASELINE_TREE = "KAFKALENS_BASELINE_TREE"
 CONFIG_REFUSED = 2  # kafkalens's exit code for a configuration it cannot run
 
 
@@ -128,17 +133,33 @@ def _tansu_proxy(launch: Launch) -> subprocess.Popen[bytes]:
     return fronts.spawn(cmd, launch.log)
 
 
-def _kafkalens(workers: int, log: bool) -> FrontBuilder:
+def _kafkalens(workers: int, log: bool, baseline: bool = False) -> FrontBuilder:
     def build(launch: Launch) -> subprocess.Popen[bytes]:
+        env = _baseline_env(launch) if baseline else fronts.working_tree_env()
         config = fronts.write_kafkalens_config(launch.work / f"{launch.name}.yaml", workers, log)
         request_log = launch.work / f"{launch.name}-requests.log"
-        cmd = [kafkalens_command(), "proxy", "--config", str(config)]
+        cmd = [sys.executable, "-P", "-m", "proxy.cli", "proxy", "--config", str(config)]
+        if not baseline:
+            cmd[:4] = [kafkalens_command()]
         cmd += _addresses(launch) + ["--request-log", str(request_log)]
         sampled = "" if log else " (sample_rate 0: only errors are written)"
         launch.notes.append(f"request log {request_log}{sampled}, workers {workers}")
-        return fronts.spawn(cmd, launch.log, fronts.working_tree_env())
+        return fronts.spawn(cmd, launch.log, env)
 
     return build
+
+
+def _baseline_env(launch: Launch) -> dict[str, str]:
+    tree = os.environ.get(BASELINE_TREE)
+    if not tree or not (Path(tree) / "proxy" / "cli.py").exists():
+        raise ArmSkipped(f"set {BASELINE_TREE} to a checkout of the code to compare with")
+    head = subprocess.run(
+        ["git", "-C", tree, "log", "-1", "--format=%h %s"], capture_output=True, text=True
+    ).stdout.strip()
+    launch.notes.append(f"baseline code from {tree} ({head or 'not a git checkout'})")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = tree
+    return env
 
 
 def _bare(launch: Launch) -> subprocess.Popen[bytes]:
@@ -192,4 +213,5 @@ FRONTS: dict[str, FrontBuilder] = {
     "kafkalens-nolog": _kafkalens(1, False),
     "kafkalens-bare": _bare,
     "python-relay": _python_relay,
+    "kafkalens-baseline": _kafkalens(1, True, baseline=True),
 }
