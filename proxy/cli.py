@@ -7,50 +7,16 @@ Bad configuration or flags end with exit code 2 and one line on stderr:
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
-
-import structlog
 
 from proxy.config import ConfigError, Overrides, load_config, summary
-
-EXIT_CONFIG = 2
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag as one line instead of usage + message."""
-
-    def error(self, message: str) -> NoReturn:
-        fail(message)
-
-
-def fail(message: str) -> NoReturn:
-    print(f"kafkalens: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_CONFIG)
-
-
-def configure_logging(level: int = logging.INFO) -> None:
-    """Diagnostics go to stderr: stdout may carry the request log ("-")."""
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=True),
-            # Plain tracebacks: the default (with `rich` installed) prints local
-            # variables, which could put a SASL token from a failing hook on stderr.
-            structlog.dev.ConsoleRenderer(
-                colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
-            ),
-        ],
-    )
+from proxy.console import EXIT_CONFIG, OneLineParser, configure_logging, fail
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="kafkalens", description="A Kafka-protocol L7 proxy.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    parser = OneLineParser(prog="kafkalens", description="A Kafka-protocol L7 proxy.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     proxy = sub.add_parser("proxy", help="run the proxy")
     proxy.add_argument("--config", metavar="FILE", help="kafkalens.yaml (default: built-in)")
     proxy.add_argument("--listen", metavar="HOST:PORT", help="client-facing address")

@@ -635,6 +635,14 @@ def summary(config: Config) -> list[str]:
 def check_supported(config: Config) -> None:
     """What the configuration may ask for that this build cannot do yet."""
     if config.workers > 1:
-        from proxy.workers import check_shareable
-
         check_shareable(config)
+
+
+def check_shareable(config: Config) -> None:
+    """Port 0 would give every worker a different port."""
+    for i, listener in enumerate(config.listeners):
+        if listener.listen.port == 0:
+            raise ConfigError(f"listeners[{i}].listen", "port 0 cannot be shared by workers > 1")
+    if config.mode == "gateway" and config.gateway and config.gateway.bootstrap_listen.port == 0:
+        raise ConfigError("gateway.bootstrap_listen", "port 0 cannot be shared by workers > 1")
+

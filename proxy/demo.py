@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from proxy.config import Config, ConfigError, Overrides, load_config
+from proxy.console import OneLineParser, configure_logging, fail
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
 
 DEFAULT_DIR = Path("kafkalens-demo")
@@ -23,9 +24,7 @@ DEMO_GRACE_SECONDS = 5.0
 
 
 def _parser() -> argparse.ArgumentParser:
-    from proxy.cli import _OneLineParser
-
-    parser = _OneLineParser(prog="kafkalens demo", description=__doc__)
+    parser = OneLineParser(prog="kafkalens demo", description=__doc__)
     parser.add_argument("--port", type=int, default=9092, help="proxy port for clients")
     parser.add_argument("--metrics-port", type=int, default=9180, help="HTTP metrics port")
     parser.add_argument(
@@ -45,8 +44,6 @@ def port_taken(port: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    from proxy.cli import configure_logging, fail
-
     args = _parser().parse_args(argv)
     for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
         if not 1 <= port <= 65535:
