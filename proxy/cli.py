@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from proxy.config import ConfigError, Overrides, load_config, summary
 from proxy.console import EXIT_CONFIG, OneLineParser, configure_logging, fail
+from proxy.preflight import check_startup
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument("--request-log", metavar="PATH", help='request log file, or "-" (stdout)')
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", metavar="FILE")
+    check.add_argument(
+        "--check-ports", action="store_true", help="also bind the listen addresses (then free them)"
+    )
     sub.add_parser("demo", help="an embedded broker behind the proxy", add_help=False)
     for name, what in (
         ("decode", "decode captured Kafka frames"),
@@ -74,16 +78,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return PASSTHROUGH[args_list[0]](args_list[1:])
     args = _parser().parse_args(args_list)
     if args.command == "check-config":
-        return check_config(args.file)
+        return check_config(args.file, check_ports=args.check_ports)
     if args.command == "proxy":
         return run_proxy(args)
     _parser().print_help(sys.stderr)
     return EXIT_CONFIG
 
 
-def check_config(path: str) -> int:
+def check_config(path: str, *, check_ports: bool = False) -> int:
+    """The file, then everything `kafkalens proxy` would need to start with it."""
     try:
         config = load_config(path)
+        check_startup(config, ports=check_ports)
     except ConfigError as exc:
         fail(str(exc))
     print(f"{path}: OK")
@@ -95,8 +101,6 @@ def check_config(path: str) -> int:
 def run_proxy(args: argparse.Namespace) -> int:
     import uvloop
 
-    from proxy.config import check_supported
-
     overrides = Overrides(
         listen=args.listen,
         upstream=args.upstream,
@@ -105,7 +109,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     )
     try:
         config = load_config(args.config, overrides)
-        check_supported(config)
+        check_startup(config, api_names=config.workers == 1)  # workers check their own
     except ConfigError as exc:
         fail(str(exc))
     configure_logging()

@@ -108,11 +108,13 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy.allocator import keep_large_buffers
     from proxy.metrics import Metrics
     from proxy.observer import build_hooks
+    from proxy.preflight import check_api_names
     from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
 
     config = worker_config(config, index)
     metrics = Metrics(config.metrics.max_label_values)
     try:
+        check_api_names(config)  # here, not in the parent (see proxy/preflight.py)
         server = await open_server(config, build_hooks(config, metrics), metrics, reuse_port=True)
     except ConfigError as exc:
         ready.put(index, str(exc))
