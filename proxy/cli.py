@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from proxy.config import ConfigError, Overrides, load_config, summary
 from proxy.console import EXIT_CONFIG, OneLineParser, configure_logging, fail
-from proxy.preflight import check_startup
+from proxy.preflight import check_request_log_path, check_startup
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -109,6 +109,8 @@ def run_proxy(args: argparse.Namespace) -> int:
     )
     try:
         config = load_config(args.config, overrides)
+        if args.request_log is not None:  # name the flag, not the key it replaced
+            check_request_log_path(args.request_log, "--request-log")
         check_startup(config, api_names=config.workers == 1)  # workers check their own
     except ConfigError as exc:
         fail(str(exc))

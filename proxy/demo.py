@@ -16,6 +16,7 @@ from pathlib import Path
 
 from proxy.config import Config, ConfigError, Overrides, load_config
 from proxy.console import OneLineParser, configure_logging, fail
+from proxy.preflight import check_request_log_path
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
 
 DEFAULT_DIR = Path("kafkalens-demo")
@@ -51,17 +52,21 @@ def main(argv: list[str]) -> int:
         if port_taken(port):
             fail(f"port {port} is already in use; choose another with {flag}")
     log_path = Path(args.log)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     internal = free_port(HOST)
-    config = load_config(
-        None,
-        Overrides(
-            listen=f"{HOST}:{args.port}",
-            upstream=f"{HOST}:{internal}",
-            metrics=f"{HOST}:{args.metrics_port}",
-            request_log=str(log_path),
-        ),
-    )
+    try:
+        check_request_log_path(str(log_path), "--log")
+        config = load_config(
+            None,
+            Overrides(
+                listen=f"{HOST}:{args.port}",
+                upstream=f"{HOST}:{internal}",
+                metrics=f"{HOST}:{args.metrics_port}",
+                request_log=str(log_path),
+            ),
+        )
+    except ConfigError as exc:
+        fail(str(exc))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     limits = dataclasses.replace(config.limits, shutdown_grace_seconds=DEMO_GRACE_SECONDS)
     config = dataclasses.replace(config, limits=limits)
     configure_logging()

@@ -383,3 +383,17 @@ def test_readable_file(tmp_path: Path) -> None:
         readable_file(str(tmp_path / "missing"), "k")
     with pytest.raises(ConfigError, match=r"^k: is a directory, not a file: "):
         readable_file(str(tmp_path), "k")
+
+
+def test_the_maxima_the_documented_file_names_are_the_table() -> None:
+    header = " ".join(CONTRACT.read_text().split())
+    for key, stated, value in [
+        ("workers", "workers 256", 256),
+        ("limits.decompression_limit_bytes", "decompression_limit_bytes 4 GiB", 4 * 2**30),
+        ("limits.max_frame_bytes", "sizes 2^31-1", 2**31 - 1),
+        ("request_log.max_bytes", "max_bytes # 1 TiB", 2**40),
+        ("limits.max_connections", "connections 1048576", 1048576),
+        ("limits.connect_timeout_seconds", "timeouts 1 hour", 3600),
+        ("limits.idle_timeout_seconds", "idle_timeout_seconds 1 day", 86400),
+    ]:
+        assert stated.replace("# ", "") in header and MAXIMA[key][0] == value, key

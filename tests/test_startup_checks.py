@@ -239,3 +239,13 @@ def test_a_binary_config_file_is_one_line(tmp_path: Path) -> None:
     for args in (("check-config", str(path)), ("proxy", "--config", str(path))):
         code, _out, err = kafkalens(*args)
         assert code == 2 and err == f"kafkalens: error: {path}: not UTF-8 text (byte 1)\n"
+
+
+def test_flags_naming_a_bad_log_path_are_named(tmp_path: Path) -> None:
+    config = tmp_path / "k.yaml"
+    config.write_text(startable(tmp_path))
+    code, _out, err = kafkalens("proxy", "--config", str(config), "--request-log", str(tmp_path))
+    assert code == 2 and err == f"kafkalens: error: --request-log: {tmp_path} is a directory; name a file in it\n"
+    ports = ("--port", str(free_port()), "--metrics-port", str(free_port()))
+    code, _out, err = kafkalens("demo", *ports, "--log", "/etc/passwd/demo/requests.log")
+    assert code == 2 and err == "kafkalens: error: --log: /etc/passwd is not a directory\n"
