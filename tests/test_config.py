@@ -386,14 +386,14 @@ def test_readable_file(tmp_path: Path) -> None:
 
 
 def test_the_maxima_the_documented_file_names_are_the_table() -> None:
-    header = " ".join(CONTRACT.read_text().split())
+    header = " ".join(CONTRACT.read_text().replace("#", " ").split())
     for key, stated, value in [
         ("workers", "workers 256", 256),
         ("limits.decompression_limit_bytes", "decompression_limit_bytes 4 GiB", 4 * 2**30),
         ("limits.max_frame_bytes", "sizes 2^31-1", 2**31 - 1),
-        ("request_log.max_bytes", "max_bytes # 1 TiB", 2**40),
+        ("request_log.max_bytes", "max_bytes 1 TiB", 2**40),
         ("limits.max_connections", "connections 1048576", 1048576),
         ("limits.connect_timeout_seconds", "timeouts 1 hour", 3600),
         ("limits.idle_timeout_seconds", "idle_timeout_seconds 1 day", 86400),
     ]:
-        assert stated.replace("# ", "") in header and MAXIMA[key][0] == value, key
+        assert stated in header and MAXIMA[key][0] == value, key
