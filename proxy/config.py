@@ -180,6 +180,7 @@ SECTION_SCHEMAS: dict[str, type] = {
     "listeners[].tls": ListenerTLS,
     "gateway": GatewayConfig,
     "gateway.tls": ListenerTLS,
+    "metrics.tls": ListenerTLS,
     "upstream_tls": UpstreamTLS,
     "metrics": MetricsConfig,
     "request_log": RequestLogConfig,
@@ -207,6 +208,12 @@ MAXIMA: dict[str, tuple[float, str]] = {
     "limits.shutdown_grace_seconds": (3600, "1 hour: orchestrators kill a stopping process long before"),
     "limits.decompression_limit_bytes": (2**32, "4 GiB: a batch is inflated in memory"),
     "gateway.broker_port_base": (65535, "a TCP port"),
+    # Keys that branches merged alongside this table add, their bounds ready:
+    "metrics.max_error_series": (10_000, "each (api, error) pair is a time series"),
+    "limits.max_in_flight_requests": (1_000_000, "librdkafka's own maximum per connection"),
+    "limits.request_timeout_seconds": (86400, "1 day: a stuck broker must be let go some time"),
+    "request_log.flush_interval_seconds": (3600, "1 hour: lines wait in memory meanwhile"),
+    "request_log.max_queued_bytes": (2**32, "4 GiB held in memory"),
 }
 # Without an entry (a key added without its line): still finite.
 DEFAULT_MAXIMUM = {int: (INT32_MAX, "the largest int32"), float: (86400, "1 day")}
