@@ -362,15 +362,14 @@ def generic_key(key: str) -> str:
 
 
 def _suggest(name: str, known: set[str], path: str) -> str:
-    """ (did you mean X?): the nearest key of this section, or the same key elsewhere."""
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]}?)"
+    """ (did you mean X?): the same key in another section (put at the wrong level),
+    else the nearest key of this one (misspelt)."""
     here = generic_key(path)
     for section, schema in SECTION_SCHEMAS.items():
-        if section != here and "[" not in section and name in {f.name for f in fields(schema)}:
+        if section != here and name in {f.name for f in fields(schema)}:
             return f" (did you mean {section + '.' if section else ''}{name}?)"
-    return ""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _show(value: object) -> str:

@@ -365,6 +365,7 @@ def test_values_that_would_switch_a_protection_off(text: str, message: str) -> N
         ("limits: {idle_timeout: 5}", "limits.idle_timeout: unknown key (did you mean idle_timeout_seconds?)"),
         ("max_frame_bytes: 5", "max_frame_bytes: unknown key (did you mean limits.max_frame_bytes?)"),
         ("metrics: {path: x}", "metrics.path: unknown key (did you mean request_log.path?)"),
+        ("upstream: 'h:1'", "upstream: unknown key (did you mean listeners[].upstream?)"),
         (
             "mode: gateway\ngateway: {bootstrap_server: [b:1], advertised_host: p}",
             "gateway.bootstrap_server: unknown key (did you mean bootstrap_servers?)",
