@@ -189,4 +189,3 @@ class HookPlan:
             keep_sasl_tokens=_overrides(hooks, "sasl_token"),
             rewrite_api_keys=frozenset(hooks.rewrite_api_keys),
         )
-
