@@ -43,6 +43,8 @@ def check_startup(config: Config, *, api_names: bool = True, ports: bool = False
 def check_api_names(config: Config) -> None:
     """Names in request_log.apis and kip1313.header_v3 that the codec knows; header_v3
     also needs a schema for an api given by its key, to decode its frames."""
+    if not (config.request_log.apis or config.kip1313.header_v3):
+        return  # without loading the codec's tables
     from codec.schema import api_names
 
     keys = api_names()
