@@ -390,6 +390,28 @@ def load_config(path: str | Path | None = None, overrides: Overrides | None = No
     return parse_config(data)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, but a key given twice in one mapping is an error: YAML keeps
+    the last silently, so a second `limits:` further down would undo the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` then overriding keys is what merge is for
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                continue  # unhashable: the base class reports it
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def _read_yaml(path: Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
@@ -398,9 +420,11 @@ def _read_yaml(path: Path) -> object:
     except UnicodeDecodeError as exc:
         raise ConfigError(str(path), f"not UTF-8 text (byte {exc.start})") from exc
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except RecursionError:
         raise ConfigError(str(path), "nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ConfigError(str(path), str(exc).split(":")[0]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

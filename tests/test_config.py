@@ -419,3 +419,24 @@ def test_the_maxima_the_documented_file_names_are_the_table() -> None:
         ("limits.idle_timeout_seconds", "idle_timeout_seconds 1 day", 86400),
     ]:
         assert stated in header and MAXIMA[key][0] == value, key
+
+
+def test_a_key_given_twice_or_a_number_too_long_is_one_error(tmp_path: Path) -> None:
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("limits: {max_frame_bytes: 2048}\nworkers: 1\nlimits: {max_connections: 5}\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml: duplicate key 'limits' at line 3$"):
+        load_config(twice)
+    inner = tmp_path / "inner.yaml"
+    inner.write_text("limits: {max_connections: 5, max_connections: 6}\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'max_connections' at line 1$"):
+        load_config(inner)
+    merged = tmp_path / "merged.yaml"  # a merge key, then overriding one of its keys
+    merged.write_text(
+        "limits:\n  <<: {max_frame_bytes: 2048, max_frame_bytes_before_auth: 1024}\n"
+        "  max_frame_bytes: 4096\n"
+    )
+    assert load_config(merged).limits.max_frame_bytes == 4096
+    long = tmp_path / "long.yaml"
+    long.write_text("workers: " + "9" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=r"long.yaml: Exceeds the limit \(4300 digits\)"):
+        load_config(long)
