@@ -8,6 +8,8 @@ from typing import get_type_hints
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.config import (
     MAXIMA,
@@ -22,6 +24,7 @@ from proxy.config import (
     readable_file,
     summary,
 )
+from proxy.preflight import check_api_names
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACT = REPO / "config" / "kafkalens.yaml"
@@ -440,3 +443,37 @@ def test_a_key_given_twice_or_a_number_too_long_is_one_error(tmp_path: Path) -> 
     long.write_text("workers: " + "9" * 5000 + "\n")
     with pytest.raises(ConfigError, match=r"long.yaml: Exceeds the limit \(4300 digits\)"):
         load_config(long)
+
+
+# Any document: parse_config returns a Config or raises ConfigError, nothing else.
+_KEYS = sorted({f.name for schema in SECTION_SCHEMAS.values() for f in fields(schema)})
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["", "-", "h:1", "[::1]:0", "127.0.0.1:9092", "3+", "5-3", "Produce", "x"]),
+    st.text(max_size=8),
+)
+_DOCUMENTS = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.sampled_from(_KEYS), st.text(max_size=4), st.integers()), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(_KEYS), _DOCUMENTS, max_size=5))
+def test_any_document_is_a_config_or_a_config_error(document: dict[str, object]) -> None:
+    try:
+        config = parse_config(document)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+        return
+    try:
+        check_api_names(config)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
