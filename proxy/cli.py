@@ -7,50 +7,17 @@ Bad configuration or flags end with exit code 2 and one line on stderr:
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
-
-import structlog
 
 from proxy.config import ConfigError, Overrides, load_config, summary
-
-EXIT_CONFIG = 2
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag as one line instead of usage + message."""
-
-    def error(self, message: str) -> NoReturn:
-        fail(message)
-
-
-def fail(message: str) -> NoReturn:
-    print(f"kafkalens: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_CONFIG)
-
-
-def configure_logging(level: int = logging.INFO) -> None:
-    """Diagnostics go to stderr: stdout may carry the request log ("-")."""
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=True),
-            # Plain tracebacks: the default (with `rich` installed) prints local
-            # variables, which could put a SASL token from a failing hook on stderr.
-            structlog.dev.ConsoleRenderer(
-                colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
-            ),
-        ],
-    )
+from proxy.console import EXIT_CONFIG, OneLineParser, configure_logging, fail
+from proxy.preflight import check_request_log_path, check_startup
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="kafkalens", description="A Kafka-protocol L7 proxy.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    parser = OneLineParser(prog="kafkalens", description="A Kafka-protocol L7 proxy.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     proxy = sub.add_parser("proxy", help="run the proxy")
     proxy.add_argument("--config", metavar="FILE", help="kafkalens.yaml (default: built-in)")
     proxy.add_argument("--listen", metavar="HOST:PORT", help="client-facing address")
@@ -59,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument("--request-log", metavar="PATH", help='request log file, or "-" (stdout)')
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", metavar="FILE")
+    check.add_argument(
+        "--check-ports", action="store_true", help="also bind the listen addresses (then free them)"
+    )
     sub.add_parser("demo", help="an embedded broker behind the proxy", add_help=False)
     for name, what in (
         ("decode", "decode captured Kafka frames"),
@@ -108,16 +78,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return PASSTHROUGH[args_list[0]](args_list[1:])
     args = _parser().parse_args(args_list)
     if args.command == "check-config":
-        return check_config(args.file)
+        return check_config(args.file, check_ports=args.check_ports)
     if args.command == "proxy":
         return run_proxy(args)
     _parser().print_help(sys.stderr)
     return EXIT_CONFIG
 
 
-def check_config(path: str) -> int:
+def check_config(path: str, *, check_ports: bool = False) -> int:
+    """The file, then everything `kafkalens proxy` would need to start with it."""
     try:
         config = load_config(path)
+        check_startup(config, ports=check_ports)
     except ConfigError as exc:
         fail(str(exc))
     print(f"{path}: OK")
@@ -129,8 +101,6 @@ def check_config(path: str) -> int:
 def run_proxy(args: argparse.Namespace) -> int:
     import uvloop
 
-    from proxy.config import check_supported
-
     overrides = Overrides(
         listen=args.listen,
         upstream=args.upstream,
@@ -139,7 +109,9 @@ def run_proxy(args: argparse.Namespace) -> int:
     )
     try:
         config = load_config(args.config, overrides)
-        check_supported(config)
+        if args.request_log is not None:  # name the flag, not the key it replaced
+            check_request_log_path(args.request_log, "--request-log")
+        check_startup(config, api_names=config.workers == 1)  # workers check their own
     except ConfigError as exc:
         fail(str(exc))
     configure_logging()

@@ -4,14 +4,30 @@ config/kafkalens.yaml is the contract: every key there, with its default, and no
 other key. A `ConfigError` names the key path and what is wrong, e.g.
 ``limits.max_frame_bytes: must be a positive integer, got -1``. Command-line flags
 are applied on top of the file through `Overrides`.
+
+Unknown keys are named before anything else is checked, with the nearest known key
+suggested; every number has a finite upper bound (`MAXIMA`, with the reason shown
+in the error), so no value can switch a protection off.
+
+Hand-written rather than a schema library: msgspec (already a pipeline extra)
+reports ``Expected `int` <= 2147483647 - at `$.limits.max_frame_bytes` `` and
+``Object contains unknown field `upstrem` ``, with no suggestion and no reason,
+and would turn these dataclasses into Structs; pydantic v2 adds pydantic-core
+(~5 MB) to the image, prints multi-line errors, and still needs the host:port,
+version-range and cross-key checks written by hand. Both would need the same
+custom layer for suggestions and reasons that `_Section` already is.
+
+Checks of the machine rather than the file (log path writable, certificates
+loadable, api names known, ports free) are in proxy/preflight.py.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +171,54 @@ class Overrides:
     request_log: str | None = None
 
 
+# The dataclass whose fields are the keys of each section, so that an unknown key is
+# named before any other problem (`upstrem` is a typo, not a missing `upstream`).
+# Paths as in MAXIMA; a new section is one line, a new key of a section nothing.
+SECTION_SCHEMAS: dict[str, type] = {
+    "": Config,
+    "listeners[]": ListenerConfig,
+    "listeners[].tls": ListenerTLS,
+    "gateway": GatewayConfig,
+    "gateway.tls": ListenerTLS,
+    "metrics.tls": ListenerTLS,
+    "upstream_tls": UpstreamTLS,
+    "metrics": MetricsConfig,
+    "request_log": RequestLogConfig,
+    "limits": Limits,
+    "kip1313": Kip1313Config,
+}
+
+# The largest value of every number in the file, and why: past it a value no longer
+# tunes a protection but switches it off (an endless timeout, an unbounded buffer).
+# Keys are paths with list indices as [] ("listeners[].x"); a new key is one line.
+INT32_MAX = 2**31 - 1
+MAXIMA: dict[str, tuple[float, str]] = {
+    "workers": (256, "each worker is a whole process; fixed rather than per core so a file validates alike on every machine"),
+    "metrics.max_label_values": (10_000, "each value is a time series of every labelled metric"),
+    "request_log.max_bytes": (2**40, "1 TiB: the size a log file is rotated at"),
+    "request_log.backups": (1000, "every rotation renames each backup"),
+    "request_log.max_string_length": (1_048_576, "1 MiB: client strings are copied into every line"),
+    "limits.max_frame_bytes": (INT32_MAX, "a Kafka frame's length is an int32"),
+    "limits.max_frame_bytes_before_auth": (INT32_MAX, "a Kafka frame's length is an int32"),
+    "limits.max_connections": (1_048_576, "Linux's default nr_open, and each connection needs two sockets"),
+    "limits.max_connections_per_ip": (1_048_576, "Linux's default nr_open"),
+    "limits.connect_timeout_seconds": (3600, "1 hour"),
+    "limits.idle_timeout_seconds": (86400, "1 day: a dead peer must be let go some time"),
+    "limits.frame_timeout_seconds": (3600, "1 hour: a slow sender holds a frame buffer meanwhile"),
+    "limits.shutdown_grace_seconds": (3600, "1 hour: orchestrators kill a stopping process long before"),
+    "limits.decompression_limit_bytes": (2**32, "4 GiB: a batch is inflated in memory"),
+    "gateway.broker_port_base": (65535, "a TCP port"),
+    # Keys that branches merged alongside this table add, their bounds ready:
+    "metrics.max_error_series": (10_000, "each (api, error) pair is a time series"),
+    "limits.max_in_flight_requests": (1_000_000, "librdkafka's own maximum per connection"),
+    "limits.request_timeout_seconds": (86400, "1 day: a stuck broker must be let go some time"),
+    "request_log.flush_interval_seconds": (3600, "1 hour: lines wait in memory meanwhile"),
+    "request_log.max_queued_bytes": (2**32, "4 GiB held in memory"),
+}
+# Without an entry (a key added without its line): still finite.
+DEFAULT_MAXIMUM = {int: (INT32_MAX, "the largest int32"), float: (86400, "1 day")}
+
+
 def parse_address(text: object, key: str, *, allow_port_zero: bool = False) -> Address:
     """HOST:PORT or [IPV6]:PORT."""
     if not isinstance(text, str):
@@ -181,6 +245,9 @@ class _Section:
         self.data: dict[Any, Any] = data
         self.path = path
         self._read: set[str] = set()
+        schema = SECTION_SCHEMAS.get(generic_key(path))
+        if schema is not None:
+            self._refuse_unknown({f.name for f in fields(schema)})
 
     def key(self, name: str) -> str:
         return f"{self.path}.{name}" if self.path else name
@@ -199,22 +266,35 @@ class _Section:
 
     def done(self) -> None:
         """Unknown keys are errors: a typo must not silently fall back to a default."""
+        self._refuse_unknown(self._read)
+
+    def _refuse_unknown(self, known: set[str]) -> None:
         for name in self.data:
-            if name not in self._read:
-                raise ConfigError(self.key(str(name)), "unknown key")
+            if name not in known:
+                hint = _suggest(str(name), known, self.path)
+                raise ConfigError(self.key(str(name)), f"unknown key{hint}")
 
     def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
         value = self.raw(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise ConfigError(self.key(name), f"must be {what}, got {_show(value)}")
+        self._at_most(name, value, int, f"{minimum}..")
         return value
 
     def seconds(self, name: str, default: float) -> float:
         value = self.raw(name, default)
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise ConfigError(self.key(name), f"must be a positive number, got {_show(value)}")
+        self._at_most(name, value, float, "more than 0 and at most ")
         return float(value)
+
+    def _at_most(self, name: str, value: float, kind: type, low: str) -> None:
+        key = self.key(name)
+        maximum, why = MAXIMA.get(generic_key(key), DEFAULT_MAXIMUM[kind])
+        if not value <= maximum:
+            shown = int(maximum) if float(maximum).is_integer() else maximum
+            raise ConfigError(key, f"must be {low}{shown} ({why}), got {_show(value)}")
 
     def boolean(self, name: str, default: bool) -> bool:
         value = self.raw(name, default)
@@ -253,12 +333,7 @@ class _Section:
         if not self.has(name):
             self.raw(name, None)
             return None
-        path = self.string(name)
-        if not os.path.isfile(path):
-            raise ConfigError(self.key(name), f"file not found: {path}")
-        if not os.access(path, os.R_OK):
-            raise ConfigError(self.key(name), f"file not readable: {path}")
-        return path
+        return readable_file(self.string(name), self.key(name))
 
     def section(self, name: str) -> _Section:
         return _Section(self.raw(name, None), self.key(name))
@@ -268,6 +343,33 @@ class _Section:
         if not isinstance(value, list):
             raise ConfigError(self.key(name), f"must be a list, got {_show(value)}")
         return value
+
+
+def readable_file(path: str, key: str) -> str:
+    """`path`, if it names a file this process may read; else ConfigError for `key`.
+    For any file a config names (certificates, token files), at parse time."""
+    if not os.path.isfile(path):
+        what = "is a directory, not a file" if os.path.isdir(path) else "file not found"
+        raise ConfigError(key, f"{what}: {path}")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(key, f"file not readable: {path}")
+    return path
+
+
+def generic_key(key: str) -> str:
+    """listeners[2].tls -> listeners[].tls: the path as SECTION_SCHEMAS and MAXIMA name it."""
+    return re.sub(r"\[\d+\]", "[]", key)
+
+
+def _suggest(name: str, known: set[str], path: str) -> str:
+    """ (did you mean X?): the same key in another section (put at the wrong level),
+    else the nearest key of this one (misspelt)."""
+    here = generic_key(path)
+    for section, schema in SECTION_SCHEMAS.items():
+        if section != here and name in {f.name for f in fields(schema)}:
+            return f" (did you mean {section + '.' if section else ''}{name}?)"
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _show(value: object) -> str:
@@ -288,13 +390,41 @@ def load_config(path: str | Path | None = None, overrides: Overrides | None = No
     return parse_config(data)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, but a key given twice in one mapping is an error: YAML keeps
+    the last silently, so a second `limits:` further down would undo the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` then overriding keys is what merge is for
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                continue  # unhashable: the base class reports it
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def _read_yaml(path: Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), f"not UTF-8 text (byte {exc.start})") from exc
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
+    except RecursionError:
+        raise ConfigError(str(path), "nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ConfigError(str(path), str(exc).split(":")[0]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -471,10 +601,6 @@ def _gateway(s: _Section) -> GatewayConfig:
         tls=_listener_tls(s.section("tls")) if s.has("tls") else None,
     )
     s.raw("tls", None)
-    if gateway.broker_port_base > 65535:
-        raise ConfigError(
-            s.key("broker_port_base"), f"must be 0..65535, got {gateway.broker_port_base}"
-        )
     s.done()
     return gateway
 
@@ -635,6 +761,14 @@ def summary(config: Config) -> list[str]:
 def check_supported(config: Config) -> None:
     """What the configuration may ask for that this build cannot do yet."""
     if config.workers > 1:
-        from proxy.workers import check_shareable
-
         check_shareable(config)
+
+
+def check_shareable(config: Config) -> None:
+    """Port 0 would give every worker a different port."""
+    for i, listener in enumerate(config.listeners):
+        if listener.listen.port == 0:
+            raise ConfigError(f"listeners[{i}].listen", "port 0 cannot be shared by workers > 1")
+    if config.mode == "gateway" and config.gateway and config.gateway.bootstrap_listen.port == 0:
+        raise ConfigError("gateway.bootstrap_listen", "port 0 cannot be shared by workers > 1")
+

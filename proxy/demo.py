@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 from proxy.config import Config, ConfigError, Overrides, load_config
+from proxy.console import OneLineParser, configure_logging, fail
+from proxy.preflight import check_request_log_path
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
 
 DEFAULT_DIR = Path("kafkalens-demo")
@@ -23,9 +25,7 @@ DEMO_GRACE_SECONDS = 5.0
 
 
 def _parser() -> argparse.ArgumentParser:
-    from proxy.cli import _OneLineParser
-
-    parser = _OneLineParser(prog="kafkalens demo", description=__doc__)
+    parser = OneLineParser(prog="kafkalens demo", description=__doc__)
     parser.add_argument("--port", type=int, default=9092, help="proxy port for clients")
     parser.add_argument("--metrics-port", type=int, default=9180, help="HTTP metrics port")
     parser.add_argument(
@@ -45,8 +45,6 @@ def port_taken(port: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    from proxy.cli import configure_logging, fail
-
     args = _parser().parse_args(argv)
     for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
         if not 1 <= port <= 65535:
@@ -54,17 +52,21 @@ def main(argv: list[str]) -> int:
         if port_taken(port):
             fail(f"port {port} is already in use; choose another with {flag}")
     log_path = Path(args.log)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     internal = free_port(HOST)
-    config = load_config(
-        None,
-        Overrides(
-            listen=f"{HOST}:{args.port}",
-            upstream=f"{HOST}:{internal}",
-            metrics=f"{HOST}:{args.metrics_port}",
-            request_log=str(log_path),
-        ),
-    )
+    try:
+        check_request_log_path(str(log_path), "--log")
+        config = load_config(
+            None,
+            Overrides(
+                listen=f"{HOST}:{args.port}",
+                upstream=f"{HOST}:{internal}",
+                metrics=f"{HOST}:{args.metrics_port}",
+                request_log=str(log_path),
+            ),
+        )
+    except ConfigError as exc:
+        fail(str(exc))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     limits = dataclasses.replace(config.limits, shutdown_grace_seconds=DEMO_GRACE_SECONDS)
     config = dataclasses.replace(config, limits=limits)
     configure_logging()

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from proxy.config import Config
-    from proxy.metrics import ConnectionMetrics, Metrics
+    from proxy.metrics import ConnectionMetrics
 
 _conn_numbers = itertools.count(1)
 
@@ -190,11 +189,3 @@ class HookPlan:
             keep_sasl_tokens=_overrides(hooks, "sasl_token"),
             rewrite_api_keys=frozenset(hooks.rewrite_api_keys),
         )
-
-
-def make_hooks(config: Config, metrics: Metrics) -> Hooks:
-    """The hooks `kafkalens proxy` runs: decoding, the request log, client identity,
-    KIP-1313 enforcement (proxy/observer.py)."""
-    from proxy.observer import build_hooks
-
-    return build_hooks(config, metrics)

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from proxy.allocator import keep_large_buffers
 from proxy.config import Address, Config, ConfigError, check_supported
-from proxy.hooks import Hooks, make_hooks
+from proxy.hooks import Hooks
 from proxy.http import Endpoints, start_http
 from proxy.metrics import Metrics
+from proxy.observer import build_hooks
 from proxy.readiness import UpstreamProbe
 from proxy.server import Server
 from proxy.signals import wait_for_stop_signal
@@ -73,7 +74,7 @@ async def start_proxy(
 ) -> RunningProxy:
     check_supported(config)
     metrics = metrics or Metrics(config.metrics.max_label_values)
-    hooks = hooks if hooks is not None else make_hooks(config, metrics)
+    hooks = hooks if hooks is not None else build_hooks(config, metrics)
     server = await open_server(config, hooks, metrics)
     probe = UpstreamProbe(server.upstreams)
     probe.start()

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from proxy.config import Address, Config, ConfigError
+from proxy.config import Address, Config, ConfigError, check_shareable
 
 log = structlog.get_logger("kafkalens.workers")
 
@@ -48,15 +48,6 @@ _BOOTSTRAP = (
     "import pickle, sys; path, payload = pickle.load(sys.stdin.buffer); sys.path[:] = path; "
     "from proxy.workers import worker_entry; worker_entry(payload)"
 )
-
-
-def check_shareable(config: Config) -> None:
-    """Port 0 would give every worker a different port."""
-    for i, listener in enumerate(config.listeners):
-        if listener.listen.port == 0:
-            raise ConfigError(f"listeners[{i}].listen", "port 0 cannot be shared by workers > 1")
-    if config.mode == "gateway" and config.gateway and config.gateway.bootstrap_listen.port == 0:
-        raise ConfigError("gateway.bootstrap_listen", "port 0 cannot be shared by workers > 1")
 
 
 def configured_upstreams(config: Config) -> set[Address]:
@@ -90,7 +81,7 @@ def worker_entry(payload: bytes) -> None:
     the metrics dir is in its environment."""
     import uvloop
 
-    from proxy.cli import configure_logging
+    from proxy.console import configure_logging
 
     index, ready_fd, config = pickle.loads(payload)
     # Ctrl-C reaches the whole process group: workers stop on the parent's SIGTERM only
@@ -115,14 +106,16 @@ class ReadyPipe:
 
 async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy.allocator import keep_large_buffers
-    from proxy.hooks import make_hooks
     from proxy.metrics import Metrics
+    from proxy.observer import build_hooks
+    from proxy.preflight import check_api_names
     from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
 
     config = worker_config(config, index)
     metrics = Metrics(config.metrics.max_label_values)
     try:
-        server = await open_server(config, make_hooks(config, metrics), metrics, reuse_port=True)
+        check_api_names(config)  # here, not in the parent (see proxy/preflight.py)
+        server = await open_server(config, build_hooks(config, metrics), metrics, reuse_port=True)
     except ConfigError as exc:
         ready.put(index, str(exc))
         return

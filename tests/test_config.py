@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.config import (
+    MAXIMA,
+    SECTION_SCHEMAS,
     Address,
     Config,
     ConfigError,
@@ -15,8 +21,10 @@ from proxy.config import (
     Overrides,
     load_config,
     parse_config,
+    readable_file,
     summary,
 )
+from proxy.preflight import check_api_names
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACT = REPO / "config" / "kafkalens.yaml"
@@ -242,3 +250,230 @@ def test_summary_lines() -> None:
     lines = summary(Config())
     assert "listener plaintext: 0.0.0.0:9092 -> 127.0.0.1:19092" in lines
     assert "metrics: http://0.0.0.0:9180/metrics" in lines
+
+
+# --- bounds and unknown keys (issue 18, item 6) ---------------------------------------
+
+
+def with_value(key: str, value: object) -> dict[str, object]:
+    """A minimal valid document with `key` (a MAXIMA path) set to `value`."""
+    data: dict[str, object] = {}
+    if key.startswith("gateway."):
+        data = {"mode": "gateway", "gateway": {"bootstrap_servers": ["b:1"], "advertised_host": "p"}}
+    if key == "limits.max_frame_bytes_before_auth":
+        data["limits"] = {"max_frame_bytes": MAXIMA["limits.max_frame_bytes"][0]}  # its ceiling
+    section, _, name = key.rpartition(".")
+    target = data
+    if section:
+        target = data.setdefault(section, {})  # type: ignore[assignment]
+    target[name] = value
+    return data
+
+
+def is_a_key(key: str) -> bool:
+    section, _, name = key.rpartition(".")
+    schema = SECTION_SCHEMAS.get(section)
+    return schema is not None and name in {f.name for f in fields(schema)}
+
+
+# In MAXIMA ahead of the branches that add them (the table's comment says so).
+NOT_YET_KEYS = {
+    "metrics.max_error_series",
+    "limits.max_in_flight_requests",
+    "limits.request_timeout_seconds",
+    "request_log.flush_interval_seconds",
+    "request_log.max_queued_bytes",
+}
+
+
+def test_the_table_names_keys() -> None:
+    """A misspelt key in MAXIMA would leave the real key at DEFAULT_MAXIMUM."""
+    assert {key for key in MAXIMA if not is_a_key(key)} <= NOT_YET_KEYS
+
+
+@pytest.mark.parametrize("key", sorted(key for key in MAXIMA if is_a_key(key)))
+def test_every_number_has_a_finite_maximum_with_its_reason(key: str) -> None:
+    maximum, why = MAXIMA[key]
+    parse_config(with_value(key, maximum))  # the maximum itself is allowed
+    over = [maximum + 1] if isinstance(maximum, int) and "seconds" not in key else []
+    over += [maximum * 1.5, float("inf")] if key.endswith("_seconds") else []
+    assert over
+    for value in over:
+        with pytest.raises(ConfigError) as info:
+            parse_config(with_value(key, value))
+        message = str(info.value)
+        assert message.startswith(f"{key}: must be "), message
+        assert f"{maximum} ({why}), got {value!r}" in message and "\n" not in message
+
+
+def test_every_numeric_key_is_in_the_table() -> None:
+    """A key added without its line in MAXIMA would only get DEFAULT_MAXIMUM."""
+    missing = []
+    for section, schema in SECTION_SCHEMAS.items():
+        hints = get_type_hints(schema)
+        for f in fields(schema):
+            if hints[f.name] in (int, float):
+                key = f"{section}.{f.name}" if section else f.name
+                if key not in MAXIMA and key != "request_log.sample_rate":  # 0..1 itself
+                    missing.append(key)
+    assert not missing
+
+
+def test_every_section_of_the_file_has_its_schema() -> None:
+    """Walking the documented file: each mapping of keys has a SECTION_SCHEMAS entry,
+    so its unknown keys are named before anything else."""
+    document = yaml.safe_load(CONTRACT.read_text())
+    sections = {""} | {k for k, v in document.items() if isinstance(v, dict)} | {"listeners[]"}
+    sections.discard("kip1313.header_v3")
+    assert sections <= set(SECTION_SCHEMAS)
+    assert {"gateway", "upstream_tls", "listeners[].tls", "gateway.tls"} <= set(SECTION_SCHEMAS)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "limits: {idle_timeout_seconds: .inf}",
+            "limits.idle_timeout_seconds: must be more than 0 and at most 86400 (1 day",
+        ),
+        ("limits: {connect_timeout_seconds: .nan}", "limits.connect_timeout_seconds: must be a positive number, got nan"),
+        ("request_log: {sample_rate: .nan}", "request_log.sample_rate: must be a number 0..1, got nan"),
+        ("request_log: {sample_rate: -.inf}", "request_log.sample_rate: must be a number 0..1, got -inf"),
+        (
+            "limits: {decompression_limit_bytes: 100000000000000000000}",
+            "limits.decompression_limit_bytes: must be 1..4294967296 (4 GiB",
+        ),
+        ("workers: 100000", "workers: must be 1..256 ("),
+        ("limits: {max_frame_bytes: 2147483648}", "limits.max_frame_bytes: must be 1..2147483647 ("),
+    ],
+)
+def test_values_that_would_switch_a_protection_off(text: str, message: str) -> None:
+    assert error_of(text).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # before "listeners[0].upstream: is required"
+        (
+            "listeners: [{name: a, listen: 'h:1', upstrem: 'h:2'}]",
+            "listeners[0].upstrem: unknown key (did you mean upstream?)",
+        ),
+        # before "listeners[0].name: is required"
+        (
+            "listeners: [{nmae: a, listen: 'h:1', upstream: 'h:2'}]",
+            "listeners[0].nmae: unknown key (did you mean name?)",
+        ),
+        ("limts: {}", "limts: unknown key (did you mean limits?)"),
+        ("limits: {idle_timeout: 5}", "limits.idle_timeout: unknown key (did you mean idle_timeout_seconds?)"),
+        ("max_frame_bytes: 5", "max_frame_bytes: unknown key (did you mean limits.max_frame_bytes?)"),
+        ("metrics: {path: x}", "metrics.path: unknown key (did you mean request_log.path?)"),
+        ("upstream: 'h:1'", "upstream: unknown key (did you mean listeners[].upstream?)"),
+        (
+            "mode: gateway\ngateway: {bootstrap_server: [b:1], advertised_host: p}",
+            "gateway.bootstrap_server: unknown key (did you mean bootstrap_servers?)",
+        ),
+        (
+            "listeners: [{name: a, listen: 'h:1', upstream: 'h:2', tls: {cert: /nope, kye: k}}]",
+            "listeners[0].tls.kye: unknown key (did you mean key?)",
+        ),
+        ("upstream_tls: {check_hostnames: false}", "upstream_tls.check_hostnames: unknown key (did you mean check_hostname?)"),
+        ("colour: blue", "colour: unknown key"),
+    ],
+)
+def test_unknown_keys_come_first_with_the_nearest_known_key(text: str, message: str) -> None:
+    assert error_of(text) == message
+
+
+def test_a_file_that_is_no_text_or_too_deep_is_one_error(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"limits: {\xff\xfe}\n")
+    with pytest.raises(ConfigError, match=r"binary.yaml: not UTF-8 text"):
+        load_config(binary)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match=r"deep.yaml: nested too deeply"):
+        load_config(deep)
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match=r"folder.yaml: cannot read: Is a directory"):
+        load_config(folder)
+
+
+def test_readable_file(tmp_path: Path) -> None:
+    good = tmp_path / "token"
+    good.write_text("t")
+    assert readable_file(str(good), "k") == str(good)
+    with pytest.raises(ConfigError, match=r"^k: file not found: "):
+        readable_file(str(tmp_path / "missing"), "k")
+    with pytest.raises(ConfigError, match=r"^k: is a directory, not a file: "):
+        readable_file(str(tmp_path), "k")
+
+
+def test_the_maxima_the_documented_file_names_are_the_table() -> None:
+    header = " ".join(CONTRACT.read_text().replace("#", " ").split())
+    for key, stated, value in [
+        ("workers", "workers 256", 256),
+        ("limits.decompression_limit_bytes", "decompression_limit_bytes 4 GiB", 4 * 2**30),
+        ("limits.max_frame_bytes", "sizes 2^31-1", 2**31 - 1),
+        ("request_log.max_bytes", "max_bytes 1 TiB", 2**40),
+        ("limits.max_connections", "connections 1048576", 1048576),
+        ("limits.connect_timeout_seconds", "timeouts 1 hour", 3600),
+        ("limits.idle_timeout_seconds", "idle_timeout_seconds 1 day", 86400),
+    ]:
+        assert stated in header and MAXIMA[key][0] == value, key
+
+
+def test_a_key_given_twice_or_a_number_too_long_is_one_error(tmp_path: Path) -> None:
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("limits: {max_frame_bytes: 2048}\nworkers: 1\nlimits: {max_connections: 5}\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml: duplicate key 'limits' at line 3$"):
+        load_config(twice)
+    inner = tmp_path / "inner.yaml"
+    inner.write_text("limits: {max_connections: 5, max_connections: 6}\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'max_connections' at line 1$"):
+        load_config(inner)
+    merged = tmp_path / "merged.yaml"  # a merge key, then overriding one of its keys
+    merged.write_text(
+        "limits:\n  <<: {max_frame_bytes: 2048, max_frame_bytes_before_auth: 1024}\n"
+        "  max_frame_bytes: 4096\n"
+    )
+    assert load_config(merged).limits.max_frame_bytes == 4096
+    long = tmp_path / "long.yaml"
+    long.write_text("workers: " + "9" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=r"long.yaml: Exceeds the limit \(4300 digits\)"):
+        load_config(long)
+
+
+# Any document: parse_config returns a Config or raises ConfigError, nothing else.
+_KEYS = sorted({f.name for schema in SECTION_SCHEMAS.values() for f in fields(schema)})
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["", "-", "h:1", "[::1]:0", "127.0.0.1:9092", "3+", "5-3", "Produce", "x"]),
+    st.text(max_size=8),
+)
+_DOCUMENTS = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.sampled_from(_KEYS), st.text(max_size=4), st.integers()), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(_KEYS), _DOCUMENTS, max_size=5))
+def test_any_document_is_a_config_or_a_config_error(document: dict[str, object]) -> None:
+    try:
+        config = parse_config(document)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+        return
+    try:
+        check_api_names(config)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)

@@ -1,0 +1,44 @@
+"""What the README tells an operator to run or open exists and does what it says."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def recipe(comment: str) -> str:
+    """The command on the line after `# <comment>` in a README code block."""
+    lines = README.splitlines()
+    [index] = [i for i, line in enumerate(lines) if line.startswith(f"# {comment}")]
+    return lines[index + 1]
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+def test_slowest_requests_are_sorted_as_numbers(tmp_path: Path) -> None:
+    latencies = [9.5, 100.0, 0.00002, 10.25, 1234.5]
+    lines = [
+        orjson.dumps({"event": "request", "latency_ms": ms, "api": "Produce", "client_id": f"c{i}"})
+        for i, ms in enumerate(latencies)
+    ]
+    lines.append(orjson.dumps({"event": "connection_open", "latency_ms": None}))
+    (tmp_path / "requests.log").write_bytes(b"\n".join(lines) + b"\n")
+    out = subprocess.run(
+        ["bash", "-c", recipe("slowest requests")],
+        cwd=tmp_path, capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    shown = [float(line.split()[0]) for line in out.splitlines()]
+    assert shown == sorted(latencies, reverse=True)
+
+
+def test_the_deploy_paths_named_exist() -> None:
+    paths = set(re.findall(r"`(deploy/[^`\s]*)`", README))
+    assert {"deploy/prometheus/alerts.yml", "deploy/grafana/"} <= paths
+    assert [p for p in sorted(paths) if not (REPO / p).exists()] == []
