@@ -398,7 +398,7 @@ class Metrics:
     def _define_capping(self, max_label_values: int, max_error_series: int) -> None:
         capped = self._counter(
             "kafkalens_label_values_capped_total",
-            "Observations counted under label value \"other\": the value was chosen by a"
+            'Observations counted under label value "other": the value was chosen by a'
             " peer and is unknown to the codec, or past its label's cap.",
             ("label",),
         )
