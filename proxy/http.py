@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, cast
@@ -40,6 +41,8 @@ class Endpoints:
     metrics: Callable[[], bytes]
     ready: Callable[[], tuple[bool, str]]  # (ready, reason shown in the body)
     clients: Callable[[], list[dict[str, Any]]]
+    # Preferred to `metrics` when set: renders without holding up the event loop.
+    metrics_later: Callable[[], Awaitable[bytes]] | None = None
 
 
 @dataclass
@@ -136,11 +139,13 @@ def route(
     target: str,
     access: Access | None = None,
     headers: dict[str, str] | None = None,
-) -> Response:
+) -> Response | Awaitable[Response]:
     if method not in ("GET", "HEAD"):
         return Response(HTTPStatus.METHOD_NOT_ALLOWED, b"GET or HEAD only\n")
     path = target.split("?", 1)[0]
     if path == "/metrics":
+        if endpoints.metrics_later is not None:
+            return _metrics_later(endpoints.metrics_later)
         return Response(HTTPStatus.OK, endpoints.metrics(), CONTENT_TYPE_LATEST)
     if path == "/healthz":
         return Response(HTTPStatus.OK, b"ok\n")
@@ -157,6 +162,10 @@ def route(
     return Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz /clients\n")
 
 
+async def _metrics_later(render: Callable[[], Awaitable[bytes]]) -> Response:
+    return Response(HTTPStatus.OK, await render(), CONTENT_TYPE_LATEST)
+
+
 class HttpProtocol(asyncio.Protocol):
     def __init__(self, endpoints: Endpoints, access: Access | None = None) -> None:
         self.endpoints = endpoints
@@ -164,6 +173,7 @@ class HttpProtocol(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.later: asyncio.Task[None] | None = None  # an answer being rendered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -179,6 +189,7 @@ class HttpProtocol(asyncio.Protocol):
             if len(self.buffer) > MAX_HEADER_BYTES:
                 self._send(Response(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"too large\n"))
             return
+        self._stop_timer()  # the request is in: what is left is ours to answer
         self._answer(bytes(self.buffer[:end]))
 
     def _answer(self, head: bytes) -> None:
@@ -196,16 +207,32 @@ class HttpProtocol(asyncio.Protocol):
             response = Response(HTTPStatus.MISDIRECTED_REQUEST, b"Host not served here\n")
         else:
             try:
-                response = route(self.endpoints, method, target, self.access, headers)
+                answer = route(self.endpoints, method, target, self.access, headers)
             except Exception as exc:  # an endpoint bug must not kill the server
-                response = Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"{exc!r}\n".encode())
+                answer = _failed(exc)
+            if inspect.isawaitable(answer):
+                self.later = asyncio.ensure_future(self._send_later(answer, method == "HEAD"))
+                return
+            response = answer
         self._send(response, head_only=method == "HEAD")
 
-    def _send(self, response: Response, head_only: bool = False) -> None:
+    async def _send_later(self, answer: Awaitable[Response], head_only: bool) -> None:
+        try:
+            response = await answer
+        except Exception as exc:
+            response = _failed(exc)
+        self._send(response, head_only)
+
+    def _stop_timer(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+
+    def _send(self, response: Response, head_only: bool = False) -> None:
+        self._stop_timer()
         assert self.transport is not None
+        if self.transport.is_closing():
+            return  # the client went away while its answer was made
         head = (
             f"HTTP/1.1 {response.status.value} {response.status.phrase}\r\n"
             f"Content-Type: {response.content_type}\r\n"
@@ -217,9 +244,12 @@ class HttpProtocol(asyncio.Protocol):
         self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self._stop_timer()
+
+
+def _failed(exc: Exception) -> Response:
+    """An endpoint bug must not kill the server."""
+    return Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"{exc!r}\n".encode())
 
 
 def _headers(head: bytes) -> dict[str, str] | None:

@@ -97,7 +97,12 @@ async def start_proxy(
         assert running is not None
         return running.readiness()
 
-    endpoints = Endpoints(metrics=metrics.render, ready=ready, clients=server.clients)
+    endpoints = Endpoints(
+        metrics=metrics.render,
+        ready=ready,
+        clients=server.clients,
+        metrics_later=metrics.render_off_loop,
+    )
     try:
         admin = await start_admin(config.metrics, endpoints)
     except ConfigError:

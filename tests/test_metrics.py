@@ -304,3 +304,16 @@ def test_counts_reach_the_series_on_every_collection_and_only_once(m: Metrics) -
         "kafkalens_requests_total", {"api": "Metadata", "api_version": "12"}
     ) == 2
     assert value(m, "kafkalens_request_bytes_total", api="Metadata") == 20
+
+
+def test_render_off_loop_flushes_on_the_loop_and_shares_one_rendering(m: Metrics) -> None:
+    import asyncio
+
+    async def scrapes() -> list[bytes]:
+        m.api("Produce").request(9, 5)
+        return await asyncio.gather(m.render_off_loop(), m.render_off_loop())
+
+    first, second = asyncio.run(scrapes())
+    assert first is second  # one rendering for scrapes that came together
+    assert b'kafkalens_requests_total{api="Produce",api_version="9"} 1.0' in first
+    assert first == m.render()
