@@ -57,6 +57,8 @@ _BOUNDS = (*DURATION_BUCKETS, math.inf)
 # cache of raw name -> series is bounded too (the names' capper alone would not bound it).
 _ERROR_CACHE_LIMIT = 256
 _ERROR_NAMES = frozenset(ERROR_CODES.values())
+# Api labels: the codec's ~90 names and "unknown" fit, as do the bare hooks' key numbers.
+_MAX_APIS = 256
 # The request versions the codec can decode, by api name: the only api_version labels.
 _KNOWN_VERSIONS: dict[str, dict[int, str]] = {
     request.name[: -len("Request")]: {v: str(v) for v in request.versions}
@@ -417,10 +419,11 @@ class Metrics:
         )
 
     def api(self, name: str) -> ApiMetrics:
-        """The cached series of api `name`: a codec api name, anything else is "unknown"."""
+        """The cached series of api `name`, named by the hooks (the codec's api names, or
+        key numbers): past _MAX_APIS names, "unknown", whoever chose them."""
         api = self._apis.get(name)
         if api is None:
-            if name not in _KNOWN_VERSIONS and name != UNKNOWN:
+            if len(self._apis) >= _MAX_APIS and name != UNKNOWN:
                 return self.api(UNKNOWN)  # not cached under `name`: that would grow unbounded
             api = self._apis[name] = ApiMetrics(self, name)
         return api
