@@ -87,7 +87,7 @@ class MetricsConfig:
     max_error_series: int = 256
     clients_token_file: str | None = None  # /clients on `listen` with this bearer token
     clients_listen: Address | None = None  # /clients on this loopback listener
-    allowed_hosts: tuple[str, ...] = ()  # empty: any Host header
+    allowed_hosts: tuple[str, ...] | None = None  # None: any Host header on `listen`
     tls: ListenerTLS | None = None
 
 
@@ -513,10 +513,13 @@ def _metrics(s: _Section) -> MetricsConfig:
         allowed_hosts=tuple(
             _nonempty_str(item, f"{s.key('allowed_hosts')}[{i}]").lower()
             for i, item in enumerate(s.list("allowed_hosts", []))
-        ),
+        )
+        if s.has("allowed_hosts")
+        else None,
         tls=_listener_tls(s.section("tls")) if s.has("tls") else None,
     )
     s.raw("clients_listen", None)
+    s.raw("allowed_hosts", None)
     s.raw("tls", None)
     s.done()
     return metrics

@@ -304,11 +304,11 @@ async def start_admin(config: MetricsConfig, endpoints: Endpoints) -> AdminServe
         token = TokenFile(config.clients_token_file)
         if not token.current():
             raise ConfigError("metrics.clients_token_file", "holds no token")
-    hosts = frozenset(config.allowed_hosts)
+    hosts = frozenset(config.allowed_hosts or ())
     main_access = Access(
         clients="token" if token else "off",
         token=token,
-        check_host=bool(hosts),
+        check_host=config.allowed_hosts is not None,
         allowed_hosts=hosts,
     )
     ssl = None

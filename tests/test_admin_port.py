@@ -102,7 +102,7 @@ def test_loopback_addresses_are_accepted_and_clients_is_off_by_default(tmp_path:
     assert (default.clients_token_file, default.clients_listen, default.allowed_hosts) == (
         None,
         None,
-        (),
+        None,
     )
     for listen in ("127.0.0.1:9181", "127.0.0.2:9181", "localhost:9181", "[::1]:9181"):
         assert admin_config(f"{LOCAL}:9092", tmp_path, clients_listen=listen).metrics.clients_listen
@@ -223,6 +223,14 @@ def test_allowed_hosts_on_the_open_listener(tmp_path: Path) -> None:
         for path in ("/metrics", "/healthz", "/readyz", "/clients"):
             assert get(port, path, {"Host": "evil.example"})[0] == 421, path
         assert get(port, "/healthz")[0] == 200  # a probe names the address it dials
+
+
+def test_an_empty_allowed_hosts_list_allows_only_the_address_and_localhost(tmp_path: Path) -> None:
+    with ObservedProxy(admin_config(f"{LOCAL}:{free_port()}", tmp_path, allowed_hosts=[])) as px:
+        port = px.http_port
+        assert get(port, "/metrics")[0] == 200  # Host: 127.0.0.1:<port>
+        assert get(port, "/metrics", {"Host": "localhost"})[0] == 200
+        assert get(port, "/metrics", {"Host": "kafkalens.monitoring.svc"})[0] == 421
 
 
 # --- TLS ---------------------------------------------------------------------------
