@@ -5,8 +5,8 @@ bytes and durations in plain Python numbers and adds them to its prometheus-clie
 series when the registry is collected (and, with worker processes, about once a
 second): prometheus-client takes a lock per `inc`, five of them a request.
 Every label value a peer chooses is bounded, so that a scrape stays small and fast
-whatever clients and brokers send: api names and versions to those the codec knows,
-error names to Kafka's (and the api/error pairs to `max_error_series`), client
+whatever clients and brokers send: api versions to those the codec knows, api names
+to _MAX_APIS (the hooks name them: codec names or "unknown"), error names to Kafka's (and the api/error pairs to `max_error_series`), client
 software and upstream addresses through a `LabelCapper`; the rest become "other",
 counted by kafkalens_label_values_capped_total. No `_created` series either: they
 doubled every counter and nobody graphs them.
