@@ -276,3 +276,24 @@ def test_a_bad_tls_certificate_stops_the_start(tmp_path: Path) -> None:
     config = admin_config(f"{LOCAL}:{free_port()}", tmp_path, tls=tls)
     with pytest.raises(ConfigError, match=r"^metrics.tls: cannot load the certificate"):
         asyncio.run(start_proxy(config))
+
+
+def test_check_config_says_where_clients_is_served(tmp_path: Path) -> None:
+    from proxy.config import summary
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    upstream = f"{LOCAL}:9092"
+    assert "clients: off" in summary(admin_config(upstream, tmp_path))
+    lines = summary(
+        admin_config(
+            upstream,
+            tmp_path,
+            listen="0.0.0.0:9180",
+            clients_token_file=str(token_file),
+            clients_listen="127.0.0.1:9181",
+        )
+    )
+    assert "clients: http://0.0.0.0:9180/clients (bearer token)" in lines
+    assert "clients: http://127.0.0.1:9181/clients" in lines
+    assert "clients: off" not in lines
