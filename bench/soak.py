@@ -65,6 +65,7 @@ class ProxyProcess:
     grace: float = 5.0
     port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
+    clients_port: int = field(default_factory=free_port)  # /clients: loopback listener
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -81,7 +82,8 @@ class ProxyProcess:
         log = self.work / "requests.log"
         return (
             f"listeners: [{{name: main, listen: '{self.bootstrap}', upstream: '{self.upstream}'}}]\n"
-            f"metrics: {{listen: '{HOST}:{self.metrics_port}'}}\n"
+            f"metrics: {{listen: '{HOST}:{self.metrics_port}',"
+            f" clients_listen: '{HOST}:{self.clients_port}'}}\n"
             f"request_log: {{path: '{log}', max_bytes: 10000000, backups: 1}}\n"
             f"limits: {{shutdown_grace_seconds: {self.grace}, max_connections_per_ip: 5000}}\n"
         )
@@ -120,8 +122,9 @@ class ProxyProcess:
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
     def http(self, path: str) -> tuple[int, str]:
-        """Status and body of GET `path` on the metrics endpoint."""
-        url = f"http://{HOST}:{self.metrics_port}{path}"
+        """Status and body of GET `path` on the metrics endpoint (/clients: its own)."""
+        port = self.clients_port if path.startswith("/clients") else self.metrics_port
+        url = f"http://{HOST}:{port}{path}"
         try:
             with urllib.request.urlopen(url, timeout=10) as response:
                 return response.status, response.read().decode()

@@ -100,6 +100,11 @@ class UpstreamTLS:
 class MetricsConfig:
     listen: Address = Address("0.0.0.0", 9180)
     max_label_values: int = 50
+    max_error_series: int = 256
+    clients_token_file: str | None = None  # /clients on `listen` with this bearer token
+    clients_listen: Address | None = None  # /clients on this loopback listener
+    allowed_hosts: tuple[str, ...] | None = None  # None: any Host header on `listen`
+    tls: ListenerTLS | None = None
 
 
 @dataclass(frozen=True)
@@ -628,9 +633,34 @@ def _metrics(s: _Section) -> MetricsConfig:
     metrics = MetricsConfig(
         listen=s.address("listen", "0.0.0.0:9180", listen=True),
         max_label_values=s.integer("max_label_values", 50),
+        max_error_series=s.integer("max_error_series", 256),
+        clients_token_file=s.file("clients_token_file"),
+        clients_listen=_loopback(s, "clients_listen") if s.has("clients_listen") else None,
+        allowed_hosts=tuple(
+            _nonempty_str(item, f"{s.key('allowed_hosts')}[{i}]").lower()
+            for i, item in enumerate(s.list("allowed_hosts", []))
+        )
+        if s.has("allowed_hosts")
+        else None,
+        tls=_listener_tls(s.section("tls")) if s.has("tls") else None,
     )
+    s.raw("clients_listen", None)
+    s.raw("allowed_hosts", None)
+    s.raw("tls", None)
     s.done()
     return metrics
+
+
+LOOPBACK_HOSTS = ("localhost", "::1")
+
+
+def _loopback(s: _Section, name: str) -> Address:
+    address = s.address(name, listen=True)
+    if address.host.lower() not in LOOPBACK_HOSTS and not address.host.startswith("127."):
+        raise ConfigError(
+            s.key(name), f"must be a loopback address (127.0.0.1, [::1], localhost), got {address}"
+        )
+    return address
 
 
 def _request_log(s: _Section) -> RequestLogConfig:
@@ -752,7 +782,15 @@ def summary(config: Config) -> list[str]:
             lines.append("gateway: client listeners TLS")
     if config.upstream_tls is not None:
         lines.append("upstream TLS: on")
-    lines.append(f"metrics: http://{config.metrics.listen}/metrics")
+    metrics = config.metrics
+    scheme = "https" if metrics.tls else "http"
+    lines.append(f"metrics: {scheme}://{metrics.listen}/metrics")
+    if metrics.clients_token_file:
+        lines.append(f"clients: {scheme}://{metrics.listen}/clients (bearer token)")
+    if metrics.clients_listen:
+        lines.append(f"clients: http://{metrics.clients_listen}/clients")
+    if not (metrics.clients_token_file or metrics.clients_listen):
+        lines.append("clients: off")
     lines.append(f"request log: {config.request_log.path}")
     lines.append(f"kip1313 enforcement: {config.kip1313.enforcement}")
     return lines

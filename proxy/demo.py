@@ -14,7 +14,7 @@ import socket
 import sys
 from pathlib import Path
 
-from proxy.config import Config, ConfigError, Overrides, load_config
+from proxy.config import Address, Config, ConfigError, Overrides, load_config
 from proxy.console import OneLineParser, configure_logging, fail
 from proxy.preflight import check_request_log_path
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
@@ -68,7 +68,9 @@ def main(argv: list[str]) -> int:
         fail(str(exc))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     limits = dataclasses.replace(config.limits, shutdown_grace_seconds=DEMO_GRACE_SECONDS)
-    config = dataclasses.replace(config, limits=limits)
+    # /clients on a loopback listener of its own (a free port, named in the banner)
+    metrics = dataclasses.replace(config.metrics, clients_listen=Address(HOST, 0))
+    config = dataclasses.replace(config, limits=limits, metrics=metrics)
     configure_logging()
     broker = TansuBroker(
         host=HOST, port=internal, advertised_port=args.port, log_path=log_path.parent / "tansu.log"
@@ -92,7 +94,7 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path) -> int:
         await running.stop(0)
         return 1
     try:
-        _banner(config, log_path)
+        _banner(config, log_path, running.clients_address)
         await wait_for_stop_signal()
         print("stopping...", flush=True)
         await running.stop(config.limits.shutdown_grace_seconds)
@@ -101,14 +103,14 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path) -> int:
     return 0
 
 
-def _banner(config: Config, log_path: Path) -> None:
+def _banner(config: Config, log_path: Path, clients: Address | None) -> None:
     listen = config.listeners[0].listen
     lines = [
         "kafkalens demo: a tansu broker behind the proxy",
         f"  bootstrap servers: {listen}",
         f"  request log:       {log_path}   (tail -f {log_path} | jq .)",
         f"  metrics:           http://{config.metrics.listen}/metrics",
-        f"  clients:           http://{config.metrics.listen}/clients",
+        f"  clients:           http://{clients}/clients",
         "  Ctrl-C to stop",
     ]
     print("\n".join(lines), flush=True)

@@ -1,22 +1,32 @@
-"""A minimal HTTP/1.1 endpoint: /metrics, /healthz, /readyz, /clients.
+"""A minimal HTTP/1.1 endpoint, the admin port: /metrics, /healthz, /readyz, /clients.
 
 One request per connection (answered with `Connection: close`), GET and HEAD only,
 headers capped at 8 KiB and 5 seconds: enough for Prometheus and Kubernetes probes
 without a web framework, and nothing a bad client sends can hold resources long.
+
+/metrics, /healthz and /readyz are open. /clients names every connection's address,
+client id and SASL principal: it is off unless `metrics.clients_token_file` (then only
+with that bearer token) or `metrics.clients_listen` (a second, loopback-only listener)
+is set. A listener that checks Host headers (`metrics.allowed_hosts`, and always the
+loopback one) answers only names it was given and the address it was reached on, so a
+web page cannot reach it through DNS rebinding.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
+import inspect
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from proxy.config import Address
+from proxy.config import Address, ConfigError, MetricsConfig
 
 MAX_HEADER_BYTES = 8192
 HEADER_TIMEOUT_SECONDS = 5.0
@@ -31,6 +41,8 @@ class Endpoints:
     metrics: Callable[[], bytes]
     ready: Callable[[], tuple[bool, str]]  # (ready, reason shown in the body)
     clients: Callable[[], list[dict[str, Any]]]
+    # Preferred to `metrics` when set: renders without holding up the event loop.
+    metrics_later: Callable[[], Awaitable[bytes]] | None = None
 
 
 @dataclass
@@ -38,13 +50,102 @@ class Response:
     status: HTTPStatus
     body: bytes
     content_type: str = _TEXT
+    headers: tuple[tuple[str, str], ...] = ()
 
 
-def route(endpoints: Endpoints, method: str, target: str) -> Response:
+class TokenFile:
+    """A bearer token kept in a file, read again whenever the file changes (a Kubernetes
+    Secret is updated by swapping a symlink: a new inode). Unreadable or empty: no token
+    matches."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple[int, ...] | None = None
+        self._token = b""
+
+    def current(self) -> bytes:
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp:
+                with open(self.path, "rb") as f:
+                    self._token = f.read(MAX_HEADER_BYTES).strip()
+                self._stamp = stamp
+        except OSError:
+            self._stamp, self._token = None, b""
+        return self._token
+
+    def matches(self, presented: bytes) -> bool:
+        token = self.current()
+        return bool(token) and hmac.compare_digest(token, presented)  # constant time
+
+
+@dataclass(frozen=True)
+class Access:
+    """What one listener of the admin port lets through."""
+
+    clients: str = "off"  # "off", "token" (with `token`) or "open"
+    token: TokenFile | None = None
+    check_host: bool = False
+    allowed_hosts: frozenset[str] = field(default_factory=frozenset)
+
+    def clients_refusal(self, headers: dict[str, str]) -> Response | None:
+        """None if this request may read /clients, else the answer that refuses it."""
+        if self.clients == "open":
+            return None
+        if self.clients == "off" or self.token is None:
+            return Response(
+                HTTPStatus.NOT_FOUND,
+                b"/clients is off: set metrics.clients_token_file or metrics.clients_listen\n",
+            )
+        scheme, _, presented = headers.get("authorization", "").strip().partition(" ")
+        if scheme.lower() == "bearer" and self.token.matches(presented.strip().encode("latin-1")):
+            return None
+        return Response(
+            HTTPStatus.UNAUTHORIZED,
+            b"/clients needs Authorization: Bearer <token>\n",
+            headers=(("WWW-Authenticate", 'Bearer realm="kafkalens"'),),
+        )
+
+    def host_allowed(self, host: str | None, local_address: str | None) -> bool:
+        if not self.check_host:
+            return True
+        name = host_name(host) if host is not None else None
+        if not name:
+            return False
+        return name in self.allowed_hosts or name == "localhost" or name == local_address
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port: "[::1]:9180" -> "::1"."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    name = host.rpartition(":")[0] if host.count(":") == 1 else host
+    return name.rstrip(".")
+
+
+def _local_address(transport: asyncio.BaseTransport) -> str | None:
+    sockname = transport.get_extra_info("sockname")
+    if not sockname:
+        return None
+    address = str(sockname[0]).lower().partition("%")[0]
+    return address.removeprefix("::ffff:") if "." in address else address
+
+
+def route(
+    endpoints: Endpoints,
+    method: str,
+    target: str,
+    access: Access | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response | Awaitable[Response]:
     if method not in ("GET", "HEAD"):
         return Response(HTTPStatus.METHOD_NOT_ALLOWED, b"GET or HEAD only\n")
     path = target.split("?", 1)[0]
     if path == "/metrics":
+        if endpoints.metrics_later is not None:
+            return _metrics_later(endpoints.metrics_later)
         return Response(HTTPStatus.OK, endpoints.metrics(), CONTENT_TYPE_LATEST)
     if path == "/healthz":
         return Response(HTTPStatus.OK, b"ok\n")
@@ -53,17 +154,26 @@ def route(endpoints: Endpoints, method: str, target: str) -> Response:
         status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
         return Response(status, reason.encode() + b"\n")
     if path == "/clients":
+        refusal = (access or Access()).clients_refusal(headers or {})
+        if refusal is not None:
+            return refusal
         body = json.dumps(endpoints.clients(), default=str).encode()
         return Response(HTTPStatus.OK, body, _JSON)
     return Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz /clients\n")
 
 
+async def _metrics_later(render: Callable[[], Awaitable[bytes]]) -> Response:
+    return Response(HTTPStatus.OK, await render(), CONTENT_TYPE_LATEST)
+
+
 class HttpProtocol(asyncio.Protocol):
-    def __init__(self, endpoints: Endpoints) -> None:
+    def __init__(self, endpoints: Endpoints, access: Access | None = None) -> None:
         self.endpoints = endpoints
+        self.access = access or Access()
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.later: asyncio.Task[None] | None = None  # an answer being rendered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -79,6 +189,7 @@ class HttpProtocol(asyncio.Protocol):
             if len(self.buffer) > MAX_HEADER_BYTES:
                 self._send(Response(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"too large\n"))
             return
+        self._stop_timer()  # the request is in: what is left is ours to answer
         self._answer(bytes(self.buffer[:end]))
 
     def _answer(self, head: bytes) -> None:
@@ -88,34 +199,142 @@ class HttpProtocol(asyncio.Protocol):
             self._send(Response(HTTPStatus.BAD_REQUEST, b"bad request\n"))
             return
         method, target, _version = parts
-        try:
-            response = route(self.endpoints, method, target)
-        except Exception as exc:  # an endpoint bug must not kill the server
-            response = Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"{exc!r}\n".encode())
+        headers = _headers(head)
+        assert self.transport is not None
+        if headers is None:
+            response = Response(HTTPStatus.BAD_REQUEST, b"bad or repeated header\n")
+        elif not self.access.host_allowed(headers.get("host"), _local_address(self.transport)):
+            response = Response(HTTPStatus.MISDIRECTED_REQUEST, b"Host not served here\n")
+        else:
+            try:
+                answer = route(self.endpoints, method, target, self.access, headers)
+            except Exception as exc:  # an endpoint bug must not kill the server
+                answer = _failed(exc)
+            if inspect.isawaitable(answer):
+                self.later = asyncio.ensure_future(self._send_later(answer, method == "HEAD"))
+                return
+            response = answer
         self._send(response, head_only=method == "HEAD")
 
-    def _send(self, response: Response, head_only: bool = False) -> None:
+    async def _send_later(self, answer: Awaitable[Response], head_only: bool) -> None:
+        try:
+            response = await answer
+        except Exception as exc:
+            response = _failed(exc)
+        self._send(response, head_only)
+
+    def _stop_timer(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+
+    def _send(self, response: Response, head_only: bool = False) -> None:
+        self._stop_timer()
         assert self.transport is not None
+        if self.transport.is_closing():
+            return  # the client went away while its answer was made
         head = (
             f"HTTP/1.1 {response.status.value} {response.status.phrase}\r\n"
             f"Content-Type: {response.content_type}\r\n"
             f"Content-Length: {len(response.body)}\r\n"
-            "Connection: close\r\n\r\n"
+            + "".join(f"{name}: {value}\r\n" for name, value in response.headers)
+            + "Connection: close\r\n\r\n"
         ).encode()
         self.transport.write(head if head_only else head + response.body)
         self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self._stop_timer()
 
 
-async def start_http(listen: Address, endpoints: Endpoints) -> asyncio.Server:
+def _failed(exc: Exception) -> Response:
+    """An endpoint bug must not kill the server."""
+    return Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"{exc!r}\n".encode())
+
+
+def _headers(head: bytes) -> dict[str, str] | None:
+    """Header fields by lower-case name; None if one is malformed or Host/Authorization
+    comes twice (which of two would a check have looked at?)."""
+    headers: dict[str, str] = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, colon, value = line.decode("latin-1").partition(":")
+        name = name.strip().lower()
+        if not colon or not name:
+            return None
+        if name in headers and name in ("host", "authorization"):
+            return None
+        headers[name] = value.strip()
+    return headers
+
+
+async def start_http(
+    listen: Address, endpoints: Endpoints, access: Access | None = None, ssl: Any = None
+) -> asyncio.Server:
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: HttpProtocol(endpoints), listen.host, listen.port, reuse_address=True
+        lambda: HttpProtocol(endpoints, access),
+        listen.host,
+        listen.port,
+        reuse_address=True,
+        ssl=ssl,
+        ssl_handshake_timeout=HEADER_TIMEOUT_SECONDS if ssl is not None else None,
     )
+
+
+@dataclass
+class AdminServers:
+    """The admin port's listeners: `main` on metrics.listen, `local` on clients_listen."""
+
+    main: asyncio.Server
+    local: asyncio.Server | None = None
+
+    def close(self) -> None:
+        self.main.close()
+        if self.local is not None:
+            self.local.close()
+
+
+async def start_admin(config: MetricsConfig, endpoints: Endpoints) -> AdminServers:
+    """Open the admin listeners as `config` says; ConfigError naming the key if one
+    cannot be opened, or if the token file holds no token."""
+    from proxy.tls import server_context
+
+    token = None
+    if config.clients_token_file is not None:
+        token = TokenFile(config.clients_token_file)
+        if not token.current():
+            raise ConfigError("metrics.clients_token_file", "holds no token")
+    hosts = frozenset(config.allowed_hosts or ())
+    main_access = Access(
+        clients="token" if token else "off",
+        token=token,
+        check_host=config.allowed_hosts is not None,
+        allowed_hosts=hosts,
+    )
+    ssl = None
+    if config.tls is not None:
+        try:
+            ssl = server_context(config.tls)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise ConfigError("metrics.tls", f"cannot load the certificate: {exc}") from exc
+    main = await _open("metrics.listen", config.listen, endpoints, main_access, ssl)
+    if config.clients_listen is None:
+        return AdminServers(main)
+    local_access = Access(clients="open", check_host=True, allowed_hosts=hosts)
+    try:
+        local = await _open(
+            "metrics.clients_listen", config.clients_listen, endpoints, local_access
+        )
+    except BaseException:
+        main.close()
+        raise
+    return AdminServers(main, local)
+
+
+async def _open(
+    key: str, listen: Address, endpoints: Endpoints, access: Access, ssl: Any = None
+) -> asyncio.Server:
+    try:
+        return await start_http(listen, endpoints, access, ssl)
+    except OSError as exc:
+        raise ConfigError(key, f"cannot listen on {listen}: {exc.strerror or exc}") from exc

@@ -4,23 +4,40 @@ Hot path: `Metrics.api(name)` returns an `ApiMetrics`, which counts requests,
 bytes and durations in plain Python numbers and adds them to its prometheus-client
 series when the registry is collected (and, with worker processes, about once a
 second): prometheus-client takes a lock per `inc`, five of them a request.
-Label values a peer controls go through a `LabelCapper`, which bounds the number of
-series a misbehaving or hostile client can create.
+Every label value a peer chooses is bounded, so that a scrape stays small and fast
+whatever clients and brokers send: api versions to those the codec knows, api names
+to _MAX_APIS (the hooks name them: codec names or "unknown"), error names to Kafka's (and the api/error pairs to `max_error_series`), client
+software and upstream addresses through a `LabelCapper`; the rest become "other",
+counted by kafkalens_label_values_capped_total. No `_created` series either: they
+doubled every counter and nobody graphs them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 from bisect import bisect_left
 from collections import Counter as RefCounts
 from collections.abc import Callable, Hashable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.registry import Collector
 
-from codec.error_codes import error_name
+from codec.error_codes import ERROR_CODES, error_name
+from codec.schema import api_messages
+
+# Process-wide in prometheus-client; worker processes import this module too.
+disable_created_metrics()
 
 UNKNOWN = "unknown"
 OTHER = "other"
@@ -36,10 +53,17 @@ DURATION_BUCKETS = (
 # What prometheus-client's Histogram.observe does: the first bucket bound >= the value.
 _BOUNDS = (*DURATION_BUCKETS, math.inf)
 
-# Error names come from the broker (a name per error code, unknown codes included):
-# bound both their series and the per-api cache of raw name -> child, which the capper
-# alone would not bound.
+# Error names come from the broker: only Kafka's own names are labels, and the per-api
+# cache of raw name -> series is bounded too (the names' capper alone would not bound it).
 _ERROR_CACHE_LIMIT = 256
+_ERROR_NAMES = frozenset(ERROR_CODES.values())
+# Api labels: the codec's ~90 names and "unknown" fit, as do the bare hooks' key numbers.
+_MAX_APIS = 256
+# The request versions the codec can decode, by api name: the only api_version labels.
+_KNOWN_VERSIONS: dict[str, dict[int, str]] = {
+    request.name[: -len("Request")]: {v: str(v) for v in request.versions}
+    for request, _ in api_messages().values()
+}
 
 
 def sanitize_label(value: str, max_length: int = MAX_LABEL_LENGTH) -> str:
@@ -54,25 +78,30 @@ class LabelCapper:
     """Admits the first `max_values` distinct label values; later ones become "other".
 
     Values are sanitised first. Works on tuples too (e.g. software name and version
-    capped as one pair), since it is the combination that makes a series.
+    capped as one pair), since it is the combination that makes a series. `on_cap` is
+    called each time a value is turned into "other".
     """
 
-    def __init__(self, max_values: int) -> None:
+    def __init__(self, max_values: int, on_cap: Callable[[], None] | None = None) -> None:
         self.max_values = max_values
         self._admitted: set[Hashable] = set()
+        self._on_cap = on_cap
 
     def __call__(self, value: str) -> str:
         clean = sanitize_label(value)
-        return clean if self._admit(clean) else OTHER
+        return clean if self.admit(clean) else OTHER
 
     def pair(self, first: str, second: str) -> tuple[str, str]:
         clean = (sanitize_label(first), sanitize_label(second))
-        return clean if self._admit(clean) else (OTHER, OTHER)
+        return clean if self.admit(clean) else (OTHER, OTHER)
 
-    def _admit(self, clean: Hashable) -> bool:
+    def admit(self, clean: Hashable) -> bool:
+        """Whether `clean` (already a valid label value or tuple of them) gets its own series."""
         if clean in self._admitted:
             return True
         if len(self._admitted) >= self.max_values:
+            if self._on_cap is not None:
+                self._on_cap()
             return False
         self._admitted.add(clean)
         return True
@@ -86,6 +115,7 @@ class ApiMetrics:
         "name",
         "_errors",
         "_codes",
+        "_versions",
         "duration",
         "request_bytes",
         "response_bytes",
@@ -101,6 +131,7 @@ class ApiMetrics:
         self.name = name
         self._errors: dict[str, Any] = {}
         self._codes: dict[int, Any] = {}
+        self._versions = _KNOWN_VERSIONS.get(name, {})
         self.duration = m.request_duration.labels(api=name)
         self.request_bytes = m.request_bytes.labels(api=name)
         self.response_bytes = m.response_bytes.labels(api=name)
@@ -126,9 +157,7 @@ class ApiMetrics:
     def flush(self) -> None:
         """Add what was counted since the last flush to the prometheus-client series."""
         if self._requests:
-            requests, self._requests = self._requests, {}
-            for api_version, count in requests.items():
-                self._m.requests.labels(api=self.name, api_version=str(api_version)).inc(count)
+            self._flush_requests()
         if self._request_bytes:
             self.request_bytes.inc(self._request_bytes)
             self._request_bytes = 0
@@ -137,6 +166,19 @@ class ApiMetrics:
             self._response_bytes = 0
         if any(self._duration_counts):
             self._flush_durations()
+
+    def _flush_requests(self) -> None:
+        requests, self._requests = self._requests, {}
+        others = 0
+        for api_version, count in requests.items():
+            label = self._versions.get(api_version)
+            if label is None:
+                others += count
+            else:
+                self._m.requests.labels(api=self.name, api_version=label).inc(count)
+        if others:
+            self._m.requests.labels(api=self.name, api_version=OTHER).inc(others)
+            self._m.capped_api_version.inc(others)
 
     def _flush_durations(self) -> None:
         # Histogram has no public "observe n values" call: its per-bucket values (not
@@ -168,11 +210,31 @@ class ApiMetrics:
         child.inc()
 
     def _error_child(self, name: str) -> Any:
-        return self._m.request_errors.labels(api=self.name, error=self._m.error_capper(name))
+        """The series of error `name`; "other" for a name that is not Kafka's or past the
+        api/error pairs' cap, counted each time it is used (not only when first seen)."""
+        if name in _ERROR_NAMES and self._m.error_capper.admit((self.name, name)):
+            return self._m.request_errors.labels(api=self.name, error=name)
+        return _CappedError(
+            self._m.request_errors.labels(api=self.name, error=OTHER), self._m.capped_error
+        )
 
     def decode_error(self, direction: str) -> None:
         """A frame of this api could not be decoded; `direction` "request" or "response"."""
         self._m.decode_errors.labels(api=self.name, direction=direction).inc()
+
+
+class _CappedError:
+    """The "other" error series, counting the capping as well."""
+
+    __slots__ = ("series", "capped")
+
+    def __init__(self, series: Any, capped: Any) -> None:
+        self.series = series
+        self.capped = capped
+
+    def inc(self) -> None:
+        self.series.inc()
+        self.capped.inc()
 
 
 class ConnectionMetrics:
@@ -224,17 +286,22 @@ class ConnectionMetrics:
 class Metrics:
     """Every kafkalens metric, registered in `self.registry` (not the global registry)."""
 
-    def __init__(self, max_label_values: int = 50, build_version: str | None = None) -> None:
+    def __init__(
+        self,
+        max_label_values: int = 50,
+        build_version: str | None = None,
+        max_error_series: int = 256,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Flusher(self))  # first: collected before the series
-        self.software_capper = LabelCapper(max_label_values)
-        self.error_capper = LabelCapper(_ERROR_CACHE_LIMIT)
-        self.upstream_capper = LabelCapper(max(max_label_values, 64))
         self._apis: dict[str, ApiMetrics] = {}
         self._instances: RefCounts[Hashable] = RefCounts()
+        self._render_thread = threading.local()  # .flushed: the loop flushed already
+        self._rendering: asyncio.Future[bytes] | None = None
         self._define_request_metrics()
         self._define_connection_metrics()
         self._define_proxy_metrics()
+        self._define_capping(max_label_values, max_error_series)
         self.build_info.labels(version=build_version or _package_version()).set(1)
 
     def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
@@ -334,10 +401,30 @@ class Metrics:
         self.bytes_to_client = self.forwarded_bytes.labels(direction="broker_to_client")
         self.build_info = self._gauge("kafkalens_build_info", "Always 1.", ("version",), "max")
 
+    def _define_capping(self, max_label_values: int, max_error_series: int) -> None:
+        capped = self._counter(
+            "kafkalens_label_values_capped_total",
+            'Observations counted under label value "other": the value was chosen by a'
+            " peer and is unknown to the codec, or past its label's cap.",
+            ("label",),
+        )
+        self.capped_api_version = capped.labels(label="api_version")
+        self.capped_error = capped.labels(label="error")
+        self.software_capper = LabelCapper(
+            max_label_values, capped.labels(label="client_software").inc
+        )
+        self.error_capper = LabelCapper(max_error_series)  # counted by _CappedError
+        self.upstream_capper = LabelCapper(
+            max(max_label_values, 64), capped.labels(label="upstream").inc
+        )
+
     def api(self, name: str) -> ApiMetrics:
-        """The cached series of api `name` (a codec api name, a bounded set)."""
+        """The cached series of api `name`, named by the hooks (the codec's api names, or
+        key numbers): past _MAX_APIS names, "unknown", whoever chose them."""
         api = self._apis.get(name)
         if api is None:
+            if len(self._apis) >= _MAX_APIS and name != UNKNOWN:
+                return self.api(UNKNOWN)  # not cached under `name`: that would grow unbounded
             api = self._apis[name] = ApiMetrics(self, name)
         return api
 
@@ -384,8 +471,29 @@ class Metrics:
         self.client_instances.set(len(self._instances))
 
     def render(self) -> bytes:
-        """The text exposition of this registry, for the /metrics handler."""
+        """The text exposition of this registry."""
         return generate_latest(self.registry)
+
+    async def render_off_loop(self) -> bytes:
+        """The exposition for the /metrics handler, rendered in a thread: with every
+        series a peer can create (measured: ~3,000 lines, 240 KB) formatting takes
+        tens of ms, and a thread hands the GIL back to the loop every few ms
+        (sys.getswitchinterval), so forwarding goes on meanwhile. The counts are
+        flushed here first: only the loop's thread touches them. Scrapes that come
+        while a rendering runs share it."""
+        if self._rendering is None:
+            self.flush()
+            rendering = asyncio.ensure_future(asyncio.to_thread(self._render_flushed))
+            self._rendering = rendering
+            rendering.add_done_callback(lambda _: setattr(self, "_rendering", None))
+        return await asyncio.shield(self._rendering)
+
+    def _render_flushed(self) -> bytes:
+        self._render_thread.flushed = True
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._render_thread.flushed = False
 
     def metric_names(self) -> set[str]:
         """Every sample name this registry can expose, whether or not it has samples yet."""
@@ -402,7 +510,8 @@ class _Flusher(Collector):
         self._metrics = metrics
 
     def collect(self) -> Iterator[Any]:
-        self._metrics.flush()
+        if not getattr(self._metrics._render_thread, "flushed", False):
+            self._metrics.flush()
         return iter(())
 
     def describe(self) -> list[Any]:
@@ -410,9 +519,9 @@ class _Flusher(Collector):
 
 
 _SAMPLE_SUFFIXES: dict[str, Callable[[str], tuple[str, ...]]] = {
-    "counter": lambda n: (f"{n}_total", f"{n}_created"),
+    "counter": lambda n: (f"{n}_total",),
     "gauge": lambda n: (n,),
-    "histogram": lambda n: (f"{n}_bucket", f"{n}_count", f"{n}_sum", f"{n}_created"),
+    "histogram": lambda n: (f"{n}_bucket", f"{n}_count", f"{n}_sum"),
 }
 
 

@@ -100,6 +100,7 @@ def check_tls(config: Config) -> None:
     listeners = [(f"listeners[{i}].tls", lst.tls) for i, lst in enumerate(config.listeners)]
     if config.gateway is not None:
         listeners.append(("gateway.tls", config.gateway.tls))
+    listeners.append(("metrics.tls", config.metrics.tls))
     for key, tls in listeners:
         if tls is not None:
             _loads(key, partial(server_context, tls))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from proxy.allocator import keep_large_buffers
 from proxy.config import Address, Config, ConfigError, check_supported
 from proxy.hooks import Hooks
-from proxy.http import Endpoints, start_http
+from proxy.http import AdminServers, Endpoints, start_admin
 from proxy.metrics import Metrics
 from proxy.observer import build_hooks
 from proxy.readiness import UpstreamProbe
@@ -24,13 +24,25 @@ from proxy.signals import wait_for_stop_signal
 @dataclass
 class RunningProxy:
     server: Server
-    http: asyncio.Server
+    admin: AdminServers
     probe: UpstreamProbe
     metrics: Metrics
 
     @property
+    def http(self) -> asyncio.Server:
+        return self.admin.main
+
+    @property
     def http_address(self) -> Address:
         host, port = self.http.sockets[0].getsockname()[:2]
+        return Address(str(host), int(port))
+
+    @property
+    def clients_address(self) -> Address | None:
+        """Where metrics.clients_listen was bound, if it is set."""
+        if self.admin.local is None:
+            return None
+        host, port = self.admin.local.sockets[0].getsockname()[:2]
         return Address(str(host), int(port))
 
     def readiness(self) -> tuple[bool, str]:
@@ -40,7 +52,7 @@ class RunningProxy:
 
     async def stop(self, grace: float | None = None) -> None:
         """Graceful: stop accepting, drain in-flight requests, close."""
-        self.http.close()
+        self.admin.close()
         await self.probe.stop()
         await self.server.shutdown(grace)
 
@@ -73,7 +85,9 @@ async def start_proxy(
     config: Config, hooks: Hooks | None = None, metrics: Metrics | None = None
 ) -> RunningProxy:
     check_supported(config)
-    metrics = metrics or Metrics(config.metrics.max_label_values)
+    metrics = metrics or Metrics(
+        config.metrics.max_label_values, max_error_series=config.metrics.max_error_series
+    )
     hooks = hooks if hooks is not None else build_hooks(config, metrics)
     server = await open_server(config, hooks, metrics)
     probe = UpstreamProbe(server.upstreams)
@@ -84,15 +98,19 @@ async def start_proxy(
         assert running is not None
         return running.readiness()
 
-    endpoints = Endpoints(metrics=metrics.render, ready=ready, clients=server.clients)
+    endpoints = Endpoints(
+        metrics=metrics.render,
+        ready=ready,
+        clients=server.clients,
+        metrics_later=metrics.render_off_loop,
+    )
     try:
-        http = await start_http(config.metrics.listen, endpoints)
-    except OSError as exc:
+        admin = await start_admin(config.metrics, endpoints)
+    except ConfigError:
         await probe.stop()
         await server.close()
-        listen = config.metrics.listen
-        raise ConfigError("metrics.listen", f"cannot listen on {listen}: {exc.strerror}") from exc
-    running = RunningProxy(server, http, probe, metrics)
+        raise
+    running = RunningProxy(server, admin, probe, metrics)
     return running
 
 

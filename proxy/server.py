@@ -146,7 +146,8 @@ class Server:
         return [conn.snapshot() for conn in list(self.ctx.connections.values())]
 
     def pending_total(self) -> int:
-        return sum(conn.in_flight for conn in self.ctx.connections.values())
+        # list(): the /metrics rendering thread calls this (proxy/metrics.py render_off_loop)
+        return sum(conn.in_flight for conn in list(self.ctx.connections.values()))
 
     def upstreams(self) -> set[Address]:
         return {a for listener in self.listeners.values() for a in listener.route.upstreams}

@@ -112,7 +112,9 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
 
     config = worker_config(config, index)
-    metrics = Metrics(config.metrics.max_label_values)
+    metrics = Metrics(
+        config.metrics.max_label_values, max_error_series=config.metrics.max_error_series
+    )
     try:
         check_api_names(config)  # here, not in the parent (see proxy/preflight.py)
         server = await open_server(config, build_hooks(config, metrics), metrics, reuse_port=True)
@@ -250,7 +252,7 @@ def serve_workers(config: Config) -> None:
 async def _parent(config: Config, metrics_dir: Path) -> None:
     # Not proxy.runner: the parent forwards nothing, and the codec it would load costs
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
-    from proxy.http import Endpoints, start_http
+    from proxy.http import Endpoints, start_admin
     from proxy.readiness import UpstreamProbe
     from proxy.signals import wait_for_stop_signal
 
@@ -272,10 +274,10 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
 
     endpoints = Endpoints(metrics=pool.render_metrics, ready=ready, clients=pool.clients)
     try:
-        http = await start_http(config.metrics.listen, endpoints)
-    except OSError as exc:
+        http = await start_admin(config.metrics, endpoints)
+    except ConfigError:
         await pool.stop(0)
-        raise ConfigError("metrics.listen", f"cannot listen: {exc.strerror}") from exc
+        raise
     supervisor = asyncio.get_running_loop().create_task(pool.supervise())
     log.info("workers ready", workers=config.workers)
     await wait_for_stop_signal()

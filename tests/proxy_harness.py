@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import uvloop
 
-from proxy.config import Config, Overrides, load_config
+from proxy.config import Address, Config, Overrides, load_config
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.runner import RunningProxy, start_proxy
@@ -29,10 +29,13 @@ LOCAL = "127.0.0.1"
 
 
 def proxy_config(upstream: str, **limits: Any) -> Config:
-    """Listen on a free local port, forward to `upstream`; `limits` override limits.*."""
+    """Listen on a free local port, forward to `upstream`; `limits` override limits.*.
+    /clients is served on a loopback listener of its own (`ProxyThread.clients_port`)."""
     config = load_config(
         None, Overrides(listen=f"{LOCAL}:0", upstream=upstream, metrics=f"{LOCAL}:0")
     )
+    metrics = dataclasses.replace(config.metrics, clients_listen=Address(LOCAL, 0))
+    config = dataclasses.replace(config, metrics=metrics)
     if limits:
         config = dataclasses.replace(config, limits=dataclasses.replace(config.limits, **limits))
     return config
@@ -94,6 +97,14 @@ class ProxyThread:
     def http_port(self) -> int:
         assert self.running is not None
         return self.call(lambda: self.running.http_address.port)  # type: ignore[union-attr]
+
+    @property
+    def clients_port(self) -> int:
+        """metrics.clients_listen's port (/clients without a token)."""
+        assert self.running is not None
+        address = self.call(lambda: self.running.clients_address)  # type: ignore[union-attr]
+        assert address is not None, "metrics.clients_listen is not set"
+        return address.port
 
     def clients(self) -> list[dict[str, Any]]:
         return self.call(self.server.clients)

@@ -202,7 +202,9 @@ def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
         producer.close()
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/clients", timeout=5) as r:
+        clients_url = text.split("clients:", 1)[1].split()[0]
+        assert clients_url.startswith("http://127.0.0.1:") and clients_url.endswith("/clients")
+        with urllib.request.urlopen(clients_url, timeout=5) as r:
             assert isinstance(json.load(r), list)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(15) == 0
@@ -226,7 +228,10 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
 
     port, metrics_port = free_port(), free_port()
     with FakeBroker(echo_broker) as broker:
-        config = workers_config(tmp_path, port, metrics_port, broker.address, tmp_path / "requests.log")
+        clients_port = free_port()
+        config = workers_config(
+            tmp_path, port, metrics_port, broker.address, tmp_path / "requests.log", clients_port
+        )
         proc = kafkalens("proxy", "--config", str(config))
         try:
             assert wait_for_port(LOCAL, metrics_port, 30), proc.stderr
@@ -236,7 +241,9 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
                 sock.sendall(api_versions_v0(corr))
                 assert read_frame(sock) == corr.to_bytes(4, "big") + b"ok"
                 socks.append(sock)
-            clients = http_json(metrics_port, "/clients", wait_for=lambda c: len(c) == 40)
+            assert http_status(metrics_port, "/clients") == 404  # off on the open port
+            assert wait_for_port(LOCAL, clients_port, 5)
+            clients = http_json(clients_port, "/clients", wait_for=lambda c: len(c) == 40)
             pids = {c["conn_id"].split("-")[0] for c in clients}
             assert len(pids) == 2
             metrics = http_get(metrics_port, "/metrics")
@@ -246,6 +253,7 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
                 if line.startswith("kafkalens_connections_opened_total{")
             ]
             assert opened == ['kafkalens_connections_opened_total{listener="main"} 40.0']
+            assert "_created" not in metrics
             assert http_get(metrics_port, "/readyz") == "ready\n"
             proc.send_signal(signal.SIGTERM)
             assert all(is_closed(sock, timeout=5) for sock in socks)
@@ -288,12 +296,15 @@ def test_a_dead_worker_is_started_again(tmp_path: Path) -> None:
             proc.communicate()
 
 
-def workers_config(tmp_path: Path, port: int, metrics_port: int, upstream: str, log: Path | str) -> Path:
+def workers_config(
+    tmp_path: Path, port: int, metrics_port: int, upstream: str, log: Path | str, clients_port: int = 0
+) -> Path:
     config = tmp_path / "k.yaml"
+    clients = f", clients_listen: '{LOCAL}:{clients_port}'" if clients_port else ""
     config.write_text(
         f"workers: 2\n"
         f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{upstream}'}}]\n"
-        f"metrics: {{listen: '{LOCAL}:{metrics_port}'}}\n"
+        f"metrics: {{listen: '{LOCAL}:{metrics_port}'{clients}}}\n"
         f"request_log: {{path: '{log}'}}\n"
     )
     return config
@@ -315,6 +326,16 @@ def http_get(port: int, path: str) -> str:
 
     with urllib.request.urlopen(f"http://{LOCAL}:{port}{path}", timeout=5) as response:
         return str(response.read().decode())
+
+
+def http_status(port: int, path: str) -> int:
+    import urllib.error
+
+    try:
+        http_get(port, path)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    return 200
 
 
 def http_json(

@@ -371,6 +371,28 @@ def test_probes_hit_health_endpoints_on_the_metrics_port(kind: str) -> None:
     assert proxy["securityContext"]["runAsNonRoot"] is True
 
 
+@pytest.mark.parametrize("kind", ["StatefulSet", "Deployment"])
+def test_clients_token_is_a_generated_secret_mounted_where_the_config_reads_it(kind: str) -> None:
+    (workload,) = of_kind(kind)
+    pod = workload["spec"]["template"]["spec"]
+    containers = pod.get("initContainers", []) + pod["containers"]
+    (proxy,) = [c for c in containers if c["name"] == "kafkalens"]
+    token_file = Path(mounted_config(pod, proxy)["metrics"]["clients_token_file"])
+    (mount,) = [m for m in proxy["volumeMounts"] if Path(m["mountPath"]) == token_file.parent]
+    assert mount["readOnly"] is True and "subPath" not in mount  # subPath never sees updates
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret_name = volume["secret"]["secretName"]
+    (kustomization,) = [
+        p for p in K8S.rglob("kustomization.yaml")
+        if kind in {d["kind"] for r in load(p)["resources"] for d in yaml.safe_load_all((p.parent / r).read_text()) if d}
+    ]  # fmt: skip
+    (generator,) = [g for g in load(kustomization)["secretGenerator"] if g["name"] == secret_name]
+    (source,) = [f for f in generator["files"] if f.startswith(f"{token_file.name}=")]
+    assert generator["options"]["disableNameSuffixHash"] is True  # updated in place
+    ignored = (kustomization.parent / ".gitignore").read_text().split()
+    assert source.split("=", 1)[1] in ignored, "the token file must never be committed"
+
+
 def test_broker_advertises_the_sidecar_and_listens_where_it_forwards() -> None:
     statefulset, sidecar, broker = sidecar_pod()
     config = mounted_config(statefulset["spec"]["template"]["spec"], sidecar)
@@ -530,7 +552,7 @@ def test_example_configs_pass_the_proxy_validator(
     config_module = pytest.importorskip("proxy.config", reason="proxy/config.py not written yet")
     # TLS files named by the examples exist only where they are deployed.
     real_isfile, real_access = os.path.isfile, os.access
-    deployed = ("/etc/kafkalens/", "/var/log/kafkalens/")
+    deployed = ("/etc/kafkalens/", "/var/log/kafkalens/", "/var/run/secrets/kafkalens/")
     monkeypatch.setattr(os.path, "isfile", lambda p: str(p).startswith(deployed) or real_isfile(p))
     monkeypatch.setattr(os, "access", lambda p, m: str(p).startswith(deployed) or real_access(p, m))
     config_module.parse_config(all_example_configs()[name])

@@ -64,7 +64,11 @@ def test_duration_histogram_buckets_span_100us_to_30s(m: Metrics) -> None:
     assert value(m, "kafkalens_request_duration_seconds_count", api="Fetch") == 3
 
 
-def test_errors_by_kafka_error_name_are_capped(m: Metrics) -> None:
+def capped(m: Metrics, label: str) -> float | None:
+    return value(m, "kafkalens_label_values_capped_total", label=label)
+
+
+def test_errors_are_kafka_names_others_are_other(m: Metrics) -> None:
     api = m.api("Metadata")
     api.error("UNKNOWN_TOPIC_OR_PARTITION")
     api.error("UNKNOWN_TOPIC_OR_PARTITION")
@@ -72,9 +76,27 @@ def test_errors_by_kafka_error_name_are_capped(m: Metrics) -> None:
     assert value(m, name, api="Metadata", error="UNKNOWN_TOPIC_OR_PARTITION") == 2
     for code in range(300):  # a broker inventing error codes
         api.error(f"UNKNOWN_ERROR_{code}")
+    api.error("UNKNOWN_ERROR_7")  # cached, and still counted as capped
     series = [k for k in scrape(m) if k[0] == name]
-    assert len(series) <= 257  # the cap plus "other"
-    assert value(m, name, api="Metadata", error=OTHER) == 300 - 255
+    assert len(series) == 2
+    assert value(m, name, api="Metadata", error=OTHER) == 301
+    assert capped(m, "error") == 301
+
+
+def test_api_error_pairs_are_capped() -> None:
+    from codec.error_codes import ERROR_CODES
+
+    m = Metrics(max_error_series=10)
+    names = sorted(ERROR_CODES.values())
+    for api in ("Produce", "Fetch"):
+        for error in names[:8]:
+            m.api(api).error(error)
+    name = "kafkalens_request_errors_total"
+    fetch = {labels for n, labels in scrape(m) if n == name and ("api", "Fetch") in labels}
+    assert len(fetch) == 3  # two admitted pairs, then "other"
+    assert value(m, name, api="Fetch", error=OTHER) == 6
+    assert value(m, name, api="Produce", error=names[7]) == 1
+    assert capped(m, "error") == 6
 
 
 def test_error_codes_are_named_like_kafka(m: Metrics) -> None:
@@ -82,9 +104,45 @@ def test_error_codes_are_named_like_kafka(m: Metrics) -> None:
     api.error_code(3)
     api.error_code(3)
     api.error_code(30000)  # not in Kafka's table
+    api.error_code(30000)
     name = "kafkalens_request_errors_total"
     assert value(m, name, api="Produce", error="UNKNOWN_TOPIC_OR_PARTITION") == 2
-    assert value(m, name, api="Produce", error="UNKNOWN_ERROR_30000") == 1
+    assert value(m, name, api="Produce", error=OTHER) == 2
+    assert capped(m, "error") == 2
+
+
+def test_api_versions_are_those_the_codec_knows(m: Metrics) -> None:
+    from codec.schema import api_messages
+
+    produce = m.api("Produce")
+    newest = api_messages()[0][0].max_version
+    produce.request(newest, 1)
+    for version in range(newest + 1, 20000):  # a client inventing versions
+        produce.request(version, 1)
+    produce.request(-1, 1)
+    series = {labels for n, labels in scrape(m) if n == "kafkalens_requests_total"}
+    assert series == {
+        frozenset({("api", "Produce"), ("api_version", str(newest))}),
+        frozenset({("api", "Produce"), ("api_version", OTHER)}),
+    }
+    assert value(m, "kafkalens_requests_total", api="Produce", api_version=OTHER) == 20000 - newest
+    assert capped(m, "api_version") == 20000 - newest
+
+
+def test_api_names_are_capped(m: Metrics) -> None:
+    for i in range(1000):
+        m.api(f"Invented{i}").request(0, 1)
+    assert m.api("Invented999") is m.api(UNKNOWN)
+    apis = {dict(labels)["api"] for n, labels in scrape(m) if n == "kafkalens_requests_total"}
+    assert len(apis) == 256 + 1  # the cap, and "unknown"
+    assert value(m, "kafkalens_requests_total", api=UNKNOWN, api_version=OTHER) == 1000 - 256
+
+
+def test_no_created_series(m: Metrics) -> None:
+    m.api("Produce").request(3, 1)
+    m.api("Produce").response(0.1, 1)
+    m.connection_opened("plaintext").close("client_eof")
+    assert b"_created" not in m.render()
 
 
 def test_connection_moves_from_unknown_to_identified_software(m: Metrics) -> None:
@@ -120,6 +178,17 @@ def test_client_software_pairs_are_capped(m: Metrics) -> None:
     assert software(m, "evil-client", "2.0") == 1
     assert software(m, "evil-client", "3.0") is None
     assert software(m, OTHER, OTHER) == 2
+    assert capped(m, "client_software") == 2
+
+
+def test_upstream_addresses_are_capped() -> None:
+    m = Metrics(max_label_values=3)  # upstreams get at least 64
+    for i in range(100):  # gateway mode: brokers name the addresses
+        m.upstream_failure(f"10.0.0.{i}:9092", "reset")
+    failures = {labels for n, labels in scrape(m) if n == "kafkalens_upstream_failures_total"}
+    assert len(failures) == 65
+    assert value(m, "kafkalens_upstream_failures_total", upstream=OTHER, reason="reset") == 36
+    assert capped(m, "upstream") == 36
 
 
 def test_client_instances_counts_distinct_ids_of_open_connections(m: Metrics) -> None:
@@ -184,6 +253,7 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     api.request(9, 1)
     api.response(0.1, 1)
     api.error("X")
+    api.error("NOT_COORDINATOR")
     api.decode_error("request")
     conn = m.connection_opened("l")
     conn.close("r")
@@ -235,3 +305,16 @@ def test_counts_reach_the_series_on_every_collection_and_only_once(m: Metrics) -
         "kafkalens_requests_total", {"api": "Metadata", "api_version": "12"}
     ) == 2
     assert value(m, "kafkalens_request_bytes_total", api="Metadata") == 20
+
+
+def test_render_off_loop_flushes_on_the_loop_and_shares_one_rendering(m: Metrics) -> None:
+    import asyncio
+
+    async def scrapes() -> list[bytes]:
+        m.api("Produce").request(9, 5)
+        return await asyncio.gather(m.render_off_loop(), m.render_off_loop())
+
+    first, second = asyncio.run(scrapes())
+    assert first is second  # one rendering for scrapes that came together
+    assert b'kafkalens_requests_total{api="Produce",api_version="9"} 1.0' in first
+    assert first == m.render()

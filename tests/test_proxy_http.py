@@ -61,7 +61,7 @@ def test_endpoints() -> None:
         }
         assert samples[("kafkalens_connections_opened_total", (("listener", "plaintext"),))] == 1
         assert samples[("kafkalens_pending_requests", ())] == 0
-        status, content_type, body = get(port, "/clients?pretty=0")
+        status, content_type, body = get(px.clients_port, "/clients?pretty=0")
         assert (status, content_type) == (200, "application/json")
         [conn] = json.loads(body)
         assert conn["listener"] == "plaintext" and conn["upstream"] == broker.address

@@ -57,7 +57,8 @@ class ObservedProxy(ProxyThread):
         return hooks
 
     def http(self, path: str) -> str:
-        url = f"http://{LOCAL}:{self.http_port}{path}"
+        port = self.clients_port if path.startswith("/clients") else self.http_port
+        url = f"http://{LOCAL}:{port}{path}"
         with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as answer:
             return str(answer.read().decode())
 

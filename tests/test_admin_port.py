@@ -1,0 +1,299 @@
+"""The admin port (metrics.*): /clients off unless enabled, then only with the bearer
+token of metrics.clients_token_file or on the loopback listener metrics.clients_listen;
+Host headers checked where asked; HTTPS with metrics.tls. /metrics, /healthz and
+/readyz stay open. Live proxies with their real hooks; /clients with a real client
+through the proxy to tansu."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proxy_harness import LOCAL, FakeBroker, echo_broker
+from test_hostile_support import ObservedProxy
+from test_proxy_tls import issue, openssl
+
+from proxy.config import Config, ConfigError, parse_config
+from proxy.runner import start_proxy
+from proxy.tansu import free_port
+
+TOKEN = "s3cret-token-0123456789abcdef"
+
+
+def admin_config(upstream: str, tmp_path: Path, **metrics: Any) -> Config:
+    return parse_config(
+        {
+            "listeners": [{"name": "plaintext", "listen": f"{LOCAL}:0", "upstream": upstream}],
+            "metrics": {"listen": f"{LOCAL}:0", **metrics},
+            "request_log": {"path": str(tmp_path / "requests.log")},
+        }
+    )
+
+
+def get(
+    port: int,
+    path: str,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    conn: http.client.HTTPConnection
+    if context is not None:
+        conn = http.client.HTTPSConnection(LOCAL, port, timeout=5, context=context)
+    else:
+        conn = http.client.HTTPConnection(LOCAL, port, timeout=5)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection((LOCAL, port), timeout=5) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+# --- configuration -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("metrics", "error"),
+    [
+        (
+            {"clients_listen": "0.0.0.0:9181"},
+            "metrics.clients_listen: must be a loopback address (127.0.0.1, [::1], localhost),"
+            " got 0.0.0.0:9181",
+        ),
+        ({"clients_listen": "10.1.2.3:9181"}, "metrics.clients_listen: must be a loopback"),
+        ({"clients_token_file": "/nope/token"}, "metrics.clients_token_file: file not found"),
+        ({"allowed_hosts": ["ok", ""]}, "metrics.allowed_hosts[1]: must be a non-empty string"),
+        ({"allowed_hosts": "kafkalens"}, "metrics.allowed_hosts: must be a list"),
+        ({"max_error_series": 0}, "metrics.max_error_series: must be a positive integer"),
+        ({"tls": {"cert": "/nope.crt"}}, "metrics.tls.cert: file not found: /nope.crt"),
+        ({"tls": {}}, "metrics.tls.cert: is required for TLS"),
+    ],
+)
+def test_bad_admin_settings_name_their_key(
+    tmp_path: Path, metrics: dict[str, Any], error: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        admin_config(f"{LOCAL}:9092", tmp_path, **metrics)
+    assert str(caught.value).startswith(error)
+    assert "\n" not in str(caught.value)
+
+
+def test_loopback_addresses_are_accepted_and_clients_is_off_by_default(tmp_path: Path) -> None:
+    default = admin_config(f"{LOCAL}:9092", tmp_path).metrics
+    assert (default.clients_token_file, default.clients_listen, default.allowed_hosts) == (
+        None,
+        None,
+        None,
+    )
+    for listen in ("127.0.0.1:9181", "127.0.0.2:9181", "localhost:9181", "[::1]:9181"):
+        assert admin_config(f"{LOCAL}:9092", tmp_path, clients_listen=listen).metrics.clients_listen
+
+
+def test_an_empty_token_file_stops_the_start(tmp_path: Path) -> None:
+    import asyncio
+
+    token = tmp_path / "token"
+    token.write_text(" \n")
+    config = admin_config(f"{LOCAL}:{free_port()}", tmp_path, clients_token_file=str(token))
+    with pytest.raises(ConfigError, match=r"^metrics.clients_token_file: holds no token$"):
+        asyncio.run(start_proxy(config))
+
+
+# --- /clients ----------------------------------------------------------------------
+
+
+def test_clients_is_off_unless_enabled_the_rest_stays_open(tmp_path: Path) -> None:
+    with (
+        FakeBroker(echo_broker) as broker,
+        ObservedProxy(admin_config(broker.address, tmp_path)) as px,
+    ):
+        px.run(px.running.probe.probe_once())  # type: ignore[union-attr]
+        port = px.http_port
+        status, _, body = get(port, "/clients", bearer(TOKEN))
+        assert status == 404
+        assert b"set metrics.clients_token_file or metrics.clients_listen" in body
+        assert get(port, "/metrics", {"Host": "anything.example"})[0] == 200
+        assert get(port, "/healthz")[0] == 200
+        assert get(port, "/readyz")[:3:2] == (200, b"ready\n")
+
+
+def test_clients_with_the_bearer_token_of_a_file(tmp_path: Path, tansu_factory: Any) -> None:
+    from kafka import KafkaProducer
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")  # as `kubectl create secret --from-file` keeps it
+    broker_port = free_port()
+    config = admin_config(f"{LOCAL}:{broker_port}", tmp_path, clients_token_file=str(token_file))
+    with ObservedProxy(config) as px:
+        tansu_factory(advertised_port=px.port, port=broker_port)
+        producer = KafkaProducer(bootstrap_servers=px.bootstrap, client_id="token-test")
+        try:
+            producer.send("admin-topic", b"x").get(30)
+            port = px.http_port
+            status, headers, body = get(port, "/clients", bearer(TOKEN))
+            assert status == 200 and headers["Content-Type"] == "application/json"
+            assert "token-test" in {c["identity"].get("client_id") for c in json.loads(body)}
+
+            status, headers, body = get(port, "/clients")
+            assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+            assert b"token-test" not in body
+            for refused in (
+                bearer(TOKEN + "x"),
+                bearer(TOKEN[:-1]),
+                bearer(""),
+                {"Authorization": f"Basic {TOKEN}"},
+                {"Authorization": TOKEN},
+            ):
+                assert get(port, "/clients", refused)[0] == 401, refused
+            assert get(port, "/clients", {"Authorization": f"bearer   {TOKEN}"})[0] == 200
+            assert get(port, "/metrics")[0] == 200  # no token needed
+
+            # A rotated Secret: a new file swapped in. The new token only, at once.
+            rotated = tmp_path / "token.new"
+            rotated.write_text("rotated-token-42")
+            os.replace(rotated, token_file)
+            assert get(port, "/clients", bearer(TOKEN))[0] == 401
+            assert get(port, "/clients", bearer("rotated-token-42"))[0] == 200
+            token_file.unlink()  # gone or unreadable: nobody
+            assert get(port, "/clients", bearer("rotated-token-42"))[0] == 401
+        finally:
+            producer.close()
+
+
+def test_a_repeated_authorization_or_host_header_is_refused(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    config = admin_config(f"{LOCAL}:{free_port()}", tmp_path, clients_token_file=str(token_file))
+    with ObservedProxy(config) as px:
+        port = px.http_port
+        twice = f"Authorization: Bearer wrong\r\nAuthorization: Bearer {TOKEN}\r\n".encode()
+        answer = raw(port, b"GET /clients HTTP/1.1\r\nHost: x\r\n" + twice + b"\r\n")
+        assert answer.startswith(b"HTTP/1.1 400 ")
+        answer = raw(port, b"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 400 ")
+
+
+def test_clients_on_the_loopback_listener_with_host_checks(tmp_path: Path) -> None:
+    config = admin_config(f"{LOCAL}:{free_port()}", tmp_path, clients_listen=f"{LOCAL}:0")
+    with ObservedProxy(config) as px:
+        local = px.clients_port
+        assert get(px.http_port, "/clients")[0] == 404  # not on the open listener
+        status, _, body = get(local, "/clients")  # Host: 127.0.0.1:<port>
+        assert status == 200 and json.loads(body) == []
+        assert get(local, "/clients", {"Host": f"localhost:{local}"})[0] == 200
+        assert get(local, "/metrics", {"Host": "localhost"})[0] == 200
+        # DNS rebinding: a web page's own name pointed at 127.0.0.1
+        status, _, body = get(local, "/clients", {"Host": f"evil.example:{local}"})
+        assert status == 421 and b"json" not in body
+        assert get(local, "/clients", {"Host": "127.0.0.2"})[0] == 421  # not where it came in
+        assert raw(local, b"GET /clients HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 421 ")
+
+
+def test_allowed_hosts_on_the_open_listener(tmp_path: Path) -> None:
+    config = admin_config(
+        f"{LOCAL}:{free_port()}", tmp_path, allowed_hosts=["kafkalens.monitoring.svc"]
+    )
+    with ObservedProxy(config) as px:
+        port = px.http_port
+        for host in (
+            "kafkalens.monitoring.svc:9180",
+            "KAFKALENS.Monitoring.svc.",
+            f"{LOCAL}:{port}",
+        ):
+            assert get(port, "/metrics", {"Host": host})[0] == 200, host
+        for path in ("/metrics", "/healthz", "/readyz", "/clients"):
+            assert get(port, path, {"Host": "evil.example"})[0] == 421, path
+        assert get(port, "/healthz")[0] == 200  # a probe names the address it dials
+
+
+def test_an_empty_allowed_hosts_list_allows_only_the_address_and_localhost(tmp_path: Path) -> None:
+    with ObservedProxy(admin_config(f"{LOCAL}:{free_port()}", tmp_path, allowed_hosts=[])) as px:
+        port = px.http_port
+        assert get(port, "/metrics")[0] == 200  # Host: 127.0.0.1:<port>
+        assert get(port, "/metrics", {"Host": "localhost"})[0] == 200
+        assert get(port, "/metrics", {"Host": "kafkalens.monitoring.svc"})[0] == 421
+
+
+# --- TLS ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("admin-certs")
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl(
+        "req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+        "-subj", "/CN=kafkalens admin test CA", cwd=d,
+    )  # fmt: skip
+    issue(d, "server", "/CN=localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1")
+    return d
+
+
+def test_tls_on_the_admin_port(tmp_path: Path, certs: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    tls = {"cert": str(certs / "server.crt"), "key": str(certs / "server.key")}
+    config = admin_config(
+        f"{LOCAL}:{free_port()}", tmp_path, tls=tls, clients_token_file=str(token_file)
+    )
+    with ObservedProxy(config) as px:
+        port = px.http_port
+        trusting = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        status, _, body = get(port, "/metrics", context=trusting)
+        assert status == 200 and b"kafkalens_build_info" in body
+        assert get(port, "/clients", bearer(TOKEN), context=trusting)[0] == 200
+        assert get(port, "/clients", context=trusting)[0] == 401
+        with pytest.raises(ssl.SSLCertVerificationError):
+            get(port, "/metrics", context=ssl.create_default_context())
+        assert not raw(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/")
+        assert get(port, "/healthz", context=trusting)[0] == 200  # still serving
+
+
+def test_a_bad_tls_certificate_stops_the_start(tmp_path: Path) -> None:
+    import asyncio
+
+    (tmp_path / "bad.crt").write_text("not a certificate")
+    tls = {"cert": str(tmp_path / "bad.crt"), "key": str(tmp_path / "bad.crt")}
+    config = admin_config(f"{LOCAL}:{free_port()}", tmp_path, tls=tls)
+    with pytest.raises(ConfigError, match=r"^metrics.tls: cannot load the certificate"):
+        asyncio.run(start_proxy(config))
+
+
+def test_check_config_says_where_clients_is_served(tmp_path: Path) -> None:
+    from proxy.config import summary
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    upstream = f"{LOCAL}:9092"
+    assert "clients: off" in summary(admin_config(upstream, tmp_path))
+    lines = summary(
+        admin_config(
+            upstream,
+            tmp_path,
+            listen="0.0.0.0:9180",
+            clients_token_file=str(token_file),
+            clients_listen="127.0.0.1:9181",
+        )
+    )
+    assert "clients: http://0.0.0.0:9180/clients (bearer token)" in lines
+    assert "clients: http://127.0.0.1:9181/clients" in lines
+    assert "clients: off" not in lines
