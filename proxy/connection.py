@@ -32,7 +32,7 @@ from proxy.exchange import (
     ResponseSide,
 )
 from proxy.framing import Buffer, FrameSplitter
-from proxy.hooks import ConnectionInfo, HookPlan, Hooks, next_connection_id
+from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending, next_connection_id
 from proxy.tls import describe_peer
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ CLOSE_FLUSH_SECONDS = 5.0
 # Why reading from a side is paused (a bit each; reading resumes when none is left).
 PEER_BACKLOGGED = 1  # the other side's write buffer is over its high-water mark
 DRAINING = 2  # shutting down: no new requests
+IN_FLIGHT = 4  # limits.max_in_flight_requests requests await their responses
 
 
 @dataclass
@@ -167,6 +168,8 @@ class Connection(asyncio.Protocol):
         self.responses = responses.splitter = FrameSplitter(
             responses, self._send_to_client, max_frame, RESPONSE_MIN_HEAD
         )
+        ex.max_in_flight = ctx.limits.max_in_flight_requests
+        ex.in_flight_full = self._in_flight_full
         try:
             ctx.hooks.connection_opened(info)
         except Exception:
@@ -263,6 +266,9 @@ class Connection(asyncio.Protocol):
         assert info is not None
         info.bytes_out += len(data)
         self.responses.feed(data)
+        ex = self.exchange
+        if self._client_paused & IN_FLIGHT and len(ex.pending) < ex.max_in_flight:
+            self.resume_client_reading(IN_FLIGHT)
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self.closed and self.info is not None:
@@ -284,6 +290,11 @@ class Connection(asyncio.Protocol):
     def _stop_reading_client(self) -> None:
         self.pause_client_reading(DRAINING)
 
+    def _in_flight_full(self) -> None:
+        """The request splitter holds the next request until a response comes back."""
+        self.ctx.metrics.in_flight_limit_hits.inc()
+        self.pause_client_reading(IN_FLIGHT)
+
     def pause_client_reading(self, reason: int) -> None:
         was = self._client_paused
         self._client_paused |= reason
@@ -295,6 +306,9 @@ class Connection(asyncio.Protocol):
             return
         self._client_paused &= ~reason
         if not self._client_paused and not self.closed and self.upstream is not None:
+            self.requests.resume()  # requests an in-flight pause held, first
+            if self._client_paused or self.closed:
+                return
             assert self.client is not None
             self.client.resume_reading()
             self.requests.restart_frame_clock()
@@ -353,6 +367,28 @@ class Connection(asyncio.Protocol):
             if since is not None and not paused and now - since > limits.frame_timeout_seconds:
                 self.close("frame_timeout")
                 return
+        pending = self.exchange.pending
+        if pending and time.perf_counter() - pending[0].started > limits.request_timeout_seconds:
+            self._request_timed_out(pending[0])
+
+    def _request_timed_out(self, oldest: Pending) -> None:
+        """Brokers answer every request or close the connection: one this old means the
+        broker is stuck. Do what a broker would: close (the table goes with it)."""
+        assert self.info is not None
+        try:
+            api = self.ctx.hooks.api_name(oldest.api_key)
+        except Exception:
+            api = "unknown"
+        self.ctx.metrics.request_timeout(api)
+        log.warning(
+            "request timed out: closing the connection",
+            conn=self.info.conn_id,
+            api=api,
+            correlation_id=oldest.correlation_id,
+            pending=len(self.exchange.pending),
+            timeout_seconds=self.ctx.limits.request_timeout_seconds,
+        )
+        self.close("request_timeout")
 
     def begin_drain(self) -> None:
         """Shutting down: forward no new requests, close once the in-flight ones are

@@ -158,7 +158,11 @@ class Server:
 
     def _start_sweeper(self) -> None:
         limits = self.config.limits
-        shortest = min(limits.idle_timeout_seconds, limits.frame_timeout_seconds)
+        shortest = min(
+            limits.idle_timeout_seconds,
+            limits.frame_timeout_seconds,
+            limits.request_timeout_seconds,
+        )
         interval = max(0.05, min(1.0, shortest / 4))
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(interval))
 
