@@ -130,6 +130,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     import uvloop
 
     from proxy.config import check_supported
+    from proxy.fdlimit import raise_open_file_limit
 
     overrides = Overrides(
         listen=args.listen,
@@ -143,6 +144,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         fail(str(exc))
     configure_logging()
+    raise_open_file_limit()  # inherited by the workers
     try:
         if config.workers > 1:
             from proxy.workers import serve_workers

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
+from proxy import fdlimit
 from proxy.config import Address, Limits
 from proxy.exchange import (
     REQUEST_MIN_HEAD,
@@ -72,15 +73,19 @@ class ProxyContext:
     connections: dict[str, Connection] = field(default_factory=dict)
     per_ip: dict[str, int] = field(default_factory=dict)
     accepting: bool = True
+    fd_ceiling: int = 2**62  # accepted sockets numbered from here on are refused (fdlimit.py)
 
     def __post_init__(self) -> None:
         self.plan = HookPlan.of(self.hooks)
 
-    def admit(self, listener: str, ip: str) -> bool:
-        """Connection limits, overall and per client IP."""
+    def admit(self, listener: str, ip: str, fd: int = -1) -> bool:
+        """Connection limits, overall and per client IP, and the descriptors left."""
         reason = None
         if not self.accepting:
             reason = "shutting_down"
+        elif fd >= self.fd_ceiling:
+            reason = "fd_limit"
+            fdlimit.out_of_fds_log(listener=listener, fd=fd, ceiling=self.fd_ceiling)
         elif len(self.connections) >= self.limits.max_connections:
             reason = "max_connections"
         elif self.per_ip.get(ip, 0) >= self.limits.max_connections_per_ip:
@@ -124,7 +129,9 @@ class Connection(asyncio.Protocol):
         self.client = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername") or ("?", 0)
         ip = str(peer[0])
-        if not self.ctx.admit(self.route.name, ip):
+        sock = transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if not self.ctx.admit(self.route.name, ip, fd):
             self.closed = True
             self.client.abort()
             return
@@ -235,13 +242,22 @@ class Connection(asyncio.Protocol):
                 # no alert sent) is a TLS failure, not a refused connection
                 if route.upstream_tls:
                     reason = "tls"
-            except OSError:
-                pass
+            except OSError as exc:
+                if exc.errno in fdlimit.OUT_OF_FDS:
+                    self._out_of_fds(exc)
+                    return
             self.ctx.metrics.upstream_failure(str(address), reason)
             if self.closed:
                 return
         log.warning("upstream unreachable", upstream=self.info and self.info.upstream)
         self.close("upstream_connect_failed")
+
+    def _out_of_fds(self, exc: OSError) -> None:
+        """No descriptor for the broker socket: not the broker's fault, and the next
+        address would fail the same way."""
+        self.ctx.metrics.connection_rejected(self.route.name, "fd_limit")
+        fdlimit.out_of_fds_log(listener=self.route.name, error=str(exc))
+        self.close("fd_limit")
 
     def upstream_made(self, transport: asyncio.Transport) -> None:
         if self.closed:
