@@ -282,8 +282,11 @@ class Connection(asyncio.Protocol):
         assert info is not None
         info.bytes_out += len(data)
         self.responses.feed(data)
-        ex = self.exchange
-        if self._client_paused & IN_FLIGHT and len(ex.pending) < ex.max_in_flight:
+        if self._client_paused & IN_FLIGHT:
+            self._in_flight_eased()
+
+    def _in_flight_eased(self) -> None:
+        if len(self.exchange.pending) < self.exchange.max_in_flight and not self.closed:
             self.resume_client_reading(IN_FLIGHT)
 
     def upstream_lost(self, exc: Exception | None) -> None:

@@ -31,6 +31,7 @@ from proxy_harness import (
     proxy_config,
     read_frame,
     request_frame,
+    write_frame,
 )
 from test_hostile_support import (
     MIB,
@@ -44,6 +45,7 @@ from test_hostile_support import (
     hostile_proxy,
     observed_config,
 )
+from test_proxy_sasl import EXCHANGES, handshake_v0, sasl_v0_broker
 
 from proxy.hooks import ConnectionInfo, Hooks
 from proxy.tansu import free_port
@@ -177,6 +179,28 @@ def test_replies_the_proxy_makes_count_and_never_deadlock_the_bound() -> None:
             body = read_frame(sock)
             assert body == struct.pack(">i", corr) + (b"px" if corr % 2 == 0 else b"ok")
         assert px.wait_until(lambda: px.server.pending_total() == 0)
+
+
+@pytest.mark.parametrize("mechanism", sorted(EXCHANGES))
+def test_raw_sasl_tokens_pass_a_bound_of_one(mechanism: str) -> None:
+    """Tokens are not requests: they neither count nor wait; requests after them do."""
+    exchange = EXCHANGES[mechanism]
+    with (
+        FakeBroker(sasl_v0_broker(exchange)) as broker,
+        ProxyThread(proxy_config(broker.address, max_in_flight_requests=1)) as px,
+        socket.create_connection((LOCAL, px.port), timeout=10) as sock,
+    ):
+        sock.sendall(handshake_v0(1, mechanism))
+        assert read_frame(sock)[:4] == struct.pack(">i", 1)
+        for token, answer in zip(exchange.client_tokens, exchange.server_tokens, strict=True):
+            write_frame(sock, token)
+            if answer is not None:
+                assert read_frame(sock) == answer
+        sock.sendall(b"".join(metadata_v0(corr, "t") for corr in range(5, 25)))
+        for corr in range(5, 25):
+            assert read_frame(sock) == struct.pack(">i", corr) + b"ok"
+        assert px.pending_total() == 0
+        assert broker.errors == []
 
 
 # --- request_timeout_seconds -----------------------------------------------------------
