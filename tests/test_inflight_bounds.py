@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from proxy_harness import (
     LOCAL,
     FakeBroker,
@@ -29,10 +31,13 @@ from proxy_harness import (
     echo_broker,
     is_closed,
     proxy_config,
+    proxy_in_front_of,
     read_frame,
     request_frame,
     write_frame,
 )
+from support import ck_client
+from support.clients import make_records, sort_records
 from test_hostile_support import (
     MIB,
     ObservedProxy,
@@ -45,8 +50,10 @@ from test_hostile_support import (
     hostile_proxy,
     observed_config,
 )
+from test_proxy_framing import MODES, Recorder, collect_into, frame, split
 from test_proxy_sasl import EXCHANGES, handshake_v0, sasl_v0_broker
 
+from proxy.framing import PAUSE, FrameSplitter
 from proxy.hooks import ConnectionInfo, Hooks
 from proxy.tansu import free_port
 
@@ -78,6 +85,64 @@ def largest_gap(times: list[float], start: float, end: float) -> float:
     """Longest wait between the sentinel's round trips within [start, end]."""
     inside = [start, *(t for t in times if start <= t <= end), end]
     return max(b - a for a, b in zip(inside, inside[1:], strict=False))
+
+
+# --- the splitter's PAUSE --------------------------------------------------------------
+
+
+class Pauser(Recorder):
+    """Answers PAUSE the first time each frame numbered in `pause_at` is offered, then
+    waits (as the connection does) until the test resumes the splitter."""
+
+    def __init__(self, modes: list[int], pause_at: set[int], want_head: int) -> None:
+        super().__init__(modes, want_head)
+        self.pause_at = set(pause_at)
+        self.waiting_at: int | None = None
+
+    def frame_started(self, head: memoryview, size: int) -> int:
+        assert self.waiting_at is None, "offered a frame while paused"
+        index = len(self.started)
+        if index in self.pause_at and not (len(head) < min(size, self.want_head)):
+            self.pause_at.discard(index)
+            self.waiting_at = index
+            return PAUSE
+        return super().frame_started(head, size)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bodies=st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=10),
+    modes=st.lists(st.sampled_from(MODES), min_size=10, max_size=10),
+    cuts=st.lists(st.integers(0, 1000), max_size=12),
+    pause_at=st.sets(st.integers(0, 9)),
+    want_head=st.sampled_from([0, 6]),
+)
+def test_pause_holds_the_frame_and_all_after_it_until_resumed(
+    bodies: list[bytes], modes: list[int], cuts: list[int], pause_at: set[int], want_head: int
+) -> None:
+    stream = b"".join(frame(body) for body in bodies)
+    starts = [sum(4 + len(body) for body in bodies[:i]) for i in range(len(bodies))]
+    expected: list[bytes] = []
+    reference = Recorder(modes, want_head)
+    plain = FrameSplitter(reference, collect_into(expected), 1 << 20, 1)
+    for chunk in split(stream, cuts):
+        plain.feed(chunk)
+
+    out: list[bytes] = []
+    handler = Pauser(modes, pause_at, want_head)
+    splitter = FrameSplitter(handler, collect_into(out), 1 << 20, 1)
+    for chunk in split(stream, cuts):
+        splitter.feed(chunk)  # chunks read before the pause took effect: kept behind it
+        if handler.waiting_at is not None:
+            # nothing of the paused frame or after it went on (HOLD keeps lengths)
+            assert sum(map(len, out)) == starts[handler.waiting_at]
+            assert splitter.at_boundary
+    while handler.waiting_at is not None:
+        handler.waiting_at = None
+        splitter.resume()
+    assert b"".join(out) == b"".join(expected)
+    assert [size for _, size in handler.started] == [len(body) for body in bodies]
+    assert handler.completed == reference.completed
 
 
 # --- max_in_flight_requests ------------------------------------------------------------
@@ -178,6 +243,21 @@ def test_replies_the_proxy_makes_count_and_never_deadlock_the_bound() -> None:
         for corr in range(count):
             body = read_frame(sock)
             assert body == struct.pack(">i", corr) + (b"px" if corr % 2 == 0 else b"ok")
+        assert px.wait_until(lambda: px.server.pending_total() == 0)
+
+
+def test_a_real_client_pipelining_past_a_small_bound(tansu_factory: Any) -> None:
+    """librdkafka keeps many Produce requests in flight on one connection: with a bound
+    of 2 it waits for responses instead, and every record arrives."""
+    with proxy_in_front_of(tansu_factory, max_in_flight_requests=2) as px:
+        topic = "inflight"
+        ck_client.create_topic(px.bootstrap, topic, 4)
+        records = make_records(400, headers=False)
+        ck_client.produce(px.bootstrap, topic, records, **{"batch.num.messages": 1})
+        hits = px.call(lambda: px.server.metrics.in_flight_limit_hits._value.get())
+        got = ck_client.consume(px.bootstrap, topic, "inflight-group", len(records))
+        assert sort_records(got) == sort_records(records)
+        assert hits > 0
         assert px.wait_until(lambda: px.server.pending_total() == 0)
 
 
