@@ -321,7 +321,7 @@ def test_request_timeout_defaults_above_a_rebalance(tmp_path: Path) -> None:
     """JoinGroup waits out max.poll.interval.ms (300 s by default) plus the client's 5 s."""
     with hostile_proxy(tmp_path) as (px, _):
         assert px.config.limits.request_timeout_seconds > 305
-        assert px.config.limits.max_in_flight_requests == 1000
+        assert px.config.limits.max_in_flight_requests == 100
 
 
 # --- file descriptors ------------------------------------------------------------------
