@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -374,6 +375,9 @@ class Connection(asyncio.Protocol):
     def check_timeouts(self, now: float) -> None:
         """Called about once a second by the server's sweeper."""
         self.count_bytes()
+        if self._client_paused and _hung_up(self.client):
+            self.close("client_eof")
+            return
         limits = self.ctx.limits
         if now - self.last_active > limits.idle_timeout_seconds:
             self.close("idle_timeout")
@@ -452,6 +456,20 @@ def _send(transport: asyncio.Transport, buffers: list[Buffer]) -> None:
         transport.write(buffers[0])
     else:
         transport.writelines(buffers)
+
+
+_HANG_UP = getattr(select, "POLLRDHUP", 0) | getattr(select, "POLLHUP", 0)
+
+
+def _hung_up(transport: asyncio.Transport | None) -> bool:
+    """Whether the peer closed its end. A paused side is not read, so asyncio never sees
+    its EOF; Linux's POLLRDHUP tells even with the peer's last bytes still unread."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or not _HANG_UP or not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), _HANG_UP)
+    return bool(poller.poll(0))
 
 
 def _close_transport(transport: asyncio.Transport | None) -> None:

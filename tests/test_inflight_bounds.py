@@ -190,11 +190,34 @@ def test_pipelining_to_a_stuck_broker_holds_at_most_the_bound(tmp_path: Path) ->
         assert largest_gap(sentinel.times, start, end) < 1.0
         # the bound costs 64 requests and one parked read: far below what 10,000 held cost
         assert grown.bytes < 8 * MIB, str(grown)
-        # A client paused for reading is not seen to leave (nothing reads its socket): the
-        # request timeout ends the connection, and with it the table.
+        # Its sender is still blocked on full socket buffers, so the socket is not really
+        # closed (and could not send its FIN past the unread bytes anyway): the request
+        # timeout ends the connection, and the table with it.
         assert eventually(lambda: px.closed("request_timeout") == 1)
         assert eventually(lambda: px.pending_total() <= 1)  # the sentinel's, at most
         assert eventually(lambda: open_files() <= files_before), (open_files(), files_before)
+
+
+def test_a_paused_client_that_leaves_is_seen_at_once(tmp_path: Path) -> None:
+    """Reading is paused, so asyncio would not see the client's FIN behind its unread
+    requests; the sweeper asks the socket (POLLRDHUP) and drops the table."""
+    bound = 16
+    with hostile_proxy(tmp_path, {"stuck": never_answer}, max_in_flight_requests=bound) as (
+        px,
+        broker,
+    ):
+        sock = connect(px.port)
+        # little enough for the socket buffers: a FIN can only follow unread bytes that
+        # fit in the receiving buffer (else request_timeout_seconds ends it, see above)
+        sock.sendall(b"".join(metadata_v0(corr, "stuck") for corr in range(2000)))
+        assert eventually(lambda: len(broker.frames_from("stuck")) == bound, 10)
+        assert px.pending_total() == bound
+        sock.close()
+        start = time.monotonic()
+        assert eventually(lambda: px.closed("client_eof") == 1, 10)
+        assert time.monotonic() - start < 3.0  # the sweeper looks about once a second
+        assert px.pending_total() == 0
+        assert px.closed("request_timeout") == 0
 
 
 def test_reading_resumes_as_responses_come_back(tmp_path: Path) -> None:
