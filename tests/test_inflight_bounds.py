@@ -310,35 +310,58 @@ def test_raw_sasl_tokens_pass_a_bound_of_one(mechanism: str) -> None:
 # --- request_timeout_seconds -----------------------------------------------------------
 
 
-def test_a_request_left_unanswered_closes_both_sides(tmp_path: Path) -> None:
-    upstream_closed = threading.Event()
+def test_requests_left_unanswered_close_both_sides(tmp_path: Path) -> None:
+    """20 connections, each with the default bound of requests pending to a broker that
+    reads them and never answers: each closed at request_timeout_seconds, both sides."""
+    upstream_closed: list[bool] = []
 
     def stuck_until_closed(sock: socket.socket, request: bytes) -> str:
         while sock.recv(65536):
             pass
-        upstream_closed.set()
+        upstream_closed.append(True)
         return "stop"
 
+    broker = ScriptedBroker({"stuck": stuck_until_closed})
     with (
-        hostile_proxy(tmp_path, {"stuck": stuck_until_closed}, request_timeout_seconds=1.5) as (
-            px,
-            _,
-        ),
+        FakeBroker(broker) as fake,
+        ObservedProxy(
+            observed_config(fake.address, tmp_path / "requests.log", request_timeout_seconds=2)
+        ) as px,
         Sentinel(px.port) as sentinel,
-        connect(px.port) as sock,
     ):
-        start = time.monotonic()
-        sock.sendall(b"".join(request_frame(API_VERSIONS, 0, c, client_id="stuck") for c in (1, 2)))
-        assert is_closed(sock, timeout=15)
-        waited = time.monotonic() - start
-        assert 1.5 <= waited < 6.0, waited
-        assert upstream_closed.wait(10)
-        assert px.metric("kafkalens_request_timeouts_total", api="ApiVersions") == 1
-        assert px.closed("request_timeout") == 1
+
+        def open_files() -> int:
+            """This process's, less the fake broker's ends (it keeps every one it accepted)."""
+            return len(os.listdir("/proc/self/fd")) - sum(s.fileno() >= 0 for s in fake.connections)
+
+        files_before = open_files()
+        burst = b"".join(metadata_v0(corr, "stuck") for corr in range(1000))
+        with PeakGrowth() as grown:
+            start = time.monotonic()
+            socks = [connect(px.port) for _ in range(20)]
+            for sock in socks:
+                sock.sendall(burst)  # 23 KB: the bound (100) goes on, the rest waits
+            assert eventually(lambda: px.pending_total() >= 20 * 100, 10)
+            assert px.pending_total() <= 20 * 100 + 1  # and the sentinel's
+            for sock in socks:
+                assert is_closed(sock, timeout=15)
+            waited = time.monotonic() - start
+        assert 2.0 <= waited < 10.0, waited
+        assert eventually(lambda: len(upstream_closed) == 20)  # the broker's side too
+        assert px.metric("kafkalens_request_timeouts_total", api="Metadata") == 20
+        assert px.metric("kafkalens_request_timeouts_total") == 20
+        assert px.closed("request_timeout") == 20
         assert eventually(lambda: px.pending_total() <= 1)
+        closes = [
+            line for line in px.log_lines("connection_close") if line["reason"] == "request_timeout"
+        ]
+        assert len(closes) == 20
         sentinel.healthy()  # its requests are answered in milliseconds: never timed out
         assert largest_gap(sentinel.times, start, time.monotonic()) < 1.0
-        assert px.metric("kafkalens_request_timeouts_total") == 1
+        assert grown.bytes < 16 * MIB, str(grown)
+        for sock in socks:
+            sock.close()
+        assert eventually(lambda: open_files() <= files_before), (open_files(), files_before)
 
 
 def test_request_timeout_defaults_above_a_rebalance(tmp_path: Path) -> None:
@@ -413,6 +436,12 @@ class ChildProxy:
     def open_files(self) -> int:
         return len(os.listdir(f"/proc/{self.process.pid}/fd"))
 
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise LookupError("VmRSS")
+
     def soft_limit(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/limits").read_text().splitlines():
             if line.startswith("Max open files"):
@@ -440,7 +469,7 @@ def test_running_out_of_file_descriptors_is_counted_logged_and_survived(tmp_path
     ):
         assert proxy.soft_limit() == FD_LIMIT  # raised to the hard limit at start
         assert "cannot hold limits.max_connections" in proxy.log()
-        files_idle = proxy.open_files()
+        files_idle, rss_idle = proxy.open_files(), proxy.rss_mib()
         good = socket.create_connection((LOCAL, proxy.port), timeout=10)
         assert round_trip(good, 1)
         held: list[socket.socket] = []
@@ -457,6 +486,7 @@ def test_running_out_of_file_descriptors_is_counted_logged_and_survived(tmp_path
                 break
         assert refused >= 3 and 10 < len(held) < FD_LIMIT // 2, (refused, len(held))
         assert proxy.open_files() <= FD_LIMIT
+        assert proxy.metric("kafkalens_pending_requests") == 0
         assert proxy.metric("kafkalens_connections_rejected_total", reason="fd_limit") >= 3
         assert "out of file descriptors" in proxy.log()
         # a burst at the limit: every one refused (most counted: see proxy/fdlimit.py), the
@@ -481,6 +511,8 @@ def test_running_out_of_file_descriptors_is_counted_logged_and_survived(tmp_path
             assert round_trip(again, 3)
         assert round_trip(good, 4)
         good.close()
+        assert proxy.rss_mib() - rss_idle < 16, (rss_idle, proxy.rss_mib())
+        assert proxy.metric("kafkalens_pending_requests") == 0
         assert proxy.process.poll() is None
 
 
