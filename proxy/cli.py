@@ -101,6 +101,8 @@ def check_config(path: str, *, check_ports: bool = False) -> int:
 def run_proxy(args: argparse.Namespace) -> int:
     import uvloop
 
+    from proxy.fdlimit import raise_open_file_limit
+
     overrides = Overrides(
         listen=args.listen,
         upstream=args.upstream,
@@ -115,6 +117,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         fail(str(exc))
     configure_logging()
+    raise_open_file_limit()  # inherited by the workers
     try:
         if config.workers > 1:
             from proxy.workers import serve_workers

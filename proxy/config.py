@@ -126,6 +126,8 @@ class Limits:
     max_frame_bytes_before_auth: int = 1048576
     max_connections: int = 10000
     max_connections_per_ip: int = 1000
+    max_in_flight_requests: int = 100
+    request_timeout_seconds: float = 600.0
     connect_timeout_seconds: float = 10.0
     idle_timeout_seconds: float = 600.0
     frame_timeout_seconds: float = 30.0
@@ -714,6 +716,8 @@ def _limits(s: _Section) -> Limits:
         max_frame_bytes_before_auth=s.integer("max_frame_bytes_before_auth", 1048576),
         max_connections=s.integer("max_connections", 10000),
         max_connections_per_ip=s.integer("max_connections_per_ip", 1000),
+        max_in_flight_requests=s.integer("max_in_flight_requests", 100),
+        request_timeout_seconds=s.seconds("request_timeout_seconds", 600.0),
         connect_timeout_seconds=s.seconds("connect_timeout_seconds", 10.0),
         idle_timeout_seconds=s.seconds("idle_timeout_seconds", 600.0),
         frame_timeout_seconds=s.seconds("frame_timeout_seconds", 30.0),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
+from proxy import fdlimit
 from proxy.config import Address, Limits
 from proxy.exchange import (
     REQUEST_MIN_HEAD,
@@ -32,7 +34,7 @@ from proxy.exchange import (
     ResponseSide,
 )
 from proxy.framing import Buffer, FrameSplitter
-from proxy.hooks import ConnectionInfo, HookPlan, Hooks, next_connection_id
+from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending, next_connection_id
 from proxy.tls import describe_peer
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ CLOSE_FLUSH_SECONDS = 5.0
 # Why reading from a side is paused (a bit each; reading resumes when none is left).
 PEER_BACKLOGGED = 1  # the other side's write buffer is over its high-water mark
 DRAINING = 2  # shutting down: no new requests
+IN_FLIGHT = 4  # limits.max_in_flight_requests requests await their responses
 
 
 @dataclass
@@ -71,15 +74,19 @@ class ProxyContext:
     connections: dict[str, Connection] = field(default_factory=dict)
     per_ip: dict[str, int] = field(default_factory=dict)
     accepting: bool = True
+    fd_ceiling: int = 2**62  # accepted sockets numbered from here on are refused (fdlimit.py)
 
     def __post_init__(self) -> None:
         self.plan = HookPlan.of(self.hooks)
 
-    def admit(self, listener: str, ip: str) -> bool:
-        """Connection limits, overall and per client IP."""
+    def admit(self, listener: str, ip: str, fd: int = -1) -> bool:
+        """Connection limits, overall and per client IP, and the descriptors left."""
         reason = None
         if not self.accepting:
             reason = "shutting_down"
+        elif fd >= self.fd_ceiling:
+            reason = "fd_limit"
+            fdlimit.out_of_fds_log(listener=listener, fd=fd, ceiling=self.fd_ceiling)
         elif len(self.connections) >= self.limits.max_connections:
             reason = "max_connections"
         elif self.per_ip.get(ip, 0) >= self.limits.max_connections_per_ip:
@@ -123,7 +130,9 @@ class Connection(asyncio.Protocol):
         self.client = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername") or ("?", 0)
         ip = str(peer[0])
-        if not self.ctx.admit(self.route.name, ip):
+        sock = transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if not self.ctx.admit(self.route.name, ip, fd):
             self.closed = True
             self.client.abort()
             return
@@ -167,6 +176,8 @@ class Connection(asyncio.Protocol):
         self.responses = responses.splitter = FrameSplitter(
             responses, self._send_to_client, max_frame, RESPONSE_MIN_HEAD
         )
+        ex.max_in_flight = ctx.limits.max_in_flight_requests
+        ex.in_flight_full = self._in_flight_full
         try:
             ctx.hooks.connection_opened(info)
         except Exception:
@@ -232,13 +243,22 @@ class Connection(asyncio.Protocol):
                 # no alert sent) is a TLS failure, not a refused connection
                 if route.upstream_tls:
                     reason = "tls"
-            except OSError:
-                pass
+            except OSError as exc:
+                if exc.errno in fdlimit.OUT_OF_FDS:
+                    self._out_of_fds(exc)
+                    return
             self.ctx.metrics.upstream_failure(str(address), reason)
             if self.closed:
                 return
         log.warning("upstream unreachable", upstream=self.info and self.info.upstream)
         self.close("upstream_connect_failed")
+
+    def _out_of_fds(self, exc: OSError) -> None:
+        """No descriptor for the broker socket: not the broker's fault, and the next
+        address would fail the same way."""
+        self.ctx.metrics.connection_rejected(self.route.name, "fd_limit")
+        fdlimit.out_of_fds_log(listener=self.route.name, error=str(exc))
+        self.close("fd_limit")
 
     def upstream_made(self, transport: asyncio.Transport) -> None:
         if self.closed:
@@ -263,6 +283,12 @@ class Connection(asyncio.Protocol):
         assert info is not None
         info.bytes_out += len(data)
         self.responses.feed(data)
+        if self._client_paused & IN_FLIGHT:
+            self._in_flight_eased()
+
+    def _in_flight_eased(self) -> None:
+        if len(self.exchange.pending) < self.exchange.max_in_flight and not self.closed:
+            self.resume_client_reading(IN_FLIGHT)
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self.closed and self.info is not None:
@@ -284,6 +310,11 @@ class Connection(asyncio.Protocol):
     def _stop_reading_client(self) -> None:
         self.pause_client_reading(DRAINING)
 
+    def _in_flight_full(self) -> None:
+        """The request splitter holds the next request until a response comes back."""
+        self.ctx.metrics.in_flight_limit_hits.inc()
+        self.pause_client_reading(IN_FLIGHT)
+
     def pause_client_reading(self, reason: int) -> None:
         was = self._client_paused
         self._client_paused |= reason
@@ -295,6 +326,9 @@ class Connection(asyncio.Protocol):
             return
         self._client_paused &= ~reason
         if not self._client_paused and not self.closed and self.upstream is not None:
+            self.requests.resume()  # requests an in-flight pause held, first
+            if self._client_paused or self.closed:
+                return
             assert self.client is not None
             self.client.resume_reading()
             self.requests.restart_frame_clock()
@@ -341,6 +375,9 @@ class Connection(asyncio.Protocol):
     def check_timeouts(self, now: float) -> None:
         """Called about once a second by the server's sweeper."""
         self.count_bytes()
+        if self._client_paused and _hung_up(self.client):
+            self.close("client_eof")
+            return
         limits = self.ctx.limits
         if now - self.last_active > limits.idle_timeout_seconds:
             self.close("idle_timeout")
@@ -353,6 +390,28 @@ class Connection(asyncio.Protocol):
             if since is not None and not paused and now - since > limits.frame_timeout_seconds:
                 self.close("frame_timeout")
                 return
+        pending = self.exchange.pending
+        if pending and time.perf_counter() - pending[0].started > limits.request_timeout_seconds:
+            self._request_timed_out(pending[0])
+
+    def _request_timed_out(self, oldest: Pending) -> None:
+        """Brokers answer every request or close the connection: one this old means the
+        broker is stuck. Do what a broker would: close (the table goes with it)."""
+        assert self.info is not None
+        try:
+            api = self.ctx.hooks.api_name(oldest.api_key)
+        except Exception:
+            api = "unknown"
+        self.ctx.metrics.request_timeout(api)
+        log.warning(
+            "request timed out: closing the connection",
+            conn=self.info.conn_id,
+            api=api,
+            correlation_id=oldest.correlation_id,
+            pending=len(self.exchange.pending),
+            timeout_seconds=self.ctx.limits.request_timeout_seconds,
+        )
+        self.close("request_timeout")
 
     def begin_drain(self) -> None:
         """Shutting down: forward no new requests, close once the in-flight ones are
@@ -397,6 +456,20 @@ def _send(transport: asyncio.Transport, buffers: list[Buffer]) -> None:
         transport.write(buffers[0])
     else:
         transport.writelines(buffers)
+
+
+_HANG_UP = getattr(select, "POLLRDHUP", 0) | getattr(select, "POLLHUP", 0)
+
+
+def _hung_up(transport: asyncio.Transport | None) -> bool:
+    """Whether the peer closed its end. A paused side is not read, so asyncio never sees
+    its EOF; Linux's POLLRDHUP tells even with the peer's last bytes still unread."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or not _HANG_UP or not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), _HANG_UP)
+    return bool(poller.poll(0))
 
 
 def _close_transport(transport: asyncio.Transport | None) -> None:

@@ -26,6 +26,7 @@ from proxy.framing import (
     HEAD_CAP,
     HOLD,
     NEED_MORE,
+    PAUSE,
     STOP,
     STREAM,
     STREAM_KEEP,
@@ -83,6 +84,10 @@ class Exchange:
         self.draining = False
         self.hook_errors = 0
         self.responses: ResponseSide | None = None
+        # Requests awaiting a response at which the next one waits (the connection sets
+        # both from limits.max_in_flight_requests: it pauses reading from the client).
+        self.max_in_flight = 2**31
+        self.in_flight_full: Callable[[], None] = _no_pause
 
     def hook_failed(self, hook: str, api_key: int, direction: str) -> None:
         """A hook raised: count it as a decode error and go on forwarding."""
@@ -122,6 +127,10 @@ class Exchange:
             self.send_to_client(reply_frame(pending.reply or b""))
 
 
+def _no_pause() -> None:
+    pass
+
+
 def reply_frame(body: bytes) -> list[Buffer]:
     return [_INT32.pack(len(body)), body]
 
@@ -156,6 +165,9 @@ class RequestSide:
             except DecodeError:
                 if len(head) < size and len(head) < HEAD_CAP:
                     return NEED_MORE
+        if acks != 0 and len(ex.pending) >= ex.max_in_flight:
+            ex.in_flight_full()
+            return PAUSE
         if ex.before_auth:
             if api_key not in sasl.AUTH_APIS:
                 ex.before_auth = False

@@ -17,6 +17,9 @@ Modes a handler returns from `frame_started`:
 * NEED_MORE: the head is too short to decide; ask again with more bytes. Only valid
   while the head is shorter than both the frame and `HEAD_CAP`.
 * STOP: process nothing more of this stream (the handler closes or drains).
+* PAUSE: not this frame yet (the handler recorded nothing for it and has paused
+  reading): the splitter keeps the rest of the chunk from the frame's start (a view,
+  no copy: none of it went on) and splits it again on `resume()`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ STREAM_KEEP = 2
 HOLD = 3
 NEED_MORE = 4
 STOP = 5
+PAUSE = 6
 
 # Most a handler may need to see before deciding (a Produce header: client id and
 # transactional id). Bounds what a hostile header can make the proxy buffer.
@@ -73,6 +77,7 @@ class FrameSplitter:
         "_head_want",
         "stopped",
         "mid_frame_since",
+        "_parked",
     )
 
     def __init__(
@@ -94,13 +99,17 @@ class FrameSplitter:
         self.stopped = False
         # monotonic time the unfinished frame started (None at a frame boundary)
         self.mid_frame_since: float | None = None
+        self._parked: list[Buffer] = []  # what a PAUSE kept, in stream order
 
     @property
     def at_boundary(self) -> bool:
         return not self._remaining and self._undecided is None
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: Buffer) -> None:
         if self.stopped:
+            return
+        if self._parked:
+            self._parked.append(data)  # behind the paused frame
             return
         if not self._remaining and self._undecided is None and self._whole_frame(data):
             return
@@ -133,7 +142,13 @@ class FrameSplitter:
             self.mid_frame_since = None
         self._handler.chunk_done()
 
-    def _whole_frame(self, data: bytes) -> bool:
+    def resume(self) -> None:
+        """Split what a PAUSE kept; it may pause again, keeping what is left."""
+        parked, self._parked = self._parked, []
+        for data in parked:
+            self.feed(data)
+
+    def _whole_frame(self, data: Buffer) -> bool:
         """The usual chunk, exactly one whole frame: handled here without the general
         splitting machinery (it runs twice per small request). False: not such a chunk,
         nothing done."""
@@ -152,6 +167,8 @@ class FrameSplitter:
             handler.inject.clear()
         if mode == STOP:
             self.stopped = True
+        elif mode == PAUSE:
+            self._parked.append(data)
         elif mode == HOLD:
             out.extend(handler.frame_held(body, [data]))
         else:
@@ -198,6 +215,11 @@ class FrameSplitter:
                 return self._stash(view, pos, run, out)
             if mode == STOP:
                 self._stop(view, run, pos, out)
+                return False
+            if mode == PAUSE:
+                if run < pos:
+                    out.append(view[run:pos])
+                self._parked.append(view[pos:])
                 return False
             frame_end = pos + 4 + size
             if frame_end <= end:
@@ -312,6 +334,13 @@ class FrameSplitter:
                 continue
             if mode == STOP:
                 self._stop(view, 0, 0, out)
+                return end
+            if mode == PAUSE:
+                self._undecided = None
+                self._head_want = self.min_head
+                self._parked.append(bytes(buf))
+                if pos < end:
+                    self._parked.append(view[pos:])
                 return end
             return self._decided(mode, bytes(buf), size, pos, out)
 

@@ -394,6 +394,17 @@ class Metrics:
         self.pending_requests = self._gauge(
             "kafkalens_pending_requests", "Requests forwarded and awaiting their response."
         )
+        self.in_flight_limit_hits = c(
+            "kafkalens_in_flight_limit_hits_total",
+            "Times reading from a client paused: limits.max_in_flight_requests of its"
+            " requests awaited their responses.",
+        )
+        self.request_timeouts = c(
+            "kafkalens_request_timeouts_total",
+            "Connections closed because a request went unanswered for"
+            " limits.request_timeout_seconds, by the api of that request.",
+            ("api",),
+        )
         self.forwarded_bytes = c(
             "kafkalens_forwarded_bytes_total", "Bytes relayed.", ("direction",)
         )
@@ -438,8 +449,12 @@ class Metrics:
         return ConnectionMetrics(self, listener)
 
     def connection_rejected(self, listener: str, reason: str) -> None:
-        """`reason`: max_connections, per_ip_limit, tls_handshake, ..."""
+        """`reason`: max_connections, per_ip_limit, fd_limit, tls_handshake, ..."""
         self.connections_rejected.labels(listener=listener, reason=reason).inc()
+
+    def request_timeout(self, api: str) -> None:
+        """`api`: the name of the oldest unanswered request (a bounded set, like `api`)."""
+        self.request_timeouts.labels(api=api).inc()
 
     def upstream_failure(self, upstream: str, reason: str) -> None:
         """`reason`: connect_refused, timeout, tls, reset, ..."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from proxy import fdlimit
 from proxy.config import Address, Config, ConfigError, ListenerTLS
 from proxy.connection import Connection, ListenerRoute, ProxyContext
 from proxy.hooks import Hooks
@@ -79,6 +80,8 @@ class Server:
         """Bind every configured sidecar listener and start the timeout sweeper."""
         for listener in self.config.listeners:
             await self.add_listener(listener.name, listener.listen, listener.upstream, listener.tls)
+        self.ctx.fd_ceiling = fdlimit.ceiling()
+        fdlimit.check_max_connections(self.config.limits.max_connections)
         self._start_sweeper()
 
     async def add_listener(
@@ -159,7 +162,11 @@ class Server:
 
     def _start_sweeper(self) -> None:
         limits = self.config.limits
-        shortest = min(limits.idle_timeout_seconds, limits.frame_timeout_seconds)
+        shortest = min(
+            limits.idle_timeout_seconds,
+            limits.frame_timeout_seconds,
+            limits.request_timeout_seconds,
+        )
         interval = max(0.05, min(1.0, shortest / 4))
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(interval))
 

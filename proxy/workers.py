@@ -82,11 +82,13 @@ def worker_entry(payload: bytes) -> None:
     import uvloop
 
     from proxy.console import configure_logging
+    from proxy.fdlimit import raise_open_file_limit
 
     index, ready_fd, config = pickle.loads(payload)
     # Ctrl-C reaches the whole process group: workers stop on the parent's SIGTERM only
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging()
+    raise_open_file_limit()
     uvloop.run(_worker(index, config, ReadyPipe(ready_fd)))
 
 

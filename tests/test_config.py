@@ -278,8 +278,6 @@ def is_a_key(key: str) -> bool:
 
 # In MAXIMA ahead of the branches that add them (the table's comment says so).
 NOT_YET_KEYS = {
-    "limits.max_in_flight_requests",
-    "limits.request_timeout_seconds",
     "request_log.flush_interval_seconds",
     "request_log.max_queued_bytes",
 }
