@@ -40,6 +40,8 @@ _BOUNDS = (*DURATION_BUCKETS, math.inf)
 # bound both their series and the per-api cache of raw name -> child, which the capper
 # alone would not bound.
 _ERROR_CACHE_LIMIT = 256
+# Why a request log line was lost: its write failed, or the queue to the writer was full.
+DROPPED_LINE_REASONS = ("write_failed", "queue_full")
 
 
 def sanitize_label(value: str, max_length: int = MAX_LABEL_LENGTH) -> str:
@@ -333,6 +335,17 @@ class Metrics:
         self.bytes_to_broker = self.forwarded_bytes.labels(direction="client_to_broker")
         self.bytes_to_client = self.forwarded_bytes.labels(direction="broker_to_client")
         self.build_info = self._gauge("kafkalens_build_info", "Always 1.", ("version",), "max")
+        self.request_log_errors = c(
+            "kafkalens_request_log_errors_total",
+            "Request log writes (or reopenings, rotations) that failed: ENOSPC, EIO, ...",
+        )
+        self.request_log_dropped_lines = c(
+            "kafkalens_request_log_dropped_lines_total",
+            "Request log lines lost: their write failed, or the writer fell too far behind.",
+            ("reason",),
+        )
+        for reason in DROPPED_LINE_REASONS:  # at 0 from the start, for rate() and alerts
+            self.request_log_dropped_lines.labels(reason=reason)
 
     def api(self, name: str) -> ApiMetrics:
         """The cached series of api `name` (a codec api name, a bounded set)."""
@@ -369,6 +382,14 @@ class Metrics:
     def kip1313_violation(self, action: str) -> None:
         """`action`: "logged" or "rejected"."""
         self.kip1313_violations.labels(action=action).inc()
+
+    def request_log_error(self) -> None:
+        """From the request log's writer thread (prometheus-client counters take a lock)."""
+        self.request_log_errors.inc()
+
+    def request_log_dropped(self, reason: str, lines: int) -> None:
+        """`reason`: one of DROPPED_LINE_REASONS."""
+        self.request_log_dropped_lines.labels(reason=reason).inc(lines)
 
     def acquire_instance(self, instance_id: Hashable | None) -> None:
         if instance_id is not None:
