@@ -5,19 +5,33 @@ live proxy with its real hooks, while a well-behaved client keeps round-tripping
 from __future__ import annotations
 
 import contextlib
+import errno
+import itertools
 import json
 import os
+import socket
+import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 from structlog.testing import capture_logs
+from test_hostile_support import (
+    ObservedProxy,
+    ScriptedBroker,
+    Sentinel,
+    api_versions_v0_answer,
+    connect,
+)
 
 from proxy import request_log
+from proxy.config import Config, parse_config
 from proxy.metrics import Metrics
 from proxy.request_log import PIPE_BUF, LineSink, RequestLog, render
 
@@ -184,3 +198,267 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
         for s in family.samples
         if s.name == name and labels.items() <= s.labels.items()
     )
+
+
+# --- against a live proxy --------------------------------------------------------------
+
+APIVERSIONS = 18
+
+
+def live_config(upstream: str, log_path: Path, **request_log: Any) -> Config:
+    return parse_config(
+        {
+            "listeners": [{"name": "plaintext", "listen": f"{LOCAL}:0", "upstream": upstream}],
+            "metrics": {"listen": f"{LOCAL}:0"},
+            "request_log": {"path": str(log_path), **request_log},
+        }
+    )
+
+
+@contextlib.contextmanager
+def live_proxy(
+    log_path: Path, scripts: dict[str, Any] | None = None, **request_log: Any
+) -> Iterator[ObservedProxy]:
+    """The proxy as `kafkalens proxy` runs it (real hooks, real request log) in front of
+    an honest broker, except for requests whose client id names a script."""
+    with FakeBroker(ScriptedBroker(scripts)) as fake:
+        with ObservedProxy(live_config(fake.address, log_path, **request_log)) as px:
+            yield px
+
+
+def round_trip(sock: socket.socket, corr: int, client_id: str) -> None:
+    sock.sendall(request_frame(APIVERSIONS, 0, corr, client_id=client_id))
+    assert read_frame(sock) == api_versions_v0_answer(corr)
+
+
+def logged(path: Path, client_id: str, event: str = "request") -> list[int]:
+    return sorted(
+        line["correlation_id"]
+        for line in file_lines(path)
+        if line["event"] == event and line.get("client_id") == client_id
+    )
+
+
+def longest_wait(sentinel: Sentinel) -> float:
+    """The longest the well-behaved client went without an answer, up to now."""
+    times = [*sentinel.times, time.monotonic()]
+    return max(b - a for a, b in itertools.pairwise(times))
+
+
+def test_live_lines_are_in_the_file_within_the_interval_after_traffic_stops(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "requests.log"
+    with live_proxy(log, flush_interval_seconds=0.3) as px:
+        sock = connect(px.port)
+        for corr in range(1, 6):
+            round_trip(sock, corr, "burst")
+        answered = time.monotonic()  # and nothing more: no later line pushes these out
+        assert eventually_true(lambda: logged(log, "burst") == [1, 2, 3, 4, 5], timeout=5)
+        assert time.monotonic() - answered < 0.3 + 0.5
+        sock.close()
+
+
+def test_live_unanswered_requests_get_a_request_incomplete_line_with_why(
+    tmp_path: Path,
+) -> None:
+    def hang_up(sock: socket.socket, _request: bytes) -> str:
+        sock.close()
+        return "stop"
+
+    log = tmp_path / "requests.log"
+    scripts = {"hang": lambda _sock, _request: None, "hangup": hang_up}
+    with FakeBroker(ScriptedBroker(scripts)) as fake:
+        px = ObservedProxy(live_config(fake.address, log, flush_interval_seconds=0.1)).start()
+        try:
+            with Sentinel(px.port) as sentinel:
+                leaver = connect(px.port)
+                leaver.sendall(request_frame(APIVERSIONS, 0, 7, client_id="hang"))
+                assert eventually_true(lambda: px.pending_total() >= 1, timeout=5)
+                time.sleep(0.05)
+                leaver.close()  # the client leaves with its request unanswered
+                abandoned = connect(px.port)
+                abandoned.sendall(request_frame(APIVERSIONS, 0, 8, client_id="hangup"))
+                assert is_closed(abandoned, timeout=5)  # the broker hung up on it
+                for client_id, corr in (("hang", 7), ("hangup", 8)):
+                    assert eventually_true(
+                        lambda c=client_id: logged(log, c, "request_incomplete") != [], 5
+                    )
+                sentinel.healthy()
+                assert longest_wait(sentinel) < 1.0
+            stuck = connect(px.port)
+            stuck.sendall(request_frame(APIVERSIONS, 0, 9, client_id="hang"))
+            assert eventually_true(lambda: px.pending_total() >= 1, timeout=5)
+        finally:
+            px.stop(grace=0.2)  # SIGTERM's path: drain for the grace period, then close
+    incomplete = {
+        line["correlation_id"]: line
+        for line in file_lines(log)
+        if line["event"] == "request_incomplete"
+    }
+    assert sorted(incomplete) == [7, 8, 9]
+    assert {corr: line["reason"] for corr, line in incomplete.items()} == {
+        7: "client_eof",
+        8: "upstream_eof",
+        9: "shutdown",
+    }
+    for line in incomplete.values():
+        assert line["api"] == "ApiVersions" and line["api_key"] == APIVERSIONS
+        assert line["latency_ms"] >= 0 and line["response_bytes"] is None
+        assert line["conn"] and line["client_address"].startswith(LOCAL)
+    assert incomplete[9]["latency_ms"] >= 150  # it waited out the grace period
+    stuck.close()
+
+
+@pytest.fixture(params=["tmpfs", "injected"])
+def full_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DiskFull]:
+    """A real filesystem that fills up (a tiny tmpfs; root only), else a write that
+    raises ENOSPC (the fault injected into the writer's write call)."""
+    if request.param == "injected":
+        disk: DiskFull = InjectedDiskFull(tmp_path)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(request_log, "_write_all", disk.write_all)  # type: ignore[attr-defined]
+            yield disk
+        return
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}): the injected case runs")
+    try:
+        yield TmpfsDiskFull(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+class DiskFull:
+    directory: Path
+
+    def fill(self) -> None: ...
+
+    def free(self) -> None: ...
+
+
+class TmpfsDiskFull(DiskFull):
+    def __init__(self, mount: Path) -> None:
+        self.directory = mount
+        self.filler = mount / "filler"
+
+    def fill(self) -> None:
+        with contextlib.suppress(OSError), open(self.filler, "wb", buffering=0) as out:
+            while True:
+                out.write(b"\0" * 4096)
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+
+class InjectedDiskFull(DiskFull):
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.full = False
+        self._real = request_log._write_all
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        if self.full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self._real(fd, data)
+
+    def fill(self) -> None:
+        self.full = True
+
+    def free(self) -> None:
+        self.full = False
+
+
+def test_live_disk_full_is_counted_reported_once_and_never_slows_forwarding(
+    full_disk: DiskFull,
+) -> None:
+    log = full_disk.directory / "requests.log"
+    with (
+        live_proxy(log, flush_interval_seconds=0.1) as px,
+        Sentinel(px.port, pause=0.005) as sentinel,
+        capture_logs() as logs,
+    ):
+        sentinel.wait_for_more(10)
+        px.call(px.server.hooks.log.flush)  # type: ignore[attr-defined]
+        before = logged(log, "sentinel")
+        assert len(before) >= 10
+        full_disk.fill()
+        assert eventually_true(
+            lambda: px.metric("kafkalens_request_log_dropped_lines_total", reason="write_failed")
+            > 0,
+            timeout=5,
+        )
+        assert sentinel.wait_for_more(50)
+        full_disk.free()
+        assert eventually_true(lambda: "request log: writing again" in events(logs), timeout=5)
+        assert sentinel.wait_for_more(20)
+        px.call(px.server.hooks.log.flush)  # type: ignore[attr-defined]
+        sentinel.healthy()
+        assert longest_wait(sentinel) < 1.0
+        after = logged(log, "sentinel")
+        errors = px.metric("kafkalens_request_log_errors_total")
+        lost = px.metric("kafkalens_request_log_dropped_lines_total", reason="write_failed")
+        assert px.decode_errors() == 0  # a full disk is not the codec's failure
+    assert set(before) <= set(after)  # nothing written before the fault is gone
+    assert after[-1] > before[-1] + 50 and len(after) < after[-1]  # a gap, then lines again
+    assert errors >= 1 and lost >= 1
+    reports = [e for e in logs if e["event"].startswith("request log")]
+    assert [e["event"] for e in reports] == [
+        "request log: cannot write; dropping lines",
+        "request log: writing again",
+    ]
+    assert "ENOSPC" in reports[0]["error"]
+    assert reports[1]["dropped_lines"] == lost and reports[1]["write_errors"] == errors
+
+
+def events(logs: list[dict[str, Any]]) -> list[str]:
+    return [entry["event"] for entry in logs]
+
+
+def test_live_a_stuck_disk_drops_lines_beyond_the_bound_and_never_slows_forwarding(
+    tmp_path: Path,
+) -> None:
+    """A FIFO nobody reads as the log: the writer thread blocks in write() as on a hung
+    disk; the event loop goes on forwarding and refuses lines past max_queued_bytes."""
+    fifo = tmp_path / "requests.log"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    received = bytearray()
+    stop_draining = threading.Event()
+
+    def drain() -> None:
+        while not stop_draining.wait(0.01):
+            with contextlib.suppress(BlockingIOError):
+                while chunk := os.read(reader, 1 << 20):
+                    received.extend(chunk)
+
+    drainer = threading.Thread(target=drain, daemon=True)
+    options = {"flush_interval_seconds": 0.05, "max_queued_bytes": 64 * 1024}
+    try:
+        with live_proxy(fifo, **options) as px, Sentinel(px.port, pause=0.002) as sentinel:
+            assert eventually_true(
+                lambda: px.metric("kafkalens_request_log_dropped_lines_total", reason="queue_full")
+                > 0,
+                timeout=10,
+            )
+            assert sentinel.wait_for_more(50)
+            sentinel.healthy()
+            assert longest_wait(sentinel) < 1.0
+            drainer.start()  # the disk is back
+            assert sentinel.wait_for_more(50)
+            sentinel.healthy()
+            assert longest_wait(sentinel) < 1.0
+    finally:
+        stop_draining.set()
+        if drainer.is_alive():
+            drainer.join(5)
+        os.close(reader)
+    lines = [json.loads(line) for line in received.splitlines()]
+    assert lines and all(line["event"] for line in lines)
