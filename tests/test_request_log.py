@@ -62,8 +62,10 @@ def test_stdout_gets_whole_lines_in_writes_of_at_most_pipe_buf(
     writes: list[bytes] = []
     monkeypatch.setattr(request_log, "_write_all", lambda _fd, data: writes.append(data))
     sink = LineSink("-")
-    lines = [json.dumps({"n": n, "pad": "é" * (n * 37 % 900)}, ensure_ascii=False).encode()
-             for n in range(300)]
+    lines = [
+        json.dumps({"n": n, "pad": "é" * (n * 37 % 900)}, ensure_ascii=False).encode()
+        for n in range(300)
+    ]
     lines.append(b'{"big":"' + b"y" * 5000 + b'"}')  # longer than PIPE_BUF: a write of its own
     for line in lines:
         sink.msg(line)
@@ -84,8 +86,11 @@ def test_rotation_by_size_keeps_backups(tmp_path: Path) -> None:
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["requests.log", "requests.log.1", "requests.log.2"]
     assert all(os.path.getsize(tmp_path / f) <= 4000 for f in files)
-    numbers = [json.loads(x)["n"] for f in ("requests.log.2", "requests.log.1", "requests.log")
-               for x in (tmp_path / f).read_text().splitlines()]
+    numbers = [
+        json.loads(x)["n"]
+        for f in ("requests.log.2", "requests.log.1", "requests.log")
+        for x in (tmp_path / f).read_text().splitlines()
+    ]
     assert numbers == sorted(numbers) and numbers[-1] == 199
 
 
@@ -221,9 +226,11 @@ def live_proxy(
 ) -> Iterator[ObservedProxy]:
     """The proxy as `kafkalens proxy` runs it (real hooks, real request log) in front of
     an honest broker, except for requests whose client id names a script."""
-    with FakeBroker(ScriptedBroker(scripts)) as fake:
-        with ObservedProxy(live_config(fake.address, log_path, **request_log)) as px:
-            yield px
+    with (
+        FakeBroker(ScriptedBroker(scripts)) as fake,
+        ObservedProxy(live_config(fake.address, log_path, **request_log)) as px,
+    ):
+        yield px
 
 
 def round_trip(sock: socket.socket, corr: int, client_id: str) -> None:
@@ -282,7 +289,8 @@ def test_live_unanswered_requests_get_a_request_incomplete_line_with_why(
                 assert is_closed(abandoned, timeout=5)  # the broker hung up on it
                 for client_id, corr in (("hang", 7), ("hangup", 8)):
                     assert eventually_true(
-                        lambda c=client_id: logged(log, c, "request_incomplete") != [], 5
+                        lambda c=client_id, n=corr: logged(log, c, "request_incomplete") == [n],
+                        timeout=5,
                     )
                 sentinel.healthy()
                 assert longest_wait(sentinel) < 1.0
@@ -391,8 +399,9 @@ def test_live_disk_full_is_counted_reported_once_and_never_slows_forwarding(
         assert len(before) >= 10
         full_disk.fill()
         assert eventually_true(
-            lambda: px.metric("kafkalens_request_log_dropped_lines_total", reason="write_failed")
-            > 0,
+            lambda: (
+                px.metric("kafkalens_request_log_dropped_lines_total", reason="write_failed") > 0
+            ),
             timeout=5,
         )
         assert sentinel.wait_for_more(50)
@@ -444,8 +453,9 @@ def test_live_a_stuck_disk_drops_lines_beyond_the_bound_and_never_slows_forwardi
     try:
         with live_proxy(fifo, **options) as px, Sentinel(px.port, pause=0.002) as sentinel:
             assert eventually_true(
-                lambda: px.metric("kafkalens_request_log_dropped_lines_total", reason="queue_full")
-                > 0,
+                lambda: (
+                    px.metric("kafkalens_request_log_dropped_lines_total", reason="queue_full") > 0
+                ),
                 timeout=10,
             )
             assert sentinel.wait_for_more(50)
