@@ -10,6 +10,8 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import structlog
+
 from proxy.allocator import keep_large_buffers
 from proxy.config import Address, Config, ConfigError, check_supported
 from proxy.hooks import Hooks, make_hooks
@@ -17,7 +19,9 @@ from proxy.http import Endpoints, start_http
 from proxy.metrics import Metrics
 from proxy.readiness import UpstreamProbe
 from proxy.server import Server
-from proxy.signals import wait_for_stop_signal
+from proxy.signals import on_reopen_signal, wait_for_stop_signal
+
+log = structlog.get_logger("kafkalens.proxy")
 
 
 @dataclass
@@ -95,6 +99,19 @@ async def start_proxy(
     return running
 
 
+def reopen_logs_on_sighup(hooks: Hooks) -> None:
+    """SIGHUP (logrotate) reopens the request log at its path; the process goes on."""
+
+    def reopen() -> None:
+        log.info("SIGHUP: reopening the request log")
+        try:
+            hooks.reopen_logs()
+        except Exception:
+            log.exception("reopening the request log failed")
+
+    on_reopen_signal(reopen)
+
+
 def freeze_startup_objects() -> None:
     """For a process that only serves (not for tests: frozen objects are never
     collected as cycles). Move what start-up created (the codec's schema tables above all, ~35,000 objects)
@@ -106,10 +123,11 @@ def freeze_startup_objects() -> None:
 
 
 async def serve(config: Config, on_ready: Callable[[RunningProxy], None] | None = None) -> None:
-    """Run until SIGTERM/SIGINT, then shut down gracefully."""
+    """Run until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reopens the log."""
     running = await start_proxy(config)
     freeze_startup_objects()
     keep_large_buffers()
+    reopen_logs_on_sighup(running.server.hooks)
     if on_ready is not None:
         on_ready(running)
     await wait_for_stop_signal()

@@ -1,12 +1,16 @@
-"""Waiting for the signals that stop a proxy; light on imports, so that the parent of
-worker processes, which forwards nothing, does not load the codec just for this."""
+"""Waiting for the signals that stop a proxy, and handling SIGHUP; light on imports, so
+that the parent of worker processes, which forwards nothing, does not load the codec
+just for this."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# logrotate's usual `postrotate kill -HUP`: reopen the log files, never stop.
+REOPEN_SIGNAL = signal.SIGHUP
 
 
 async def wait_for_stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
@@ -17,3 +21,14 @@ async def wait_for_stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNAL
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+
+
+def ignore_reopen_signal() -> None:
+    """From the start of `kafkalens proxy` until `on_reopen_signal`: SIGHUP's default
+    action ends the process. Worker processes inherit the setting (it survives exec)."""
+    signal.signal(REOPEN_SIGNAL, signal.SIG_IGN)
+
+
+def on_reopen_signal(callback: Callable[[], None]) -> None:
+    """SIGHUP calls `callback` on the running loop from now on."""
+    asyncio.get_running_loop().add_signal_handler(REOPEN_SIGNAL, callback)
