@@ -212,7 +212,7 @@ class LineSink:
         metrics: Metrics | None = None,
     ) -> None:
         self.path = path
-        self.flush_interval = flush_interval
+        self.flush_interval = min(flush_interval, threading.TIMEOUT_MAX)
         self.max_queued_bytes = max_queued_bytes
         self._out = _Output(path, max_bytes, backups)  # an unwritable path fails now
         self._metrics = metrics

@@ -31,7 +31,7 @@ from test_hostile_support import (
 )
 
 from proxy import request_log
-from proxy.config import Config, parse_config
+from proxy.config import Config, ConfigError, load_config, parse_config
 from proxy.metrics import Metrics
 from proxy.request_log import PIPE_BUF, LineSink, RequestLog, render
 
@@ -472,3 +472,56 @@ def test_live_a_stuck_disk_drops_lines_beyond_the_bound_and_never_slows_forwardi
         os.close(reader)
     lines = [json.loads(line) for line in received.splitlines()]
     assert lines and all(line["event"] for line in lines)
+
+
+def test_a_write_that_fails_halfway_is_cut_back_to_whole_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = request_log._write_all
+    failing = threading.Event()
+
+    def half_then_enospc(fd: int, data: bytes) -> None:
+        if not failing.is_set():
+            return real(fd, data)
+        real(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(request_log, "_write_all", half_then_enospc)
+    path = tmp_path / "r.log"
+    metrics = Metrics()
+    sink = LineSink(str(path), flush_interval=30, metrics=metrics)
+    with capture_logs() as logs:
+        sink.msg(b'{"n":1}')
+        sink.flush()
+        failing.set()
+        for n in range(2, 12):
+            sink.msg(json.dumps({"n": n}).encode())
+        sink.flush()
+        assert [x["n"] for x in file_lines(path)] == [1]  # not half of the batch
+        failing.clear()
+        sink.msg(b'{"n":12}')
+        sink.close()
+    assert [x["n"] for x in file_lines(path)] == [1, 12]
+    assert dropped(metrics, "write_failed") == 10
+    assert sample(metrics, "kafkalens_request_log_errors_total") == 1
+    assert [e["event"] for e in logs] == [
+        "request log: cannot write; dropping lines",
+        "request log: writing again",
+    ]
+    assert logs[0]["error"] == "ENOSPC No space left on device"
+    assert logs[1]["dropped_lines"] == 10 and logs[1]["write_errors"] == 1
+
+
+def test_config_keys_have_the_documented_defaults_and_are_checked() -> None:
+    documented = load_config(Path(__file__).parent.parent / "config" / "kafkalens.yaml")
+    assert documented.request_log.flush_interval_seconds == 0.5 <= 1.0
+    assert documented.request_log.max_queued_bytes == 16 * 1024 * 1024
+    assert parse_config({}).request_log == documented.request_log
+    for key, value, error in (
+        ("flush_interval_seconds", 0, "must be a positive number, got 0"),
+        ("flush_interval_seconds", "1s", "must be a positive number, got '1s'"),
+        ("max_queued_bytes", 0, "must be a positive integer, got 0"),
+    ):
+        with pytest.raises(ConfigError) as raised:
+            parse_config({"request_log": {key: value}})
+        assert str(raised.value) == f"request_log.{key}: {error}"

@@ -1,11 +1,14 @@
 """The request log of `kafkalens proxy` run as a process: SIGHUP reopens the log file
 (logrotate's postrotate) and never stops the proxy, with one process and with workers;
-after SIGTERM every line of a request answered before it is in the file."""
+after SIGTERM every line of a request answered before it is in the file; the logrotate
+example in deploy/ run by logrotate itself against a live proxy."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,10 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame
 from test_hostile_support import ScriptedBroker, Sentinel, api_versions_v0_answer, connect
 
 from proxy.tansu import free_port, wait_for_port
+from proxy.workers import worker_log_path
 
 REPO = Path(__file__).resolve().parent.parent
 APIVERSIONS = 18
@@ -185,3 +190,56 @@ def children_of(pid: int) -> list[int]:
 def http_get(port: int, path: str) -> str:
     with urllib.request.urlopen(f"http://{LOCAL}:{port}{path}", timeout=5) as response:
         return str(response.read().decode())
+
+
+LOGROTATE_EXAMPLE = REPO / "deploy" / "logrotate" / "kafkalens"
+POSTROTATE = "pkill -HUP -o -f '[k]afkalens proxy' || true"
+
+
+def test_the_logrotate_example_renames_and_signals_and_takes_the_worker_files() -> None:
+    text = LOGROTATE_EXAMPLE.read_text()
+    rules = [line.split("#")[0].strip() for line in text.splitlines()]
+    assert "copytruncate" not in rules and POSTROTATE in rules
+    pattern = next(rule for rule in rules if rule.endswith("{")).removesuffix("{").strip()
+    default = "/var/log/kafkalens/requests.log"
+    assert Path(pattern).parent == Path(default).parent
+    names = [default, worker_log_path(default, 0), worker_log_path(default, 1)]
+    assert all(fnmatch.fnmatch(name, pattern) for name in names)
+    assert not fnmatch.fnmatch(default + ".1", pattern)  # never a rotated file again
+
+
+def test_the_logrotate_example_rotates_a_running_proxy(tmp_path: Path) -> None:
+    logrotate = shutil.which("logrotate")
+    if logrotate is None:
+        pytest.skip("logrotate is not installed")
+    log = tmp_path / "requests.log"
+    with (
+        FakeBroker(ScriptedBroker()) as broker,
+        proxy_process(tmp_path, broker.address, flush=0.2) as (proc, port, _),
+        Sentinel(port) as sentinel,
+    ):
+        # Our own proxy's pid rather than pkill's pattern: other kafkalens processes
+        # may be running on this machine.
+        config = tmp_path / "logrotate.conf"
+        text = LOGROTATE_EXAMPLE.read_text().replace("/var/log/kafkalens/", f"{tmp_path}/")
+        config.write_text(text.replace(POSTROTATE, f"kill -HUP {proc.pid}"))
+        with connect(port) as sock:
+            for corr in range(5):
+                round_trip(sock, corr, "before")
+        assert eventually(lambda: logged([log], "before") == list(range(5)), timeout=3)
+        done = subprocess.run(
+            [logrotate, "--force", "--state", str(tmp_path / "state"), str(config)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert eventually(log.exists, timeout=5)
+        with connect(port) as sock:
+            for corr in range(5, 10):
+                round_trip(sock, corr, "after")
+        assert eventually(lambda: logged([log], "after") == list(range(5, 10)), timeout=3)
+        assert logged([tmp_path / "requests.log.1"], "before") == list(range(5))
+        assert proc.poll() is None
+        sentinel.healthy()
+        assert longest_wait(sentinel) < 1.0
