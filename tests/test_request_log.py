@@ -525,3 +525,39 @@ def test_config_keys_have_the_documented_defaults_and_are_checked() -> None:
         with pytest.raises(ConfigError) as raised:
             parse_config({"request_log": {key: value}})
         assert str(raised.value) == f"request_log.{key}: {error}"
+
+
+def test_live_a_long_poll_fetch_at_consumer_close_gets_a_request_incomplete_line(
+    tansu_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The issue's case with a real client and broker: kafka-python's consumer long-polls
+    an idle partition through the proxy to tansu and is closed while its Fetch waits."""
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+    from kafka.admin import NewTopic
+    from support.observed import observed_in_front_of
+
+    with observed_in_front_of(tansu_factory, tmp_path / "requests.log") as px:
+        admin = KafkaAdminClient(bootstrap_servers=px.bootstrap)
+        admin.create_topics([NewTopic("idle", 1, 1)])
+        admin.close()
+        consumer = KafkaConsumer(
+            bootstrap_servers=px.bootstrap, fetch_max_wait_ms=8000, enable_auto_commit=False
+        )
+        consumer.assign([TopicPartition("idle", 0)])
+        consumer.seek_to_end()
+        assert consumer.poll(timeout_ms=1000) == {}
+        assert px.pending_total() >= 1  # the Fetch, waiting for records that never come
+        consumer.close()
+        px.wait_all_closed()
+        fetches = [
+            line
+            for line in px.lines()
+            if line["event"] == "request_incomplete" and line["api"] == "Fetch"
+        ]
+    assert len(fetches) == 1
+    fetch = fetches[0]
+    assert fetch["reason"] == "client_eof"
+    assert fetch["client_software_name"] == "kafka-python"  # identity, as on every line
+    assert fetch["client_id"] and fetch["correlation_id"] >= 0
+    assert 500 <= fetch["latency_ms"] < 8000  # closed while it long-polled
+    assert fetch["topics"] == ["idle"]
