@@ -29,7 +29,6 @@ import random
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,7 +44,7 @@ log = structlog.get_logger("kafkalens.request_log")
 FLUSH_INTERVAL = 0.5
 MAX_QUEUED_BYTES = 16 * 1024 * 1024
 BUFFER_BYTES = 64 * 1024  # waiting lines that wake the writer before its interval is up
-WRITE_BYTES = 1024 * 1024  # the most one write call carries
+WRITE_LINES = 4096  # the most one write call carries (rotation is checked between writes)
 PIPE_BUF = 4096
 # close() waits this long for the writer to finish; a disk that hangs longer must not
 # keep a stopping proxy alive.
@@ -122,13 +121,13 @@ class _Output:
         if self.max_bytes and self.size and self.size + size > self.max_bytes:
             self._rotate()
 
-    def write(self, lines: list[bytes]) -> None:
-        """Whole lines or none: a write that fails halfway is cut back off the file, so
-        the next one does not continue a broken line."""
+    def write(self, lines: list[bytes], data: bytes) -> None:
+        """`data`: the `lines` joined, each ending in a newline. Whole lines or none: a
+        write that fails halfway is cut back off the file, so the next one does not
+        continue a broken line."""
         if self.path == "-":
             self._write_stdout(lines)
             return
-        data = b"\n".join(lines) + b"\n"
         before = os.fstat(self.fd).st_size  # not our count: someone may have truncated it
         try:
             _write_all(self.fd, data)
@@ -216,11 +215,12 @@ class LineSink:
         self.max_queued_bytes = max_queued_bytes
         self._out = _Output(path, max_bytes, backups)  # an unwritable path fails now
         self._metrics = metrics
-        self._queue: deque[bytes | _Marker] = deque()
-        # Each count has one writer, so neither needs a lock: the loop adds what it
-        # queued, the writer thread what it wrote or dropped.
-        self._queued_bytes = 0
-        self._done_bytes = 0
+        # Lines queued (and markers, with the number of lines queued before each),
+        # taken by the writer in one swap; the lock is held for an append or a swap.
+        self._lock = threading.Lock()
+        self._lines: list[bytes] = []
+        self._markers: list[tuple[int, _Marker]] = []
+        self._waiting = 0  # bytes queued and not yet written (or dropped)
         self._refusing: _Trouble | None = None  # the loop's: lines refused, the queue full
         self._trouble: _Trouble | None = None  # the writer's: writes failing
         self._wake = threading.Event()
@@ -233,15 +233,15 @@ class LineSink:
 
     def msg(self, line: bytes) -> None:
         """`line`: UTF-8 JSON without its newline. Never blocks, never raises."""
-        waiting = self._queued_bytes - self._done_bytes
-        if waiting >= self.max_queued_bytes:
+        if self._waiting >= self.max_queued_bytes:
             self._refuse()
             return
         if self._refusing:
             self._end_refusing()
-        self._queue.append(line)
-        self._queued_bytes += len(line) + 1
-        if waiting >= BUFFER_BYTES and not self._wake.is_set():
+        with self._lock:
+            self._lines.append(line)
+            self._waiting += len(line) + 1
+        if self._waiting >= BUFFER_BYTES and not self._wake.is_set():
             self._wake.set()
 
     def _refuse(self) -> None:
@@ -270,8 +270,7 @@ class LineSink:
     def reopen(self) -> None:
         """Reopen the file at its path once the lines queued so far are written (to the
         old file, which logrotate has renamed). Returns at once."""
-        self._queue.append(_Marker("reopen"))
-        self._wake.set()
+        self._post(_Marker("reopen"))
 
     def flush(self, timeout: float = CLOSE_TIMEOUT) -> bool:
         """Wait until every line queued so far is written (or dropped); False on timeout.
@@ -279,8 +278,7 @@ class LineSink:
         if self._closed:
             return True
         marker = _Marker("flush")
-        self._queue.append(marker)
-        self._wake.set()
+        self._post(marker)
         return marker.done.wait(timeout)
 
     def close(self) -> None:
@@ -292,10 +290,14 @@ class LineSink:
         if self._refusing:
             self._end_refusing()
         marker = _Marker("close")
-        self._queue.append(marker)
-        self._wake.set()
+        self._post(marker)
         if not marker.done.wait(CLOSE_TIMEOUT):
             log.error("request log: the writer did not finish; lines lost", path=self.path)
+
+    def _post(self, marker: _Marker) -> None:
+        with self._lock:
+            self._markers.append((len(self._lines), marker))
+        self._wake.set()
 
     # -- the writer thread ------------------------------------------------------------
 
@@ -310,24 +312,18 @@ class LineSink:
                 log.exception("request log: writer failed", path=self.path)
 
     def _drain(self) -> bool:
-        """Write out the queue; True once a close marker was met."""
-        queue = self._queue
-        batch: list[bytes] = []
-        size = 0
-        while queue:
-            item = queue.popleft()
-            if isinstance(item, bytes):
-                batch.append(item)
-                size += len(item) + 1
-                if size >= WRITE_BYTES:
-                    self._write(batch, size)
-                    batch, size = [], 0
-                continue
-            self._write(batch, size)
-            batch, size = [], 0
-            if self._act(item):
+        """Write out what is queued, acting on each marker after the lines before it;
+        True once a close marker was met."""
+        with self._lock:
+            lines, self._lines = self._lines, []
+            markers, self._markers = self._markers, []
+        start = 0
+        for end, marker in [*markers, (len(lines), None)]:
+            for chunk in range(start, end, WRITE_LINES):
+                self._write(lines[chunk : min(chunk + WRITE_LINES, end)])
+            start = end
+            if marker is not None and self._act(marker):
                 return True
-        self._write(batch, size)
         return False
 
     def _act(self, marker: _Marker) -> bool:
@@ -345,22 +341,23 @@ class LineSink:
         marker.done.set()
         return marker.action == "close"
 
-    def _write(self, batch: list[bytes], size: int) -> None:
-        if batch:
-            prepared = True
-            try:
-                self._out.prepare(size)
-            except OSError as exc:  # reopening or rotating: the current file takes them
-                prepared = False
-                self._failed(exc, 0)
-            try:
-                self._out.write(batch)
-            except OSError as exc:
-                self._failed(exc, len(batch))
-            else:
-                if prepared:
-                    self._end_trouble()
-            self._done_bytes += size
+    def _write(self, batch: list[bytes]) -> None:
+        data = b"\n".join(batch) + b"\n"
+        prepared = True
+        try:
+            self._out.prepare(len(data))
+        except OSError as exc:  # reopening or rotating: the current file takes them
+            prepared = False
+            self._failed(exc, 0)
+        try:
+            self._out.write(batch, data)
+        except OSError as exc:
+            self._failed(exc, len(batch))
+        else:
+            if prepared:
+                self._end_trouble()
+        with self._lock:
+            self._waiting -= len(data)
 
     def _failed(self, exc: OSError, lines: int) -> None:
         if self._metrics is not None:

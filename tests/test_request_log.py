@@ -189,7 +189,7 @@ def test_close_writes_every_queued_line_and_msg_never_blocks_on_a_stuck_reader(
 
 
 def sink_waiting(sink: LineSink) -> int:
-    return sink._queued_bytes - sink._done_bytes
+    return sink._waiting
 
 
 def dropped(metrics: Metrics, reason: str) -> float:
