@@ -465,13 +465,25 @@ def test_live_a_stuck_disk_drops_lines_beyond_the_bound_and_never_slows_forwardi
             assert sentinel.wait_for_more(50)
             sentinel.healthy()
             assert longest_wait(sentinel) < 1.0
+            lost = px.metric("kafkalens_request_log_dropped_lines_total", reason="queue_full")
     finally:
         stop_draining.set()
         if drainer.is_alive():
             drainer.join(5)
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(reader, 1 << 20):
+                received.extend(chunk)
         os.close(reader)
+    assert received.endswith(b"\n")
     lines = [json.loads(line) for line in received.splitlines()]
-    assert lines and all(line["event"] for line in lines)
+    ids = [
+        line["correlation_id"]
+        for line in lines
+        if line["event"] == "request" and line["client_id"] == "sentinel"
+    ]
+    assert ids[:50] == list(range(1, 51))  # what came before the disk stuck is all there
+    missing = set(range(1, ids[-1] + 1)) - set(ids)
+    assert 0 < len(missing) <= lost  # the gap: lines refused while it was stuck
 
 
 def test_a_write_that_fails_halfway_is_cut_back_to_whole_lines(
