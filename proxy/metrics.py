@@ -40,8 +40,6 @@ _BOUNDS = (*DURATION_BUCKETS, math.inf)
 # bound both their series and the per-api cache of raw name -> child, which the capper
 # alone would not bound.
 _ERROR_CACHE_LIMIT = 256
-# Why a request log line was lost: its write failed, or the queue to the writer was full.
-DROPPED_LINE_REASONS = ("write_failed", "queue_full")
 
 
 def sanitize_label(value: str, max_length: int = MAX_LABEL_LENGTH) -> str:
@@ -344,7 +342,8 @@ class Metrics:
             "Request log lines lost: their write failed, or the writer fell too far behind.",
             ("reason",),
         )
-        for reason in DROPPED_LINE_REASONS:  # at 0 from the start, for rate() and alerts
+        # Why a line was lost: its write failed, or the queue to the writer was full.
+        for reason in ("write_failed", "queue_full"):  # at 0 from the start, for alerts
             self.request_log_dropped_lines.labels(reason=reason)
 
     def api(self, name: str) -> ApiMetrics:
@@ -388,7 +387,7 @@ class Metrics:
         self.request_log_errors.inc()
 
     def request_log_dropped(self, reason: str, lines: int) -> None:
-        """`reason`: one of DROPPED_LINE_REASONS."""
+        """`reason`: "write_failed" or "queue_full"."""
         self.request_log_dropped_lines.labels(reason=reason).inc(lines)
 
     def acquire_instance(self, instance_id: Hashable | None) -> None:

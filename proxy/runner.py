@@ -10,8 +10,6 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import structlog
-
 from proxy.allocator import keep_large_buffers
 from proxy.config import Address, Config, ConfigError, check_supported
 from proxy.hooks import Hooks, make_hooks
@@ -19,9 +17,7 @@ from proxy.http import Endpoints, start_http
 from proxy.metrics import Metrics
 from proxy.readiness import UpstreamProbe
 from proxy.server import Server
-from proxy.signals import on_reopen_signal, wait_for_stop_signal
-
-log = structlog.get_logger("kafkalens.proxy")
+from proxy.signals import reopen_logs_on_sighup, wait_for_stop_signal
 
 
 @dataclass
@@ -97,19 +93,6 @@ async def start_proxy(
         raise ConfigError("metrics.listen", f"cannot listen on {listen}: {exc.strerror}") from exc
     running = RunningProxy(server, http, probe, metrics)
     return running
-
-
-def reopen_logs_on_sighup(hooks: Hooks) -> None:
-    """SIGHUP (logrotate) reopens the request log at its path; the process goes on."""
-
-    def reopen() -> None:
-        log.info("SIGHUP: reopening the request log")
-        try:
-            hooks.reopen_logs()
-        except Exception:
-            log.exception("reopening the request log failed")
-
-    on_reopen_signal(reopen)
 
 
 def freeze_startup_objects() -> None:

@@ -7,6 +7,11 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+
+log = structlog.get_logger("kafkalens.proxy")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # logrotate's usual `postrotate kill -HUP`: reopen the log files, never stop.
@@ -32,3 +37,20 @@ def ignore_reopen_signal() -> None:
 def on_reopen_signal(callback: Callable[[], None]) -> None:
     """SIGHUP calls `callback` on the running loop from now on."""
     asyncio.get_running_loop().add_signal_handler(REOPEN_SIGNAL, callback)
+
+
+class _ReopensLogs(Protocol):
+    def reopen_logs(self) -> None: ...
+
+
+def reopen_logs_on_sighup(hooks: _ReopensLogs) -> None:
+    """SIGHUP (logrotate) reopens the request log at its path; the process goes on."""
+
+    def reopen() -> None:
+        log.info("SIGHUP: reopening the request log")
+        try:
+            hooks.reopen_logs()
+        except Exception:
+            log.exception("reopening the request log failed")
+
+    on_reopen_signal(reopen)

@@ -118,12 +118,8 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy.allocator import keep_large_buffers
     from proxy.hooks import make_hooks
     from proxy.metrics import Metrics
-    from proxy.runner import (
-        freeze_startup_objects,
-        open_server,
-        reopen_logs_on_sighup,
-        wait_for_stop_signal,
-    )
+    from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
+    from proxy.signals import reopen_logs_on_sighup
 
     config = worker_config(config, index)
     metrics = Metrics(config.metrics.max_label_values)
@@ -297,9 +293,9 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     except OSError as exc:
         await pool.stop(0)
         raise ConfigError("metrics.listen", f"cannot listen: {exc.strerror}") from exc
-    on_reopen_signal(pool.reopen_logs)
     supervisor = asyncio.get_running_loop().create_task(pool.supervise())
     log.info("workers ready", workers=config.workers)
+    on_reopen_signal(pool.reopen_logs)
     await wait_for_stop_signal()
     supervisor.cancel()
     http.close()
