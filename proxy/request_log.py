@@ -49,6 +49,9 @@ MAX_QUEUED_BYTES = 16 * 1024 * 1024
 BUFFER_BYTES = 1024 * 1024
 WRITE_LINES = 4096  # the most one write call carries (rotation is checked between writes)
 PIPE_BUF = 4096
+# Writes must succeed this long after the last failure for a run of failures to end: on
+# a nearly full disk a failed write, cut back, frees room for the next few.
+RECOVERED_AFTER = 1.0
 # close() waits this long for the writer to finish; a disk that hangs longer must not
 # keep a stopping proxy alive.
 CLOSE_TIMEOUT = 10.0
@@ -197,6 +200,7 @@ class _Trouble:
     started: float
     errors: int = 0
     dropped: int = 0
+    last_failure: float = 0.0
 
 
 class LineSink:
@@ -240,8 +244,8 @@ class LineSink:
         if self._waiting >= self.max_queued_bytes:
             self._refuse()
             return
-        if self._refusing:
-            self._end_refusing()
+        if self._refusing and self._waiting < self.max_queued_bytes // 2:
+            self._end_refusing()  # not at once: a queue hovering at its bound would flap
         with self._lock:
             self._lines.append(line)
             self._waiting += len(line) + 1
@@ -337,7 +341,7 @@ class LineSink:
             except OSError as exc:
                 self._failed(exc, 0)  # the old file goes on; opening is tried again
         elif marker.action == "close":
-            self._end_trouble()
+            self._end_trouble(recovered=True)
             try:
                 self._out.close()
             except OSError as exc:
@@ -359,7 +363,7 @@ class LineSink:
             self._failed(exc, len(batch))
         else:
             if prepared:
-                self._end_trouble()
+                self._end_trouble(recovered=False)
         with self._lock:
             self._waiting -= len(data)
 
@@ -379,10 +383,15 @@ class LineSink:
             )
         trouble.errors += 1
         trouble.dropped += lines
+        trouble.last_failure = time.monotonic()
 
-    def _end_trouble(self) -> None:
-        trouble, self._trouble = self._trouble, None
-        if trouble is not None:
+    def _end_trouble(self, recovered: bool) -> None:
+        """After a write that worked; `recovered`: the run is over whatever came last."""
+        trouble = self._trouble
+        if trouble is None:
+            return
+        if recovered or time.monotonic() - trouble.last_failure >= RECOVERED_AFTER:
+            self._trouble = None
             log.warning(
                 "request log: writing again",
                 path=self.path,

@@ -462,6 +462,8 @@ def test_live_a_stuck_disk_drops_lines_beyond_the_bound_and_never_slows_forwardi
             sentinel.healthy()
             assert longest_wait(sentinel) < 1.0
             drainer.start()  # the disk is back
+            sink = px.server.hooks.log.sink  # type: ignore[attr-defined]
+            assert eventually_true(lambda: px.call(lambda: sink._refusing is None), timeout=10)
             assert sentinel.wait_for_more(50)
             sentinel.healthy()
             assert longest_wait(sentinel) < 1.0
