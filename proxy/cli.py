@@ -118,6 +118,9 @@ def run_proxy(args: argparse.Namespace) -> int:
         fail(str(exc))
     configure_logging()
     raise_open_file_limit()  # inherited by the workers
+    from proxy.signals import ignore_reopen_signal
+
+    ignore_reopen_signal()  # until the proxy handles it: a SIGHUP while starting must not kill
     try:
         if config.workers > 1:
             from proxy.workers import serve_workers

@@ -118,6 +118,8 @@ class RequestLogConfig:
     record_detail: bool = False
     header_value_allowlist: tuple[str, ...] = ("traceparent", "tracestate")
     max_string_length: int = 256
+    flush_interval_seconds: float = 0.5
+    max_queued_bytes: int = 16777216
 
 
 @dataclass(frozen=True)
@@ -690,6 +692,8 @@ def _request_log(s: _Section) -> RequestLogConfig:
             )
         ),
         max_string_length=s.integer("max_string_length", 256),
+        flush_interval_seconds=s.seconds("flush_interval_seconds", 0.5),
+        max_queued_bytes=s.integer("max_queued_bytes", 16777216),
     )
     s.done()
     return log

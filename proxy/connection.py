@@ -439,6 +439,7 @@ class Connection(asyncio.Protocol):
         self.count_bytes()
         self.ctx.connections.pop(info.conn_id, None)
         self.ctx.release(self._ip)
+        self._report_incomplete(info, reason)
         self.exchange.pending.clear()
         if info.metrics is not None:
             info.metrics.close(reason)
@@ -446,6 +447,16 @@ class Connection(asyncio.Protocol):
             self.ctx.hooks.connection_closed(info, reason)
         except Exception:
             self.exchange.hook_failed("connection_closed", -1, "request")
+
+    def _report_incomplete(self, info: ConnectionInfo, reason: str) -> None:
+        """The requests still awaiting a response will never get one: tell the hooks,
+        which would otherwise never hear of them (e.g. a long-poll Fetch at consumer close)."""
+        hooks = self.ctx.hooks
+        for pending in self.exchange.pending:
+            try:
+                hooks.request_incomplete(info, pending, reason)
+            except Exception:
+                self.exchange.hook_failed("request_incomplete", pending.api_key, "request")
 
 
 def _send(transport: asyncio.Transport, buffers: list[Buffer]) -> None:

@@ -134,8 +134,14 @@ class GatewayHooks(Hooks):
     def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
         self.inner.sasl_token(info, token)
 
+    def request_incomplete(self, info: ConnectionInfo, pending: Pending, reason: str) -> None:
+        self.inner.request_incomplete(info, pending, reason)
+
     def connection_closed(self, info: ConnectionInfo, reason: str) -> None:
         self.inner.connection_closed(info, reason)
+
+    def reopen_logs(self) -> None:
+        self.inner.reopen_logs()
 
     def close(self) -> None:
         self.inner.close()

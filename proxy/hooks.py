@@ -157,8 +157,16 @@ class Hooks:
         """After a raw SASL token from the client (the phase after SaslHandshake v0, see
         proxy/sasl.py) went to the broker. `token` holds credentials: never keep or log it."""
 
+    def request_incomplete(self, info: ConnectionInfo, pending: Pending, reason: str) -> None:
+        """The connection is closing with `pending` still unanswered (it never will be);
+        `reason` as for connection_closed, which comes right after."""
+
     def connection_closed(self, info: ConnectionInfo, reason: str) -> None:
         """The client connection ended; `reason` as counted in the metrics."""
+
+    def reopen_logs(self) -> None:
+        """SIGHUP: files the hooks write to were rotated away; reopen them at their paths.
+        Must not block."""
 
     def close(self) -> None:
         """The proxy is stopping: flush and close whatever the hooks write to."""

@@ -411,6 +411,18 @@ class Metrics:
         self.bytes_to_broker = self.forwarded_bytes.labels(direction="client_to_broker")
         self.bytes_to_client = self.forwarded_bytes.labels(direction="broker_to_client")
         self.build_info = self._gauge("kafkalens_build_info", "Always 1.", ("version",), "max")
+        self.request_log_errors = c(
+            "kafkalens_request_log_errors_total",
+            "Request log writes (or reopenings, rotations) that failed: ENOSPC, EIO, ...",
+        )
+        self.request_log_dropped_lines = c(
+            "kafkalens_request_log_dropped_lines_total",
+            "Request log lines lost: their write failed, or the writer fell too far behind.",
+            ("reason",),
+        )
+        # Why a line was lost: its write failed, or the queue to the writer was full.
+        for reason in ("write_failed", "queue_full"):  # at 0 from the start, for alerts
+            self.request_log_dropped_lines.labels(reason=reason)
 
     def _define_capping(self, max_label_values: int, max_error_series: int) -> None:
         capped = self._counter(
@@ -471,6 +483,14 @@ class Metrics:
     def kip1313_violation(self, action: str) -> None:
         """`action`: "logged" or "rejected"."""
         self.kip1313_violations.labels(action=action).inc()
+
+    def request_log_error(self) -> None:
+        """From the request log's writer thread (prometheus-client counters take a lock)."""
+        self.request_log_errors.inc()
+
+    def request_log_dropped(self, reason: str, lines: int) -> None:
+        """`reason`: "write_failed" or "queue_full"."""
+        self.request_log_dropped_lines.labels(reason=reason).inc(lines)
 
     def acquire_instance(self, instance_id: Hashable | None) -> None:
         if instance_id is not None:

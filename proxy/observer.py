@@ -127,6 +127,18 @@ class ObservingHooks(Hooks):
             )
             self.log.write("connection_close", fields)
 
+    def request_incomplete(self, info: ConnectionInfo, pending: Pending, reason: str) -> None:
+        # Logged whatever the sampling: an unanswered request is the exception to see.
+        token: Token | None = pending.token
+        if token is None:  # the request hook did not run (e.g. the connection broke first)
+            token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
+        if self.log and self.log.wants(token.api, pending.api_key, True):
+            line = self._line_base(info, pending, token)
+            latency = time.perf_counter() - pending.started
+            line.update(reason=reason, latency_ms=round(latency * 1000, 3), response_bytes=None)
+            line.update(token.fields)
+            self.log.write("request_incomplete", line)
+
     def _connection_fields(self, info: ConnectionInfo, state: ConnState) -> dict[str, Any]:
         return {
             "conn": info.conn_id,
@@ -274,6 +286,10 @@ class ObservingHooks(Hooks):
         if state is not None:
             state.decode_errors += 1
 
+    def reopen_logs(self) -> None:
+        if self.log:
+            self.log.reopen()
+
     def close(self) -> None:
         if self.log:
             self.log.close()
@@ -380,7 +396,14 @@ class ObservingHooks(Hooks):
 def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
     """ObservingHooks from a proxy.config.Config."""
     log_config = config.request_log
-    sink = LineSink(log_config.path, log_config.max_bytes, log_config.backups)
+    sink = LineSink(
+        log_config.path,
+        log_config.max_bytes,
+        log_config.backups,
+        flush_interval=log_config.flush_interval_seconds,
+        max_queued_bytes=log_config.max_queued_bytes,
+        metrics=metrics,
+    )
     request_log = RequestLog(sink, log_config.sample_rate, log_config.apis, log_config.errors_only)
     summary = SummaryOptions(
         record_detail=log_config.record_detail,

@@ -1,8 +1,15 @@
 """The request log: one JSON line per request.
 
-Lines go to stdout or to a file rotated by size (requests.log -> requests.log.1 ...).
-Writes are buffered and flushed at least every `FLUSH_INTERVAL` seconds, so a busy
-proxy does one write call per many lines and `tail -f` still sees lines promptly.
+Lines go to stdout or to a file, rotated by size (requests.log -> requests.log.1 ...)
+and reopened at the path on SIGHUP (`reopen`), for logrotate.
+
+The event loop only renders a line and appends it to a queue; a writer thread of the
+sink writes the queue out every `flush_interval` seconds (sooner once `BUFFER_BYTES`
+are waiting), so a line is in the file within about flush_interval even when traffic
+stops, and a slow or full disk never blocks forwarding. The queue is bounded
+(`max_queued_bytes`): a line beyond it is dropped and counted, as are the lines of a
+write that failed (ENOSPC, EIO...); a run of failures is reported once when it starts
+and once when it ends, with how many lines it cost. `close` writes what is queued.
 
 A line is rendered by orjson straight from the fields dict: this runs once per
 request on the event loop, and structlog's processor chain with the standard
@@ -12,19 +19,42 @@ renders the proxy's own (operational) log.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import errno
+import io
 import json
 import os
 import random
 import sys
+import threading
 import time
 from collections.abc import Iterable
-from typing import IO, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import orjson
+import structlog
 
-FLUSH_INTERVAL = 0.2
-BUFFER_BYTES = 64 * 1024
+if TYPE_CHECKING:
+    from proxy.metrics import Metrics
+
+log = structlog.get_logger("kafkalens.request_log")
+
+FLUSH_INTERVAL = 0.5
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
+# Waiting lines that wake the writer before its interval is up (or a quarter of the
+# queue's bound, if less). Each wake-up hands the GIL over: measured, 64 KiB doubled
+# the sink's CPU per line against 1 MiB (bench/request_log_cost.py).
+BUFFER_BYTES = 1024 * 1024
+WRITE_LINES = 4096  # the most one write call carries (rotation is checked between writes)
 PIPE_BUF = 4096
+# Writes must succeed this long after the last failure for a run of failures to end: on
+# a nearly full disk a failed write, cut back, frees room for the next few.
+RECOVERED_AFTER = 1.0
+# close() waits this long for the writer to finish; a disk that hangs longer must not
+# keep a stopping proxy alive.
+CLOSE_TIMEOUT = 10.0
 
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
@@ -56,77 +86,90 @@ class Timestamp:
         return f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
 
 
-def _write_all(data: bytes) -> None:
-    fd = sys.stdout.fileno()
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
 
 
-class LineSink:
-    """Where rendered lines go: buffered, size-rotated when it is a file."""
+def _stdout_fd() -> int:
+    try:
+        sys.stdout.flush()  # our writes bypass its buffer
+        return sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return 1
 
-    def __init__(self, path: str, max_bytes: int = 0, backups: int = 0) -> None:
+
+class _Output:
+    """The file (or standard output) the writer thread writes to; raises OSError."""
+
+    def __init__(self, path: str, max_bytes: int, backups: int) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        self._stream: IO[bytes] | None = None if path == "-" else self._open()
-        if path == "-":
-            sys.stdout.flush()  # our writes bypass its buffer
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
-        self._size = self._stream.tell() if self._stream is not None else 0
-        self._last_flush = time.monotonic()
+        self.fd = _stdout_fd() if path == "-" else self._open()
+        self.size = 0 if path == "-" else os.fstat(self.fd).st_size
+        self.reopen_due = False
 
-    def _open(self) -> IO[bytes]:
+    def _open(self) -> int:
         directory = os.path.dirname(self.path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        return open(self.path, "ab")  # noqa: SIM115 - kept open
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
-    def msg(self, line: bytes) -> None:
-        """`line`: UTF-8 JSON without its newline."""
-        self._pending.append(line)
-        self._pending_bytes += len(line) + 1
-        if self._pending_bytes >= BUFFER_BYTES or time.monotonic() - self._last_flush >= FLUSH_INTERVAL:
-            self.flush()
-
-    def flush(self) -> None:
-        self._last_flush = time.monotonic()
-        if not self._pending:
+    def prepare(self, size: int) -> None:
+        """Before writing `size` bytes: reopen if that is still due, rotate if they
+        would pass max_bytes. A failure here leaves the current file in use."""
+        if self.path == "-":
             return
-        if self._stream is None:
-            self._write_stdout()
-            return
-        data = b"\n".join(self._pending) + b"\n"
-        self._pending.clear()
-        self._pending_bytes = 0
-        if self.max_bytes and self._size + len(data) > self.max_bytes and self._size:
+        if self.reopen_due:
+            self.reopen()
+        if self.max_bytes and self.size and self.size + size > self.max_bytes:
             self._rotate()
-            assert self._stream is not None
-        self._stream.write(data)
-        self._stream.flush()
-        self._size += len(data)
 
-    def _write_stdout(self) -> None:
+    def write(self, lines: list[bytes], data: bytes) -> None:
+        """`data`: the `lines` joined, each ending in a newline. Whole lines or none: a
+        write that fails halfway is cut back off the file, so the next one does not
+        continue a broken line."""
+        if self.path == "-":
+            self._write_stdout(lines)
+            return
+        before = os.fstat(self.fd).st_size  # not our count: someone may have truncated it
+        try:
+            _write_all(self.fd, data)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, before)
+            raise
+        self.size = before + len(data)
+
+    def _write_stdout(self, lines: list[bytes]) -> None:
         """Whole lines in writes of at most PIPE_BUF bytes: such writes to a pipe are
         atomic, so worker processes sharing standard output never split a line."""
         chunk: list[bytes] = []
         size = 0
-        for line in self._pending:
+        for line in lines:
             if chunk and size + len(line) + 1 > PIPE_BUF:
-                _write_all(b"\n".join(chunk) + b"\n")
+                _write_all(self.fd, b"\n".join(chunk) + b"\n")
                 chunk, size = [], 0
             chunk.append(line)
             size += len(line) + 1
         if chunk:
-            _write_all(b"\n".join(chunk) + b"\n")
-        self._pending.clear()
-        self._pending_bytes = 0
+            _write_all(self.fd, b"\n".join(chunk) + b"\n")
+
+    def reopen(self) -> None:
+        """The file at `path` from now on (logrotate renamed the old one); the old file
+        stays in use until a new one opens."""
+        if self.path == "-":
+            return
+        self.reopen_due = True  # until it succeeds
+        fd = self._open()
+        os.close(self.fd)
+        self.fd = fd
+        self.size = os.fstat(fd).st_size
+        self.reopen_due = False
 
     def _rotate(self) -> None:
-        assert self._stream is not None
-        self._stream.close()
         for index in range(self.backups - 1, 0, -1):
             older = f"{self.path}.{index}"
             if os.path.exists(older):
@@ -135,13 +178,227 @@ class LineSink:
             os.replace(self.path, f"{self.path}.1")
         else:
             os.remove(self.path)
-        self._stream = self._open()
-        self._size = 0
+        self.reopen()
 
     def close(self) -> None:
-        self.flush()
-        if self._stream is not None:
-            self._stream.close()
+        if self.path != "-":
+            os.close(self.fd)
+
+
+@dataclass(eq=False)
+class _Marker:
+    """Queued behind lines: the writer acts on it once the lines before it are written."""
+
+    action: str  # "flush", "reopen" or "close"
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class _Trouble:
+    """A run of failed writes, or of lines refused, reported when it starts and ends."""
+
+    started: float
+    errors: int = 0
+    dropped: int = 0
+    last_failure: float = 0.0
+
+
+class LineSink:
+    """Where rendered lines go: a bounded queue on the loop's side, a writer thread on
+    the other (see the module docstring). `msg` is the only call the hot path makes."""
+
+    def __init__(
+        self,
+        path: str,
+        max_bytes: int = 0,
+        backups: int = 0,
+        *,
+        flush_interval: float = FLUSH_INTERVAL,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.path = path
+        self.flush_interval = min(flush_interval, threading.TIMEOUT_MAX)
+        self.max_queued_bytes = max_queued_bytes
+        self._wake_bytes = min(BUFFER_BYTES, max_queued_bytes // 4)
+        self._out = _Output(path, max_bytes, backups)  # an unwritable path fails now
+        self._metrics = metrics
+        # Lines queued (and markers, with the number of lines queued before each),
+        # taken by the writer in one swap; the lock is held for an append or a swap.
+        self._lock = threading.Lock()
+        self._lines: list[bytes] = []
+        self._markers: list[tuple[int, _Marker]] = []
+        self._waiting = 0  # bytes queued and not yet written (or dropped)
+        self._refusing: _Trouble | None = None  # the loop's: lines refused, the queue full
+        self._trouble: _Trouble | None = None  # the writer's: writes failing
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="kafkalens-request-log", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)  # an exit that skips close() still writes the queue
+
+    # -- the event loop's side --------------------------------------------------------
+
+    def msg(self, line: bytes) -> None:
+        """`line`: UTF-8 JSON without its newline. Never blocks, never raises."""
+        if self._waiting >= self.max_queued_bytes:
+            self._refuse()
+            return
+        if self._refusing and self._waiting < self.max_queued_bytes // 2:
+            self._end_refusing()  # not at once: a queue hovering at its bound would flap
+        with self._lock:
+            self._lines.append(line)
+            self._waiting += len(line) + 1
+        if self._waiting >= self._wake_bytes and not self._wake.is_set():
+            self._wake.set()
+
+    def _refuse(self) -> None:
+        # Counted here, not by the writer: it may be the one stuck (a hung disk).
+        if not self._refusing:
+            self._refusing = _Trouble(time.monotonic())
+            log.warning(
+                "request log: writing falls behind; dropping lines",
+                path=self.path,
+                max_queued_bytes=self.max_queued_bytes,
+            )
+        self._refusing.dropped += 1
+        if self._metrics is not None:
+            self._metrics.request_log_dropped("queue_full", 1)
+
+    def _end_refusing(self) -> None:
+        trouble, self._refusing = self._refusing, None
+        assert trouble is not None
+        log.warning(
+            "request log: writing caught up",
+            path=self.path,
+            dropped_lines=trouble.dropped,
+            lasted_s=round(time.monotonic() - trouble.started, 3),
+        )
+
+    def reopen(self) -> None:
+        """Reopen the file at its path once the lines queued so far are written (to the
+        old file, which logrotate has renamed). Returns at once."""
+        self._post(_Marker("reopen"))
+
+    def flush(self, timeout: float = CLOSE_TIMEOUT) -> bool:
+        """Wait until every line queued so far is written (or dropped); False on timeout.
+        Blocks: for tests and shutdown, never for the hot path."""
+        if self._closed:
+            return True
+        marker = _Marker("flush")
+        self._post(marker)
+        return marker.done.wait(timeout)
+
+    def close(self) -> None:
+        """Write what is queued, stop the writer and close the file."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        if self._refusing:
+            self._end_refusing()
+        marker = _Marker("close")
+        self._post(marker)
+        if not marker.done.wait(CLOSE_TIMEOUT):
+            log.error("request log: the writer did not finish; lines lost", path=self.path)
+
+    def _post(self, marker: _Marker) -> None:
+        with self._lock:
+            self._markers.append((len(self._lines), marker))
+        self._wake.set()
+
+    # -- the writer thread ------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.flush_interval)
+            self._wake.clear()
+            try:
+                if self._drain():
+                    return
+            except Exception:  # a bug here must not end the writing for good
+                log.exception("request log: writer failed", path=self.path)
+
+    def _drain(self) -> bool:
+        """Write out what is queued, acting on each marker after the lines before it;
+        True once a close marker was met."""
+        with self._lock:
+            lines, self._lines = self._lines, []
+            markers, self._markers = self._markers, []
+        start = 0
+        for end, marker in [*markers, (len(lines), None)]:
+            for chunk in range(start, end, WRITE_LINES):
+                self._write(lines[chunk : min(chunk + WRITE_LINES, end)])
+            start = end
+            if marker is not None and self._act(marker):
+                return True
+        return False
+
+    def _act(self, marker: _Marker) -> bool:
+        if marker.action == "reopen":
+            try:
+                self._out.reopen()
+            except OSError as exc:
+                self._failed(exc, 0)  # the old file goes on; opening is tried again
+        elif marker.action == "close":
+            self._end_trouble(recovered=True)
+            try:
+                self._out.close()
+            except OSError as exc:
+                self._failed(exc, 0)
+        marker.done.set()
+        return marker.action == "close"
+
+    def _write(self, batch: list[bytes]) -> None:
+        data = b"\n".join(batch) + b"\n"
+        prepared = True
+        try:
+            self._out.prepare(len(data))
+        except OSError as exc:  # reopening or rotating: the current file takes them
+            prepared = False
+            self._failed(exc, 0)
+        try:
+            self._out.write(batch, data)
+        except OSError as exc:
+            self._failed(exc, len(batch))
+        else:
+            if prepared:
+                self._end_trouble(recovered=False)
+        with self._lock:
+            self._waiting -= len(data)
+
+    def _failed(self, exc: OSError, lines: int) -> None:
+        if self._metrics is not None:
+            self._metrics.request_log_error()
+            if lines:
+                self._metrics.request_log_dropped("write_failed", lines)
+        trouble = self._trouble
+        if trouble is None:
+            trouble = self._trouble = _Trouble(time.monotonic())
+            name = errno.errorcode.get(exc.errno or 0, "")
+            log.warning(
+                "request log: cannot write; dropping lines",
+                path=self.path,
+                error=f"{name} {exc.strerror or exc}".strip(),
+            )
+        trouble.errors += 1
+        trouble.dropped += lines
+        trouble.last_failure = time.monotonic()
+
+    def _end_trouble(self, recovered: bool) -> None:
+        """After a write that worked; `recovered`: the run is over whatever came last."""
+        trouble = self._trouble
+        if trouble is None:
+            return
+        if recovered or time.monotonic() - trouble.last_failure >= RECOVERED_AFTER:
+            self._trouble = None
+            log.warning(
+                "request log: writing again",
+                path=self.path,
+                dropped_lines=trouble.dropped,
+                write_errors=trouble.errors,
+                lasted_s=round(time.monotonic() - trouble.started, 3),
+            )
 
 
 class RequestLog:
@@ -181,7 +438,11 @@ class RequestLog:
         self.write(event, fields)
 
     def flush(self) -> None:
+        """Blocks until the lines so far are written: for tests and shutdown."""
         self.sink.flush()
+
+    def reopen(self) -> None:
+        self.sink.reopen()
 
     def close(self) -> None:
         self.sink.close()

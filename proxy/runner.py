@@ -18,7 +18,7 @@ from proxy.metrics import Metrics
 from proxy.observer import build_hooks
 from proxy.readiness import UpstreamProbe
 from proxy.server import Server
-from proxy.signals import wait_for_stop_signal
+from proxy.signals import reopen_logs_on_sighup, wait_for_stop_signal
 
 
 @dataclass
@@ -125,10 +125,11 @@ def freeze_startup_objects() -> None:
 
 
 async def serve(config: Config, on_ready: Callable[[RunningProxy], None] | None = None) -> None:
-    """Run until SIGTERM/SIGINT, then shut down gracefully."""
+    """Run until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reopens the log."""
     running = await start_proxy(config)
     freeze_startup_objects()
     keep_large_buffers()
+    reopen_logs_on_sighup(running.server.hooks)
     if on_ready is not None:
         on_ready(running)
     await wait_for_stop_signal()

@@ -10,7 +10,8 @@ PROMETHEUS_MULTIPROC_DIR and the parent's /metrics adds them up. /clients merges
 the connection lists the workers write next to them every second.
 
 SIGTERM or SIGINT to the parent is passed to the workers, which drain their
-in-flight requests for up to limits.shutdown_grace_seconds as a single process does.
+in-flight requests for up to limits.shutdown_grace_seconds as a single process does;
+SIGHUP is passed on too, and each worker reopens its own request log.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy.observer import build_hooks
     from proxy.preflight import check_api_names
     from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
+    from proxy.signals import reopen_logs_on_sighup
 
     config = worker_config(config, index)
     metrics = Metrics(
@@ -125,6 +127,7 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
         return
     freeze_startup_objects()
     keep_large_buffers()
+    reopen_logs_on_sighup(server.hooks)
     ready.put(index, None)
     writer = asyncio.get_running_loop().create_task(_write_clients(server))
     await wait_for_stop_signal((signal.SIGTERM,))
@@ -217,6 +220,13 @@ class WorkerPool:
                 process.kill()
                 await loop.run_in_executor(None, process.wait)
 
+    def reopen_logs(self) -> None:
+        """SIGHUP to the parent: every worker reopens its own request log."""
+        log.info("SIGHUP: passed to the workers")
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGHUP)
+
     def clients(self) -> list[dict[str, Any]]:
         merged: list[dict[str, Any]] = []
         for process in self.processes.values():
@@ -256,7 +266,7 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
     from proxy.http import Endpoints, start_admin
     from proxy.readiness import UpstreamProbe
-    from proxy.signals import wait_for_stop_signal
+    from proxy.signals import on_reopen_signal, wait_for_stop_signal
 
     pool = WorkerPool(config, metrics_dir)
     for index in range(config.workers):
@@ -282,6 +292,7 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
         raise
     supervisor = asyncio.get_running_loop().create_task(pool.supervise())
     log.info("workers ready", workers=config.workers)
+    on_reopen_signal(pool.reopen_logs)
     await wait_for_stop_signal()
     supervisor.cancel()
     http.close()
