@@ -110,6 +110,8 @@ class Limits:
     frame_timeout_seconds: float = 30.0
     shutdown_grace_seconds: float = 25.0
     decompression_limit_bytes: int = 67108864
+    observe_whole_frame_bytes: int = 262144
+    socket_buffer_bytes: int = 262144
 
 
 @dataclass(frozen=True)
@@ -563,6 +565,8 @@ def _limits(s: _Section) -> Limits:
         frame_timeout_seconds=s.seconds("frame_timeout_seconds", 30.0),
         shutdown_grace_seconds=s.seconds("shutdown_grace_seconds", 25.0),
         decompression_limit_bytes=s.integer("decompression_limit_bytes", 67108864),
+        observe_whole_frame_bytes=s.integer("observe_whole_frame_bytes", 262144, minimum=0),
+        socket_buffer_bytes=s.integer("socket_buffer_bytes", 262144, minimum=0),
     )
     if limits.max_frame_bytes > 2**31 - 1:
         raise ConfigError(

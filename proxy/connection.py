@@ -8,14 +8,23 @@ Backpressure: when a transport's write buffer passes its high-water mark asyncio
 calls `pause_writing` on the protocol that writes to it; the proxy then stops
 reading from the *other* side until `resume_writing`, so a slow client holds the
 broker back instead of making the proxy buffer the broker's output (and the other
-way round). A connection buffers at most about `HIGH_WATER` plus one read chunk per
-direction, beyond frames it was asked to hold whole.
+way round).
+
+Memory per connection, whatever the peers do, per direction: the write buffer up to
+`HIGH_WATER` plus one read chunk (256 KiB), plus a frame being assembled for the
+request log of at most `limits.observe_whole_frame_bytes` (larger frames are decoded
+as they pass and never kept, proxy/exchange.py). In the kernel, each of the two
+sockets has send and receive buffers of `limits.socket_buffer_bytes`, which Linux
+doubles: 4 x 2 x 256 KiB = 2 MiB at the defaults, instead of the autotuned MBs. Frames
+held whole before they go on (an ApiVersions response to rewrite; every request when
+KIP-1313 enforcement is `reject`) are bounded by `limits.max_frame_bytes` instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -130,6 +139,7 @@ class Connection(asyncio.Protocol):
         self._ip = ip
         self._open(peer)
         self.client.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        _bound_socket_buffers(self.client, self.ctx.limits.socket_buffer_bytes)
         self.client.pause_reading()  # until the broker connection is up (see data_received)
         self._connect_task = asyncio.get_running_loop().create_task(self._connect_upstream())
 
@@ -157,6 +167,7 @@ class Connection(asyncio.Protocol):
             self._send_to_client,
             self.close,
             self._stop_reading_client,
+            ctx.limits.observe_whole_frame_bytes,
         )
         max_frame = ctx.limits.max_frame_bytes
         self.requests = FrameSplitter(
@@ -246,6 +257,7 @@ class Connection(asyncio.Protocol):
             return
         self.upstream = transport
         transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        _bound_socket_buffers(transport, self.ctx.limits.socket_buffer_bytes)
         early, self._early = self._early, []
         for data in early:
             self.requests.feed(data)
@@ -397,6 +409,19 @@ def _send(transport: asyncio.Transport, buffers: list[Buffer]) -> None:
         transport.write(buffers[0])
     else:
         transport.writelines(buffers)
+
+
+def _bound_socket_buffers(transport: asyncio.Transport, size: int) -> None:
+    """Fixed kernel buffers (no autotuning past them): what a peer that stops reading
+    makes the kernel hold for this connection is bounded like the proxy's own buffers."""
+    if not size:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
 
 
 def _close_transport(transport: asyncio.Transport | None) -> None:

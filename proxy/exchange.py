@@ -7,6 +7,11 @@ order, so the response normally matches the oldest entry.
 
 Hooks that look at a frame after it went on are queued while a chunk is split and
 run once the chunk has been written (`chunk_done`), so decoding never delays bytes.
+
+Frames the hooks read are assembled whole only up to `observe_whole_frame_bytes`
+(limits.observe_whole_frame_bytes); a larger one goes on untouched and its pieces are
+handed to the hooks' `FrameObserver` as they pass (STREAM_OBSERVE), so no byte already
+forwarded is kept for them: the memory a frame costs is its metadata, not its size.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from proxy.framing import (
     STOP,
     STREAM,
     STREAM_KEEP,
+    STREAM_OBSERVE,
     Buffer,
     FrameSplitter,
 )
-from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending
+from proxy.hooks import ConnectionInfo, FrameObserver, HookPlan, Hooks, Pending
 
 if TYPE_CHECKING:
     from proxy.metrics import Metrics
@@ -51,6 +57,9 @@ _HOOK_ERROR_LOG_EVERY = 1000
 _hook_errors = 0
 
 AfterHook = Callable[[ConnectionInfo, memoryview, Pending], None]
+# Frames above this many bytes are observed piece by piece (limits.observe_whole_frame_bytes).
+DEFAULT_OBSERVE_WHOLE_FRAME_BYTES = 262144
+_NO_BYTES = memoryview(b"")
 
 
 class Exchange:
@@ -66,6 +75,7 @@ class Exchange:
         send_to_client: Callable[[list[Buffer]], object],
         close: Callable[[str], None],
         stop_reading_client: Callable[[], None],
+        observe_whole_frame_bytes: int = DEFAULT_OBSERVE_WHOLE_FRAME_BYTES,
     ) -> None:
         self.info = info
         self.hooks = hooks
@@ -83,6 +93,7 @@ class Exchange:
         self.draining = False
         self.hook_errors = 0
         self.responses: ResponseSide | None = None
+        self.observe_whole_frame_bytes = observe_whole_frame_bytes
 
     def hook_failed(self, hook: str, api_key: int, direction: str) -> None:
         """A hook raised: count it as a decode error and go on forwarding."""
@@ -135,6 +146,7 @@ class RequestSide:
         self._current: Pending | None = None
         self._unanswered = False
         self._raw_token_kept = False  # the frame being split is a raw SASL token, assembled
+        self._observer: FrameObserver | None = None  # of the frame being split, if streamed
         self._after: list[tuple[AfterHook, memoryview, Pending]] = []
 
     def frame_started(self, head: memoryview, size: int) -> int:
@@ -171,9 +183,17 @@ class RequestSide:
         plan = ex.plan
         if plan.hold_requests:
             return HOLD
+        if plan.keep_requests and size > ex.observe_whole_frame_bytes:
+            return self._observe(ex.hooks.request_stream(ex.info, pending, True), size)
         if plan.keep_requests or (api_key == sasl.SASL_HANDSHAKE and api_version == 0):
             return STREAM_KEEP
         return STREAM
+
+    def _observe(self, observer: FrameObserver | None, size: int) -> int:
+        """A frame too big to assemble: its pieces go to `observer` as they pass."""
+        self.ex.metrics.frame_observed_in_pieces("request", size)
+        self._observer = observer
+        return STREAM if observer is None else STREAM_OBSERVE
 
     def _refuse(self, size: int) -> int:
         log.warning(
@@ -189,9 +209,15 @@ class RequestSide:
         """Produce acks=0: the broker sends nothing back, so nothing is queued."""
         self.ex.info.requests_without_response += 1
         self._unanswered = True
-        plan = self.ex.plan
+        ex = self.ex
+        plan = ex.plan
         if plan.hold_requests:
             return HOLD
+        pending = self._current
+        assert pending is not None
+        size = pending.request_size - 4
+        if plan.keep_unanswered and size > ex.observe_whole_frame_bytes:
+            return self._observe(ex.hooks.request_stream(ex.info, pending, False), size)
         return STREAM_KEEP if plan.keep_unanswered else STREAM
 
     def _raw_token(self, head: memoryview, size: int) -> int | None:
@@ -218,7 +244,18 @@ class RequestSide:
             return STREAM_KEEP
         return STREAM
 
+    def frame_piece(self, piece: memoryview) -> None:
+        observer = self._observer
+        if observer is not None and self._current is not None:
+            self._after.append((observer.piece, piece, self._current))
+
     def frame_completed(self, body: memoryview | None) -> None:
+        observer = self._observer
+        if observer is not None:
+            self._observer = None
+            assert self._current is not None
+            self._after.append((observer.done, _NO_BYTES, self._current))
+            return
         if self._raw_token_kept:
             self._raw_token_kept = False
             assert body is not None
@@ -285,6 +322,7 @@ class ResponseSide:
         self.inject: list[Buffer] = []  # replies the proxy made, to send before a frame
         self.splitter: FrameSplitter | None = None
         self._current: Pending | None = None
+        self._observer: FrameObserver | None = None  # of the response being split, if streamed
         self._after: list[tuple[AfterHook, memoryview, Pending]] = []
         self.unmatched = 0
 
@@ -312,7 +350,13 @@ class ResponseSide:
             self._handshake_answered(head)
         if pending.api_key in ex.plan.rewrite_api_keys:
             return HOLD
-        return STREAM_KEEP if ex.plan.keep_responses else STREAM
+        if not ex.plan.keep_responses:
+            return STREAM
+        if size > ex.observe_whole_frame_bytes:
+            ex.metrics.frame_observed_in_pieces("response", size)
+            self._observer = observer = ex.hooks.response_stream(ex.info, pending, size)
+            return STREAM if observer is None else STREAM_OBSERVE
+        return STREAM_KEEP
 
     def _match(self, corr: int) -> Pending | None:
         """Pop the request `corr` answers; replies the proxy made ahead of it go first."""
@@ -336,9 +380,20 @@ class ResponseSide:
         if sasl.handshake_succeeded(head):
             self.ex.raw_sasl = sasl.RawSaslPhase(self.ex.handshake_mechanism)
 
+    def frame_piece(self, piece: memoryview) -> None:
+        observer = self._observer
+        if observer is not None and self._current is not None:
+            self._after.append((observer.piece, piece, self._current))
+
     def frame_completed(self, body: memoryview | None) -> None:
         pending = self._current
-        assert pending is not None and body is not None
+        assert pending is not None
+        observer = self._observer
+        if observer is not None:
+            self._observer = None
+            self._after.append((observer.done, _NO_BYTES, pending))
+            return
+        assert body is not None
         self._after.append((self.ex.hooks.response_forwarded, body, pending))
 
     def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]:

@@ -6,13 +6,19 @@ once the frame's first bytes (its "head") are in, and writes what may go on with
 single `writelines` per chunk. Complete frames inside one chunk go out as one
 memoryview slice of the chunk; a frame spanning chunks goes out as its chunk pieces.
 Bodies are never copied on the forwarding path; only a header cut by a chunk border
-(at most `HEAD_CAP` bytes) is, and frames a handler asks to hold or keep are joined.
+(at most `HEAD_CAP` bytes) is, and frames a handler asks to hold or keep are assembled.
+A kept frame is copied into one buffer piece by piece as it arrives, so the chunks it
+came in are released at once: what a connection keeps is the frame's size, which the
+handler bounds (it observes larger frames with STREAM_OBSERVE instead).
 
 Modes a handler returns from `frame_started`:
 
 * STREAM: forward the bytes as they arrive.
 * STREAM_NOTIFY: the same, and call `frame_completed(None)` when the frame ends.
 * STREAM_KEEP: the same, and call `frame_completed(body)` with the assembled body.
+* STREAM_OBSERVE: forward the bytes as they arrive, and pass each piece of the body to
+  `frame_piece` as it goes (views into the chunk, valid until `chunk_done`), then call
+  `frame_completed(None)`. Nothing of the frame is kept: a huge frame costs nothing.
 * HOLD: forward nothing yet; at the end `frame_held(body, raw)` returns what to send.
 * NEED_MORE: the head is too short to decide; ask again with more bytes. Only valid
   while the head is shorter than both the frame and `HEAD_CAP`.
@@ -32,6 +38,7 @@ STREAM_KEEP = 2
 HOLD = 3
 NEED_MORE = 4
 STOP = 5
+STREAM_OBSERVE = 6
 
 # Most a handler may need to see before deciding (a Produce header: client id and
 # transactional id). Bounds what a hostile header can make the proxy buffer.
@@ -51,6 +58,8 @@ class FrameHandler(Protocol):
 
     def frame_completed(self, body: memoryview | None) -> None: ...
 
+    def frame_piece(self, piece: memoryview) -> None: ...
+
     def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]: ...
 
     def frame_too_large(self, size: int) -> None: ...
@@ -69,6 +78,8 @@ class FrameSplitter:
         "_remaining",
         "_mode",
         "_pieces",
+        "_kept",
+        "_kept_at",
         "_undecided",
         "_head_want",
         "stopped",
@@ -88,7 +99,9 @@ class FrameSplitter:
         self.min_head = min_head  # head bytes needed before frame_started is asked
         self._remaining = 0  # raw bytes of the current frame still to arrive
         self._mode = STREAM
-        self._pieces: list[Buffer] | None = None  # raw pieces of a held or kept frame
+        self._pieces: list[Buffer] | None = None  # raw pieces of a held frame
+        self._kept: bytearray | None = None  # a kept frame, prefix included, filled as it comes
+        self._kept_at = 0
         self._undecided: bytearray | None = None  # a frame start cut by a chunk border
         self._head_want = min_head
         self.stopped = False
@@ -160,6 +173,9 @@ class FrameSplitter:
                 handler.frame_completed(body)
             elif mode == STREAM_NOTIFY:
                 handler.frame_completed(None)
+            elif mode == STREAM_OBSERVE:
+                handler.frame_piece(body)
+                handler.frame_completed(None)
         if out:
             self._write(out)
         self.mid_frame_since = None
@@ -210,6 +226,9 @@ class FrameSplitter:
                     handler.frame_completed(view[pos + 4 : frame_end])
                 elif mode == STREAM_NOTIFY:
                     handler.frame_completed(None)
+                elif mode == STREAM_OBSERVE:
+                    handler.frame_piece(view[pos + 4 : frame_end])
+                    handler.frame_completed(None)
                 pos = frame_end
                 continue
             self._remaining = frame_end - end
@@ -218,8 +237,12 @@ class FrameSplitter:
                 if run < pos:
                     out.append(view[run:pos])
                 run = end
-            if mode in (HOLD, STREAM_KEEP):
+            if mode == HOLD:
                 self._pieces = [view[pos:end]]
+            elif mode == STREAM_KEEP:
+                self._keep_start(view[pos:end], size)
+            elif mode == STREAM_OBSERVE and end > pos + 4:
+                handler.frame_piece(view[pos + 4 : end])
             pos = end
             if run < pos:
                 out.append(view[run:pos])
@@ -241,6 +264,7 @@ class FrameSplitter:
             out.append(view[run:pos])
         self.stopped = True
         self._pieces = None
+        self._kept = None
         self._undecided = None
         self._remaining = 0
 
@@ -255,29 +279,47 @@ class FrameSplitter:
         take = min(self._remaining, len(view) - pos)
         piece = view[pos : pos + take]
         mode = self._mode
-        if mode in (HOLD, STREAM_KEEP):
+        if mode == HOLD:
             assert self._pieces is not None
             self._pieces.append(piece)
-        if mode != HOLD:
+        else:
             out.append(piece)
+            if mode == STREAM_KEEP:
+                self._keep(piece)
+            elif mode == STREAM_OBSERVE:
+                self._handler.frame_piece(piece)
         self._remaining -= take
         if not self._remaining:
             pieces, self._pieces = self._pieces, None
             self._complete(mode, pieces, out)
         return pos + take
 
+    def _keep_start(self, start: Buffer, size: int) -> None:
+        # One buffer of the frame's size, filled as pieces come: no chunk stays alive
+        # for the sake of a few bytes of it, and no join at the end.
+        self._kept = bytearray(4 + size)
+        self._kept_at = 0
+        self._keep(start)
+
+    def _keep(self, piece: Buffer) -> None:
+        kept = self._kept
+        assert kept is not None
+        at = self._kept_at
+        kept[at : at + len(piece)] = piece
+        self._kept_at = at + len(piece)
+
     def _complete(self, mode: int, pieces: list[Buffer] | None, out: list[Buffer]) -> None:
         """The end of a frame that spanned chunks (or began in the undecided buffer)."""
         handler = self._handler
-        if mode in (HOLD, STREAM_KEEP):
+        if mode == HOLD:
             assert pieces is not None
             whole = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            body = memoryview(whole)[4:]
-            if mode == HOLD:
-                out.extend(handler.frame_held(body, pieces))
-            else:
-                handler.frame_completed(body)
-        elif mode == STREAM_NOTIFY:
+            out.extend(handler.frame_held(memoryview(whole)[4:], pieces))
+        elif mode == STREAM_KEEP:
+            kept, self._kept = self._kept, None
+            assert kept is not None
+            handler.frame_completed(memoryview(kept)[4:])
+        elif mode in (STREAM_NOTIFY, STREAM_OBSERVE):
             handler.frame_completed(None)
 
     def _resolve_undecided(self, view: memoryview, out: list[Buffer]) -> int:
@@ -321,11 +363,15 @@ class FrameSplitter:
         if mode != HOLD:
             out.append(start)
         self._remaining = 4 + size - len(start)
+        self._mode = mode
+        self._pieces = [start] if mode == HOLD else None
+        if mode == STREAM_KEEP:
+            self._keep_start(start, size)
+        elif mode == STREAM_OBSERVE and len(start) > 4:
+            self._handler.frame_piece(memoryview(start)[4:])
         if not self._remaining:
-            self._complete(mode, [start], out)
-        else:
-            self._mode = mode
-            self._pieces = [start] if mode in (HOLD, STREAM_KEEP) else None
+            pieces, self._pieces = self._pieces, None
+            self._complete(mode, pieces, out)
         return pos
 
 
