@@ -176,7 +176,7 @@ def _plan_struct(name: str, fields: tuple[Field, ...], version: int, flexible: b
     present = [f for f in fields if f.present_in(version)]
     regular = tuple(_plan_field(f, version, flexible) for f in present if f.tag is None)
     tagged = tuple(
-        (f.tag, _plan_field(f, version, flexible), f, shared_default(f))
+        (f.tag or 0, _plan_field(f, version, flexible), f, shared_default(f))
         for f in sorted((f for f in present if f.tag is not None), key=lambda f: f.tag or 0)
     )
     # `flex` of a struct: whether it ends with tagged fields, as its message's versions say
