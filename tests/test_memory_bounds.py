@@ -313,3 +313,28 @@ def test_a_frame_observed_in_pieces_gives_the_log_line_of_a_whole_one(tmp_path: 
     assert isinstance(stats, dict) and stats["batches"] == 3  # the cut fourth is not counted
     produce = [line for line in pieces if line["api"] == "Produce"]
     assert [line["record_stats"]["batches"] for line in produce] == [3, 3]  # type: ignore[index]
+
+
+def test_the_gateway_passes_frames_observed_in_pieces_to_its_inner_hooks() -> None:
+    from codec import DEFAULT_POLICY
+    from proxy.gateway_hooks import GatewayHooks
+    from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
+
+    seen: list[tuple[str, object]] = []
+    observer = FrameObserver()
+
+    class Inner(Hooks):
+        def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> FrameObserver:
+            seen.append(("request", expects_response))
+            return observer
+
+        def response_stream(self, info: ConnectionInfo, pending: Pending, size: int) -> FrameObserver:
+            seen.append(("response", size))
+            return observer
+
+    gateway = GatewayHooks(Inner(), mapper=None, policy=DEFAULT_POLICY)  # type: ignore[arg-type]
+    info = ConnectionInfo("c", "l", "h", 1, "u")
+    pending = Pending(1, FETCH, 4, 0.0, 100)
+    assert gateway.request_stream(info, pending, False) is observer
+    assert gateway.response_stream(info, pending, 5000) is observer
+    assert seen == [("request", False), ("response", 5000)]
