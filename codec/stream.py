@@ -422,7 +422,19 @@ class FrameStream:
             if left < LOG_OVERHEAD:
                 yield from self._partial(left)
                 break
-            prefix = bytes((yield from self._bytes(LOG_OVERHEAD, self.size)))
+            if not keep and not inp.carry and self._whole_v2_header(stats, left):
+                # the usual case, in line: a v2 header inside this piece, no copy
+                size = _INT32.unpack_from(inp.view, inp.pos + 8)[0]
+                left -= LOG_OVERHEAD + size
+                stop = inp.pos + LOG_OVERHEAD + size
+                if stop <= len(inp.view):
+                    inp.pos = stop
+                else:
+                    rest = stop - len(inp.view)
+                    inp.pos = len(inp.view)
+                    yield from inp.skip(rest)
+                continue
+            prefix = inp.take(LOG_OVERHEAD) or (yield from inp.gather(LOG_OVERHEAD))
             left -= LOG_OVERHEAD
             (size,) = _INT32.unpack_from(prefix, 8)
             if size < _MIN_ENTRY:
@@ -432,7 +444,7 @@ class FrameStream:
                 yield from self._partial(left)
                 break
             head_size = min(size, _HEAD_AFTER_PREFIX)
-            head = prefix + bytes((yield from self._bytes(head_size, self.size)))
+            head = bytes(prefix) + bytes(inp.take(head_size) or (yield from inp.gather(head_size)))
             add_batch(stats, self._batch_header(head, size))
             rest = size - head_size
             if keep and len(detail) + LOG_OVERHEAD + size <= keep:
@@ -440,10 +452,27 @@ class FrameStream:
                 detail += yield from self._bytes_any(rest)
             else:
                 keep = 0  # detail is the first whole batches, none after a gap
-                yield from inp.skip(rest)
+                if rest <= len(inp.view) - inp.pos:
+                    inp.pos += rest
+                else:
+                    yield from inp.skip(rest)
             left -= size
         stats.truncated_bytes = length - stats.bytes
         return StreamedRecords(length, stats, bytes(detail))
+
+    def _whole_v2_header(self, stats: RecordStats, left: int) -> bool:
+        """Count the v2 batch at the input if its header is all in the piece and its
+        length is plausible (else False, nothing consumed: the general path decides)."""
+        inp = self._in
+        view, pos = inp.view, inp.pos
+        if len(view) - pos < V2_HEADER_SIZE or view[pos + MAGIC_OFFSET] != 2:
+            return False
+        (size,) = _INT32.unpack_from(view, pos + 8)
+        if not _HEAD_AFTER_PREFIX <= size <= left - LOG_OVERHEAD:
+            return False
+        limit = self.limits.decompression_limit
+        add_batch(stats, read_v2_header(view, pos, size, verify_crc=False, max_bytes=limit))
+        return True
 
     def _bytes_any(self, n: int) -> Step:
         """n bytes (bounded by record_detail_bytes), across pieces."""
