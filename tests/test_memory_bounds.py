@@ -338,3 +338,31 @@ def test_the_gateway_passes_frames_observed_in_pieces_to_its_inner_hooks() -> No
     assert gateway.request_stream(info, pending, False) is observer
     assert gateway.response_stream(info, pending, 5000) is observer
     assert seen == [("request", False), ("response", 5000)]
+
+
+@pytest.mark.parametrize("size", [65536, 0])
+def test_socket_buffers_are_fixed_at_the_configured_size(size: int) -> None:
+    from proxy_harness import ProxyThread, echo_broker, proxy_config
+
+    def buffers(px: ProxyThread) -> list[tuple[int, int]]:
+        [conn] = px.server.connections.values()
+        out = []
+        for transport in (conn.client, conn.upstream):
+            assert transport is not None
+            sock = transport.get_extra_info("socket")
+            out.append((sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                        sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)))
+        return out
+
+    with (
+        FakeBroker(echo_broker) as broker,
+        ProxyThread(proxy_config(broker.address, socket_buffer_bytes=size)) as px,
+        socket.create_connection(("127.0.0.1", px.port), timeout=10) as sock,
+    ):
+        sock.sendall(request_frame(18, 0, 5))
+        assert struct.unpack_from(">i", read_frame(sock))[0] == 5
+        got = px.call(lambda: buffers(px))
+    if size:
+        assert got == [(2 * size, 2 * size)] * 2  # Linux doubles what it is given
+    else:
+        assert all(pair != (2 * 65536, 2 * 65536) for pair in got)  # the kernel's own sizes
