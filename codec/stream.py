@@ -15,8 +15,9 @@ keys and values), except where that would cost the frame's size:
   whole batches up to that many bytes are kept too, for record-level detail.
 * a `bytes` field longer than `max_field_bytes` is None (it is skipped); shorter ones
   are `bytes`, not views (the pieces they came in are gone once fed).
-* array elements past `max_elements` (over the whole frame) are parsed and dropped;
-  `dropped_elements` counts them.
+* array elements past `max_elements` (over the whole frame; numbers: per array) are
+  parsed and dropped, `dropped_elements` counts them; as in the whole-frame decoders,
+  more than `DEFAULT_ELEMENT_BUDGET` struct, string or bytes elements is a DecodeError.
 * bytes after the message's last field (`_trailing`) are kept up to `max_field_bytes`.
 
 Bad input raises DecodeError and nothing else, as early as it can be told (the frame's
@@ -27,13 +28,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 from codec import wire
-from codec.absent import shared_default
-from codec.compiler import _element_min_size
+from codec.absent import ReadOnlyDict, shared_default
+from codec.compiler import Decoder, _element_min_size, compile_decoder
 from codec.errors import DecodeError
 from codec.messages import DEFAULT_POLICY, HeaderPolicy, Request, Response, _messages_for
 from codec.records.batch import LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE, read_v2_header
@@ -75,6 +76,9 @@ class StreamedRecords:
 
 
 _EMPTY = memoryview(b"")
+_MISSING: Any = object()  # a field that cannot be decoded at once (see FrameStream._now)
+# What a compiled decoder may raise on bad input (codec/messages.py translates them too)
+_MALFORMED = (DecodeError, UnicodeDecodeError, struct.error, IndexError, OverflowError, ValueError, TypeError)
 
 
 class _Input:
@@ -142,6 +146,9 @@ class _Plan:
     fields: tuple[_Plan, ...] = ()  # structs: regular fields
     # structs: (tag, plan, schema field, its shared default if it has one)
     tagged: tuple[tuple[int, _Plan, Field, Any], ...] = ()
+    # array elements without records inside: the whole-frame decoder of one element, for
+    # an element inside the piece (the usual case, and most of the work in big arrays)
+    whole: Decoder | None = None
 
 
 def _scalar_kind(type_name: str) -> int:
@@ -159,11 +166,20 @@ def _plan_field(field: Field, version: int, flexible: bool) -> _Plan:
             if field.is_struct
             else _plan_scalar(field.name, field.element_type, False, flex)
         )
+        if field.is_struct and not _has_records(field.children or (), version):
+            element = replace(element, whole=compile_decoder(field.children or (), version, flexible, field.name))
         return _Plan(field.name, _ARRAY, nullable, flex, element=element,
                      element_min=_element_min_size(field, version, flexible))
     if field.is_struct:
         return _plan_struct(field.name, field.children or (), version, flexible, nullable)
     return _plan_scalar(field.name, field.type, nullable, flex)
+
+
+def _has_records(fields: tuple[Field, ...], version: int) -> bool:
+    return any(
+        f.present_in(version) and (f.type == "records" or _has_records(f.children or (), version))
+        for f in fields
+    )
 
 
 def _plan_scalar(name: str, type_name: str, nullable: bool, flex: bool) -> _Plan:
@@ -213,6 +229,7 @@ class FrameStream:
         self.partial_tail = partial_tail  # a records field may end inside a batch (Fetch)
         self.dropped_elements = 0
         self._budget = limits.max_elements
+        self._walk_budget = wire.DEFAULT_ELEMENT_BUDGET  # elements parsed, kept or not
         self._in = _Input()
         self._error: DecodeError | None = None
         self._result: tuple[dict[str, Any], dict[str, Any]] | None = None
@@ -310,7 +327,10 @@ class FrameStream:
     def _struct(self, plan: _Plan, end: int) -> Step:
         out: dict[str, Any] = {}
         for field in plan.fields:
-            out[field.name] = yield from self._field(field, end)
+            value = self._now(field, end)
+            if value is _MISSING:
+                value = yield from self._field(field, end)
+            out[field.name] = value
         if plan.flex:  # tagged fields exist in flexible versions only
             yield from self._tags(plan, out, end)
         return out
@@ -319,6 +339,9 @@ class FrameStream:
         inp = self._in
         for _, field, schema_field, shared in plan.tagged:
             out[field.name] = schema_field.default_value() if shared is None else shared
+        if not inp.carry and inp.pos < min(len(inp.view), end - inp.base) and not inp.view[inp.pos]:
+            inp.pos += 1  # the usual case: no tagged fields
+            return
         count = yield from self._uvarint(end)
         if not count:
             return
@@ -351,6 +374,92 @@ class FrameStream:
             out["_unknown_tags"] = unknown
         if explicit:
             out["_explicit_tags"] = explicit
+
+    def _now(self, plan: _Plan, end: int) -> Any:
+        """The field at the input decoded at once if it lies inside the piece and needs
+        no walk (a scalar, a null or empty array, a struct of those): most fields. Else
+        _MISSING, nothing consumed, and the walker takes it (and finds any error)."""
+        inp = self._in
+        if inp.carry:
+            return _MISSING
+        start = inp.pos
+        try:
+            value = self._now_at(plan, min(len(inp.view), end - inp.base))
+        except _MALFORMED:
+            value = _MISSING
+        if value is _MISSING:
+            inp.pos = start
+        return value
+
+    def _now_at(self, plan: _Plan, limit: int) -> Any:
+        """_now's work; `limit`: where the piece or the field's bound ends, in the piece."""
+        inp = self._in
+        view, pos = inp.view, inp.pos
+        kind = plan.kind
+        if kind == _FIXED:
+            packer = plan.packer
+            assert packer is not None
+            if pos + packer.size > limit:
+                return _MISSING
+            inp.pos = pos + packer.size
+            return packer.unpack_from(view, pos)[0]
+        if kind == _UUID:
+            if pos + 16 > limit:
+                return _MISSING
+            inp.pos = pos + 16
+            return wire.uuid_of(view[pos : pos + 16].tobytes())
+        if kind == _STRUCT:
+            return self._struct_now(plan, limit)
+        if kind == _RECORDS:
+            return _MISSING
+        if plan.flex:
+            found = _uvarint_at(view, pos, limit)
+            if found is None:
+                return _MISSING
+            length, pos = found[0] - 1, found[1]
+        else:
+            width = 2 if kind == _STRING else 4
+            if pos + width > limit:
+                return _MISSING
+            length = (_INT16 if width == 2 else _INT32).unpack_from(view, pos)[0]
+            pos += width
+        if length < 0:
+            if not plan.nullable:
+                return _MISSING
+            inp.pos = pos
+            return None
+        if kind == _ARRAY:
+            if length:
+                return _MISSING
+            inp.pos = pos
+            return []
+        if length > self.limits.max_field_bytes or pos + length > limit:
+            return _MISSING
+        inp.pos = pos + length
+        raw = view[pos : pos + length]
+        return raw.tobytes().decode() if kind == _STRING else raw.tobytes()
+
+    def _struct_now(self, plan: _Plan, limit: int) -> Any:
+        inp = self._in
+        if plan.nullable:
+            if inp.pos >= limit:
+                return _MISSING
+            inp.pos += 1
+            if inp.view[inp.pos - 1] == 0xFF:
+                return None
+        out: dict[str, Any] = {}
+        for field in plan.fields:
+            value = self._now_at(field, limit)
+            if value is _MISSING:
+                return _MISSING
+            out[field.name] = value
+        if plan.flex:
+            if inp.pos >= limit or inp.view[inp.pos]:
+                return _MISSING  # tagged fields: the walker reads them
+            inp.pos += 1
+            for _, field, schema_field, shared in plan.tagged:
+                out[field.name] = schema_field.default_value() if shared is None else shared
+        return out
 
     def _field(self, plan: _Plan, end: int) -> Step:
         kind = plan.kind
@@ -397,18 +506,61 @@ class FrameStream:
         element = plan.element
         assert element is not None
         items: list[Any] = []
-        counted = element.kind != _FIXED
+        if element.kind == _FIXED:
+            return (yield from self._fixed_array(element, count, end))
+        self._walk_budget -= count
+        if self._walk_budget < 0:
+            # as the whole-frame decoders: a bound on the work a frame can ask for
+            raise wire.invalid(inp.offset, "more array elements than the decode budget")
+        whole = element.whole
         for _ in range(count):
             # Counted before the element is walked: a topic keeps its place ahead of
             # the partitions inside it.
-            keep = not counted or self._budget > 0
-            if counted and keep:
+            keep = self._budget > 0
+            if keep:
                 self._budget -= 1
-            item = yield from self._field(element, end)
+            item = self._now(element, end)
+            if item is _MISSING and whole is not None:
+                item = self._whole_element(whole, end)
+            if item is _MISSING:
+                item = yield from self._field(element, end)
             if keep:
                 items.append(item)
             else:
                 self.dropped_elements += 1
+        return items
+
+    def _whole_element(self, decoder: Decoder, end: int) -> Any:
+        """The element at the input, decoded by the compiled decoder if it lies inside
+        the piece; _MISSING (nothing consumed) if it does not, or is bad: the walker
+        then takes it (and finds the error)."""
+        inp = self._in
+        if inp.carry:
+            return _MISSING
+        view, pos = inp.view, inp.pos
+        stop = min(len(view), pos + end - inp.offset)  # this field's end, if in the piece
+        budget = [self._walk_budget]
+        try:
+            item, after = decoder(view, pos, stop, budget)
+        except _MALFORMED:
+            return _MISSING
+        inner = self._walk_budget - budget[0]  # elements of arrays inside it
+        self._walk_budget = budget[0]
+        self._budget -= inner
+        inp.pos = after
+        _own(item, self.limits.max_field_bytes)
+        return item
+
+    def _fixed_array(self, element: _Plan, count: int, end: int) -> Step:
+        """Numbers: the first max_elements kept, the rest skipped in one go."""
+        keep = min(count, self.limits.max_elements)
+        items: list[Any] = []
+        for _ in range(keep):
+            items.append((yield from self._field(element, end)))
+        if count > keep:
+            assert element.packer is not None
+            self.dropped_elements += count - keep
+            yield from self._in.skip((count - keep) * element.packer.size)
         return items
 
     def _records(self, length: int) -> Step:
@@ -493,6 +645,42 @@ class FrameStream:
         if magic < 2:
             return read_legacy_header(view, 0, size, verify_crc=False)
         raise DecodeError(f"unknown record magic {magic}", direction="records", offset=self._in.offset)
+
+
+def _uvarint_at(view: memoryview, pos: int, limit: int) -> tuple[int, int] | None:
+    """(value, position after) of the varint at `pos`, None if it is not all before
+    `limit` or is longer than 5 bytes (the walker then says which)."""
+    result = shift = 0
+    while pos < limit and shift <= 28:
+        byte = view[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+    return None
+
+
+def _own(value: Any, cap: int) -> Any:
+    """`value` with its views of the piece (bytes fields, unknown tagged fields) turned
+    into bytes, or None past `cap`: the piece is gone once walked. Dicts and lists are
+    changed in place (shared read-only defaults hold no views)."""
+    if isinstance(value, memoryview):
+        return value.tobytes() if len(value) <= cap else None
+    if isinstance(value, dict):
+        if not isinstance(value, ReadOnlyDict):
+            for key, inner in value.items():
+                if isinstance(inner, memoryview | dict | list | tuple):
+                    value[key] = _own(inner, cap)
+        return value
+    if isinstance(value, list):
+        for index, inner in enumerate(value):
+            if isinstance(inner, memoryview | dict | list | tuple):
+                value[index] = _own(inner, cap)
+        return value
+    if isinstance(value, tuple):
+        return tuple(_own(inner, cap) for inner in value)
+    return value
 
 
 def request_stream(

@@ -60,6 +60,8 @@ def big_fetch_broker(sock: socket.socket) -> None:
     tiny = record_batch(b"small")
     while True:
         request = read_frame(sock)
+        if struct.unpack_from(">h", request)[0] != FETCH:
+            continue  # the hostile Produce below is acks=0: no answer
         corr = struct.unpack_from(">i", request, 4)[0]
         (client_len,) = struct.unpack_from(">h", request, 8)
         max_bytes = struct.unpack_from(">i", request, 10 + client_len + 12)[0]
@@ -248,6 +250,45 @@ def test_one_60_mb_response_costs_a_few_mb_and_is_logged_in_full(proxy: ProxyPro
     assert "kafkalens_frames_observed_in_pieces_total{direction=\"response\"}" in proxy.http("/metrics")[1]
     after = proxy.settle(open_files)
     assert (after.pending, after.connections) == (0, 0), after
+
+
+@pytest.mark.parametrize("count", [450_000, 1_000_000])
+def test_frames_of_many_tiny_elements_cost_bounded_time_and_memory(proxy: ProxyProcess, count: int) -> None:
+    """Produce v9 (flexible), acks=0, naming `count` topics of 3 bytes each. Within the
+    decode budget of 500,000 elements all are parsed (20,000 kept); past it the frame is
+    a decode error at once and the rest streams by unparsed."""
+    header = struct.pack(">hhih", 0, 9, 5, 7) + b"million" + b"\x00"
+    body = b"\x00" + struct.pack(">hi", 0, 5000) + uvarint(count + 1) + b"\x01\x01\x00" * count + b"\x00"
+    warm_up(proxy)
+    before = rss(proxy)
+    with GoodClient(proxy.port) as good, socket.create_connection(("127.0.0.1", proxy.port)) as sock:
+        sock.sendall(struct.pack(">i", len(header + body)) + header + body)
+        deadline = time.monotonic() + 30
+        line = None
+        while line is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            line = next((ln for ln in log_lines(proxy) if ln.get("api") == "Produce"), None)
+        peak = rss(proxy)
+        time.sleep(0.5)
+        good.healthy()
+    assert line is not None and line["event"] == "request_no_response"
+    assert line["correlation_id"] == 5 and line["request_bytes"] == len(header + body) + 4
+    if count > 500_000:
+        assert "decode budget" in str(line["decode_error"])
+    else:
+        assert "decode_error" not in line
+        assert line["observed_elements_dropped"] == count - 20_000
+    print(f"RSS {before / MB:.1f} MB -> {peak / MB:.1f} MB; good client waited at most {good.longest * 1000:.0f} ms")
+    assert peak - before <= HUGE_BOUND
+
+
+def uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 # --- a frame observed in pieces is logged as a whole one ------------------------------
