@@ -27,6 +27,7 @@ size is known from its length prefix, so counts and lengths are checked against 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Generator
 from dataclasses import dataclass, replace
 from functools import cache
@@ -60,6 +61,10 @@ class StreamLimits:
     max_field_bytes: int = 65536  # a string, bytes value or tagged field held to parse it
     max_elements: int = 20_000  # array elements materialised over the frame
     record_detail_bytes: int = 0  # whole record batches kept for record-level detail
+    # Wall time one piece may take to walk (0: no bound). A piece of tiny elements can
+    # hold 85,000 of them: past this the frame is a DecodeError and the rest streams by
+    # unparsed, so decoding never holds an event loop for long. Checked every 256 steps.
+    max_seconds_per_piece: float = 0.0
     decompression_limit: int = DEFAULT_MAX_BYTES  # as summarize's max_bytes
 
 
@@ -230,6 +235,8 @@ class FrameStream:
         self.dropped_elements = 0
         self._budget = limits.max_elements
         self._walk_budget = wire.DEFAULT_ELEMENT_BUDGET  # elements parsed, kept or not
+        self._deadline = 0.0  # perf_counter() by which the current piece must be walked
+        self._steps = 0
         self._in = _Input()
         self._error: DecodeError | None = None
         self._result: tuple[dict[str, Any], dict[str, Any]] | None = None
@@ -252,6 +259,8 @@ class FrameStream:
             self._error = DecodeError("more bytes than the frame's length", offset=self.size)
             raise self._error
         inp.view, inp.pos = view, 0
+        if self.limits.max_seconds_per_piece:
+            self._deadline = time.perf_counter() + self.limits.max_seconds_per_piece
         try:
             self._step()
         finally:
@@ -279,7 +288,7 @@ class FrameStream:
             self._result = done.value
         except DecodeError as exc:
             self._error = exc
-        except (struct.error, ValueError, OverflowError, IndexError) as exc:
+        except (struct.error, ValueError, OverflowError, IndexError, TypeError) as exc:
             reason = exc.reason if isinstance(exc, UnicodeDecodeError) else type(exc).__name__
             self._error = DecodeError(f"malformed input: {reason}", offset=self._in.offset)
 
@@ -351,6 +360,7 @@ class FrameStream:
         unknown: list[tuple[int, bytes]] = []
         explicit: list[int] = []
         for _ in range(count):
+            self._tick()
             tag = yield from self._uvarint(end)
             size = yield from self._uvarint(end)
             stop = inp.offset + size
@@ -516,6 +526,7 @@ class FrameStream:
         for _ in range(count):
             # Counted before the element is walked: a topic keeps its place ahead of
             # the partitions inside it.
+            self._tick()
             keep = self._budget > 0
             if keep:
                 self._budget -= 1
@@ -529,6 +540,15 @@ class FrameStream:
             else:
                 self.dropped_elements += 1
         return items
+
+    def _tick(self) -> None:
+        self._steps += 1
+        if not self._steps & 255 and self._deadline and time.perf_counter() > self._deadline:
+            raise DecodeError(
+                f"one piece took over {self.limits.max_seconds_per_piece} s to decode"
+                " (limits.observe_seconds_per_read)",
+                offset=self._in.offset,
+            )
 
     def _whole_element(self, decoder: Decoder, end: int) -> Any:
         """The element at the input, decoded by the compiled decoder if it lies inside
@@ -556,6 +576,7 @@ class FrameStream:
         keep = min(count, self.limits.max_elements)
         items: list[Any] = []
         for _ in range(keep):
+            self._tick()
             items.append((yield from self._field(element, end)))
         if count > keep:
             assert element.packer is not None
@@ -571,6 +592,7 @@ class FrameStream:
         detail = bytearray()
         left = length
         while left:
+            self._tick()
             if left < LOG_OVERHEAD:
                 yield from self._partial(left)
                 break

@@ -111,6 +111,7 @@ class Limits:
     shutdown_grace_seconds: float = 25.0
     decompression_limit_bytes: int = 67108864
     observe_whole_frame_bytes: int = 262144
+    observe_seconds_per_read: float = 0.1
     socket_buffer_bytes: int = 262144
 
 
@@ -566,6 +567,7 @@ def _limits(s: _Section) -> Limits:
         shutdown_grace_seconds=s.seconds("shutdown_grace_seconds", 25.0),
         decompression_limit_bytes=s.integer("decompression_limit_bytes", 67108864),
         observe_whole_frame_bytes=s.integer("observe_whole_frame_bytes", 262144, minimum=0),
+        observe_seconds_per_read=s.seconds("observe_seconds_per_read", 0.1),
         socket_buffer_bytes=s.integer("socket_buffer_bytes", 262144, minimum=0),
     )
     if limits.max_frame_bytes > 2**31 - 1:

@@ -534,6 +534,7 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
         StreamLimits(
             record_detail_bytes=config.limits.observe_whole_frame_bytes if log_config.record_detail else 0,
             decompression_limit=config.limits.decompression_limit_bytes,
+            max_seconds_per_piece=config.limits.observe_seconds_per_read,
         ),
     )
 

@@ -281,3 +281,16 @@ def test_header_and_body_versions_follow_the_policy() -> None:
     definition = message("FetchResponse").definition(16)
     assert definition is not None and definition.is_flexible(16)
     assert DEFAULT_POLICY.response_header_version(FETCH, 16) == 1
+
+
+def test_a_piece_that_takes_too_long_to_walk_ends_the_decode() -> None:
+    frame = _fetch_response(5000, build_v2([(1, None, b"v", [])]), 1)
+    slow = response_stream(FETCH, 4, len(frame), limits=StreamLimits(max_seconds_per_piece=1e-9))
+    with pytest.raises(DecodeError, match="took over"):
+        slow.feed(frame)
+    slow.feed(b"")  # ignored from then on
+    with pytest.raises(DecodeError, match="took over"):
+        slow.finish()
+    unbounded = response_stream(FETCH, 4, len(frame))
+    unbounded.feed(frame)
+    assert len(unbounded.finish()[1]["responses"][0]["partitions"]) == 5000

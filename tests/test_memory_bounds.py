@@ -255,8 +255,9 @@ def test_one_60_mb_response_costs_a_few_mb_and_is_logged_in_full(proxy: ProxyPro
 @pytest.mark.parametrize("count", [450_000, 1_000_000])
 def test_frames_of_many_tiny_elements_cost_bounded_time_and_memory(proxy: ProxyProcess, count: int) -> None:
     """Produce v9 (flexible), acks=0, naming `count` topics of 3 bytes each. Within the
-    decode budget of 500,000 elements all are parsed (20,000 kept); past it the frame is
-    a decode error at once and the rest streams by unparsed."""
+    decode budget of 500,000 elements all are parsed (20,000 kept) unless one read takes
+    longer than observe_seconds_per_read to walk; past the budget the frame is a decode
+    error at once. Either way the rest streams by unparsed."""
     header = struct.pack(">hhih", 0, 9, 5, 7) + b"million" + b"\x00"
     body = b"\x00" + struct.pack(">hi", 0, 5000) + uvarint(count + 1) + b"\x01\x01\x00" * count + b"\x00"
     warm_up(proxy)
@@ -275,8 +276,9 @@ def test_frames_of_many_tiny_elements_cost_bounded_time_and_memory(proxy: ProxyP
     assert line["correlation_id"] == 5 and line["request_bytes"] == len(header + body) + 4
     if count > 500_000:
         assert "decode budget" in str(line["decode_error"])
-    else:
-        assert "decode_error" not in line
+    elif "decode_error" in line:  # one read took longer than observe_seconds_per_read
+        assert "took over 0.1 s" in str(line["decode_error"]), line
+    else:  # or the machine was fast enough
         assert line["observed_elements_dropped"] == count - 20_000
     print(f"RSS {before / MB:.1f} MB -> {peak / MB:.1f} MB; good client waited at most {good.longest * 1000:.0f} ms")
     assert peak - before <= HUGE_BOUND
