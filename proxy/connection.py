@@ -167,16 +167,15 @@ class Connection(asyncio.Protocol):
             self._send_to_client,
             self.close,
             self._stop_reading_client,
-            ctx.limits.observe_whole_frame_bytes,
         )
-        max_frame = ctx.limits.max_frame_bytes
+        max_frame, keep = ctx.limits.max_frame_bytes, ctx.limits.observe_whole_frame_bytes
         self.requests = FrameSplitter(
-            RequestSide(ex), self._send_to_upstream, max_frame, REQUEST_MIN_HEAD
+            RequestSide(ex), self._send_to_upstream, max_frame, REQUEST_MIN_HEAD, keep
         )
         responses = ResponseSide(ex)
         ex.responses = responses
         self.responses = responses.splitter = FrameSplitter(
-            responses, self._send_to_client, max_frame, RESPONSE_MIN_HEAD
+            responses, self._send_to_client, max_frame, RESPONSE_MIN_HEAD, keep
         )
         try:
             ctx.hooks.connection_opened(info)

@@ -8,10 +8,11 @@ order, so the response normally matches the oldest entry.
 Hooks that look at a frame after it went on are queued while a chunk is split and
 run once the chunk has been written (`chunk_done`), so decoding never delays bytes.
 
-Frames the hooks read are assembled whole only up to `observe_whole_frame_bytes`
-(limits.observe_whole_frame_bytes); a larger one goes on untouched and its pieces are
-handed to the hooks' `FrameObserver` as they pass (STREAM_OBSERVE), so no byte already
-forwarded is kept for them: the memory a frame costs is its metadata, not its size.
+A frame the hooks read that spans reads is assembled only up to the splitter's
+`keep_limit` (limits.observe_whole_frame_bytes); past it the splitter asks
+`observe_instead`, and the frame's pieces go to the hooks' `FrameObserver` as they pass
+(STREAM_OBSERVE): no byte already forwarded is kept for it, the memory a frame costs
+is its metadata, not its size. A frame inside one read is handed over whole as ever.
 """
 
 from __future__ import annotations
@@ -57,8 +58,6 @@ _HOOK_ERROR_LOG_EVERY = 1000
 _hook_errors = 0
 
 AfterHook = Callable[[ConnectionInfo, memoryview, Pending], None]
-# Frames above this many bytes are observed piece by piece (limits.observe_whole_frame_bytes).
-DEFAULT_OBSERVE_WHOLE_FRAME_BYTES = 262144
 _NO_BYTES = memoryview(b"")
 
 
@@ -75,7 +74,6 @@ class Exchange:
         send_to_client: Callable[[list[Buffer]], object],
         close: Callable[[str], None],
         stop_reading_client: Callable[[], None],
-        observe_whole_frame_bytes: int = DEFAULT_OBSERVE_WHOLE_FRAME_BYTES,
     ) -> None:
         self.info = info
         self.hooks = hooks
@@ -93,7 +91,6 @@ class Exchange:
         self.draining = False
         self.hook_errors = 0
         self.responses: ResponseSide | None = None
-        self.observe_whole_frame_bytes = observe_whole_frame_bytes
 
     def hook_failed(self, hook: str, api_key: int, direction: str) -> None:
         """A hook raised: count it as a decode error and go on forwarding."""
@@ -183,17 +180,21 @@ class RequestSide:
         plan = ex.plan
         if plan.hold_requests:
             return HOLD
-        if plan.keep_requests and size > ex.observe_whole_frame_bytes:
-            return self._observe(ex.hooks.request_stream(ex.info, pending, True), size)
         if plan.keep_requests or (api_key == sasl.SASL_HANDSHAKE and api_version == 0):
             return STREAM_KEEP
         return STREAM
 
-    def _observe(self, observer: FrameObserver | None, size: int) -> int:
-        """A frame too big to assemble: its pieces go to `observer` as they pass."""
-        self.ex.metrics.frame_observed_in_pieces("request", size)
-        self._observer = observer
-        return STREAM if observer is None else STREAM_OBSERVE
+    def observe_instead(self, size: int) -> int:
+        """A request to keep spans reads and is over the keep limit: its pieces go to the
+        hooks' observer as they pass instead (SASL frames, bounded by the before-auth
+        limit, are still kept: their hooks need them whole)."""
+        pending = self._current
+        if self._raw_token_kept or pending is None or pending.api_key == sasl.SASL_HANDSHAKE:
+            return STREAM_KEEP
+        ex = self.ex
+        ex.metrics.frame_observed_in_pieces("request", size)
+        self._observer = ex.hooks.request_stream(ex.info, pending, not self._unanswered)
+        return STREAM if self._observer is None else STREAM_OBSERVE
 
     def _refuse(self, size: int) -> int:
         log.warning(
@@ -209,15 +210,9 @@ class RequestSide:
         """Produce acks=0: the broker sends nothing back, so nothing is queued."""
         self.ex.info.requests_without_response += 1
         self._unanswered = True
-        ex = self.ex
-        plan = ex.plan
+        plan = self.ex.plan
         if plan.hold_requests:
             return HOLD
-        pending = self._current
-        assert pending is not None
-        size = pending.request_size - 4
-        if plan.keep_unanswered and size > ex.observe_whole_frame_bytes:
-            return self._observe(ex.hooks.request_stream(ex.info, pending, False), size)
         return STREAM_KEEP if plan.keep_unanswered else STREAM
 
     def _raw_token(self, head: memoryview, size: int) -> int | None:
@@ -244,18 +239,15 @@ class RequestSide:
             return STREAM_KEEP
         return STREAM
 
-    def frame_piece(self, piece: memoryview) -> None:
-        observer = self._observer
-        if observer is not None and self._current is not None:
-            self._after.append((observer.piece, piece, self._current))
+    def frame_piece(self, piece: memoryview, last: bool) -> None:
+        observer, pending = self._observer, self._current
+        assert observer is not None and pending is not None
+        self._after.append((observer.piece, piece, pending))
+        if last:
+            self._observer = None
+            self._after.append((observer.done, _NO_BYTES, pending))
 
     def frame_completed(self, body: memoryview | None) -> None:
-        observer = self._observer
-        if observer is not None:
-            self._observer = None
-            assert self._current is not None
-            self._after.append((observer.done, _NO_BYTES, self._current))
-            return
         if self._raw_token_kept:
             self._raw_token_kept = False
             assert body is not None
@@ -350,13 +342,17 @@ class ResponseSide:
             self._handshake_answered(head)
         if pending.api_key in ex.plan.rewrite_api_keys:
             return HOLD
-        if not ex.plan.keep_responses:
-            return STREAM
-        if size > ex.observe_whole_frame_bytes:
-            ex.metrics.frame_observed_in_pieces("response", size)
-            self._observer = observer = ex.hooks.response_stream(ex.info, pending, size)
-            return STREAM if observer is None else STREAM_OBSERVE
-        return STREAM_KEEP
+        return STREAM_KEEP if ex.plan.keep_responses else STREAM
+
+    def observe_instead(self, size: int) -> int:
+        """A response to keep spans reads and is over the keep limit: its pieces go to
+        the hooks' observer as they pass instead."""
+        ex = self.ex
+        pending = self._current
+        assert pending is not None
+        ex.metrics.frame_observed_in_pieces("response", size)
+        self._observer = ex.hooks.response_stream(ex.info, pending, size)
+        return STREAM if self._observer is None else STREAM_OBSERVE
 
     def _match(self, corr: int) -> Pending | None:
         """Pop the request `corr` answers; replies the proxy made ahead of it go first."""
@@ -380,20 +376,17 @@ class ResponseSide:
         if sasl.handshake_succeeded(head):
             self.ex.raw_sasl = sasl.RawSaslPhase(self.ex.handshake_mechanism)
 
-    def frame_piece(self, piece: memoryview) -> None:
-        observer = self._observer
-        if observer is not None and self._current is not None:
-            self._after.append((observer.piece, piece, self._current))
+    def frame_piece(self, piece: memoryview, last: bool) -> None:
+        observer, pending = self._observer, self._current
+        assert observer is not None and pending is not None
+        self._after.append((observer.piece, piece, pending))
+        if last:
+            self._observer = None
+            self._after.append((observer.done, _NO_BYTES, pending))
 
     def frame_completed(self, body: memoryview | None) -> None:
         pending = self._current
-        assert pending is not None
-        observer = self._observer
-        if observer is not None:
-            self._observer = None
-            self._after.append((observer.done, _NO_BYTES, pending))
-            return
-        assert body is not None
+        assert pending is not None and body is not None
         self._after.append((self.ex.hooks.response_forwarded, body, pending))
 
     def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]:

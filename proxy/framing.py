@@ -8,8 +8,8 @@ memoryview slice of the chunk; a frame spanning chunks goes out as its chunk pie
 Bodies are never copied on the forwarding path; only a header cut by a chunk border
 (at most `HEAD_CAP` bytes) is, and frames a handler asks to hold or keep are assembled.
 A kept frame is copied into one buffer piece by piece as it arrives, so the chunks it
-came in are released at once: what a connection keeps is the frame's size, which the
-handler bounds (it observes larger frames with STREAM_OBSERVE instead).
+came in are released at once; one larger than `keep_limit` is not kept at all: the
+handler's `observe_instead` turns it into STREAM_OBSERVE (or STREAM).
 
 Modes a handler returns from `frame_started`:
 
@@ -17,8 +17,8 @@ Modes a handler returns from `frame_started`:
 * STREAM_NOTIFY: the same, and call `frame_completed(None)` when the frame ends.
 * STREAM_KEEP: the same, and call `frame_completed(body)` with the assembled body.
 * STREAM_OBSERVE: forward the bytes as they arrive, and pass each piece of the body to
-  `frame_piece` as it goes (views into the chunk, valid until `chunk_done`), then call
-  `frame_completed(None)`. Nothing of the frame is kept: a huge frame costs nothing.
+  `frame_piece(piece, last)` as it goes (views into the chunk, valid until
+  `chunk_done`; `last` on the frame's final piece). Nothing of the frame is kept.
 * HOLD: forward nothing yet; at the end `frame_held(body, raw)` returns what to send.
 * NEED_MORE: the head is too short to decide; ask again with more bytes. Only valid
   while the head is shorter than both the frame and `HEAD_CAP`.
@@ -58,7 +58,9 @@ class FrameHandler(Protocol):
 
     def frame_completed(self, body: memoryview | None) -> None: ...
 
-    def frame_piece(self, piece: memoryview) -> None: ...
+    def frame_piece(self, piece: memoryview, last: bool) -> None: ...
+
+    def observe_instead(self, size: int) -> int: ...
 
     def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]: ...
 
@@ -75,6 +77,7 @@ class FrameSplitter:
         "_write",
         "max_frame",
         "min_head",
+        "keep_limit",
         "_remaining",
         "_mode",
         "_pieces",
@@ -92,11 +95,15 @@ class FrameSplitter:
         write: Callable[[list[Buffer]], object],
         max_frame: int,
         min_head: int,
+        keep_limit: int = 2**31,
     ) -> None:
         self._handler = handler
         self._write = write
         self.max_frame = max_frame  # declared lengths above this (or negative) are refused
         self.min_head = min_head  # head bytes needed before frame_started is asked
+        # STREAM_KEEP frames above this size that span chunks are not assembled: the
+        # handler's observe_instead says what to do (limits.observe_whole_frame_bytes)
+        self.keep_limit = keep_limit
         self._remaining = 0  # raw bytes of the current frame still to arrive
         self._mode = STREAM
         self._pieces: list[Buffer] | None = None  # raw pieces of a held frame
@@ -169,13 +176,13 @@ class FrameSplitter:
             out.extend(handler.frame_held(body, [data]))
         else:
             out.append(data)
-            if mode == STREAM_KEEP:
-                handler.frame_completed(body)
-            elif mode == STREAM_NOTIFY:
-                handler.frame_completed(None)
-            elif mode == STREAM_OBSERVE:
-                handler.frame_piece(body)
-                handler.frame_completed(None)
+            if mode != STREAM:
+                if mode == STREAM_KEEP:
+                    handler.frame_completed(body)
+                elif mode == STREAM_NOTIFY:
+                    handler.frame_completed(None)
+                elif mode == STREAM_OBSERVE:
+                    handler.frame_piece(body, True)
         if out:
             self._write(out)
         self.mid_frame_since = None
@@ -227,10 +234,11 @@ class FrameSplitter:
                 elif mode == STREAM_NOTIFY:
                     handler.frame_completed(None)
                 elif mode == STREAM_OBSERVE:
-                    handler.frame_piece(view[pos + 4 : frame_end])
-                    handler.frame_completed(None)
+                    handler.frame_piece(view[pos + 4 : frame_end], True)
                 pos = frame_end
                 continue
+            if mode == STREAM_KEEP and size > self.keep_limit:
+                mode = handler.observe_instead(size)
             self._remaining = frame_end - end
             self._mode = mode
             if mode == HOLD:
@@ -241,8 +249,8 @@ class FrameSplitter:
                 self._pieces = [view[pos:end]]
             elif mode == STREAM_KEEP:
                 self._keep_start(view[pos:end], size)
-            elif mode == STREAM_OBSERVE and end > pos + 4:
-                handler.frame_piece(view[pos + 4 : end])
+            elif mode == STREAM_OBSERVE:
+                handler.frame_piece(view[pos + 4 : end], False)
             pos = end
             if run < pos:
                 out.append(view[run:pos])
@@ -287,7 +295,7 @@ class FrameSplitter:
             if mode == STREAM_KEEP:
                 self._keep(piece)
             elif mode == STREAM_OBSERVE:
-                self._handler.frame_piece(piece)
+                self._handler.frame_piece(piece, take == self._remaining)
         self._remaining -= take
         if not self._remaining:
             pieces, self._pieces = self._pieces, None
@@ -319,7 +327,7 @@ class FrameSplitter:
             kept, self._kept = self._kept, None
             assert kept is not None
             handler.frame_completed(memoryview(kept)[4:])
-        elif mode in (STREAM_NOTIFY, STREAM_OBSERVE):
+        elif mode == STREAM_NOTIFY:
             handler.frame_completed(None)
 
     def _resolve_undecided(self, view: memoryview, out: list[Buffer]) -> int:
@@ -363,12 +371,14 @@ class FrameSplitter:
         if mode != HOLD:
             out.append(start)
         self._remaining = 4 + size - len(start)
+        if mode == STREAM_KEEP and self._remaining and size > self.keep_limit:
+            mode = self._handler.observe_instead(size)
         self._mode = mode
         self._pieces = [start] if mode == HOLD else None
         if mode == STREAM_KEEP:
             self._keep_start(start, size)
-        elif mode == STREAM_OBSERVE and len(start) > 4:
-            self._handler.frame_piece(memoryview(start)[4:])
+        elif mode == STREAM_OBSERVE:
+            self._handler.frame_piece(memoryview(start)[4:], not self._remaining)
         if not self._remaining:
             pieces, self._pieces = self._pieces, None
             self._complete(mode, pieces, out)

@@ -210,26 +210,20 @@ class ObservingHooks(Hooks):
         pending.token = self._observe_request(info, frame, pending)
 
     def request_without_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
-        self._log_without_response(info, pending, self._observe_request(info, frame, pending))
-
-    def _log_without_response(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
+        token = self._observe_request(info, frame, pending)
         if self.log and self.log.wants(token.api, pending.api_key, False):
             line = self._line_base(info, pending, token)
             line.update(latency_ms=None, response_bytes=None, errors=[])
             line.update(token.fields)
             self.log.write("request_no_response", line)
 
-    def _request_started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
+    def _observe_request(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> Token:
         api = self.api_name(pending.api_key)
         state = self.states.get(info.conn_id)
         self.metrics.api(api).request(pending.api_version, pending.request_size)
         if state is not None:
             state.requests[api] = state.requests.get(api, 0) + 1
-        return state, Token(api, pending.correlation_id, {})
-
-    def _observe_request(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> Token:
-        state, token = self._request_started(info, pending)
-        api = token.api
+        token = Token(api, pending.correlation_id, {})
         key = None
         if pending.api_key not in UNMEMOISED:
             key = self.request_memo.key(pending.api_key, pending.api_version, frame)
@@ -250,10 +244,33 @@ class ObservingHooks(Hooks):
             self._decode_failed(state, api, "request")
             token.decode_error = str(exc)
             return token
-        self._request_decoded(info, state, token, request)
+        protocol_type = None
+        if state is not None:
+            self._identify(info, state, request)
+            protocol_type = state.groups.of_request(request, self.summary.max_string_length)
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
         if key is not None:
             self.request_memo.put(key, (request, token.fields))
         return token
+
+    # -- frames above the whole-frame threshold --------------------------------
+    # (their own copies of the few lines the whole-frame path has in line, which runs
+    # for every frame and pays no extra call for them)
+
+    def _log_without_response(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
+        if self.log and self.log.wants(token.api, pending.api_key, False):
+            line = self._line_base(info, pending, token)
+            line.update(latency_ms=None, response_bytes=None, errors=[])
+            line.update(token.fields)
+            self.log.write("request_no_response", line)
+
+    def _request_started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
+        api = self.api_name(pending.api_key)
+        state = self.states.get(info.conn_id)
+        self.metrics.api(api).request(pending.api_version, pending.request_size)
+        if state is not None:
+            state.requests[api] = state.requests.get(api, 0) + 1
+        return state, Token(api, pending.correlation_id, {})
 
     def _request_decoded(self, info: ConnectionInfo, state: ConnState | None, token: Token, request: Any) -> None:
         protocol_type = None
@@ -262,7 +279,6 @@ class ObservingHooks(Hooks):
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
         token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
 
-    # -- frames above the whole-frame threshold --------------------------------
 
     def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> Streamed:
         size = pending.request_size - 4
@@ -286,7 +302,7 @@ class ObservingHooks(Hooks):
         if streamed.is_request:
             self._streamed_request_done(info, pending, streamed)
         else:
-            self._response_done(info, pending, streamed.size + 4, None, streamed)
+            self._streamed_response_done(info, pending, streamed)
 
     def _streamed_request_done(self, info: ConnectionInfo, pending: Pending, streamed: Streamed) -> None:
         state, token = self._request_started(info, pending)
@@ -406,26 +422,42 @@ class ObservingHooks(Hooks):
         return (None if tail is None else frame[:4].tobytes() + tail), decoded
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
-        self._response_done(info, pending, len(frame) + 4, frame, None)
-
-    def _response_done(
-        self, info: ConnectionInfo, pending: Pending, response_size: int, frame: memoryview | None, streamed: Streamed | None
-    ) -> None:
-        """The log line of a response: the whole `frame`, or one `streamed` past."""
         latency = time.perf_counter() - pending.started
         token: Token | None = pending.token
         if token is None:  # the request hook did not run (e.g. an answer the proxy made)
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
         api_metrics = self.metrics.api(token.api)
+        response_size = len(frame) + 4
         api_metrics.response(latency, response_size)
         state = self.states.get(info.conn_id)
         fields: dict[str, Any] = {"errors": []}
         if token.decode_error is None:
-            if streamed is None:
-                assert frame is not None
-                fields = self._observe_response(info, state, frame, pending, token)
-            else:
-                fields = self._observe_streamed_response(info, state, pending, token, streamed)
+            fields = self._observe_response(info, state, frame, pending, token)
+        for error in fields["errors"]:
+            api_metrics.error(error)
+            if state is not None:
+                state.errors[error] = state.errors.get(error, 0) + 1
+        if self.log and self.log.wants(token.api, pending.api_key, bool(fields["errors"])):
+            line = self._line_base(info, pending, token)
+            line.update(latency_ms=round(latency * 1000, 3), response_bytes=response_size)
+            line.update(token.fields)
+            line.update(fields)
+            self.log.write("request", line)
+
+    def _streamed_response_done(self, info: ConnectionInfo, pending: Pending, streamed: Streamed) -> None:
+        """response_forwarded's line, for a response decoded as it streamed past (kept
+        apart so the whole-frame path, run for every response, pays no extra call)."""
+        latency = time.perf_counter() - pending.started
+        token: Token | None = pending.token
+        if token is None:
+            token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
+        api_metrics = self.metrics.api(token.api)
+        response_size = streamed.size + 4
+        api_metrics.response(latency, response_size)
+        state = self.states.get(info.conn_id)
+        fields: dict[str, Any] = {"errors": []}
+        if token.decode_error is None:
+            fields = self._observe_streamed_response(info, state, pending, token, streamed)
         for error in fields["errors"]:
             api_metrics.error(error)
             if state is not None:

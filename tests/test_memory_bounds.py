@@ -328,19 +328,30 @@ def pieces_script(sock: socket.socket, request: bytes) -> None:
         time.sleep(0.001)
 
 
-def lines_through(tmp_path: Path, **limits: object) -> list[dict[str, object]]:
+def trickle(sock: socket.socket, data: bytes) -> None:
+    """Send in small writes a moment apart, so the proxy reads the frame in pieces."""
+    for at in range(0, len(data), 16_384):
+        sock.sendall(data[at : at + 16_384])
+        time.sleep(0.001)
+
+
+def lines_through(tmp_path: Path, **limits: object) -> tuple[list[dict[str, object]], dict[str, float]]:
+    """The log lines of two Produce requests and a Fetch, each spanning many reads, and
+    how many frames were observed in pieces per direction."""
     from test_hostile_support import connect, eventually, hostile_proxy
 
     batches = [record_batch(b"p" * 90_000), record_batch(b"q" * 50_000), record_batch(b"r" * 10)]
     with hostile_proxy(tmp_path, {"pieces": pieces_script}, **limits) as (px, _), connect(px.port) as sock:
-        sock.sendall(produce_v3(1, 1, batches))
+        trickle(sock, produce_v3(1, 1, batches))
         assert correlation_of(read_frame(sock)) == 1
-        sock.sendall(produce_v3(2, 0, batches))
+        trickle(sock, produce_v3(2, 0, batches))
         sock.sendall(fetch_request(3, 400_000, client_id="pieces"))
         assert correlation_of(read_frame(sock)) == 3
         assert eventually(lambda: len(px.log_lines("request")) == 2 and px.log_lines("request_no_response"))
         lines = px.log_lines("request") + px.log_lines("request_no_response")
-    return [{k: v for k, v in line.items() if k not in VOLATILE} for line in lines]
+        counter = px.server.metrics.frames_observed_in_pieces
+        observed = {d: px.call(lambda d=d: counter.labels(direction=d)._value.get()) for d in ("request", "response")}
+    return [{k: v for k, v in line.items() if k not in VOLATILE} for line in lines], observed
 
 
 def correlation_of(frame: bytes) -> int:
@@ -348,8 +359,10 @@ def correlation_of(frame: bytes) -> int:
 
 
 def test_a_frame_observed_in_pieces_gives_the_log_line_of_a_whole_one(tmp_path: Path) -> None:
-    whole = lines_through(tmp_path / "whole", observe_whole_frame_bytes=64 * 1024 * 1024)
-    pieces = lines_through(tmp_path / "pieces", observe_whole_frame_bytes=1024)
+    whole, none = lines_through(tmp_path / "whole", observe_whole_frame_bytes=64 * 1024 * 1024)
+    pieces, observed = lines_through(tmp_path / "pieces", observe_whole_frame_bytes=1024)
+    assert none == {"request": 0, "response": 0}
+    assert observed == {"request": 2, "response": 1}
     assert pieces == whole
     fetch = next(line for line in pieces if line["api"] == "Fetch")
     stats = fetch["record_stats"]
