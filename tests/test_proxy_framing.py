@@ -266,6 +266,20 @@ def test_frames_over_the_keep_limit_spanning_chunks_are_observed_not_kept(
     observed = [b"".join(p) for p in handler.pieces]
     kept = [c for c in handler.completed if c is not None]
     assert sorted(observed + kept) == sorted(bodies)  # each frame seen exactly once
+    # observed: exactly the frames over the limit (and over the 8-byte head, which is
+    # assembled anyway when cut) that a chunk border cuts
+    borders = set()
+    at = 0
+    for chunk in split(stream, cuts)[:-1]:
+        at += len(chunk)
+        borders.add(at)
+    expected, start = [], 0
+    for body in bodies:
+        end = start + 4 + len(body)
+        if len(body) > max(limit, 8) and any(start < b < end for b in borders):
+            expected.append(body)
+        start = end
+    assert sorted(observed) == sorted(expected)
     assert len(handler.asked) == len(observed)  # asked only of frames that spanned chunks
     assert all(len(b) > limit for b in observed) and all(size > limit for size in handler.asked)
     assert splitter._kept is None  # nothing held between frames
