@@ -9,6 +9,7 @@ connection and must never wait more than a second.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -422,3 +423,51 @@ def test_socket_buffers_are_fixed_at_the_configured_size(size: int) -> None:
         assert got == [(2 * size, 2 * size)] * 2  # Linux doubles what it is given
     else:
         assert all(pair != (2 * 65536, 2 * 65536) for pair in got)  # the kernel's own sizes
+
+
+def test_a_broker_that_stops_reading_costs_at_most_2_mb_per_connection(tmp_path: Path) -> None:
+    """The other direction: clients pushing 16 MB Produce requests at a broker that
+    reads nothing. Reading from each client pauses once the broker side is backlogged."""
+    connections = 20
+    stop = threading.Event()
+
+    def deaf_broker(sock: socket.socket) -> None:
+        stop.wait(60)
+
+    batch = record_batch(b"z" * (1024 * 1024 - 100))
+    request = produce_v3(1, 1, [batch] * 16)
+
+    def push(sock: socket.socket) -> None:
+        sock.settimeout(5)
+        with contextlib.suppress(OSError):  # stuck behind the deaf broker, as expected
+            sock.sendall(request)
+
+    broker = FakeBroker(deaf_broker).__enter__()
+    proxy = MemoryProxy(tmp_path, broker.address).start()
+    try:
+        open_files = proxy.baseline()
+        before = rss(proxy)
+        socks = [socket.create_connection(("127.0.0.1", proxy.port), timeout=10) for _ in range(connections)]
+        pushers = [threading.Thread(target=push, args=(s,), daemon=True) for s in socks]
+        for t in pushers:
+            t.start()
+        _, peak = settled_rss(proxy)
+        for t in pushers:
+            t.join(10)
+        assert proxy.figures().pending == connections
+        per_connection = (peak - before) / connections
+        print(f"RSS {before / MB:.1f} MB, peak {peak / MB:.1f} MB: {per_connection / MB:.2f} MB per connection")
+        assert per_connection <= PER_CONNECTION_BOUND
+        for s in socks:
+            s.close()
+        # A client's close is seen once its side is read again: the broker going away
+        # (its sockets closed) ends every connection.
+        stop.set()
+        broker.__exit__(None, None, None)
+        after = proxy.settle(open_files)
+        assert (after.pending, after.connections) == (0, 0), after
+        assert after.open_files <= open_files, f"{after.open_files} open files, {open_files} before"
+    finally:
+        stop.set()
+        broker.__exit__(None, None, None)
+        proxy.kill()
