@@ -135,6 +135,9 @@ class Limits:
     frame_timeout_seconds: float = 30.0
     shutdown_grace_seconds: float = 25.0
     decompression_limit_bytes: int = 67108864
+    observe_whole_frame_bytes: int = 262144
+    observe_seconds_per_read: float = 0.1
+    socket_buffer_bytes: int = 262144
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,9 @@ MAXIMA: dict[str, tuple[float, str]] = {
     "metrics.max_error_series": (10_000, "each (api, error) pair is a time series"),
     "limits.max_in_flight_requests": (1_000_000, "librdkafka's own maximum per connection"),
     "limits.request_timeout_seconds": (86400, "1 day: a stuck broker must be let go some time"),
+    "limits.observe_whole_frame_bytes": (2**30, "1 GiB: a frame assembled whole costs its size per direction"),
+    "limits.observe_seconds_per_read": (10, "10 s: decoding one read stalls every connection of the process"),
+    "limits.socket_buffer_bytes": (2**28, "256 MiB: the kernel holds this much per socket"),
     "request_log.flush_interval_seconds": (3600, "1 hour: lines wait in memory meanwhile"),
     "request_log.max_queued_bytes": (2**32, "4 GiB held in memory"),
 }
@@ -727,6 +733,9 @@ def _limits(s: _Section) -> Limits:
         frame_timeout_seconds=s.seconds("frame_timeout_seconds", 30.0),
         shutdown_grace_seconds=s.seconds("shutdown_grace_seconds", 25.0),
         decompression_limit_bytes=s.integer("decompression_limit_bytes", 67108864),
+        observe_whole_frame_bytes=s.integer("observe_whole_frame_bytes", 262144, minimum=0),
+        observe_seconds_per_read=s.seconds("observe_seconds_per_read", 0.1),
+        socket_buffer_bytes=s.integer("socket_buffer_bytes", 262144, minimum=0),
     )
     if limits.max_frame_bytes > 2**31 - 1:
         raise ConfigError(

@@ -8,8 +8,16 @@ Backpressure: when a transport's write buffer passes its high-water mark asyncio
 calls `pause_writing` on the protocol that writes to it; the proxy then stops
 reading from the *other* side until `resume_writing`, so a slow client holds the
 broker back instead of making the proxy buffer the broker's output (and the other
-way round). A connection buffers at most about `HIGH_WATER` plus one read chunk per
-direction, beyond frames it was asked to hold whole.
+way round).
+
+Memory per connection, whatever the peers do, per direction: the write buffer up to
+`HIGH_WATER` plus one read chunk (256 KiB), plus a frame being assembled for the
+request log of at most `limits.observe_whole_frame_bytes` (larger frames are decoded
+as they pass and never kept, proxy/exchange.py). In the kernel, each of the two
+sockets has send and receive buffers of `limits.socket_buffer_bytes`, which Linux
+doubles: 4 x 2 x 256 KiB = 2 MiB at the defaults, instead of the autotuned MBs. Frames
+held whole before they go on (an ApiVersions response to rewrite; every request when
+KIP-1313 enforcement is `reject`) are bounded by `limits.max_frame_bytes` instead.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
+import socket
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -139,6 +148,7 @@ class Connection(asyncio.Protocol):
         self._ip = ip
         self._open(peer)
         self.client.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        _bound_socket_buffers(self.client, self.ctx.limits.socket_buffer_bytes)
         self.client.pause_reading()  # until the broker connection is up (see data_received)
         self._connect_task = asyncio.get_running_loop().create_task(self._connect_upstream())
 
@@ -167,14 +177,14 @@ class Connection(asyncio.Protocol):
             self.close,
             self._stop_reading_client,
         )
-        max_frame = ctx.limits.max_frame_bytes
+        max_frame, keep = ctx.limits.max_frame_bytes, ctx.limits.observe_whole_frame_bytes
         self.requests = FrameSplitter(
-            RequestSide(ex), self._send_to_upstream, max_frame, REQUEST_MIN_HEAD
+            RequestSide(ex), self._send_to_upstream, max_frame, REQUEST_MIN_HEAD, keep
         )
         responses = ResponseSide(ex)
         ex.responses = responses
         self.responses = responses.splitter = FrameSplitter(
-            responses, self._send_to_client, max_frame, RESPONSE_MIN_HEAD
+            responses, self._send_to_client, max_frame, RESPONSE_MIN_HEAD, keep
         )
         ex.max_in_flight = ctx.limits.max_in_flight_requests
         ex.in_flight_full = self._in_flight_full
@@ -266,6 +276,7 @@ class Connection(asyncio.Protocol):
             return
         self.upstream = transport
         transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        _bound_socket_buffers(transport, self.ctx.limits.socket_buffer_bytes)
         early, self._early = self._early, []
         for data in early:
             self.requests.feed(data)
@@ -481,6 +492,19 @@ def _hung_up(transport: asyncio.Transport | None) -> bool:
     poller = select.poll()
     poller.register(sock.fileno(), _HANG_UP)
     return bool(poller.poll(0))
+
+
+def _bound_socket_buffers(transport: asyncio.Transport, size: int) -> None:
+    """Fixed kernel buffers (no autotuning past them): what a peer that stops reading
+    makes the kernel hold for this connection is bounded like the proxy's own buffers."""
+    if not size:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
 
 
 def _close_transport(transport: asyncio.Transport | None) -> None:

@@ -7,6 +7,12 @@ order, so the response normally matches the oldest entry.
 
 Hooks that look at a frame after it went on are queued while a chunk is split and
 run once the chunk has been written (`chunk_done`), so decoding never delays bytes.
+
+A frame the hooks read that spans reads is assembled only up to the splitter's
+`keep_limit` (limits.observe_whole_frame_bytes); past it the splitter asks
+`observe_instead`, and the frame's pieces go to the hooks' `FrameObserver` as they pass
+(STREAM_OBSERVE): no byte already forwarded is kept for it, the memory a frame costs
+is its metadata, not its size. A frame inside one read is handed over whole as ever.
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ from proxy.framing import (
     STOP,
     STREAM,
     STREAM_KEEP,
+    STREAM_OBSERVE,
     Buffer,
     FrameSplitter,
 )
-from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending
+from proxy.hooks import ConnectionInfo, FrameObserver, HookPlan, Hooks, Pending
 
 if TYPE_CHECKING:
     from proxy.metrics import Metrics
@@ -52,6 +59,7 @@ _HOOK_ERROR_LOG_EVERY = 1000
 _hook_errors = 0
 
 AfterHook = Callable[[ConnectionInfo, memoryview, Pending], None]
+_NO_BYTES = memoryview(b"")
 
 
 class Exchange:
@@ -144,6 +152,7 @@ class RequestSide:
         self._current: Pending | None = None
         self._unanswered = False
         self._raw_token_kept = False  # the frame being split is a raw SASL token, assembled
+        self._observer: FrameObserver | None = None  # of the frame being split, if streamed
         self._after: list[tuple[AfterHook, memoryview, Pending]] = []
 
     def frame_started(self, head: memoryview, size: int) -> int:
@@ -187,6 +196,18 @@ class RequestSide:
             return STREAM_KEEP
         return STREAM
 
+    def observe_instead(self, size: int) -> int:
+        """A request to keep spans reads and is over the keep limit: its pieces go to the
+        hooks' observer as they pass instead (SASL frames, bounded by the before-auth
+        limit, are still kept: their hooks need them whole)."""
+        pending = self._current
+        if self._raw_token_kept or pending is None or pending.api_key == sasl.SASL_HANDSHAKE:
+            return STREAM_KEEP
+        ex = self.ex
+        ex.metrics.frame_observed_in_pieces("request", size)
+        self._observer = ex.hooks.request_stream(ex.info, pending, not self._unanswered)
+        return STREAM if self._observer is None else STREAM_OBSERVE
+
     def _refuse(self, size: int) -> int:
         log.warning(
             "frame over the before-auth limit",
@@ -229,6 +250,14 @@ class RequestSide:
             self._raw_token_kept = True
             return STREAM_KEEP
         return STREAM
+
+    def frame_piece(self, piece: memoryview, last: bool) -> None:
+        observer, pending = self._observer, self._current
+        assert observer is not None and pending is not None
+        self._after.append((observer.piece, piece, pending))
+        if last:
+            self._observer = None
+            self._after.append((observer.done, _NO_BYTES, pending))
 
     def frame_completed(self, body: memoryview | None) -> None:
         if self._raw_token_kept:
@@ -297,6 +326,7 @@ class ResponseSide:
         self.inject: list[Buffer] = []  # replies the proxy made, to send before a frame
         self.splitter: FrameSplitter | None = None
         self._current: Pending | None = None
+        self._observer: FrameObserver | None = None  # of the response being split, if streamed
         self._after: list[tuple[AfterHook, memoryview, Pending]] = []
         self.unmatched = 0
 
@@ -326,6 +356,16 @@ class ResponseSide:
             return HOLD
         return STREAM_KEEP if ex.plan.keep_responses else STREAM
 
+    def observe_instead(self, size: int) -> int:
+        """A response to keep spans reads and is over the keep limit: its pieces go to
+        the hooks' observer as they pass instead."""
+        ex = self.ex
+        pending = self._current
+        assert pending is not None
+        ex.metrics.frame_observed_in_pieces("response", size)
+        self._observer = ex.hooks.response_stream(ex.info, pending, size)
+        return STREAM if self._observer is None else STREAM_OBSERVE
+
     def _match(self, corr: int) -> Pending | None:
         """Pop the request `corr` answers; replies the proxy made ahead of it go first."""
         queue = self.ex.pending
@@ -347,6 +387,14 @@ class ResponseSide:
     def _handshake_answered(self, head: memoryview) -> None:
         if sasl.handshake_succeeded(head):
             self.ex.raw_sasl = sasl.RawSaslPhase(self.ex.handshake_mechanism)
+
+    def frame_piece(self, piece: memoryview, last: bool) -> None:
+        observer, pending = self._observer, self._current
+        assert observer is not None and pending is not None
+        self._after.append((observer.piece, piece, pending))
+        if last:
+            self._observer = None
+            self._after.append((observer.done, _NO_BYTES, pending))
 
     def frame_completed(self, body: memoryview | None) -> None:
         pending = self._current

@@ -6,13 +6,19 @@ once the frame's first bytes (its "head") are in, and writes what may go on with
 single `writelines` per chunk. Complete frames inside one chunk go out as one
 memoryview slice of the chunk; a frame spanning chunks goes out as its chunk pieces.
 Bodies are never copied on the forwarding path; only a header cut by a chunk border
-(at most `HEAD_CAP` bytes) is, and frames a handler asks to hold or keep are joined.
+(at most `HEAD_CAP` bytes) is, and frames a handler asks to hold or keep are assembled.
+A kept frame is copied into one buffer piece by piece as it arrives, so the chunks it
+came in are released at once; one larger than `keep_limit` is not kept at all: the
+handler's `observe_instead` turns it into STREAM_OBSERVE (or STREAM).
 
 Modes a handler returns from `frame_started`:
 
 * STREAM: forward the bytes as they arrive.
 * STREAM_NOTIFY: the same, and call `frame_completed(None)` when the frame ends.
 * STREAM_KEEP: the same, and call `frame_completed(body)` with the assembled body.
+* STREAM_OBSERVE: forward the bytes as they arrive, and pass each piece of the body to
+  `frame_piece(piece, last)` as it goes (views into the chunk, valid until
+  `chunk_done`; `last` on the frame's final piece). Nothing of the frame is kept.
 * HOLD: forward nothing yet; at the end `frame_held(body, raw)` returns what to send.
 * NEED_MORE: the head is too short to decide; ask again with more bytes. Only valid
   while the head is shorter than both the frame and `HEAD_CAP`.
@@ -36,6 +42,7 @@ HOLD = 3
 NEED_MORE = 4
 STOP = 5
 PAUSE = 6
+STREAM_OBSERVE = 7
 
 # Most a handler may need to see before deciding (a Produce header: client id and
 # transactional id). Bounds what a hostile header can make the proxy buffer.
@@ -55,6 +62,10 @@ class FrameHandler(Protocol):
 
     def frame_completed(self, body: memoryview | None) -> None: ...
 
+    def frame_piece(self, piece: memoryview, last: bool) -> None: ...
+
+    def observe_instead(self, size: int) -> int: ...
+
     def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]: ...
 
     def frame_too_large(self, size: int) -> None: ...
@@ -70,9 +81,12 @@ class FrameSplitter:
         "_write",
         "max_frame",
         "min_head",
+        "keep_limit",
         "_remaining",
         "_mode",
         "_pieces",
+        "_kept",
+        "_kept_at",
         "_undecided",
         "_head_want",
         "stopped",
@@ -86,14 +100,20 @@ class FrameSplitter:
         write: Callable[[list[Buffer]], object],
         max_frame: int,
         min_head: int,
+        keep_limit: int = 2**31,
     ) -> None:
         self._handler = handler
         self._write = write
         self.max_frame = max_frame  # declared lengths above this (or negative) are refused
         self.min_head = min_head  # head bytes needed before frame_started is asked
+        # STREAM_KEEP frames above this size that span chunks are not assembled: the
+        # handler's observe_instead says what to do (limits.observe_whole_frame_bytes)
+        self.keep_limit = keep_limit
         self._remaining = 0  # raw bytes of the current frame still to arrive
         self._mode = STREAM
-        self._pieces: list[Buffer] | None = None  # raw pieces of a held or kept frame
+        self._pieces: list[Buffer] | None = None  # raw pieces of a held frame
+        self._kept: bytearray | None = None  # a kept frame, prefix included, filled as it comes
+        self._kept_at = 0
         self._undecided: bytearray | None = None  # a frame start cut by a chunk border
         self._head_want = min_head
         self.stopped = False
@@ -173,10 +193,13 @@ class FrameSplitter:
             out.extend(handler.frame_held(body, [data]))
         else:
             out.append(data)
-            if mode == STREAM_KEEP:
-                handler.frame_completed(body)
-            elif mode == STREAM_NOTIFY:
-                handler.frame_completed(None)
+            if mode != STREAM:
+                if mode == STREAM_KEEP:
+                    handler.frame_completed(body)
+                elif mode == STREAM_NOTIFY:
+                    handler.frame_completed(None)
+                elif mode == STREAM_OBSERVE:
+                    handler.frame_piece(body, True)
         if out:
             self._write(out)
         self.mid_frame_since = None
@@ -232,16 +255,24 @@ class FrameSplitter:
                     handler.frame_completed(view[pos + 4 : frame_end])
                 elif mode == STREAM_NOTIFY:
                     handler.frame_completed(None)
+                elif mode == STREAM_OBSERVE:
+                    handler.frame_piece(view[pos + 4 : frame_end], True)
                 pos = frame_end
                 continue
+            if mode == STREAM_KEEP and size > self.keep_limit:
+                mode = handler.observe_instead(size)
             self._remaining = frame_end - end
             self._mode = mode
             if mode == HOLD:
                 if run < pos:
                     out.append(view[run:pos])
                 run = end
-            if mode in (HOLD, STREAM_KEEP):
+            if mode == HOLD:
                 self._pieces = [view[pos:end]]
+            elif mode == STREAM_KEEP:
+                self._keep_start(view[pos:end], size)
+            elif mode == STREAM_OBSERVE:
+                handler.frame_piece(view[pos + 4 : end], False)
             pos = end
             if run < pos:
                 out.append(view[run:pos])
@@ -263,6 +294,7 @@ class FrameSplitter:
             out.append(view[run:pos])
         self.stopped = True
         self._pieces = None
+        self._kept = None
         self._undecided = None
         self._remaining = 0
 
@@ -277,28 +309,46 @@ class FrameSplitter:
         take = min(self._remaining, len(view) - pos)
         piece = view[pos : pos + take]
         mode = self._mode
-        if mode in (HOLD, STREAM_KEEP):
+        if mode == HOLD:
             assert self._pieces is not None
             self._pieces.append(piece)
-        if mode != HOLD:
+        else:
             out.append(piece)
+            if mode == STREAM_KEEP:
+                self._keep(piece)
+            elif mode == STREAM_OBSERVE:
+                self._handler.frame_piece(piece, take == self._remaining)
         self._remaining -= take
         if not self._remaining:
             pieces, self._pieces = self._pieces, None
             self._complete(mode, pieces, out)
         return pos + take
 
+    def _keep_start(self, start: Buffer, size: int) -> None:
+        # One buffer of the frame's size, filled as pieces come: no chunk stays alive
+        # for the sake of a few bytes of it, and no join at the end.
+        self._kept = bytearray(4 + size)
+        self._kept_at = 0
+        self._keep(start)
+
+    def _keep(self, piece: Buffer) -> None:
+        kept = self._kept
+        assert kept is not None
+        at = self._kept_at
+        kept[at : at + len(piece)] = piece
+        self._kept_at = at + len(piece)
+
     def _complete(self, mode: int, pieces: list[Buffer] | None, out: list[Buffer]) -> None:
         """The end of a frame that spanned chunks (or began in the undecided buffer)."""
         handler = self._handler
-        if mode in (HOLD, STREAM_KEEP):
+        if mode == HOLD:
             assert pieces is not None
             whole = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            body = memoryview(whole)[4:]
-            if mode == HOLD:
-                out.extend(handler.frame_held(body, pieces))
-            else:
-                handler.frame_completed(body)
+            out.extend(handler.frame_held(memoryview(whole)[4:], pieces))
+        elif mode == STREAM_KEEP:
+            kept, self._kept = self._kept, None
+            assert kept is not None
+            handler.frame_completed(memoryview(kept)[4:])
         elif mode == STREAM_NOTIFY:
             handler.frame_completed(None)
 
@@ -350,11 +400,17 @@ class FrameSplitter:
         if mode != HOLD:
             out.append(start)
         self._remaining = 4 + size - len(start)
+        if mode == STREAM_KEEP and self._remaining and size > self.keep_limit:
+            mode = self._handler.observe_instead(size)
+        self._mode = mode
+        self._pieces = [start] if mode == HOLD else None
+        if mode == STREAM_KEEP:
+            self._keep_start(start, size)
+        elif mode == STREAM_OBSERVE:
+            self._handler.frame_piece(memoryview(start)[4:], not self._remaining)
         if not self._remaining:
-            self._complete(mode, [start], out)
-        else:
-            self._mode = mode
-            self._pieces = [start] if mode in (HOLD, STREAM_KEEP) else None
+            pieces, self._pieces = self._pieces, None
+            self._complete(mode, pieces, out)
         return pos
 
 

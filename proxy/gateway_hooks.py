@@ -16,7 +16,7 @@ import structlog
 from codec import DecodeError, HeaderPolicy, Response, decode_response, encode_response
 from codec.schema import api_messages
 from proxy.addresses import Mapper, address_fields, rewrite_addresses, rewritten_api_keys
-from proxy.hooks import ConnectionInfo, Hooks, Pending
+from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
 
 log = structlog.get_logger("kafkalens.gateway")
 
@@ -130,6 +130,14 @@ class GatewayHooks(Hooks):
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         self.inner.response_forwarded(info, frame, pending)
+
+    def request_stream(
+        self, info: ConnectionInfo, pending: Pending, expects_response: bool
+    ) -> FrameObserver | None:
+        return self.inner.request_stream(info, pending, expects_response)
+
+    def response_stream(self, info: ConnectionInfo, pending: Pending, size: int) -> FrameObserver | None:
+        return self.inner.response_stream(info, pending, size)
 
     def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
         self.inner.sasl_token(info, token)

@@ -11,6 +11,13 @@ logs, enforces and rewrites. The rules that keep the hot path fast:
 * A hook whose method is not overridden costs nothing: the connection skips it and
   does not assemble frames nobody reads (`HookPlan`).
 * An exception in a hook is caught, counted as a decode error, and forwarding goes on.
+* Frames above `limits.observe_whole_frame_bytes` that span socket reads are never
+  assembled: they go on as they arrive, and `request_forwarded` /
+  `request_without_response` / `response_forwarded` do not see them. Instead
+  `request_stream` / `response_stream` may return a `FrameObserver`, which gets the
+  frame's pieces as they pass and must keep only what it needs (codec/stream.py
+  decodes that way). Hooks without one do not observe such frames: a frame costs the
+  proxy its metadata, not its size. (A frame inside one read is passed whole.)
 
 Every `frame` is the frame body without its 4-byte length prefix, as a memoryview
 that is only valid during the call (copy it with `bytes(frame)` to keep it).
@@ -64,6 +71,18 @@ class Pending:
             f"Pending(corr={self.correlation_id}, api={self.api_key}v{self.api_version},"
             f" size={self.request_size})"
         )
+
+
+class FrameObserver:
+    """Sees one frame above the whole-frame threshold piece by piece, each piece after it
+    went on. Both methods have the shape of an after-forwarding hook, so the connection
+    queues and runs them like one. A piece is only valid during the call."""
+
+    def piece(self, info: ConnectionInfo, piece: memoryview, pending: Pending) -> None:
+        """The next piece of the frame body (without its length prefix)."""
+
+    def done(self, info: ConnectionInfo, nothing: memoryview, pending: Pending) -> None:
+        """The frame ended (`nothing` is empty)."""
 
 
 @dataclass(eq=False)
@@ -142,6 +161,21 @@ class Hooks:
         self, info: ConnectionInfo, frame: memoryview, pending: Pending
     ) -> None:
         """After forwarding a request the broker will not answer (Produce acks=0)."""
+
+    def request_stream(
+        self, info: ConnectionInfo, pending: Pending, expects_response: bool
+    ) -> FrameObserver | None:
+        """A request above the whole-frame threshold, spanning reads, has started (its
+        size is `pending.request_size`); what should see it as it passes.
+        `expects_response` is False for Produce acks=0."""
+        return None
+
+    def response_stream(
+        self, info: ConnectionInfo, pending: Pending, size: int
+    ) -> FrameObserver | None:
+        """A response of `size` bytes (after its length prefix), above the whole-frame
+        threshold and spanning reads, has started; what should see it as it passes."""
+        return None
 
     def rewrite_response(
         self, info: ConnectionInfo, frame: memoryview, pending: Pending

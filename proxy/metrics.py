@@ -410,6 +410,12 @@ class Metrics:
         )
         self.bytes_to_broker = self.forwarded_bytes.labels(direction="client_to_broker")
         self.bytes_to_client = self.forwarded_bytes.labels(direction="broker_to_client")
+        self.frames_observed_in_pieces = c(
+            "kafkalens_frames_observed_in_pieces_total",
+            "Frames over limits.observe_whole_frame_bytes: decoded as they streamed past,"
+            " never assembled.",
+            ("direction",),
+        )
         self.build_info = self._gauge("kafkalens_build_info", "Always 1.", ("version",), "max")
         self.request_log_errors = c(
             "kafkalens_request_log_errors_total",
@@ -479,6 +485,10 @@ class Metrics:
     def unknown_request(self, reason: str) -> None:
         """`reason`: "api_key" or "api_version"; the frame was forwarded untouched."""
         self.unknown_requests.labels(reason=reason).inc()
+
+    def frame_observed_in_pieces(self, direction: str, size: int) -> None:
+        """`direction`: "request" or "response"; `size` is the frame's body size."""
+        self.frames_observed_in_pieces.labels(direction=direction).inc()
 
     def kip1313_violation(self, action: str) -> None:
         """`action`: "logged" or "rejected"."""

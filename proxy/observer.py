@@ -2,7 +2,9 @@
 
 Runs after each frame was forwarded (see proxy/hooks.py), except KIP-1313 `reject`
 checks, which must see a request before it goes on, and the ApiVersions cap, which
-rewrites a response before it goes back.
+rewrites a response before it goes back. Frames above limits.observe_whole_frame_bytes
+are decoded as they stream past (codec/stream.py) and give the same log line, their
+record batches counted from the batch headers as they passed.
 """
 
 from __future__ import annotations
@@ -24,8 +26,16 @@ from codec.error_response import error_response
 from codec.messages import decode_request_header
 from codec.schema import api_names
 from codec.skim import skim_response
+from codec.stream import (
+    FrameStream,
+    StreamLimits,
+    as_request,
+    as_response,
+    request_stream,
+    response_stream,
+)
 from proxy.api_versions import API_VERSIONS, cap_api_versions
-from proxy.hooks import ConnectionInfo, Hooks, Pending
+from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
 from proxy.identity import Identity
 from proxy.memo import FrameMemo
 from proxy.metrics import Metrics
@@ -73,6 +83,42 @@ class Token:
     response: Response | None = None  # already decoded by rewrite_response
 
 
+class Streamed(FrameObserver):
+    """One frame above the whole-frame threshold, decoded as it streams past."""
+
+    __slots__ = ("hooks", "stream", "size", "error", "is_request", "expects_response")
+
+    def __init__(
+        self,
+        hooks: ObservingHooks,
+        stream: FrameStream | None,
+        size: int,
+        is_request: bool,
+        expects_response: bool = True,
+    ) -> None:
+        self.hooks = hooks
+        self.is_request = is_request
+        self.stream = stream  # None: nothing to decode (an unknown api, or a request that failed)
+        self.size = size  # the frame's body size
+        self.error: str | None = None
+        self.expects_response = expects_response
+
+    def piece(self, info: ConnectionInfo, piece: memoryview, pending: Pending) -> None:
+        if self.stream is not None and self.error is None:
+            try:
+                self.stream.feed(piece)
+            except DecodeError as exc:
+                self.error = str(exc)
+
+    def done(self, info: ConnectionInfo, nothing: memoryview, pending: Pending) -> None:
+        if self.stream is not None and self.error is None:
+            try:
+                self.stream.finish()
+            except DecodeError as exc:
+                self.error = str(exc)
+        self.hooks.streamed_frame_done(info, pending, self)
+
+
 class ObservingHooks(Hooks):
     def __init__(
         self,
@@ -81,6 +127,7 @@ class ObservingHooks(Hooks):
         summary: SummaryOptions,
         policy: HeaderPolicy,
         enforcement: str = "log",
+        stream_limits: StreamLimits | None = None,
     ) -> None:
         self.metrics = metrics
         self.log = request_log
@@ -96,6 +143,9 @@ class ObservingHooks(Hooks):
         self.request_memo = FrameMemo(skip=8)  # api key, version, correlation id
         self.response_memo = FrameMemo(skip=4)  # correlation id
         self.api_versions_memo = FrameMemo(skip=4)
+        self.stream_limits = stream_limits or StreamLimits(
+            decompression_limit=summary.decompression_limit
+        )
 
     def api_name(self, api_key: int) -> str:
         return self._names.get(api_key, UNKNOWN)
@@ -214,6 +264,75 @@ class ObservingHooks(Hooks):
         if key is not None:
             self.request_memo.put(key, (request, token.fields))
         return token
+
+    # -- frames above the whole-frame threshold --------------------------------
+    # (their own copies of the few lines the whole-frame path has in line, which runs
+    # for every frame and pays no extra call for them)
+
+    def _log_without_response(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
+        if self.log and self.log.wants(token.api, pending.api_key, False):
+            line = self._line_base(info, pending, token)
+            line.update(latency_ms=None, response_bytes=None, errors=[])
+            line.update(token.fields)
+            self.log.write("request_no_response", line)
+
+    def _request_started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
+        api = self.api_name(pending.api_key)
+        state = self.states.get(info.conn_id)
+        self.metrics.api(api).request(pending.api_version, pending.request_size)
+        if state is not None:
+            state.requests[api] = state.requests.get(api, 0) + 1
+        return state, Token(api, pending.correlation_id, {})
+
+    def _request_decoded(self, info: ConnectionInfo, state: ConnState | None, token: Token, request: Any) -> None:
+        protocol_type = None
+        if state is not None:
+            self._identify(info, state, request)
+            protocol_type = state.groups.of_request(request, self.summary.max_string_length)
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+
+
+    def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> Streamed:
+        size = pending.request_size - 4
+        try:
+            stream = request_stream(pending.api_key, pending.api_version, size, self.policy, self.stream_limits)
+        except DecodeError:  # an unknown api or version: said so when the request ends
+            stream = None
+        return Streamed(self, stream, size, True, expects_response)
+
+    def response_stream(self, info: ConnectionInfo, pending: Pending, size: int) -> Streamed:
+        token = pending.token
+        stream = None
+        if not isinstance(token, Token) or token.decode_error is None:
+            try:
+                stream = response_stream(pending.api_key, pending.api_version, size, self.policy, self.stream_limits)
+            except DecodeError:
+                stream = None
+        return Streamed(self, stream, size, False)
+
+    def streamed_frame_done(self, info: ConnectionInfo, pending: Pending, streamed: Streamed) -> None:
+        if streamed.is_request:
+            self._streamed_request_done(info, pending, streamed)
+        else:
+            self._streamed_response_done(info, pending, streamed)
+
+    def _streamed_request_done(self, info: ConnectionInfo, pending: Pending, streamed: Streamed) -> None:
+        state, token = self._request_started(info, pending)
+        if streamed.stream is None:
+            self.metrics.unknown_request("api_key" if token.api == UNKNOWN else "api_version")
+            token.decode_error = "unknown api key or version"
+        elif streamed.error is not None:
+            self._decode_failed(state, token.api, "request")
+            token.decode_error = streamed.error
+        else:
+            self._request_decoded(info, state, token, as_request(
+                pending.api_key, pending.api_version, streamed.stream, self.policy
+            ))
+            _note_dropped(token.fields, streamed.stream)
+        if streamed.expects_response:
+            pending.token = token
+        else:
+            self._log_without_response(info, pending, token)
 
     def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
         identity = state.identity
@@ -341,6 +460,49 @@ class ObservingHooks(Hooks):
             line.update(fields)
             self.log.write("request", line)
 
+    def _streamed_response_done(self, info: ConnectionInfo, pending: Pending, streamed: Streamed) -> None:
+        """response_forwarded's line, for a response decoded as it streamed past (kept
+        apart so the whole-frame path, run for every response, pays no extra call)."""
+        latency = time.perf_counter() - pending.started
+        token: Token | None = pending.token
+        if token is None:
+            token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
+        api_metrics = self.metrics.api(token.api)
+        response_size = streamed.size + 4
+        api_metrics.response(latency, response_size)
+        state = self.states.get(info.conn_id)
+        fields: dict[str, Any] = {"errors": []}
+        if token.decode_error is None:
+            fields = self._observe_streamed_response(info, state, pending, token, streamed)
+        for error in fields["errors"]:
+            api_metrics.error(error)
+            if state is not None:
+                state.errors[error] = state.errors.get(error, 0) + 1
+        if self.log and self.log.wants(token.api, pending.api_key, bool(fields["errors"])):
+            line = self._line_base(info, pending, token)
+            line.update(latency_ms=round(latency * 1000, 3), response_bytes=response_size)
+            line.update(token.fields)
+            line.update(fields)
+            self.log.write("request", line)
+
+    def _observe_streamed_response(
+        self, info: ConnectionInfo, state: ConnState | None, pending: Pending, token: Token, streamed: Streamed
+    ) -> dict[str, Any]:
+        if streamed.stream is None:
+            return {"errors": []}
+        if streamed.error is not None:
+            self._decode_failed(state, token.api, "response")
+            return {"errors": [], "response_decode_error": streamed.error}
+        response = as_response(pending.api_key, pending.api_version, streamed.stream, self.policy)
+        if state is not None and pending.api_key in FULL_DECODE_RESPONSES:
+            # as the whole-frame path: skimmed responses teach identity nothing
+            state.identity.observe_response(response)
+            state.groups.learn(token.fields, response)
+            self._refresh_identity(info, state)
+        fields = response_fields(response, self.summary, self.topic_ids, token.fields.get("protocol_type"))
+        _note_dropped(fields, streamed.stream)
+        return fields
+
     def _observe_response(
         self, info: ConnectionInfo, state: ConnState | None, frame: memoryview, pending: Pending, token: Token
     ) -> dict[str, Any]:
@@ -393,6 +555,13 @@ class ObservingHooks(Hooks):
         return line
 
 
+def _note_dropped(fields: dict[str, Any], stream: FrameStream) -> None:
+    """Array elements a streamed frame had past the materialising bound (its facts are
+    from the elements before)."""
+    if stream.dropped_elements:
+        fields["observed_elements_dropped"] = stream.dropped_elements
+
+
 def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
     """ObservingHooks from a proxy.config.Config."""
     log_config = config.request_log
@@ -417,6 +586,11 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
         summary,
         header_policy(config.kip1313.header_v3),
         config.kip1313.enforcement,
+        StreamLimits(
+            record_detail_bytes=config.limits.observe_whole_frame_bytes if log_config.record_detail else 0,
+            decompression_limit=config.limits.decompression_limit_bytes,
+            max_seconds_per_piece=config.limits.observe_seconds_per_read,
+        ),
     )
 
 

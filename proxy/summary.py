@@ -17,6 +17,7 @@ from codec.error_codes import error_name
 from codec.groups import group_payloads
 from codec.records import iter_records, summarize
 from codec.schema import api_messages
+from codec.stream import StreamedRecords
 
 MAX_LISTED = 100
 # Records whose headers one request's line looks at: iterating runs on the event loop at
@@ -234,9 +235,12 @@ def _record_stats(
             records = partition.get("records")
             if not records:
                 continue
-            stats = summarize(records, allow_partial_tail=partial_tail, max_bytes=options.decompression_limit)
+            if isinstance(records, StreamedRecords):  # a frame decoded as it streamed past
+                stats, records = records.stats, records.detail
+            else:
+                stats = summarize(records, allow_partial_tail=partial_tail, max_bytes=options.decompression_limit)
             _add_stats(total, per, stats)
-            if options.record_detail:
+            if options.record_detail and records:
                 _collect_headers(records, options, header_keys, header_values, partial_tail, budget)
     if not total["per_topic"]:
         return {}

@@ -290,7 +290,7 @@ def test_every_number_has_a_finite_maximum_with_its_reason(key: str) -> None:
     maximum, why = MAXIMA[key]
     parse_config(with_value(key, maximum))  # the maximum itself is allowed
     over = [maximum + 1] if isinstance(maximum, int) and "seconds" not in key else []
-    over += [maximum * 1.5, float("inf")] if key.endswith("_seconds") else []
+    over += [maximum * 1.5, float("inf")] if "_seconds" in key else []
     assert over
     for value in over:
         with pytest.raises(ConfigError) as info:

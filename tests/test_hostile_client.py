@@ -268,7 +268,11 @@ def test_decompression_bomb_with_record_detail(tmp_path: Path, codec: str) -> No
     frame = produce_acks0(bomb_batch(codec))
     assert len(frame) < 2 * MIB  # a small frame (zstd: 8 KB, gzip: 1.2 MB)...
     scripts = {"noanswer": lambda sock, request: None}  # acks=0: no answer
-    options: dict[str, Any] = {"record_detail": True, "decompression_limit_bytes": LIMIT}
+    # Assembled whole (not observed in pieces, where record detail keeps only batches
+    # within the threshold), so its one big batch is decompressed for detail.
+    options: dict[str, Any] = {
+        "record_detail": True, "decompression_limit_bytes": LIMIT, "observe_whole_frame_bytes": 2 * MIB
+    }
     with hostile_proxy(tmp_path, scripts, **options) as (px, broker), Sentinel(px.port) as s:
         with PeakGrowth() as grown, connect(px.port) as sock:
             sock.sendall(frame)

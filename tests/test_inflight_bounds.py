@@ -191,10 +191,11 @@ def test_pipelining_to_a_stuck_broker_holds_at_most_the_bound(tmp_path: Path) ->
         assert largest_gap(sentinel.times, start, end) < 1.0
         # the bound costs 64 requests and one parked read: far below what 10,000 held cost
         assert grown.bytes < 8 * MIB, str(grown)
-        # Its sender is still blocked on full socket buffers, so the socket is not really
-        # closed (and could not send its FIN past the unread bytes anyway): the request
-        # timeout ends the connection, and the table with it.
-        assert eventually(lambda: px.closed("request_timeout") == 1)
+        # The client closed while its sender may still be blocked on full socket buffers:
+        # its FIN reaches the proxy's hang-up check (client_eof) when the kernel buffers
+        # let it through (limits.socket_buffer_bytes), else the request timeout ends the
+        # connection. Either way the table goes with it.
+        assert eventually(lambda: px.closed("request_timeout") + px.closed("client_eof") >= 1)
         assert eventually(lambda: px.pending_total() <= 1)  # the sentinel's, at most
         assert eventually(lambda: open_files() <= files_before), (open_files(), files_before)
 
@@ -358,7 +359,7 @@ def test_requests_left_unanswered_close_both_sides(tmp_path: Path) -> None:
         assert len(closes) == 20
         sentinel.healthy()  # its requests are answered in milliseconds: never timed out
         assert largest_gap(sentinel.times, start, time.monotonic()) < 1.0
-        print("GROWN", grown); assert grown.bytes < 16 * MIB, str(grown)
+        assert grown.bytes < 16 * MIB, str(grown)
         for sock in socks:
             sock.close()
         assert eventually(lambda: open_files() <= files_before), (open_files(), files_before)

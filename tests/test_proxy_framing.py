@@ -15,6 +15,7 @@ from proxy.framing import (
     STREAM,
     STREAM_KEEP,
     STREAM_NOTIFY,
+    STREAM_OBSERVE,
     Buffer,
     FrameSplitter,
 )
@@ -218,3 +219,67 @@ def test_mid_frame_clock() -> None:
     assert splitter.mid_frame_since is not None and splitter.mid_frame_since >= started
     splitter.feed(frame(b"y" * 5)[3:])
     assert splitter.mid_frame_since is None
+
+
+# --- frames over the keep limit: observed in pieces, never assembled -------------------
+
+
+class Observer(Recorder):
+    """Keeps every frame (STREAM_KEEP); over the splitter's keep limit, observes it."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__([STREAM_KEEP] * count)
+        self.pieces: list[list[bytes]] = []
+        self.asked: list[int] = []
+        self._open: list[bytes] | None = None
+
+    def observe_instead(self, size: int) -> int:
+        self.asked.append(size)
+        self._open = []
+        return STREAM_OBSERVE
+
+    def frame_piece(self, piece: memoryview, last: bool) -> None:
+        assert self._open is not None  # only after observe_instead
+        self._open.append(bytes(piece))
+        if last:
+            self.pieces.append(self._open)
+            self._open = None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6),
+    cuts=st.lists(st.integers(0, 2000), max_size=12),
+    limit=st.integers(0, 200),
+)
+def test_frames_over_the_keep_limit_spanning_chunks_are_observed_not_kept(
+    sizes: list[int], cuts: list[int], limit: int
+) -> None:
+    bodies = [bytes([i + 1]) * 8 + bytes(range(256))[:size] for i, size in enumerate(sizes)]
+    stream = b"".join(frame(b) for b in bodies)
+    handler = Observer(len(bodies))
+    out: list[bytes] = []
+    splitter = FrameSplitter(handler, collect_into(out), 1 << 20, 8, keep_limit=limit)
+    for chunk in split(stream, cuts):
+        splitter.feed(chunk)
+    assert b"".join(out) == stream  # forwarded untouched, whatever was observed
+    observed = [b"".join(p) for p in handler.pieces]
+    kept = [c for c in handler.completed if c is not None]
+    assert sorted(observed + kept) == sorted(bodies)  # each frame seen exactly once
+    # observed: exactly the frames over the limit (and over the 8-byte head, which is
+    # assembled anyway when cut) that a chunk border cuts
+    borders = set()
+    at = 0
+    for chunk in split(stream, cuts)[:-1]:
+        at += len(chunk)
+        borders.add(at)
+    expected, start = [], 0
+    for body in bodies:
+        end = start + 4 + len(body)
+        if len(body) > max(limit, 8) and any(start < b < end for b in borders):
+            expected.append(body)
+        start = end
+    assert sorted(observed) == sorted(expected)
+    assert len(handler.asked) == len(observed)  # asked only of frames that spanned chunks
+    assert all(len(b) > limit for b in observed) and all(size > limit for size in handler.asked)
+    assert splitter._kept is None  # nothing held between frames

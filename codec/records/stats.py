@@ -48,23 +48,28 @@ def summarize(
         view, verify_crc=verify_crc, allow_partial_tail=allow_partial_tail, max_bytes=max_bytes
     )
     for header in batches:
-        stats.batches += 1
-        stats.bytes += header.size
-        stats.compressions.add(header.compression)
-        if header.record_count < 0:
-            stats.unknown_count_batches += 1
-        else:
-            stats.records += header.record_count
-        if header.is_control:
-            stats.control_batches += 1
-        if header.is_transactional:
-            stats.transactional = True
-        if stats.producer_id == -1 and header.producer_id != -1:
-            stats.producer_id = header.producer_id
-            stats.producer_epoch = header.producer_epoch
-        _add_timestamps(stats, header)
+        add_batch(stats, header)
     stats.truncated_bytes = len(view) - stats.bytes
     return stats
+
+
+def add_batch(stats: RecordStats, header: BatchHeader) -> None:
+    """Count one batch header in `stats` (summarize's step; codec/stream.py's too)."""
+    stats.batches += 1
+    stats.bytes += header.size
+    stats.compressions.add(header.compression)
+    if header.record_count < 0:
+        stats.unknown_count_batches += 1
+    else:
+        stats.records += header.record_count
+    if header.is_control:
+        stats.control_batches += 1
+    if header.is_transactional:
+        stats.transactional = True
+    if stats.producer_id == -1 and header.producer_id != -1:
+        stats.producer_id = header.producer_id
+        stats.producer_epoch = header.producer_epoch
+    _add_timestamps(stats, header)
 
 
 def _add_timestamps(stats: RecordStats, header: BatchHeader) -> None:
