@@ -358,7 +358,7 @@ def test_requests_left_unanswered_close_both_sides(tmp_path: Path) -> None:
         assert len(closes) == 20
         sentinel.healthy()  # its requests are answered in milliseconds: never timed out
         assert largest_gap(sentinel.times, start, time.monotonic()) < 1.0
-        print("GROWN", grown); assert grown.bytes < 16 * MIB, str(grown)
+        assert grown.bytes < 16 * MIB, str(grown)
         for sock in socks:
             sock.close()
         assert eventually(lambda: open_files() <= files_before), (open_files(), files_before)
