@@ -261,7 +261,10 @@ class Waiting:
         self.last_data = self.last_notice = time.monotonic()
 
     def update(self, progress: dict[str, Any] | None) -> None:
-        if progress and progress.get("batchId", -1) != self.last_batch:
+        if progress is None:  # the first batch has not finished: not waiting yet
+            self.last_data = time.monotonic()
+            return
+        if progress.get("batchId", -1) != self.last_batch:
             self.last_batch = progress["batchId"]
             if progress.get("numInputRows"):
                 self.last_data = time.monotonic()
