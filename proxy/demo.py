@@ -13,13 +13,20 @@ import dataclasses
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from proxy.config import Config, ConfigError, Overrides, load_config
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
 
+if TYPE_CHECKING:
+    from proxy.request_log import RequestLog
+
 DEFAULT_DIR = Path("kafkalens-demo")
 HOST = "127.0.0.1"
 DEMO_GRACE_SECONDS = 5.0
+# `kafkalens watch` reads a log once it is rotated: the demo rotates it often, by time,
+# since its traffic is too light for size-based rotation.
+DEMO_ROTATE_SECONDS = 60.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-port", type=int, default=9180, help="HTTP metrics port")
     parser.add_argument(
         "--log", default=str(DEFAULT_DIR / "requests.log"), metavar="PATH", help="request log"
+    )
+    parser.add_argument(
+        "--rotate-every", type=float, default=DEMO_ROTATE_SECONDS, metavar="SECONDS",
+        help="rotate the request log this often, for `kafkalens watch` (default %(default)s)",
     )
     return parser
 
@@ -48,6 +59,8 @@ def main(argv: list[str]) -> int:
     from proxy.cli import configure_logging, fail
 
     args = _parser().parse_args(argv)
+    if not args.rotate_every > 0:
+        fail(f"--rotate-every: must be > 0, got {args.rotate_every}")
     for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
         if not 1 <= port <= 65535:
             fail(f"{flag}: must be 1..65535, got {port}")
@@ -74,32 +87,47 @@ def main(argv: list[str]) -> int:
     import uvloop
 
     try:
-        return uvloop.run(_run(config, broker, log_path))
+        return uvloop.run(_run(config, broker, log_path, args.rotate_every))
     except ConfigError as exc:
         fail(str(exc))
 
 
-async def _run(config: Config, broker: TansuBroker, log_path: Path) -> int:
+async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every: float) -> int:
+    from proxy.metrics import Metrics
+    from proxy.observer import build_hooks
     from proxy.runner import start_proxy, wait_for_stop_signal
 
-    running = await start_proxy(config)
+    metrics = Metrics(config.metrics.max_label_values)
+    hooks = build_hooks(config, metrics)
+    running = await start_proxy(config, hooks, metrics)
     try:
         await asyncio.to_thread(broker.start)
     except BrokerUnavailable as exc:
         print(f"kafkalens: error: {exc}", file=sys.stderr)
         await running.stop(0)
         return 1
+    rotating = asyncio.create_task(_rotate_every(hooks.log, rotate_every))
     try:
-        _banner(config, log_path)
+        _banner(config, log_path, rotate_every)
         await wait_for_stop_signal()
         print("stopping...", flush=True)
+        rotating.cancel()
         await running.stop(config.limits.shutdown_grace_seconds)
     finally:
+        rotating.cancel()
         await asyncio.to_thread(broker.stop)
     return 0
 
 
-def _banner(config: Config, log_path: Path) -> None:
+async def _rotate_every(log: RequestLog | None, seconds: float) -> None:
+    if log is None:
+        return
+    while True:
+        await asyncio.sleep(seconds)
+        log.sink.rotate()
+
+
+def _banner(config: Config, log_path: Path, rotate_every: float) -> None:
     listen = config.listeners[0].listen
     lines = [
         "kafkalens demo: a tansu broker behind the proxy",
@@ -107,6 +135,8 @@ def _banner(config: Config, log_path: Path) -> None:
         f"  request log:       {log_path}   (tail -f {log_path} | jq .)",
         f"  metrics:           http://{config.metrics.listen}/metrics",
         f"  clients:           http://{config.metrics.listen}/clients",
+        f"  watch:             kafkalens watch {log_path.parent}   (the log rotates every "
+        f"{rotate_every:g} s)",
         "  Ctrl-C to stop",
     ]
     print("\n".join(lines), flush=True)
