@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -314,3 +315,29 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_waiting_notice_counts_files_through_hadoop_without_spool(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from pipeline.watch import Waiting
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for n in range(3):
+        (logs / f"requests-{n}.log").write_text("{}\n")
+    (logs / "requests.log").write_text("{}\n")  # the active file: not matched
+    o = WatchOptions(str(logs), out=str(tmp_path / "out"), use_spool=False,
+                     pattern="requests-*.log")
+    assert Waiting(o, spark, 30).what() == (
+        f"waiting for new files matching requests-*.log in {logs} (3 there now)")
+
+
+def test_a_log_directory_that_is_not_there_is_one_line_and_exit_2(
+    spark: SparkSession, tmp_path: Path, capsys: Any
+) -> None:
+    missing = tmp_path / "nope"
+    assert run_watch(spark, WatchOptions(str(missing), out=str(tmp_path / "out"))) == 2
+    err = capsys.readouterr().err
+    assert err == (f"kafkalens watch: {missing} is not a directory (give the directory "
+                   "request_log.path writes into)\n")
