@@ -3,7 +3,9 @@ workers from the pyspark package's scripts, tests/support/spark_cluster.py) give
 same tables as on local[*], with executors that have a bare Python: nothing of the
 project's environment (pyarrow, msgspec, pandas ...) is needed on the nodes.
 
-Each run is a separate driver process through the command line, as a user runs it.
+Each cluster run is a separate driver process through the command line, as a user runs
+it; the local[*] runs call the same command line in this process, on the tests' local
+Spark session (one JVM start less each).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.spark_cluster import PROJECT_PACKAGES, SparkCluster, importable, standalone_cluster
 
+from pipeline.cli import report_main, watch_main
 from pipeline.synth import Synth, to_line, write_rotated
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,11 +122,11 @@ def tables(out: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def test_report_on_the_cluster_equals_local(
-    cluster: SparkCluster, logs: Path, tmp_path: Path
+    cluster: SparkCluster, logs: Path, tmp_path: Path, spark: Any
 ) -> None:
     local, remote = tmp_path / "local", tmp_path / "cluster"
+    assert report_main([str(logs), "--out", str(local), "--master", LOCAL]) == 0
     report = ["-m", "pipeline.cli", str(logs)]
-    driver([*report, "--out", str(local), "--master", LOCAL], local_env(), tmp_path)
     driver([*report, "--out", str(remote), "--master", cluster.master_url],
            cluster.driver_env(local_env()), tmp_path)
     want, got = tables(local), tables(remote)
@@ -134,11 +137,11 @@ def test_report_on_the_cluster_equals_local(
 
 
 def test_watch_on_the_cluster_equals_local(
-    cluster: SparkCluster, logs: Path, tmp_path: Path
+    cluster: SparkCluster, logs: Path, tmp_path: Path, spark: Any
 ) -> None:
     local, remote = tmp_path / "local", tmp_path / "cluster"
     watch = ["-m", "pipeline.watch", str(logs), "--once"]
-    driver([*watch, "--out", str(local), "--master", LOCAL], local_env(), tmp_path)
+    assert watch_main([str(logs), "--once", "--out", str(local), "--master", LOCAL]) == 0
     driver([*watch, "--out", str(remote), "--master", cluster.master_url],
            cluster.driver_env(local_env()), tmp_path)
     want, got = tables(local), tables(remote)
