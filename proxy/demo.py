@@ -19,7 +19,7 @@ from proxy.config import Config, ConfigError, Overrides, load_config
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
 
 if TYPE_CHECKING:
-    from proxy.request_log import RequestLog
+    from proxy.hooks import Hooks
 
 DEFAULT_DIR = Path("kafkalens-demo")
 HOST = "127.0.0.1"
@@ -92,23 +92,35 @@ def main(argv: list[str]) -> int:
         fail(str(exc))
 
 
+async def _rotate_every(hooks: Hooks, seconds: float) -> None:
+    from proxy.observer import ObservingHooks
+
+    if not isinstance(hooks, ObservingHooks) or hooks.log is None:
+        return
+    while True:
+        await asyncio.sleep(seconds)
+        hooks.log.sink.rotate()
+
+
+def _watch_hint(log_path: Path, rotate_every: float) -> None:
+    print(f"  (kafkalens watch {log_path.parent}: the request log rotates every "
+          f"{rotate_every:g} s)", flush=True)
+
+
 async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every: float) -> int:
-    from proxy.metrics import Metrics
-    from proxy.observer import build_hooks
     from proxy.runner import start_proxy, wait_for_stop_signal
 
-    metrics = Metrics(config.metrics.max_label_values)
-    hooks = build_hooks(config, metrics)
-    running = await start_proxy(config, hooks, metrics)
+    running = await start_proxy(config)
     try:
         await asyncio.to_thread(broker.start)
     except BrokerUnavailable as exc:
         print(f"kafkalens: error: {exc}", file=sys.stderr)
         await running.stop(0)
         return 1
-    rotating = asyncio.create_task(_rotate_every(hooks.log, rotate_every))
+    rotating = asyncio.create_task(_rotate_every(running.server.hooks, rotate_every))
     try:
-        _banner(config, log_path, rotate_every)
+        _watch_hint(log_path, rotate_every)
+        _banner(config, log_path)
         await wait_for_stop_signal()
         print("stopping...", flush=True)
         rotating.cancel()
@@ -119,15 +131,7 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
     return 0
 
 
-async def _rotate_every(log: RequestLog | None, seconds: float) -> None:
-    if log is None:
-        return
-    while True:
-        await asyncio.sleep(seconds)
-        log.sink.rotate()
-
-
-def _banner(config: Config, log_path: Path, rotate_every: float) -> None:
+def _banner(config: Config, log_path: Path) -> None:
     listen = config.listeners[0].listen
     lines = [
         "kafkalens demo: a tansu broker behind the proxy",
@@ -135,8 +139,6 @@ def _banner(config: Config, log_path: Path, rotate_every: float) -> None:
         f"  request log:       {log_path}   (tail -f {log_path} | jq .)",
         f"  metrics:           http://{config.metrics.listen}/metrics",
         f"  clients:           http://{config.metrics.listen}/clients",
-        f"  watch:             kafkalens watch {log_path.parent}   (the log rotates every "
-        f"{rotate_every:g} s)",
         "  Ctrl-C to stop",
     ]
     print("\n".join(lines), flush=True)
