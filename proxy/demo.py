@@ -118,8 +118,8 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
         await running.stop(0)
         return 1
     rotating = asyncio.create_task(_rotate_every(running.server.hooks, rotate_every))
+    _watch_hint(log_path, rotate_every)
     try:
-        _watch_hint(log_path, rotate_every)
         _banner(config, log_path)
         await wait_for_stop_signal()
         print("stopping...", flush=True)
