@@ -260,7 +260,8 @@ class Waiting:
     def __post_init__(self) -> None:
         self.last_data = self.last_notice = time.monotonic()
 
-    def update(self, progress: dict[str, Any] | None) -> None:
+    def update(self, progress: dict[str, Any] | None, busy: bool = False) -> None:
+        """`progress`: the query's last; `busy`: a batch is running (not waiting then)."""
         if progress is None:  # the first batch has not finished: not waiting yet
             self.last_data = time.monotonic()
             return
@@ -269,7 +270,7 @@ class Waiting:
             if progress.get("numInputRows"):
                 self.last_data = time.monotonic()
         now = time.monotonic()
-        if now - max(self.last_data, self.last_notice) >= self.every:
+        if not busy and now - max(self.last_data, self.last_notice) >= self.every:
             self.last_notice = now
             print(f"kafkalens watch: no new lines for {now - self.last_data:.0f} s; "
                   f"{self.what()}", file=sys.stderr, flush=True)
@@ -335,7 +336,7 @@ def run_watch(spark: SparkSession, o: WatchOptions) -> int:
             if spool and time.monotonic() - collected >= o.interval:
                 spool.collect()
                 collected = time.monotonic()
-            waiting.update(query.lastProgress)
+            waiting.update(query.lastProgress, bool(query.status.get("isTriggerActive")))
         if query.isActive:
             _stop_between_batches(query)
         if stop.requested:
