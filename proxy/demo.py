@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from proxy.config import Config, ConfigError, Overrides, load_config
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
@@ -92,14 +93,42 @@ def main(argv: list[str]) -> int:
         fail(str(exc))
 
 
-async def _rotate_every(hooks: Hooks, seconds: float) -> None:
+async def _rotate_every(hooks: Hooks, backups: int, seconds: float) -> None:
     from proxy.observer import ObservingHooks
 
     if not isinstance(hooks, ObservingHooks) or hooks.log is None:
         return
     while True:
         await asyncio.sleep(seconds)
-        hooks.log.sink.rotate()
+        try:
+            rotate_log(hooks.log.sink, backups)
+        except OSError as exc:  # the demo goes on; the next interval tries again
+            print(f"kafkalens demo: cannot rotate the request log: {exc}", file=sys.stderr)
+
+
+def rotate_log(sink: Any, backups: int) -> None:
+    """Rotate as logrotate does: requests.log.N -> .N+1, requests.log -> .1, then the
+    sink reopens its path. Nothing written since the last rotation: no rotation."""
+    path = sink.path
+    try:
+        if os.path.getsize(path) == 0:
+            return
+    except FileNotFoundError:
+        return
+    for index in range(max(backups, 1) - 1, 0, -1):
+        if os.path.exists(f"{path}.{index}"):
+            os.replace(f"{path}.{index}", f"{path}.{index + 1}")
+    os.replace(path, f"{path}.1")
+    reopen = getattr(sink, "reopen", None)
+    if reopen is not None:  # a sink with a writer thread: after the lines queued so far
+        reopen()
+        return
+    # A synchronous sink (before request_log's writer thread): its buffered lines go to
+    # the renamed file, then the path is opened anew.
+    sink.flush()
+    sink._stream.close()
+    sink._stream = sink._open()
+    sink._size = 0
 
 
 def _watch_hint(log_path: Path, rotate_every: float) -> None:
@@ -117,7 +146,8 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
         print(f"kafkalens: error: {exc}", file=sys.stderr)
         await running.stop(0)
         return 1
-    rotating = asyncio.create_task(_rotate_every(running.server.hooks, rotate_every))
+    backups = config.request_log.backups
+    rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
     _watch_hint(log_path, rotate_every)
     try:
         _banner(config, log_path)

@@ -124,13 +124,6 @@ class LineSink:
         self._pending.clear()
         self._pending_bytes = 0
 
-    def rotate(self) -> None:
-        """Rotate now, if anything was written (the demo rotates on a timer so that
-        `kafkalens watch`, which reads rotated files, sees lines soon)."""
-        self.flush()
-        if self._stream is not None and self._size:
-            self._rotate()
-
     def _rotate(self) -> None:
         assert self._stream is not None
         self._stream.close()

@@ -13,25 +13,29 @@ import time
 from pathlib import Path
 
 from pipeline.spool import Spool
+from proxy.demo import rotate_log
 from proxy.request_log import LineSink
 from proxy.tansu import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_line_sink_rotates_on_demand_only_when_written(tmp_path: Path) -> None:
+def test_rotate_log_shifts_files_and_the_sink_writes_anew(tmp_path: Path) -> None:
     log = tmp_path / "requests.log"
     sink = LineSink(str(log), max_bytes=0, backups=3)
-    sink.rotate()  # nothing written: no empty rotated file
+    rotate_log(sink, 3)  # nothing written: no empty rotated file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["requests.log"]
-    sink.msg(b'{"a":1}')
-    sink.rotate()
-    sink.msg(b'{"a":2}')
-    sink.rotate()
+    for n in range(4):
+        sink.msg(b'{"n":%d}' % n)
+        sink.flush()
+        rotate_log(sink, 3)
+    sink.msg(b'{"n":4}')
     sink.close()
-    assert (tmp_path / "requests.log.2").read_text() == '{"a":1}\n'
-    assert (tmp_path / "requests.log.1").read_text() == '{"a":2}\n'
-    assert log.read_text() == ""
+    assert log.read_text() == '{"n":4}\n'
+    # the oldest beyond `backups` is overwritten, as the proxy's own rotation does
+    assert [(tmp_path / f"requests.log.{i}").read_text() for i in (1, 2, 3)] == [
+        '{"n":3}\n', '{"n":2}\n', '{"n":1}\n']
+    assert not (tmp_path / "requests.log.4").exists()
 
 
 def _requests(paths: list[Path]) -> list[dict]:
