@@ -1,54 +1,69 @@
-"""Benchmark of `kafkalens report`: lines per second and peak memory.
+"""Benchmark of `kafkalens report`: lines per second, scaling out, driver memory.
 
-    .venv/bin/python bench/bench_pipeline.py                  # 1M lines
-    .venv/bin/python bench/bench_pipeline.py --lines 1000000 10000000
-    .venv/bin/python bench/bench_pipeline.py --parse-only     # the floor: read+parse only,
-                                                              # Spark's parser and Python's
+    .venv/bin/python -m bench.bench_pipeline              # the whole side-by-side run
+    .venv/bin/python -m bench.bench_pipeline --runs local-1M local-5M
+    .venv/bin/python -m bench.bench_pipeline --lines 200000 --runs local-1M cluster1-5M
+
+Runs, side by side in one invocation (each a fresh driver through the command line,
+`python -m pipeline.cli LOGS --out DIR --master URL`, as a user runs it):
+
+    local-1M      1M lines on local[*]
+    local-5M      5M lines on local[*]
+    cluster1-5M   the same 5M lines on a Spark standalone cluster, one worker, 1 core
+    cluster2-5M   ... two workers, 1 core each
+
+The standalone cluster is a real one, started from the pyspark package's own scripts
+(tests/support/spark_cluster.py: a master and the workers on loopback, each worker
+with its own work directory; torn down after its run); its executors run a bare
+Python without the project's packages unless --executor-python driver. Goals reported
+against (issue 19): at least 150,000 lines/s at 5M on 2 cores, at least 1.7x from one
+worker to two, and driver memory that does not grow with the input.
 
 Input: pipeline.synth logs (~660 bytes a line) written as the proxy rotates them:
-100,000 lines a file, rotated files gzip-compressed (requests.log.N.gz; ~19x smaller,
-synthetic lines repeat a lot),
-the active requests.log plain; one bad line in 100,003. Generated once per size
-into --dir and reused (two generator processes, one directory each).
+100,000 lines a file, rotated files gzip-compressed (requests.log.N.gz), the active
+requests.log plain; one bad line in 100,003. Generated once per size into --dir and
+reused (two generator processes, one directory each). --lines scales every run (a
+quick dry run: --lines 100000 makes "1M" 100k and "5M" 500k).
 
-Measured: the report runs as `python -m pipeline.report` (a fresh driver and JVM,
-default master local[*]) and its whole wall time, JVM start and report.html included,
-divides the line count. Peak memory: the process tree (the Python driver, the java
-JVM it starts and the Python workers the JVM starts) is sampled every 0.2 s from
-/proc, PSS summed (shared pages once); the largest sum is reported, and the peak of
-each process too. CPU: the user+system seconds of those processes (last sample of
-each), in all and for the JVM and the Python workers apart (the machine is shared, so
-CPU seconds compare variants better than wall time), and the load average before and
-after.
-
-Last measured (pipeline/README.md, "Speed"; a shared 2-core machine, load ~1.5-2.5),
-10M lines, two interpreters alternating over the same code: Debian's python3.11
-(3.11.2) 56.9-65.6 s in four runs (152,000-176,000 lines/s, median ~166,000; workers
-77-91 s of CPU), a pyenv 3.11.7 built without --enable-optimizations/--with-lto
-71.8-84.2 s (119,000-139,000; workers 101-119 s); peak 1.45-1.49 GiB. 1M lines ~16-18 s
-(56,000-62,000 lines/s) with either: Spark's start and first job take ~7 s of the
-6.7 s budget. The first run of a venv writes the JVM's class-data archive (slower).
-Run it with the interpreter you deploy: it prints which one ran.
+Measured: the wall time of the driver process, JVM start and report.html included,
+divides the line count. Driver memory: the driver's Python and the JVM it starts
+(in local mode that JVM also runs the executors' tasks; on the cluster it is only the
+driver) are sampled every 0.2 s from /proc; the peak RSS of each is reported. The
+executors of a cluster run are not the driver's children and are not counted. CPU:
+user+system seconds of the driver's processes. The load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import multiprocessing
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from pipeline.synth import Synth, to_line, write_rotated
 
+ROOT = Path(__file__).resolve().parent.parent
 LINES_PER_FILE = 100_000
 GENERATORS = 2
+RUNS = {  # name -> (millions of lines, master: "local" or workers on a standalone cluster)
+    "local-1M": (1, "local"),
+    "local-5M": (5, "local"),
+    "cluster1-5M": (5, 1),
+    "cluster2-5M": (5, 2),
+}
+GOAL_LINES_PER_S = 150_000
+GOAL_SPEEDUP = 1.7
+WORKER_MEMORY = "2g"
+EXECUTOR_MEMORY = "1536m"
 
 
 def _generate_part(args: tuple[Path, int, int]) -> None:
@@ -70,13 +85,14 @@ def generate(root: Path, lines: int) -> Path:
     with multiprocessing.Pool(GENERATORS) as pool:
         pool.map(_generate_part, parts)
     done.write_text("")
-    print(f"generated {lines:,} lines in {time.monotonic() - started:.0f} s into {target}")
+    print(f"generated {lines:,} lines in {time.monotonic() - started:.0f} s into {target}",
+          flush=True)
     return target
 
 
 def _family(pid: int) -> list[int]:
-    """The driver and all its descendants: the JVM (spark-class execs it) and the
-    Python workers (pyspark.daemon, started by the JVM, and the workers it forks)."""
+    """The driver and all its descendants: the JVM (spark-class execs it) and, in local
+    mode, the Python workers the JVM starts."""
     pids, todo = [], [pid]
     while todo:
         current = todo.pop()
@@ -87,13 +103,10 @@ def _family(pid: int) -> list[int]:
     return pids
 
 
-def _pss_kib(pid: int) -> int:
-    """Proportional set size: pages shared between processes (the Python workers are
-    forked from one daemon; a launcher shares the JVM's pages until it execs) count
-    once in the sum, split between the sharers, where RSS would count them each time."""
+def _rss_kib(pid: int) -> int:
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     except OSError:
         pass
@@ -110,10 +123,6 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def _name(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
@@ -121,140 +130,153 @@ def _name(pid: int) -> str:
         return "?"
 
 
-class Run(NamedTuple):
-    seconds: float  # wall
-    peak_kib: int  # summed PSS
-    per_process: dict[str, int]  # peak PSS (KiB) per process
-    cpu_seconds: float  # user + system, driver, JVM and Python workers
-    cpu_by_kind: dict[str, float]  # the same for the driver, the JVM, the workers
-    stdout: str
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def run_report(logs: Path, out: Path, parse_arm: str | None = None) -> Run:
-    """Runs the report (or only its parsing, see parse_only_main) once and measures it."""
-    cmd = [sys.executable, "-m", "pipeline.report", str(logs), "--out", str(out)]
-    parse_only = parse_arm is not None
-    if parse_only:
-        cmd = [sys.executable, "-m", "bench.bench_pipeline", "--parse-only-child", str(logs),
-               "--arm", str(parse_arm)]
+@dataclass
+class Run:
+    name: str
+    lines: int
+    seconds: float
+    driver_python_kib: int  # peak RSS of the driver's Python
+    driver_jvm_kib: int  # peak RSS of the JVM it started
+    cpu_seconds: float
+    load: str
+
+    @property
+    def lines_per_s(self) -> float:
+        return self.lines / self.seconds
+
+
+def measure(name: str, lines: int, cmd: list[str], env: dict[str, str]) -> Run:
+    """Runs one driver to its end, sampling its processes."""
+    load = _loadavg()
     started = time.monotonic()
-    root = Path(__file__).resolve().parent.parent  # for -m bench.bench_pipeline
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=root if parse_only else None)
-    peak, per_process, cpu = 0, dict[str, int](), dict[int, float]()
-    kinds: dict[int, str] = {}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    python_peak = jvm_peak = 0
+    cpu: dict[int, float] = {}
     while proc.poll() is None:
-        family = _family(proc.pid)
-        for pid in family:
+        for pid in _family(proc.pid):
             if (seconds := _cpu_seconds(pid)) is not None:
                 cpu[pid] = seconds
-                # By its latest name: spark-class is a shell script until it execs java.
-                kinds[pid] = "driver" if pid == proc.pid else _name(pid)
-        sizes = {pid: _pss_kib(pid) for pid in family}
-        peak = max(peak, sum(sizes.values()))
-        for pid, kib in sizes.items():
-            label = f"{_name(pid)}[{pid}]"
-            per_process[label] = max(per_process.get(label, 0), kib)
+            rss = _rss_kib(pid)
+            if pid == proc.pid:
+                python_peak = max(python_peak, rss)
+            elif _name(pid) == "java":
+                jvm_peak = max(jvm_peak, rss)
         time.sleep(0.2)
     seconds = time.monotonic() - started
-    stdout = proc.stdout.read() if proc.stdout else ""
+    out, err = proc.communicate()
     if proc.returncode != 0:
-        raise SystemExit(f"report failed ({proc.returncode}):\n{stdout}")
-    by_kind: dict[str, float] = {}
-    for pid, used in cpu.items():
-        kind = {"driver": "driver", "java": "JVM"}.get(kinds[pid], "Python workers")
-        by_kind[kind] = by_kind.get(kind, 0.0) + used
-    return Run(seconds, peak, per_process, sum(cpu.values()), by_kind, stdout)
+        raise SystemExit(f"{name} failed ({proc.returncode}):\n{out[-3000:]}\n{err[-6000:]}")
+    return Run(name, lines, seconds, python_peak, jvm_peak, sum(cpu.values()),
+               f"{load} -> {_loadavg()}")
 
 
-PARSE_ARMS = ("spark", "python", "python-fold")
+def report_cmd(logs: Path, out: Path, master: str) -> list[str]:
+    return [sys.executable, "-m", "pipeline.cli", str(logs), "--out", str(out),
+            "--master", master]
 
 
-def _count_parsed(batches: Iterator[Any]) -> Iterator[Any]:
-    """mapInArrow: each line parsed by fastparse (undecided ones too), one count out."""
-    import pyarrow as pa
-
-    from pipeline.fastparse import parse
-
-    n = 0
-    for batch in batches:
-        for raw in batch.column(0).cast(pa.binary()).to_pylist():
-            parse(raw)
-            n += 1
-    yield pa.RecordBatch.from_pydict({"n": [n]}, schema=pa.schema([("n", pa.int64())]))
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
 
 
-def parse_only_main(logs: str, arm: str) -> int:
-    """The floor of a report: a fresh driver and JVM reading and parsing every line.
+@contextlib.contextmanager
+def cluster_of(workers: int, directory: Path, executor_python: str) -> Iterator[dict[str, str]]:
+    """A driver environment for a fresh standalone cluster of `workers` 1-core workers."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support.spark_cluster import standalone_cluster
 
-    spark: the report's former parse (text + from_json, read.parse_lines), every column
-    kept so that Spark cannot prune fields from the parse, counted; python: the text
-    lines (Spark's reader) parsed in the Python workers (fastparse), counted;
-    python-fold: the report's whole pass over the lines, the workers reading local
-    files themselves, parsing and folding them into partials merged in the driver
-    (report.merge_partials)."""
-    from pyspark.sql import functions as F
+    shutil.rmtree(directory, ignore_errors=True)
+    with standalone_cluster(directory, workers=workers, cores=1,
+                            worker_memory=WORKER_MEMORY) as cluster:
+        conf = {"spark.executor.memory": EXECUTOR_MEMORY}
+        if executor_python == "driver":
+            conf["spark.pyspark.python"] = sys.executable
+        env = cluster.driver_env(base_env(), **conf)
+        if executor_python == "driver":
+            env["PYSPARK_PYTHON"] = sys.executable
+        env["_MASTER"] = cluster.master_url
+        yield env
 
-    from pipeline.read import expand_inputs, parse_lines, read_lines
-    from pipeline.report import merge_partials
-    from pipeline.session import build_session
-    from pipeline.shipping import ship_package
 
-    spark = build_session("kafkalens-parse-only")
-    found, _ = expand_inputs(spark, [logs])
-    if arm == "python-fold":
-        ship_package(spark)
-        count = merge_partials(spark, found).lines
-    else:
-        lines = read_lines(spark, found)
-        if arm == "spark":
-            parsed = parse_lines(lines)
-            row = parsed.agg(F.count(F.lit(1)), *[F.count(c) for c in parsed.columns]).first()
-        else:
-            row = lines.select("value").mapInArrow(_count_parsed, "n long").agg(
-                F.sum("n")).first()
-        count = row[0] if row else 0
-    print(f"parse only ({arm}): {count:,} lines")
-    spark.stop()
-    return 0
+def run_one(name: str, lines: int, logs: Path, work: Path, executor_python: str) -> Run:
+    _, where = RUNS[name]
+    out = work / f"report-{name}"
+    shutil.rmtree(out, ignore_errors=True)
+    if where == "local":
+        return measure(name, lines, report_cmd(logs, out, "local[*]"), base_env())
+    with cluster_of(int(where), work / f"cluster-{name}", executor_python) as env:
+        master = env.pop("_MASTER")
+        return measure(name, lines, report_cmd(logs, out, master), env)
+
+
+def summary(runs: list[Run]) -> list[str]:
+    by = {r.name: r for r in runs}
+    lines = []
+    if "local-5M" in by:
+        r = by["local-5M"]
+        verdict = "met" if r.lines_per_s >= GOAL_LINES_PER_S else "missed"
+        lines.append(f"5M on local[*], {os.cpu_count()} cores: {r.lines_per_s:,.0f} lines/s "
+                     f"(goal {GOAL_LINES_PER_S:,}: {verdict})")
+    if "cluster1-5M" in by and "cluster2-5M" in by:
+        speedup = by["cluster2-5M"].lines_per_s / by["cluster1-5M"].lines_per_s
+        verdict = "met" if speedup >= GOAL_SPEEDUP else "missed"
+        lines.append(f"one worker -> two: {speedup:.2f}x (goal {GOAL_SPEEDUP}x: {verdict})")
+    if "local-1M" in by and "local-5M" in by:
+        small, big = by["local-1M"], by["local-5M"]
+        lines.append(
+            f"driver peak RSS, 1M -> 5M lines on local[*]: Python "
+            f"{small.driver_python_kib / 1024:,.0f} -> {big.driver_python_kib / 1024:,.0f} MiB, "
+            f"JVM (driver and executor in one) {small.driver_jvm_kib / 1024:,.0f} -> "
+            f"{big.driver_jvm_kib / 1024:,.0f} MiB")
+    return lines
+
+
+def table(runs: list[Run]) -> list[str]:
+    rows = ["| run | lines | wall | lines/s | driver Python peak RSS | driver JVM peak RSS "
+            "| driver CPU | load |", "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        rows.append(f"| {r.name} | {r.lines:,} | {r.seconds:.1f} s | {r.lines_per_s:,.0f} | "
+                    f"{r.driver_python_kib / 1024:,.0f} MiB | {r.driver_jvm_kib / 1024:,.0f} MiB "
+                    f"| {r.cpu_seconds:.1f} s | {r.load} |")
+    return rows
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--lines", type=int, nargs="+", default=[1_000_000])
+    p.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS))
+    p.add_argument("--lines", type=int, default=1_000_000, metavar="N",
+                   help="lines in a '1M' input (default %(default)s); '5M' is 5x that")
     p.add_argument("--dir", type=Path, default=Path("/tmp/kafkalens-bench"))
-    p.add_argument("--parse-only", action="store_true",
-                   help="time only reading and parsing the lines (the floor of the report),"
-                        " each way in turn: " + ", ".join(PARSE_ARMS))
-    p.add_argument("--arms", nargs="+", choices=PARSE_ARMS, default=list(PARSE_ARMS),
-                   help="with --parse-only: which ways")
-    p.add_argument("--parse-only-child", metavar="LOGS", help=argparse.SUPPRESS)
-    p.add_argument("--arm", choices=PARSE_ARMS, help=argparse.SUPPRESS)
+    p.add_argument("--executor-python", choices=("bare", "driver"), default="bare",
+                   help="the cluster executors' Python: a bare venv (default; the report "
+                        "must need none) or the driver's, for a report that still does")
+    p.add_argument("--json", type=Path, help="also write the runs here")
     args = p.parse_args()
-    if args.parse_only_child:
-        return parse_only_main(args.parse_only_child, args.arm)
-    for lines in args.lines:
+    print(f"bench_pipeline: {_interpreter()}, {os.cpu_count()} cores", flush=True)
+    runs = []
+    for name in args.runs:
+        lines = args.lines * RUNS[name][0]
         logs = generate(args.dir, lines)
-        size = sum(f.stat().st_size for f in logs.rglob("*") if f.is_file())
-        for arm in args.arms if args.parse_only else [None]:
-            load_before = _loadavg()
-            run = run_report(logs, args.dir / f"report-{lines}", arm)
-            print(run.stdout.rstrip())
-            big = {k: v for k, v in run.per_process.items() if v > 30 * 1024}  # no launchers
-            print(f"bench{f' (parse only, {arm})' if arm else ''} {lines:,} lines "
-                  f"({size / 1e6:,.0f} MB on disk, gzip rotated files) on "
-                  f"{os.cpu_count()} cores: {run.seconds:.1f} s wall, "
-                  f"{lines / run.seconds:,.0f} lines/s; {run.cpu_seconds:.1f} s CPU ("
-                  + ", ".join(f"{k} {v:.1f}" for k, v in run.cpu_by_kind.items())
-                  + f"); peak PSS of them {run.peak_kib / 1024:,.0f} MiB (peak per process: "
-                  f"{', '.join(f'{k} {v / 1024:,.0f}' for k, v in big.items())} MiB); "
-                  f"load average before {load_before}, after {_loadavg()}; {_interpreter()}")
+        run = run_one(name, lines, logs, args.dir, args.executor_python)
+        runs.append(run)
+        print(f"{name}: {run.lines:,} lines in {run.seconds:.1f} s, "
+              f"{run.lines_per_s:,.0f} lines/s; driver peak RSS Python "
+              f"{run.driver_python_kib / 1024:,.0f} MiB, JVM {run.driver_jvm_kib / 1024:,.0f} "
+              f"MiB; load {run.load}", flush=True)
+    print("\n".join(["", *table(runs), "", *summary(runs)]))
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in runs], indent=1))
     return 0
 
 
 def _interpreter() -> str:
-    """The Python that ran the driver and the workers: its build matters (see the
-    docstring: ~20 % of the report's time between two builds of 3.11 here)."""
     return f"python {platform.python_version()} ({sys.executable})"
 
 

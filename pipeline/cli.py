@@ -48,6 +48,9 @@ def _watch_parser() -> argparse.ArgumentParser:
     p.add_argument("--watermark", default=watch.DEFAULT_WATERMARK,
                    help="how late a line may arrive (default %(default)s)")
     p.add_argument("--max-files-per-trigger", type=int, default=watch.MAX_FILES_PER_TRIGGER)
+    p.add_argument("--notice-every", type=float, default=watch.NOTICE_SECONDS, metavar="SECONDS",
+                   help="while no lines arrive, say what is awaited this often "
+                        "(default %(default)s)")
     p.add_argument("--master", metavar="URL",
                    help="Spark master (default local[*], or spark-submit's)")
     return p
@@ -87,7 +90,11 @@ def watch_main(argv: list[str]) -> int:
 
     args = _watch_parser().parse_args(argv)
     options = WatchOptions.from_args(args)
-    return _run("kafkalens-watch", args.master, lambda spark: run_watch(spark, options))
+    try:
+        return _run("kafkalens-watch", args.master, lambda spark: run_watch(spark, options))
+    except KeyboardInterrupt:  # before the watch's own handler (Spark starting) or after
+        print("kafkalens watch: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -23,10 +23,18 @@ after a crash replaces its own output instead of adding to it.
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import json
+import os
+import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
 if not __package__:  # spark-submit pipeline/watch.py: import the package, not its files
     # (run as a file, this directory heads sys.path and pipeline/html.py would hide the
@@ -36,15 +44,22 @@ if not __package__:  # spark-submit pipeline/watch.py: import the package, not i
 from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.streaming import StreamingQuery  # noqa: E402
+from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
 
-from pipeline.fsio import is_local  # noqa: E402
 from pipeline.schema import CORRUPT, JSON_OPTIONS, LINE_SCHEMA, REQUEST_EVENTS  # noqa: E402
-from pipeline.spool import Spool  # noqa: E402
+from pipeline.spool import LEDGER, Spool  # noqa: E402
 
 DEFAULT_PATTERN = "*.log.[0-9]*"  # rotated files: requests.log.1, requests.log.7.gz
 DEFAULT_WATERMARK = "2 minutes"
 MAX_FILES_PER_TRIGGER = 2  # ~2 rotated files a batch keeps the watermark moving smoothly
 WINDOW = "1 minute"
+POLL_SECONDS = 1  # how soon a stop request or a finished query is noticed
+STOP_PATIENCE_SECONDS = 60.0  # how long a stop waits for the running batch
+NOTICE_SECONDS = 30.0  # how often to say what the watch waits for while nothing arrives
+EXPECTED_ERRORS = Path(__file__).resolve().parent / "data" / "expected_errors.json"
+# The fields the watch reads, typed as the log's contract (LINE_SCHEMA) says.
+FIELDS = ("ts", "event", "api", "client_software_name", "client_software_version",
+          "latency_ms", "errors", "max_wait_ms", CORRUPT)
 DIMENSIONS = {"api": ("by_api", ["api"]),
               "software": ("by_software", ["client_software_name", "client_software_version"])}
 
@@ -61,11 +76,12 @@ class WatchOptions:
     interval: float = 10.0
     watermark: str = DEFAULT_WATERMARK
     max_files_per_trigger: int = MAX_FILES_PER_TRIGGER
+    notice_every: float = NOTICE_SECONDS
 
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> WatchOptions:
         return cls(a.logdir, a.out, a.checkpoint, a.spool, not a.no_spool, a.pattern, a.once,
-                   a.interval, a.watermark, a.max_files_per_trigger)
+                   a.interval, a.watermark, a.max_files_per_trigger, a.notice_every)
 
     @property
     def checkpoint_dir(self) -> str:
@@ -83,21 +99,54 @@ def _keys(dimension: str) -> list[Column]:
     return [F.coalesce("client_software_name", F.lit("unknown")), F.col("client_software_version")]
 
 
+def line_schema() -> StructType:
+    """The log contract's types for the fields the watch reads (max_wait_ms is newer)."""
+    known = {f.name: f for f in LINE_SCHEMA.fields}
+    return StructType([known.get(name) or StructField(name, LongType()) for name in FIELDS])
+
+
+def expected_errors(path: Path = EXPECTED_ERRORS) -> dict[str, list[str]]:
+    """api -> the errors it returns by design, as a protocol step (not failures)."""
+    data = json.loads(path.read_text())
+    return {api: errors for api, errors in data.items() if not api.startswith("_")}
+
+
+def failed(expected: dict[str, list[str]]) -> Column:
+    """A request answered with an error that is not one of its api's protocol steps."""
+    by_api = F.create_map(*[c for api, errors in expected.items()
+                            for c in (F.lit(api), F.array(*map(F.lit, errors)))])
+    steps = F.coalesce(by_api[F.col("api")], F.array().cast("array<string>"))
+    return F.size(F.array_except(F.coalesce("errors", F.array().cast("array<string>")),
+                                 steps)) > 0
+
+
+def waited_by_design() -> Column:
+    """A JoinGroup (answered when the rebalance completes) or a Fetch that ran out its
+    long poll (max_wait_ms): their latency is the protocol waiting, not the broker."""
+    long_poll = (F.col("max_wait_ms") > 0) & (F.col("latency_ms") >= F.col("max_wait_ms"))
+    return (F.col("api") == "JoinGroup") | (F.col("api").isin("Fetch", "ShareFetch") & long_poll)
+
+
 def windowed(lines: DataFrame, watermark: str) -> DataFrame:
-    """Per one-minute window, dimension and key: requests, errors, latency avg and p99."""
-    j = lines.select(F.from_json("value", LINE_SCHEMA, JSON_OPTIONS).alias("j")).select("j.*")
+    """Per one-minute window, dimension and key: requests, failed requests, requests
+    that waited by design, and the latency (avg, p99) of the others."""
+    j = lines.select(F.from_json("value", line_schema(), JSON_OPTIONS).alias("j")).select("j.*")
     requests = j.where(F.col("event").isin(*REQUEST_EVENTS) & F.col("ts").isNotNull()
                        & F.col(CORRUPT).isNull())
     dims = F.array(*[F.struct(F.lit(d).alias("dimension"), k1.alias("key1"), k2.alias("key2"))
                      for d in DIMENSIONS for k1, k2 in [_keys(d)]])
-    exploded = requests.select("ts", "errors", "latency_ms", F.explode(dims).alias("d"))
+    waited = F.coalesce(waited_by_design(), F.lit(False))
+    exploded = requests.select(
+        "ts", failed(expected_errors()).alias("failed"), waited.alias("waited"),
+        F.when(~waited, F.col("latency_ms")).alias("service_ms"), F.explode(dims).alias("d"))
     agg = exploded.withWatermark("ts", watermark).groupBy(
         F.window("ts", WINDOW), "d.dimension", "d.key1", "d.key2"
     ).agg(
         F.count(F.lit(1)).alias("requests"),
-        F.sum(F.when(F.size("errors") > 0, 1).otherwise(0)).alias("errors"),
-        F.avg("latency_ms").alias("avg_latency_ms"),
-        F.percentile_approx("latency_ms", 0.99).alias("p99_latency_ms"),
+        F.sum(F.col("failed").cast("long")).alias("errors"),
+        F.sum(F.col("waited").cast("long")).alias("waited"),
+        F.avg("service_ms").alias("avg_latency_ms"),
+        F.percentile_approx("service_ms", 0.99).alias("p99_latency_ms"),
     )
     return agg.select(F.col("window.start").alias("window_start"),
                       F.col("window.end").alias("window_end"), "*").drop("window")
@@ -107,7 +156,7 @@ def _as_table(batch: DataFrame, dimension: str) -> DataFrame:
     _, names = DIMENSIONS[dimension]
     keys = [F.col(k).alias(n) for k, n in zip(("key1", "key2"), names, strict=False)]
     return batch.where(F.col("dimension") == dimension).select(
-        "window_start", "window_end", *keys, "requests", "errors", "avg_latency_ms",
+        "window_start", "window_end", *keys, "requests", "errors", "waited", "avg_latency_ms",
         "p99_latency_ms")
 
 
@@ -117,20 +166,25 @@ def _print_batch(batch_id: int, rows: list) -> None:
         key = " ".join(k for k in (r["key1"], r["key2"]) if k)
         p99 = "-" if r["p99_latency_ms"] is None else f"{r['p99_latency_ms']:.1f}"
         print(f"  {r['window_start']:%Y-%m-%d %H:%M} {r['dimension']:8} {key:40.40} "
-              f"{r['requests']:>8} req {r['errors']:>5} err  p99 {p99} ms")
+              f"{r['requests']:>8} req {r['errors']:>5} err {r['waited']:>5} waited  "
+              f"p99 {p99} ms", flush=True)
 
 
 def batch_writer(out: str) -> Callable[[DataFrame, int], None]:
+    """Runs on the driver; every step on the batch's rows is a Spark job (no Python on
+    the executors): the batch is cached, written twice, and its rows printed."""
     def write(batch: DataFrame, batch_id: int) -> None:
-        rows = batch.collect()  # finished windows only: small; one action runs the batch once
-        if not rows:
-            return
-        _print_batch(batch_id, rows)
-        spark = batch.sparkSession
-        collected = spark.createDataFrame(rows, batch.schema)
-        for dimension, (table, _) in DIMENSIONS.items():
-            path = f"{out.rstrip('/')}/{table}/batch_id={batch_id}"
-            _as_table(collected, dimension).write.mode("overwrite").parquet(path)
+        batch.persist()
+        try:
+            rows = batch.collect()  # finished windows only: a few rows per key and minute
+            if not rows:
+                return
+            for dimension, (table, _) in DIMENSIONS.items():
+                path = f"{out.rstrip('/')}/{table}/batch_id={batch_id}"
+                _as_table(batch, dimension).write.mode("overwrite").parquet(path)
+            _print_batch(batch_id, rows)
+        finally:
+            batch.unpersist()
 
     return write
 
@@ -151,22 +205,152 @@ def start(spark: SparkSession, o: WatchOptions) -> StreamingQuery:
     return writer.trigger(**trigger).queryName("kafkalens_watch").start()
 
 
+def is_local(path: str) -> bool:
+    return urlparse(path).scheme in ("", "file")
+
+
+class Stop:
+    """SIGINT/SIGTERM ask the watch to stop between polls (PySpark's own SIGINT handler
+    would raise KeyboardInterrupt inside a call to the JVM); a second one exits now."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            print("kafkalens watch: stopped without waiting for the batch", file=sys.stderr,
+                  flush=True)
+            os._exit(130)
+        self.requested = True
+        print("kafkalens watch: stopping after the running batch (Ctrl-C again to quit now)",
+              file=sys.stderr, flush=True)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[Stop]:
+    stop = Stop()
+    if not _main_thread():  # signal handlers belong to the main thread (tests run threads)
+        yield stop
+        return
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+@dataclass
+class Waiting:
+    """Says, every `every` seconds while no batch brings lines, what the watch waits for."""
+
+    o: WatchOptions
+    spark: SparkSession
+    every: float
+    last_data: float = 0.0
+    last_notice: float = 0.0
+    last_batch: int = -1
+
+    def __post_init__(self) -> None:
+        self.last_data = self.last_notice = time.monotonic()
+
+    def update(self, progress: dict[str, Any] | None, busy: bool = False) -> None:
+        """`progress`: the query's last; `busy`: a batch is running (not waiting then)."""
+        if progress is None:  # the first batch has not finished: not waiting yet
+            self.last_data = time.monotonic()
+            return
+        if progress.get("batchId", -1) != self.last_batch:
+            self.last_batch = progress["batchId"]
+            if progress.get("numInputRows"):
+                self.last_data = time.monotonic()
+        now = time.monotonic()
+        if not busy and now - max(self.last_data, self.last_notice) >= self.every:
+            self.last_notice = now
+            print(f"kafkalens watch: no new lines for {now - self.last_data:.0f} s; "
+                  f"{self.what()}", file=sys.stderr, flush=True)
+
+    def what(self) -> str:
+        o = self.o
+        where = f"{o.pattern} in {o.logdir}"
+        if o.use_spool:
+            matching = sum(fnmatch.fnmatch(p.name, o.pattern) for p in _listing(o.logdir))
+            ledger = Path(o.spool_dir) / LEDGER
+            staged = len(ledger.read_text().splitlines()) if ledger.exists() else 0
+            return (f"waiting for rotated files matching {where} ({matching} there now, "
+                    f"{staged} read so far); the active log is read once it rotates")
+        return (f"waiting for new files matching {where} "
+                f"({_hadoop_glob_count(self.spark, o.logdir, o.pattern)} there now)")
+
+
+def _listing(directory: str) -> list[Path]:
+    try:
+        return list(Path(directory).iterdir())
+    except OSError:
+        return []
+
+
+def _hadoop_glob_count(spark: SparkSession, directory: str, pattern: str) -> int | str:
+    """Files matching, through Hadoop's FileSystem (hdfs://, s3a:// ...), on the driver."""
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(f"{directory.rstrip('/')}/{pattern}")
+        fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        found = fs.globStatus(path)
+        return 0 if found is None else len(found)
+    except Exception as exc:  # the notice must not stop the watch: say why it cannot count
+        return f"cannot list: {str(exc).splitlines()[0][:200]}"
+
+
+def announce(o: WatchOptions) -> None:
+    source = (f"rotated files matching {o.pattern} in {o.logdir}, staged in {o.spool_dir}"
+              if o.use_spool else f"files matching {o.pattern} in {o.logdir}")
+    print(f"kafkalens watch: reading {source}; one-minute windows to {o.out} "
+          f"(checkpoint {o.checkpoint_dir})", file=sys.stderr, flush=True)
+
+
 def run_watch(spark: SparkSession, o: WatchOptions) -> int:
     if o.use_spool and not (is_local(o.logdir) and is_local(o.spool_dir)):
         print("kafkalens watch: the spool needs local directories; for hdfs:// or s3a:// "
               "logs rotated to unique names use --no-spool --pattern GLOB", file=sys.stderr)
         return 2
+    if o.use_spool and not Path(o.logdir).is_dir():
+        print(f"kafkalens watch: {o.logdir} is not a directory (give the directory "
+              "request_log.path writes into)", file=sys.stderr)
+        return 2
     spool = Spool(Path(o.logdir), Path(o.spool_dir), o.pattern) if o.use_spool else None
-    if spool:
-        spool.collect()
-    query = start(spark, o)
-    try:
-        while not query.awaitTermination(max(1, round(o.interval))):
-            if spool:
+    with stop_on_signals() as stop:
+        announce(o)
+        if spool:
+            spool.collect()
+        query = start(spark, o)
+        waiting = Waiting(o, spark, o.notice_every)
+        collected = time.monotonic()
+        while not stop.requested and not query.awaitTermination(POLL_SECONDS):
+            if spool and time.monotonic() - collected >= o.interval:
                 spool.collect()
-    except KeyboardInterrupt:
-        query.stop()
+                collected = time.monotonic()
+            waiting.update(query.lastProgress, bool(query.status.get("isTriggerActive")))
+        if query.isActive:
+            _stop_between_batches(query)
+        if stop.requested:
+            print("kafkalens watch: stopped; a restart resumes from the checkpoint",
+                  file=sys.stderr, flush=True)
     return 0
+
+
+def _stop_between_batches(query: StreamingQuery, patience: float = STOP_PATIENCE_SECONDS) -> None:
+    """Let a running batch finish first (stopping interrupts it: it would be redone)."""
+    deadline = time.monotonic() + patience
+    while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
 
 
 if __name__ == "__main__":

@@ -10,18 +10,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from proxy.config import Address, Config, ConfigError, Overrides, load_config
 from proxy.console import OneLineParser, configure_logging, fail
 from proxy.preflight import check_request_log_path
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
 
+if TYPE_CHECKING:
+    from proxy.hooks import Hooks
+
 DEFAULT_DIR = Path("kafkalens-demo")
 HOST = "127.0.0.1"
 DEMO_GRACE_SECONDS = 5.0
+# `kafkalens watch` reads a log once it is rotated: the demo rotates it often, by time,
+# since its traffic is too light for size-based rotation.
+DEMO_ROTATE_SECONDS = 60.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-port", type=int, default=9180, help="HTTP metrics port")
     parser.add_argument(
         "--log", default=str(DEFAULT_DIR / "requests.log"), metavar="PATH", help="request log"
+    )
+    parser.add_argument(
+        "--rotate-every", type=float, default=DEMO_ROTATE_SECONDS, metavar="SECONDS",
+        help="rotate the request log this often, for `kafkalens watch` (default %(default)s)",
     )
     return parser
 
@@ -46,6 +58,8 @@ def port_taken(port: int) -> bool:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if not args.rotate_every > 0:
+        fail(f"--rotate-every: must be > 0, got {args.rotate_every}")
     for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
         if not 1 <= port <= 65535:
             fail(f"{flag}: must be 1..65535, got {port}")
@@ -78,12 +92,55 @@ def main(argv: list[str]) -> int:
     import uvloop
 
     try:
-        return uvloop.run(_run(config, broker, log_path))
+        return uvloop.run(_run(config, broker, log_path, args.rotate_every))
     except ConfigError as exc:
         fail(str(exc))
 
 
-async def _run(config: Config, broker: TansuBroker, log_path: Path) -> int:
+async def _rotate_every(hooks: Hooks, backups: int, seconds: float) -> None:
+    from proxy.observer import ObservingHooks
+
+    if not isinstance(hooks, ObservingHooks) or hooks.log is None:
+        return
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            rotate_log(hooks.log.sink, backups)
+        except OSError as exc:  # the demo goes on; the next interval tries again
+            print(f"kafkalens demo: cannot rotate the request log: {exc}", file=sys.stderr)
+
+
+def rotate_log(sink: Any, backups: int) -> None:
+    """Rotate as logrotate does: requests.log.N -> .N+1, requests.log -> .1, then the
+    sink reopens its path. Nothing written since the last rotation: no rotation."""
+    path = sink.path
+    try:
+        if os.path.getsize(path) == 0:
+            return
+    except FileNotFoundError:
+        return
+    for index in range(max(backups, 1) - 1, 0, -1):
+        if os.path.exists(f"{path}.{index}"):
+            os.replace(f"{path}.{index}", f"{path}.{index + 1}")
+    os.replace(path, f"{path}.1")
+    reopen = getattr(sink, "reopen", None)
+    if reopen is not None:  # a sink with a writer thread: after the lines queued so far
+        reopen()
+        return
+    # A synchronous sink (before request_log's writer thread): its buffered lines go to
+    # the renamed file, then the path is opened anew.
+    sink.flush()
+    sink._stream.close()
+    sink._stream = sink._open()
+    sink._size = 0
+
+
+def _watch_hint(log_path: Path, rotate_every: float) -> None:
+    print(f"  (kafkalens watch {log_path.parent}: the request log rotates every "
+          f"{rotate_every:g} s)", flush=True)
+
+
+async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every: float) -> int:
     from proxy.runner import start_proxy, wait_for_stop_signal
 
     running = await start_proxy(config)
@@ -93,12 +150,17 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path) -> int:
         print(f"kafkalens: error: {exc}", file=sys.stderr)
         await running.stop(0)
         return 1
+    backups = config.request_log.backups
+    rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
+    _watch_hint(log_path, rotate_every)
     try:
         _banner(config, log_path, running.clients_address)
         await wait_for_stop_signal()
         print("stopping...", flush=True)
+        rotating.cancel()
         await running.stop(config.limits.shutdown_grace_seconds)
     finally:
+        rotating.cancel()
         await asyncio.to_thread(broker.stop)
     return 0
 

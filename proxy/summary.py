@@ -25,7 +25,7 @@ MAX_LISTED = 100
 MAX_DETAIL_RECORDS = 10_000  # topics, groups or config names listed in one line; the rest are counted
 
 PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS = 0, 1, 3, 22, 67
-JOIN_GROUP, SYNC_GROUP, API_VERSIONS = 11, 14, 18
+JOIN_GROUP, SYNC_GROUP, API_VERSIONS, SHARE_FETCH = 11, 14, 18, 78
 CONFIG_APIS = {19: "topics", 33: "resources", 44: "resources"}  # CreateTopics, AlterConfigs...
 
 
@@ -299,6 +299,9 @@ def _produce_request(request: Request, out: dict[str, Any], options: SummaryOpti
 def _fetch_request(
     request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds
 ) -> None:
+    # How long the broker may hold the answer when there is nothing to read: a Fetch's
+    # latency up to this is the client's long poll, not the broker's slowness.
+    out["max_wait_ms"] = request.body.get("max_wait_ms")
     if "topics" not in out:  # v13+ names topics by id: names from the Metadata answers seen
         names = list(dict.fromkeys(ids.name(topic) for topic in request.body.get("topics") or ()))
         if names:
@@ -331,6 +334,12 @@ _CONFIG_NAME_PATHS = {19: ("topics", "configs", "name"), 33: ("resources", "conf
 
 
 def _join_group_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    # A JoinGroup is answered when the rebalance completes, up to the rebalance timeout
+    # (v0 has none: the session timeout bounds it).
+    body = request.body
+    out["session_timeout_ms"] = body.get("session_timeout_ms")
+    rebalance = body.get("rebalance_timeout_ms") if request.api_version >= 1 else None
+    out["rebalance_timeout_ms"] = body.get("session_timeout_ms") if rebalance is None else rebalance
     payloads = group_payloads(JOIN_GROUP, "request", request.body)
     if payloads:
         out["group_protocols"] = payloads["protocols"]
@@ -383,6 +392,7 @@ def _api_versions_request(request: Request, out: dict[str, Any], options: Summar
 _REQUEST_EXTRAS: dict[int, Any] = {
     PRODUCE: _produce_request,
     FETCH: _fetch_request,
+    SHARE_FETCH: _fetch_request,  # the same long poll, topics by id
     JOIN_GROUP: _join_group_request,
     SYNC_GROUP: _sync_group_request,
     API_VERSIONS: _api_versions_request,

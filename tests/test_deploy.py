@@ -453,9 +453,17 @@ def dashboard_queries() -> list[str]:
     return queries
 
 
-def alert_rules() -> list[dict[str, Any]]:
+def all_rules() -> list[dict[str, Any]]:
     groups = load(DEPLOY / "prometheus" / "alerts.yml")["groups"]
     return [rule for group in groups for rule in group["rules"]]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return [rule for rule in all_rules() if "alert" in rule]
+
+
+def recording_rules() -> dict[str, str]:
+    return {rule["record"]: rule["expr"] for rule in all_rules() if "record" in rule}
 
 
 def used_metrics(queries: list[str]) -> set[str]:
@@ -463,7 +471,7 @@ def used_metrics(queries: list[str]) -> set[str]:
 
 
 def test_every_queried_metric_is_exported() -> None:
-    queries = dashboard_queries() + [rule["expr"] for rule in alert_rules()]
+    queries = dashboard_queries() + [rule["expr"] for rule in all_rules()]
     used = used_metrics(queries)
     assert used, "no kafkalens metrics found in the PromQL"
     assert used <= metric_names(), used - metric_names()
@@ -499,6 +507,62 @@ def test_alert_rules_are_complete() -> None:
         assert rule["labels"]["severity"] in {"warning", "critical"}
         assert rule["annotations"]["summary"] and rule["for"]
     assert 'job="kafkalens"' in rules["KafkalensDown"]["expr"]
+
+
+FAILURES = "kafkalens:request_failures:rate5m"
+SELECTOR = re.compile(r"kafkalens_request_errors_total\{([^}]*)\}")
+MATCHER = re.compile(r'\s*(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"\s*(?:,|$)')
+
+
+def expected_errors() -> dict[str, list[str]]:
+    data = json.loads((ROOT / "pipeline" / "data" / "expected_errors.json").read_text())
+    return {api: errors for api, errors in data.items() if not api.startswith("_")}
+
+
+def selector_matches(matchers: list[tuple[str, str, str]], labels: dict[str, str]) -> bool:
+    """PromQL label matching: regexes are anchored at both ends."""
+    for name, op, value in matchers:
+        got = labels.get(name, "")
+        ok = {"=": got == value, "!=": got != value,
+              "=~": re.fullmatch(value, got) is not None,
+              "!~": re.fullmatch(value, got) is None}[op]
+        if not ok:
+            return False
+    return True
+
+
+def failure_selectors() -> list[list[tuple[str, str, str]]]:
+    expr = recording_rules()[FAILURES]
+    branches = [b.strip() for b in expr.strip().split("\n") if b.strip()]
+    selectors = []
+    for i, branch in enumerate(branches):
+        # Each branch the same shape, joined by `or`: label sets disjoint by api.
+        body = branch.removeprefix("or ") if i else branch
+        assert body.startswith("sum by (instance, api, error) (rate(") and body.endswith("[5m]))")
+        [inside] = SELECTOR.findall(body)
+        assert MATCHER.sub("", inside) == "", inside
+        selectors.append(MATCHER.findall(inside))
+    return selectors
+
+
+def test_error_rate_alert_leaves_out_protocol_steps() -> None:
+    """The recorded failures count every (api, error) once, except the errors
+    pipeline/data/expected_errors.json lists as protocol steps of that api."""
+    from codec import api_names
+    from codec.error_codes import ERROR_CODES
+
+    expected = expected_errors()
+    apis, errors = set(api_names().values()), set(ERROR_CODES.values())
+    assert set(expected) <= apis and {e for es in expected.values() for e in es} <= errors
+    selectors = failure_selectors()
+    for api in apis:
+        for error in errors | {"UNKNOWN_ERROR_999", "other"}:  # error_capper's overflow too
+            hits = sum(selector_matches(m, {"api": api, "error": error}) for m in selectors)
+            assert hits == (0 if error in expected.get(api, ()) else 1), (api, error, hits)
+
+    spike = next(r for r in alert_rules() if r["alert"] == "KafkalensErrorRateSpike")["expr"]
+    assert "kafkalens_request_errors_total" not in spike  # only the failures
+    assert spike.count(f"sum by (instance, api) ({FAILURES})") == 2
 
 
 # --- example configs -------------------------------------------------------------------

@@ -20,7 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.clients import run_workload
+from support.clients import (
+    FETCH_MAX_WAIT_MS,
+    REBALANCE_TIMEOUT_MS,
+    SESSION_TIMEOUT_MS,
+    run_workload,
+)
 from support.observed import ObservedProxy, Samples, eventually, observed_in_front_of
 from support.observed_clients import (
     Expected,
@@ -157,6 +162,7 @@ def _check_records(requests: list[Line], topic: str, compression: str, held_id: 
         assert line["errors"] == [] and line["acks"] in (-1, 1)
     fetches = _of(requests, "Fetch")
     assert fetches and all(f["topics"] == [topic] for f in fetches)  # names, even by id
+    assert {f["max_wait_ms"] for f in fetches} == {FETCH_MAX_WAIT_MS}  # the long poll asked
     with_records = [f for f in fetches if "record_stats" in f]
     assert _records(with_records, topic) >= COUNT
     assert {c for f in with_records for c in f["record_stats"]["compression"]} == {compression}
@@ -172,6 +178,9 @@ def _check_groups(lines: list[Line], group: str, topic: str, want: Expected) -> 
         assert list(join["subscriptions"]) == protocols  # decoded, by protocol
         assert all(s["topics"] == [topic] for s in join["subscriptions"].values())
         assert set(join["errors"]) <= {"MEMBER_ID_REQUIRED"}
+        # librdkafka sends max.poll.interval.ms as the rebalance timeout, set to the session's
+        assert (join["session_timeout_ms"], join["rebalance_timeout_ms"]) == (
+            SESSION_TIMEOUT_MS, REBALANCE_TIMEOUT_MS)
     [join] = [j for j in joins if not j["errors"]]
     member, generation = join["member_id"], join["generation_id"]
     assert member and isinstance(generation, int) and generation >= 0

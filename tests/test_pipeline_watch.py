@@ -12,10 +12,14 @@ import datetime as dt
 import gzip
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -211,3 +215,130 @@ def test_spool_recovers_after_crash_between_ledger_and_rename(tmp_path: Path) ->
     (spool_dir / ".deadbeef.log.tmp").write_text("never recorded\n")
     assert spool.collect() == []  # already in the ledger: not staged again
     assert sorted(p.name for p in spool_dir.iterdir()) == ["_ledger.txt", staged.name]
+
+
+def _request_line(ts: str, api: str, **fields: object) -> str:
+    return json.dumps({"event": "request", "ts": ts, "api": api, "client_software_name": "x",
+                       "client_software_version": "1", "errors": [], **fields})
+
+
+def test_protocol_steps_are_not_errors_and_waits_not_latency(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """expected_errors.json's errors are not failures; a JoinGroup, and a Fetch that ran
+    out its long poll, are counted as waits and left out of the latency."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    logs.mkdir()
+    t = "2025-03-01T12:00:%02d.000000Z"
+    lines = [
+        _request_line(t % 1, "JoinGroup", errors=["MEMBER_ID_REQUIRED"], latency_ms=1.0),
+        _request_line(t % 2, "JoinGroup", errors=[], latency_ms=2900.0),
+        _request_line(t % 3, "JoinGroup", errors=["GROUP_AUTHORIZATION_FAILED"], latency_ms=1.0),
+        _request_line(t % 4, "Heartbeat", errors=["REBALANCE_IN_PROGRESS"], latency_ms=2.0),
+        _request_line(t % 5, "Heartbeat", errors=["UNKNOWN_MEMBER_ID"], latency_ms=4.0),
+        _request_line(t % 6, "Fetch", max_wait_ms=500, latency_ms=501.0),  # nothing to read
+        _request_line(t % 7, "Fetch", max_wait_ms=500, latency_ms=12.0),  # answered with data
+        _request_line(t % 8, "Fetch", latency_ms=20.0),  # a line from before max_wait_ms
+        _request_line(t % 9, "Metadata", errors=["REBALANCE_IN_PROGRESS"], latency_ms=3.0),
+        _request_line("2025-03-01T12:09:00.000000Z", "Metadata"),  # moves the watermark
+    ]
+    (logs / "requests.log.1").write_text("\n".join(lines) + "\n")
+    age_like_proxy(logs)
+    assert run_watch(spark, WatchOptions(str(logs), out=str(out), once=True)) == 0
+    rows = {r["api"]: r for r in spark.read.parquet(str(out / "by_api")).collect()}
+    got = {api: (r["requests"], r["errors"], r["waited"], r["avg_latency_ms"])
+           for api, r in rows.items()}
+    assert got == {
+        "JoinGroup": (3, 1, 3, None),
+        "Heartbeat": (2, 1, 0, 3.0),
+        "Fetch": (3, 0, 1, 16.0),
+        "Metadata": (1, 1, 0, 3.0),  # REBALANCE_IN_PROGRESS is a step of groups, not here
+    }
+    [software] = spark.read.parquet(str(out / "by_software")).collect()
+    assert (software["requests"], software["errors"], software["waited"]) == (9, 3, 4)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        content = path.read_text(errors="replace")
+        if text in content:
+            return content
+        time.sleep(0.5)
+    return path.read_text(errors="replace")
+
+
+def test_says_what_it_waits_for_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """As a terminal's Ctrl-C does: SIGINT to the whole process group (PySpark's JVM
+    ignores it); the watch stops, no traceback, and nothing of it is left running."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    write_rotated(logs, (to_line(e) for e in Synth(seed=3, rate=5).events(1500)), 1000)
+    age_like_proxy(logs)
+    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KAFKALENS_SPARK_CDS": "0"}
+    with stdout.open("wb") as o, stderr.open("wb") as e:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.watch", str(logs), "--out", str(out),
+             "--interval", "1", "--notice-every", "3", "--master", "local[1]"],
+            cwd=tmp_path, env=env, stdout=o, stderr=e, start_new_session=True)
+    try:
+        text = _wait_for(stderr, "no new lines for", proc, 240)
+        assert "no new lines for" in text, text[-3000:]
+        notice = next(x for x in text.splitlines() if "no new lines for" in x)
+        # what it waits for: the pattern, the directory, the files there and read so far
+        assert f"*.log.[0-9]* in {logs}" in notice and "(1 there now, 1 read so far)" in notice
+        # the rotated file was read (its windows printed) before or about then
+        assert "finished window rows" in _wait_for(stdout, "finished window rows", proc, 60)
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = stderr.read_text(errors="replace")
+    assert rc in (0, 130) and "Traceback" not in text, text[-3000:]
+    assert "kafkalens watch: stopped" in text
+    deadline = time.monotonic() + 60  # the JVM exits once its driver's pipe closes
+    while time.monotonic() < deadline and _group_alive(proc.pid):
+        time.sleep(0.5)
+    alive = _group_alive(proc.pid)
+    if alive:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert not alive, "the watch's JVM outlived it"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_waiting_notice_counts_files_through_hadoop_without_spool(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from pipeline.watch import Waiting
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for n in range(3):
+        (logs / f"requests-{n}.log").write_text("{}\n")
+    (logs / "requests.log").write_text("{}\n")  # the active file: not matched
+    o = WatchOptions(str(logs), out=str(tmp_path / "out"), use_spool=False,
+                     pattern="requests-*.log")
+    assert Waiting(o, spark, 30).what() == (
+        f"waiting for new files matching requests-*.log in {logs} (3 there now)")
+
+
+def test_a_log_directory_that_is_not_there_is_one_line_and_exit_2(
+    spark: SparkSession, tmp_path: Path, capsys: Any
+) -> None:
+    missing = tmp_path / "nope"
+    assert run_watch(spark, WatchOptions(str(missing), out=str(tmp_path / "out"))) == 2
+    err = capsys.readouterr().err
+    assert err == (f"kafkalens watch: {missing} is not a directory (give the directory "
+                   "request_log.path writes into)\n")

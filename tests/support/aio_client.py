@@ -13,6 +13,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from support.clients import (
     CONSUME_TIMEOUT_S,
+    FETCH_MAX_WAIT_MS,
     HEARTBEAT_MS,
     REBALANCE_TIMEOUT_MS,
     SESSION_TIMEOUT_MS,
@@ -67,6 +68,7 @@ async def consume_async(bootstrap: str, topic: str, group: str, count: int) -> l
         heartbeat_interval_ms=HEARTBEAT_MS,
         rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
         max_poll_interval_ms=REBALANCE_TIMEOUT_MS,
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         request_timeout_ms=15000,
     )
     await consumer.start()

@@ -18,6 +18,7 @@ from confluent_kafka.admin import (
 
 from support.clients import (
     CONSUME_TIMEOUT_S,
+    FETCH_MAX_WAIT_MS,
     HEARTBEAT_MS,
     SESSION_TIMEOUT_MS,
     Outcome,
@@ -76,6 +77,7 @@ def consume(bootstrap: str, topic: str, group: str, count: int) -> list[Record]:
                 "heartbeat.interval.ms": HEARTBEAT_MS,
                 # also the JoinGroup rebalance timeout; librdkafka wants it >= session timeout
                 "max.poll.interval.ms": SESSION_TIMEOUT_MS,
+                "fetch.wait.max.ms": FETCH_MAX_WAIT_MS,
             },
         )
     )

@@ -24,6 +24,7 @@ COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 SESSION_TIMEOUT_MS = 3000
 REBALANCE_TIMEOUT_MS = 3000
 HEARTBEAT_MS = 500
+FETCH_MAX_WAIT_MS = 300  # not any client's default: a request line must show what was sent
 CONSUME_TIMEOUT_S = 20.0
 
 Header = tuple[str, bytes | None]

@@ -16,6 +16,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from support.clients import (
     CONSUME_TIMEOUT_S,
+    FETCH_MAX_WAIT_MS,
     HEARTBEAT_MS,
     REBALANCE_TIMEOUT_MS,
     SESSION_TIMEOUT_MS,
@@ -84,6 +85,7 @@ def consume(
         session_timeout_ms=SESSION_TIMEOUT_MS,
         heartbeat_interval_ms=HEARTBEAT_MS,
         max_poll_interval_ms=REBALANCE_TIMEOUT_MS,
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
     )
     got: list[Record] = []
     deadline = time.monotonic() + CONSUME_TIMEOUT_S

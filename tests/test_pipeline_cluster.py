@@ -1,0 +1,153 @@
+"""The report and the watch on a real Spark standalone cluster (a master and two
+workers from the pyspark package's scripts, tests/support/spark_cluster.py) give the
+same tables as on local[*], with executors that have a bare Python: nothing of the
+project's environment (pyarrow, msgspec, pandas ...) is needed on the nodes.
+
+Each cluster run is a separate driver process through the command line, as a user runs
+it; the local[*] runs call the same command line in this process, on the tests' local
+Spark session (one JVM start less each).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from support.spark_cluster import PROJECT_PACKAGES, SparkCluster, importable, standalone_cluster
+
+from pipeline.cli import report_main, watch_main
+from pipeline.synth import Synth, to_line, write_rotated
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_TIMEOUT_S = 600
+LOCAL = "local[2]"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as c:
+        yield c
+    assert c.leftovers() == [], "cluster processes outlived the fixture"
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Rotated logs as the proxy lays them out: plain and gzip, with bad lines."""
+    directory = tmp_path_factory.mktemp("logs")
+    synth = Synth(seed=21, rate=5, bad_every=97)
+    write_rotated(directory, (to_line(e) for e in synth.events(3000)), 1000)
+    write_rotated(directory, (to_line(e) for e in synth.events(2000)), 1000, gz=True)
+    from tests.test_pipeline_watch import age_like_proxy
+
+    age_like_proxy(directory)
+    return directory
+
+
+def driver(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**env, "PYTHONPATH": str(ROOT), "KAFKALENS_SPARK_CDS": "0"}
+    done = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S, check=False)
+    assert done.returncode == 0, f"{args}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
+def local_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+
+
+PROOF = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master(sys.argv[1]).getOrCreate()
+one = spark.sparkContext.parallelize([0], 1)
+print("EXECUTOR", one.map(lambda _: sys.executable).first())
+def needs_pyarrow(_):
+    import pyarrow
+    return pyarrow.__version__
+try:
+    one.map(needs_pyarrow).first()
+except Exception as exc:
+    print("PYARROW", "ModuleNotFoundError" in str(exc))
+else:
+    print("PYARROW", "imported")
+spark.stop()
+"""
+
+
+def test_executors_run_a_python_without_the_projects_packages(
+    cluster: SparkCluster, tmp_path: Path
+) -> None:
+    assert cluster.alive_workers() == 2
+    for package in PROJECT_PACKAGES:
+        assert not importable(cluster.python, package), package
+    done = driver(["-c", PROOF, cluster.master_url], cluster.driver_env(local_env()), tmp_path)
+    said = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    # Python functions run there, in the bare interpreter; one that needs pyarrow cannot.
+    assert said["EXECUTOR"] == str(cluster.python)
+    assert said["PYARROW"] == "True", done.stderr[-3000:]
+
+
+def rows(directory: Path) -> list[tuple[Any, ...]]:
+    """A Parquet table's rows, sorted, floats to 6 significant digits (sums of floats
+    in another order differ in the last bits)."""
+    table = pq.read_table(directory)
+    out = []
+    for row in table.to_pylist():
+        out.append(tuple(sorted((k, _comparable(v)) for k, v in row.items())))
+    return sorted(out, key=repr)
+
+
+def _comparable(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value) and value:
+        return float(f"{value:.6g}")
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    return value
+
+
+def tables(out: Path) -> dict[str, list[tuple[Any, ...]]]:
+    found = {p.name: rows(p) for p in sorted(out.iterdir())
+             if p.is_dir() and not p.name.startswith(("_", "."))}
+    assert found, f"no tables in {out}"
+    return found
+
+
+def test_report_on_the_cluster_equals_local(
+    cluster: SparkCluster, logs: Path, tmp_path: Path, spark: Any
+) -> None:
+    local, remote = tmp_path / "local", tmp_path / "cluster"
+    assert report_main([str(logs), "--out", str(local), "--master", LOCAL]) == 0
+    report = ["-m", "pipeline.cli", str(logs)]
+    driver([*report, "--out", str(remote), "--master", cluster.master_url],
+           cluster.driver_env(local_env()), tmp_path)
+    want, got = tables(local), tables(remote)
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name] == want[name], name
+    assert (remote / "report.html").exists()
+
+
+def test_watch_on_the_cluster_equals_local(
+    cluster: SparkCluster, logs: Path, tmp_path: Path, spark: Any
+) -> None:
+    local, remote = tmp_path / "local", tmp_path / "cluster"
+    watch = ["-m", "pipeline.watch", str(logs), "--once"]
+    assert watch_main([str(logs), "--once", "--out", str(local), "--master", LOCAL]) == 0
+    driver([*watch, "--out", str(remote), "--master", cluster.master_url],
+           cluster.driver_env(local_env()), tmp_path)
+    want, got = tables(local), tables(remote)
+    assert set(want) == {"by_api", "by_software"} == set(got)
+    assert want["by_api"] and want["by_software"]
+    for name in want:
+        assert got[name] == want[name], name
+    apps = [a["name"] for a in cluster.applications()]
+    assert "kafkalens-watch" in apps  # it did run on the cluster
