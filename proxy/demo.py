@@ -123,16 +123,7 @@ def rotate_log(sink: Any, backups: int) -> None:
         if os.path.exists(f"{path}.{index}"):
             os.replace(f"{path}.{index}", f"{path}.{index + 1}")
     os.replace(path, f"{path}.1")
-    reopen = getattr(sink, "reopen", None)
-    if reopen is not None:  # a sink with a writer thread: after the lines queued so far
-        reopen()
-        return
-    # A synchronous sink (before request_log's writer thread): its buffered lines go to
-    # the renamed file, then the path is opened anew.
-    sink.flush()
-    sink._stream.close()
-    sink._stream = sink._open()
-    sink._size = 0
+    sink.reopen()  # the writer thread reopens after the lines queued so far
 
 
 def _watch_hint(log_path: Path, rotate_every: float) -> None:
