@@ -137,7 +137,7 @@ class Limits:
     decompression_limit_bytes: int = 67108864
     observe_whole_frame_bytes: int = 262144
     observe_seconds_per_read: float = 0.1
-    socket_buffer_bytes: int = 262144
+    socket_buffer_bytes: int = 1048576
 
 
 @dataclass(frozen=True)
@@ -735,7 +735,7 @@ def _limits(s: _Section) -> Limits:
         decompression_limit_bytes=s.integer("decompression_limit_bytes", 67108864),
         observe_whole_frame_bytes=s.integer("observe_whole_frame_bytes", 262144, minimum=0),
         observe_seconds_per_read=s.seconds("observe_seconds_per_read", 0.1),
-        socket_buffer_bytes=s.integer("socket_buffer_bytes", 262144, minimum=0),
+        socket_buffer_bytes=s.integer("socket_buffer_bytes", 1048576, minimum=0),
     )
     if limits.max_frame_bytes > 2**31 - 1:
         raise ConfigError(

@@ -15,7 +15,8 @@ Memory per connection, whatever the peers do, per direction: the write buffer up
 request log of at most `limits.observe_whole_frame_bytes` (larger frames are decoded
 as they pass and never kept, proxy/exchange.py). In the kernel, each of the two
 sockets has send and receive buffers of `limits.socket_buffer_bytes`, which Linux
-doubles: 4 x 2 x 256 KiB = 2 MiB at the defaults, instead of the autotuned MBs. Frames
+doubles: 4 x 2 x 1 MiB = 8 MiB at most at the defaults, instead of the autotuned sizes
+(up to the tcp_wmem/tcp_rmem maxima, 4 and 6 MiB per socket on Linux's defaults). Frames
 held whole before they go on (an ApiVersions response to rewrite; every request when
 KIP-1313 enforcement is `reject`) are bounded by `limits.max_frame_bytes` instead.
 """
