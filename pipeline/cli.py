@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -74,8 +73,12 @@ def _run(app: str, master: str | None, job: Callable[[SparkSession], int]) -> in
 
 def pipeline_missing() -> str | None:
     """The one line to print when the `pipeline` extra is not installed, else None."""
-    wanted = ("pyspark", "matplotlib")
-    return MISSING_PYSPARK if any(importlib.util.find_spec(m) is None for m in wanted) else None
+    try:
+        import matplotlib  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError:
+        return MISSING_PYSPARK
+    return None
 
 
 def report_main(argv: list[str]) -> int:
