@@ -56,7 +56,7 @@ def latency_chart(series: list[Row], apis: list[str], step_seconds: int) -> str 
     ax.set_yscale("log")  # a Produce and a Metadata lookup differ 100-fold
     ax.set_ylabel("p95 service latency (ms, log)")
     ax.set_title("Service latency by api over time (UTC; long polls and rebalances apart)")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the lines
     fig.autofmt_xdate()
     return _png(fig)
 

@@ -19,12 +19,14 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:100%}
 .scroll{overflow-x:auto;max-width:100%;margin:.5em 0 2em}
 table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;
-max-width:28em;overflow-wrap:anywhere}
+white-space:nowrap}
+td.long{white-space:normal;min-width:22em;max-width:40em;overflow-wrap:anywhere}
 th{background:#f0f0f0;cursor:pointer;white-space:nowrap;position:sticky;top:0}
 th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
 .num{text-align:right;white-space:nowrap}.note{color:#666;font-size:13px}
 img{max-width:100%;height:auto}
 """
+LONG_CELL = 48  # characters
 # Click a header to sort by it (numbers by value, again to reverse): self-contained.
 SORT_JS = """
 document.querySelectorAll("table.sortable th").forEach(function(th){
@@ -81,7 +83,10 @@ def _td(value: Any) -> str:
     numeric = isinstance(value, int | float) and not isinstance(value, bool)
     if numeric and value == value:  # not NaN: sorted by its value, not its text
         return f'<td class=num data-v="{value!r}">{escape(cell(value))}</td>'
-    return f'<td{" class=num" if numeric else ""}>{escape(cell(value))}</td>'
+    text = cell(value)
+    # Short values stay on one line (the box scrolls); long ones (maps, samples) wrap.
+    kind = " class=num" if numeric else " class=long" if len(text) > LONG_CELL else ""
+    return f"<td{kind}>{escape(text)}</td>"
 
 
 def chart_html(title: str, png: str | None) -> str:
