@@ -33,25 +33,16 @@ def client_host(address: Column) -> Column:
     return F.when(host != "", host).otherwise(address)
 
 
-def request_groups(requests: DataFrame) -> DataFrame:
-    """The requests reduced once to one row per connection, api version, identity and
-    group fields: the lines' single wide aggregation, which connection_usage and
-    consumer_groups both start from instead of each scanning every line.
-
-    Identity and group fields are keys, not max() aggregates: a connection has only a
-    few distinct values (learnt from ApiVersions, telemetry, SASL, JoinGroup), and an
-    aggregate of a string forces a sort-based aggregation of every line where a hash
-    aggregation needs none.
-    """
-    return requests.groupBy(*CONN, "api_key", "api", "api_version", *IDENTITY, *GROUP_KEYS).agg(
-        F.count(F.lit(1)).alias("requests"),
-        F.sum("failed").alias("errors"),
-        F.sum("expected_error").alias("expected_errors"),
-        F.min("ts").alias("first_seen"),
-        F.max("ts").alias("last_seen"),
-        F.max("members").alias("members"),
-        F.max("generation_id").alias("generation_id"),
-    )
+def groups_of(fine: DataFrame) -> DataFrame:
+    """The request groups: a row per connection, api version, identity and group
+    fields (fine.fine_rows' `g` part), which connection_usage and consumer_groups both
+    start from. Identity and group fields are keys there, not max() aggregates: a
+    connection has only a few distinct values (learnt from ApiVersions, telemetry,
+    SASL, JoinGroup), and a string aggregate would force a sort-based aggregation."""
+    return fine.where(F.col("part") == "g").select(
+        *CONN, "api_key", "api", "api_version", *IDENTITY, *GROUP_KEYS,
+        F.col("n").alias("requests"), "errors", "expected_errors", "first_seen",
+        "last_seen", "members", "generation_id")
 
 
 def _outcome_sums() -> list[Column]:
@@ -61,7 +52,7 @@ def _outcome_sums() -> list[Column]:
 def connection_usage(groups: DataFrame) -> DataFrame:
     """Request counts per connection and api version, with the connection's identity.
 
-    `groups` is request_groups(requests).
+    `groups` is groups_of(fine).
     """
     usage = groups.groupBy(*CONN, "api_key", "api", "api_version").agg(
         *[F.max(name).alias(name) for name in IDENTITY],

@@ -5,8 +5,9 @@ Runs the same locally and on a cluster:
     python -m pipeline.report LOGS... --out DIR
     spark-submit --master spark://host:7077 pipeline/report.py LOGS... --out DIR
 (run as a file, this module makes its package importable itself.) Spark does the
-work: its text source reads the logs, from_json parses each line once into a cached
-frame, DataFrame aggregations build every table and the executors write them. No
+work: its text source reads the logs, from_json parses each line once, one hash
+aggregation folds the lines at a fine grain (fine.py, cached), DataFrame operations
+derive every table from it and the executors write them. No
 Python runs on the executors (no UDFs, no RDD functions, no Arrow maps), so a stock
 cluster runs it; the driver collects only the rows report.html shows.
 """
@@ -33,7 +34,8 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from pipeline import html  # noqa: E402
-from pipeline.clients import connection_usage, request_groups  # noqa: E402
+from pipeline.clients import connection_usage, groups_of  # noqa: E402
+from pipeline.fine import fine_rows  # noqa: E402
 from pipeline.fsio import write_text  # noqa: E402
 from pipeline.read import InputError, expand_inputs, first_line, parse_lines, read_lines  # noqa: E402
 from pipeline.summary import ReportResult, summary_lines  # noqa: E402
@@ -43,7 +45,6 @@ from pipeline.tables import (  # noqa: E402
     bucket_seconds,
     build_tables,
     counts,
-    request_rows,
     sort_columns,
 )
 
@@ -118,12 +119,13 @@ def preload_charts() -> None:
 
 
 def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts]:
-    """The parsed lines, cached, and their counts (the job that reads the files). A
-    failure to read them (the cluster cannot see a file, no permission) is an
-    InputError: one line for the user, not a Java stack."""
+    """The lines' one aggregation (fine.fine_rows), cached, and the line counts: the
+    only job that reads the files. A failure to read them (the cluster cannot see a
+    file, no permission) is an InputError: one line for the user, not a Java stack."""
     try:
-        parsed = parse_lines(read_lines(spark, found)).persist(StorageLevel.MEMORY_AND_DISK)
-        return parsed, counts(parsed)  # fills the cache
+        fine = fine_rows(parse_lines(read_lines(spark, found)))
+        fine = fine.persist(StorageLevel.MEMORY_AND_DISK)
+        return fine, counts(fine)  # fills the cache
     except (Py4JJavaError, PySparkException) as e:
         raise InputError(f"cannot read the inputs: {first_line(e)}") from e
 
@@ -131,22 +133,16 @@ def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts]:
 def run_report(spark: SparkSession, inputs: list[str], out: str) -> ReportResult:
     started = time.monotonic()
     found = expand_inputs(spark, inputs)
-    parsed, line_counts = _scan(spark, found)
-    requests = request_rows(parsed)
-    # Small (a row per connection, api version and identity): four tables start there.
-    groups = request_groups(requests).persist(StorageLevel.MEMORY_AND_DISK)
-    usage = connection_usage(groups).persist(StorageLevel.MEMORY_AND_DISK)
+    fine, line_counts = _scan(spark, found)
+    # Three tables start from the connections' usage: computed once.
+    usage = connection_usage(groups_of(fine)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        # Filled before the tables' jobs start: concurrent jobs reaching an unfilled
-        # cache would each compute it, i.e. aggregate every line again.
-        usage.count()
-        built = build_tables(requests, parsed, line_counts, groups, usage)
+        built = build_tables(fine, line_counts, usage)
         with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
             list(pool.map(lambda item: write_table(item[1], out, item[0]), built.items()))
     finally:
         usage.unpersist()
-        groups.unpersist()
-        parsed.unpersist()
+        fine.unpersist()
     result = ReportResult(out, found, line_counts, time.monotonic() - started)
     result.bucket_seconds = bucket_seconds(line_counts)
     with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
