@@ -11,7 +11,8 @@ single hash aggregation, into rows of a few parts, each keyed at its own grain:
   wide (`LATENCY_BIN`), so percentiles are read from the histogram (hist_percentiles)
   within 1 % of the exact value, and requests and errors per minute sum exactly;
 - `t` (topics): a row per topic and api (Produce, Fetch) with the record counts;
-- `b` (bad lines): a row per file and reason, with the count and two samples;
+- `b` (bad lines): a row per file, reason and distinct bad line (its first 200
+  characters), with the count;
 - `e` (other good lines): a row per event, for the line counts and time span.
 
 A request line makes a `g` and an `l` row (and a `t` row per topic it carries), so the
@@ -91,10 +92,14 @@ def fine_rows(parsed: DataFrame) -> DataFrame:
         topic.alias("topic"),
         key("file", "b"),
         key("bad_reason", "b", name="reason"),
+        # The bad line itself (200 characters) is a key, not a min()/max() aggregate: a
+        # string aggregate would make Spark sort every row of the aggregation instead
+        # of hashing them; bad_lines takes the samples from these few rows.
+        key("line", "b", name="sample"),
         key("event", "e"),
     ]
     keyed = lines.select(
-        *keys, "ts", "members", "generation_id", "line",
+        *keys, "ts", "members", "generation_id",
         F.when(on("g", "l"), F.col("_failed")).alias("failed"),
         F.when(on("g", "l"), F.col("_expected")).alias("expected"),
         F.when(on("l"), latency).alias("latency"),
@@ -112,13 +117,11 @@ def fine_rows(parsed: DataFrame) -> DataFrame:
         F.sum("latency").alias("lat_sum"),
         F.max("latency").alias("lat_max"),
         *[F.sum(field).alias(field) for field in _COUNT_FIELDS],
-        F.min("line").alias("sample_lo"),
-        F.max("line").alias("sample_hi"),
     )
 
 
 _KEY_NAMES = {"part", "minute", "api_key", "api", "api_version", "waits", *CONN, *IDENTITY,
-              *GROUP_KEYS, "lat_bin", "topic", "file", "reason", "event"}
+              *GROUP_KEYS, "lat_bin", "topic", "file", "reason", "sample", "event"}
 
 
 def part(fine: DataFrame, name: str) -> DataFrame:

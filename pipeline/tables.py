@@ -60,9 +60,9 @@ def counts(fine: DataFrame) -> Counts:
 def bad_lines(fine: DataFrame) -> DataFrame:
     """Per file and reason: how many bad lines, and up to two samples of them (the
     smallest and the largest: deterministic, bounded however many lines are bad)."""
-    return part(fine, "b").select(
-        "file", "reason", F.col("n").alias("bad_lines"),
-        F.array_distinct(F.array("sample_lo", "sample_hi")).alias("samples"))
+    return part(fine, "b").groupBy("file", "reason").agg(
+        F.sum("n").alias("bad_lines"),
+        F.array_distinct(F.array(F.min("sample"), F.max("sample"))).alias("samples"))
 
 
 def bucket_seconds(c: Counts, points: int = 120) -> int:
