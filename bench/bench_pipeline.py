@@ -41,9 +41,8 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from pipeline.synth import Synth, to_line, write_rotated
 
@@ -167,53 +166,25 @@ def run_report(logs: Path, out: Path, parse_arm: str | None = None) -> Run:
     return Run(seconds, peak, per_process, sum(cpu.values()), by_kind, stdout)
 
 
-PARSE_ARMS = ("spark", "python", "python-fold")
-
-
-def _count_parsed(batches: Iterator[Any]) -> Iterator[Any]:
-    """mapInArrow: each line parsed by fastparse (undecided ones too), one count out."""
-    import pyarrow as pa
-
-    from pipeline.fastparse import parse
-
-    n = 0
-    for batch in batches:
-        for raw in batch.column(0).cast(pa.binary()).to_pylist():
-            parse(raw)
-            n += 1
-    yield pa.RecordBatch.from_pydict({"n": [n]}, schema=pa.schema([("n", pa.int64())]))
+# The Python arms ("python", "python-fold") timed the former report's parser and
+# fold (fastparse.py, partials.py), deleted with it: Spark's parse is the report's.
+PARSE_ARMS = ("spark",)
 
 
 def parse_only_main(logs: str, arm: str) -> int:
     """The floor of a report: a fresh driver and JVM reading and parsing every line.
 
-    spark: the report's former parse (text + from_json, read.parse_lines), every column
-    kept so that Spark cannot prune fields from the parse, counted; python: the text
-    lines (Spark's reader) parsed in the Python workers (fastparse), counted;
-    python-fold: the report's whole pass over the lines, the workers reading local
-    files themselves, parsing and folding them into partials merged in the driver
-    (report.merge_partials)."""
+    spark: the report's parse (text + from_json, read.parse_lines), every column kept
+    so that Spark cannot prune fields from the parse, counted."""
     from pyspark.sql import functions as F
 
     from pipeline.read import expand_inputs, parse_lines, read_lines
-    from pipeline.report import merge_partials
     from pipeline.session import build_session
-    from pipeline.shipping import ship_package
 
     spark = build_session("kafkalens-parse-only")
-    found, _ = expand_inputs(spark, [logs])
-    if arm == "python-fold":
-        ship_package(spark)
-        count = merge_partials(spark, found).lines
-    else:
-        lines = read_lines(spark, found)
-        if arm == "spark":
-            parsed = parse_lines(lines)
-            row = parsed.agg(F.count(F.lit(1)), *[F.count(c) for c in parsed.columns]).first()
-        else:
-            row = lines.select("value").mapInArrow(_count_parsed, "n long").agg(
-                F.sum("n")).first()
-        count = row[0] if row else 0
+    parsed = parse_lines(read_lines(spark, expand_inputs(spark, [logs])))
+    row = parsed.agg(F.count(F.lit(1)), *[F.count(c) for c in parsed.columns]).first()
+    count = row[0] if row else 0
     print(f"parse only ({arm}): {count:,} lines")
     spark.stop()
     return 0
