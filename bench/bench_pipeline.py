@@ -178,11 +178,11 @@ def parse_only_main(logs: str, arm: str) -> int:
     so that Spark cannot prune fields from the parse, counted."""
     from pyspark.sql import functions as F
 
-    from pipeline.read import expand_inputs, parse_lines, read_lines
+    from pipeline.read import expand_inputs, parse_lines, read_logs
     from pipeline.session import build_session
 
     spark = build_session("kafkalens-parse-only")
-    parsed = parse_lines(read_lines(spark, expand_inputs(spark, [logs])))
+    parsed = parse_lines(read_logs(spark, expand_inputs(spark, [logs])))
     row = parsed.agg(F.count(F.lit(1)), *[F.count(c) for c in parsed.columns]).first()
     count = row[0] if row else 0
     print(f"parse only ({arm}): {count:,} lines")

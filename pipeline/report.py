@@ -37,7 +37,7 @@ from pipeline import html  # noqa: E402
 from pipeline.clients import connection_usage, groups_of  # noqa: E402
 from pipeline.fine import fine_rows  # noqa: E402
 from pipeline.fsio import write_text  # noqa: E402
-from pipeline.read import InputError, expand_inputs, first_line, parse_lines, read_lines  # noqa: E402
+from pipeline.read import InputError, expand_inputs, first_line, parse_lines, read_logs  # noqa: E402
 from pipeline.summary import ReportResult, summary_lines  # noqa: E402
 from pipeline.tables import (  # noqa: E402
     TABLE_ORDER,
@@ -123,7 +123,7 @@ def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts]:
     only job that reads the files. A failure to read them (the cluster cannot see a
     file, no permission) is an InputError: one line for the user, not a Java stack."""
     try:
-        fine = fine_rows(parse_lines(read_lines(spark, found)))
+        fine = fine_rows(parse_lines(read_logs(spark, found)))
         fine = fine.persist(StorageLevel.MEMORY_AND_DISK)
         return fine, counts(fine)  # fills the cache
     except (Py4JJavaError, PySparkException) as e:

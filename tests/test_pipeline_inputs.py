@@ -57,14 +57,14 @@ def test_a_file_the_executors_cannot_read_fails_with_one_line(
     """The driver lists the file, the executors do not find it (a path only the driver
     sees, a file removed meanwhile): an error and a non-zero exit, not an empty report."""
     log = _log(tmp_path / "logs" / "requests.log")
-    real = report.read_lines
+    real = report.read_logs
 
     def listed_then_gone(s: SparkSession, paths: list[str]) -> Any:
         lines = real(s, paths)  # the file index is built here, on the driver
         log.unlink()
         return lines
 
-    monkeypatch.setattr(report, "read_lines", listed_then_gone)
+    monkeypatch.setattr(report, "read_logs", listed_then_gone)
     code = report_main([str(tmp_path / "logs"), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip()
     assert code == 1 and err.startswith("kafkalens report: cannot read the inputs:")
