@@ -16,8 +16,9 @@ single hash aggregation, into rows of a few parts, each keyed at its own grain:
 - `e` (other good lines): a row per event, for the line counts and time span.
 
 A request line makes a `g` and an `l` row (and a `t` row per topic it carries), so the
-aggregation sees two to four rows per line; its output is small next to the lines,
-cached by the job that reads the files, and no other job reads them.
+aggregation sees two to four rows per line; its output is small next to the lines
+(but for inputs of many distinct bad lines: a row each), cached by the job that reads
+the files, and no other job reads the files.
 """
 
 from __future__ import annotations
