@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -24,8 +25,23 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def latency_chart(series: list[Row], apis: list[str]) -> str | None:
-    """p95 latency over time for the busiest apis; None when there is nothing to draw."""
+def with_gaps(points: list[tuple[Any, float]], step_seconds: int) -> tuple[list, list]:
+    """The points in time order, with a NaN inserted where buckets are missing: the line
+    breaks there instead of joining distant points as if data were between them."""
+    xs: list[Any] = []
+    ys: list[float] = []
+    for x, y in sorted(points):
+        if xs and (x - xs[-1]).total_seconds() > step_seconds:
+            xs.append(xs[-1] + (x - xs[-1]) / 2)
+            ys.append(math.nan)
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
+
+
+def latency_chart(series: list[Row], apis: list[str], step_seconds: int) -> str | None:
+    """p95 service latency over time for the busiest apis; None when there is nothing
+    to draw. `series` rows are latency_over_time's, buckets `step_seconds` apart."""
     points: dict[str, list[tuple[Any, float]]] = defaultdict(list)
     for row in series:
         if row["api"] in apis[:MAX_SERIES] and row["p95_ms"] is not None:
@@ -35,25 +51,23 @@ def latency_chart(series: list[Row], apis: list[str]) -> str | None:
     fig, ax = plt.subplots(figsize=(9, 3.5))
     for api in apis[:MAX_SERIES]:
         if points.get(api):
-            xs, ys = zip(*sorted(points[api]), strict=True)
+            xs, ys = with_gaps(points[api], step_seconds)
             ax.plot(xs, ys, marker=".", label=api)
-    ax.set_yscale("log")  # a Fetch long poll and a Metadata lookup differ 1000-fold
-    ax.set_ylabel("p95 latency (ms, log scale)")
-    ax.set_title("Latency by api over time (UTC)")
-    ax.legend(fontsize="small")
+    ax.set_yscale("log")  # a Produce and a Metadata lookup differ 100-fold
+    ax.set_ylabel("p95 service latency (ms, log)")
+    ax.set_title("Service latency by api over time (UTC; long polls and rebalances apart)")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the lines
     fig.autofmt_xdate()
     return _png(fig)
 
 
-def software_chart(usage: list[Row]) -> str | None:
-    """Requests by client software name/version, busiest first."""
-    totals: dict[str, int] = defaultdict(int)
-    for row in usage:
-        name = row["client_software_name"] or "unknown"
-        totals[f"{name} {row['client_software_version'] or ''}".strip()] += row["requests"]
+def software_chart(totals: list[Row]) -> str | None:
+    """Requests by client software name/version, busiest first (`totals`: name,
+    version, requests)."""
     if not totals:
         return None
-    top = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_BARS]
+    top = [(f"{r['client_software_name'] or 'unknown'} {r['client_software_version'] or ''}"
+            .strip(), r["requests"]) for r in totals[:MAX_BARS]]
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(top) + 1))
     ax.barh([k for k, _ in reversed(top)], [v for _, v in reversed(top)])
     ax.set_xlabel("requests")

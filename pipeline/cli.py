@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-from pipeline.session import build_session
+MISSING_PYSPARK = ("kafkalens: the pipeline needs PySpark and matplotlib: "
+                   "pip install 'kafkalens[pipeline]'")
 
 
 def _report_parser() -> argparse.ArgumentParser:
@@ -57,6 +60,10 @@ def _watch_parser() -> argparse.ArgumentParser:
 
 
 def _run(app: str, master: str | None, job: Callable[[SparkSession], int]) -> int:
+    from pyspark.sql import SparkSession
+
+    from pipeline.session import build_session
+
     # Stop the session only if this call made it (tests and notebooks share one).
     owned = SparkSession.getActiveSession() is None
     spark = build_session(app, master)
@@ -67,15 +74,33 @@ def _run(app: str, master: str | None, job: Callable[[SparkSession], int]) -> in
             spark.stop()
 
 
+def pipeline_missing() -> str | None:
+    """The one line to print when the `pipeline` extra is not installed, else None."""
+    try:
+        import matplotlib  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError:
+        return MISSING_PYSPARK
+    return None
+
+
 def report_main(argv: list[str]) -> int:
+    args = _report_parser().parse_args(argv)
+    if missing := pipeline_missing():
+        print(missing, file=sys.stderr)
+        return 2
+    from pipeline.read import InputError
     from pipeline.report import preload_charts, run_report
     from pipeline.summary import summary_lines
 
-    args = _report_parser().parse_args(argv)
     preload_charts()
 
     def job(spark: SparkSession) -> int:
-        result = run_report(spark, args.logs, args.out)
+        try:
+            result = run_report(spark, args.logs, args.out)
+        except InputError as e:
+            print(f"kafkalens report: {e}", file=sys.stderr)
+            return 1
         print("kafkalens report")
         for line in summary_lines(result):
             print("  " + line)
@@ -86,9 +111,12 @@ def report_main(argv: list[str]) -> int:
 
 
 def watch_main(argv: list[str]) -> int:
+    args = _watch_parser().parse_args(argv)
+    if missing := pipeline_missing():
+        print(missing, file=sys.stderr)
+        return 2
     from pipeline.watch import WatchOptions, run_watch
 
-    args = _watch_parser().parse_args(argv)
     options = WatchOptions.from_args(args)
     try:
         return _run("kafkalens-watch", args.master, lambda spark: run_watch(spark, options))

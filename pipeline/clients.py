@@ -5,21 +5,13 @@ version arrive with ApiVersions, the KIP-714 client instance id with
 GetTelemetrySubscriptions, the principal after SASL. So requests are first reduced
 to one row per (connection, api, version), and each connection's rows then take the
 identity seen on any of its lines; otherwise one client would appear as two.
-
-Built in the driver from the merged partials (merge.py), with Spark's aggregate
-semantics (agg.py), by Arrow's group_by: the rows are per connection and api version
-(~150,000 at 10M lines), never per line, but Python loops over them took ~7 s.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from pipeline.agg import Row
 from pipeline.readiness_data import removed_versions
 
 CONN = ["listener", "client_address", "conn"]
@@ -32,138 +24,116 @@ IDENTITY = [
 ]
 # Of a consumer group's requests, what consumer_groups (pipeline.traffic) needs.
 GROUP_KEYS = ["group_id", "member_id", "protocol_type", "protocol_name"]
-UNKNOWN_API = "unknown"
-
-# The host of "ip:port" or "[v6]:port", as the Java regex ^\[?(.*?)\]?:\d+$ that Spark
-# ran: "." stops at Java's line terminators and "$" may precede a final one.
-_HOST = re.compile(r"^\[?([^\n\r\x85\u2028\u2029]*?)\]?:[0-9]+(?:\r\n|[\n\r\x85\u2028\u2029])?\Z")
+_OUTCOMES = ["requests", "errors", "expected_errors"]
 
 
-def client_host(address: str | None) -> str | None:
-    """The host of an address (the port changes with every connection)."""
-    if address is None:
-        return None
-    match = _HOST.search(address)
-    return match.group(1) if match and match.group(1) else address
+def client_host(address: Column) -> Column:
+    """The host of "ip:port" or "[v6]:port" (the port changes with every connection)."""
+    host = F.regexp_extract(address, r"^\[?(.*?)\]?:\d+$", 1)
+    return F.when(host != "", host).otherwise(address)
 
 
-def _renamed(table: pa.Table, names: dict[str, str]) -> pa.Table:
-    return table.rename_columns([names.get(c, c) for c in table.column_names])
+def groups_of(fine: DataFrame) -> DataFrame:
+    """The request groups: a row per connection, api version, identity and group
+    fields (fine.fine_rows' `g` part), which connection_usage and consumer_groups both
+    start from. Identity and group fields are keys there, not max() aggregates: a
+    connection has only a few distinct values (learnt from ApiVersions, telemetry,
+    SASL, JoinGroup), and a string aggregate would force a sort-based aggregation."""
+    return fine.where(F.col("part") == "g").select(
+        *CONN, "api_key", "api", "api_version", *IDENTITY, *GROUP_KEYS,
+        F.col("n").alias("requests"), "errors", "expected_errors", "first_seen",
+        "last_seen", "members", "generation_id")
 
 
-def _aggregate(table: pa.Table, keys: list[str], aggregates: list[tuple]) -> pa.Table:
-    """group_by with Spark's semantics for the aggregates used here: nulls are a key
-    value like any other, sums, mins and maxes skip nulls (null if all are), string
-    maxes compare UTF-8 bytes (Spark's order, and Python's code points)."""
-    return table.group_by(keys, use_threads=False).aggregate(aggregates)
+def _outcome_sums() -> list[Column]:
+    return [F.sum(name).alias(name) for name in _OUTCOMES]
 
 
-def _null_safe_keys(table: pa.Table, names: list[str]) -> tuple[pa.Table, list[str]]:
-    """`table` with join keys standing for `names` under which null equals null (an
-    Arrow join, as SQL's, matches no null): each value with nulls as "" plus a flag."""
-    keys = []
-    for i, name in enumerate(names):
-        column = table.column(name)
-        table = table.append_column(f"_key{i}", pc.fill_null(column, "")).append_column(
-            f"_null{i}", pc.is_null(column))
-        keys += [f"_key{i}", f"_null{i}"]
-    return table, keys
+def connection_usage(groups: DataFrame) -> DataFrame:
+    """Request counts per connection and api version, with the connection's identity.
+
+    `groups` is groups_of(fine).
+    """
+    usage = groups.groupBy(*CONN, "api_key", "api", "api_version").agg(
+        *[F.max(name).alias(name) for name in IDENTITY],
+        *_outcome_sums(),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
+    )
+    # A field learnt on any of the connection's apis then applies to all of them.
+    per_conn = Window.partitionBy(*CONN)
+    resolved = usage.select(
+        *CONN,
+        *[F.max(name).over(per_conn).alias(name) for name in IDENTITY],
+        "api_key", "api", "api_version", *_OUTCOMES, "first_seen", "last_seen",
+    )
+    host = client_host(F.col("client_address"))
+    fallback = F.concat_ws(
+        "|", *[F.coalesce(c, F.lit("")) for c in (F.col("client_id"), host,
+               F.col("client_software_name"), F.col("client_software_version"))]
+    )
+    return resolved.withColumn("client_host", host).withColumn(
+        "client_key", F.coalesce(F.col("client_instance_id"), fallback)
+    )
 
 
-def connection_usage(groups: pa.Table) -> pa.Table:
-    """Request counts per connection and api version, with the connection's identity
-    (each field's largest value on any of the connection's rows), client_host and
-    client_key.
-
-    `groups` are the merged request groups (merge.Merged.group_table)."""
-    identity = _aggregate(groups, CONN, [(name, "max") for name in IDENTITY])
-    identity = _renamed(identity, {f"{name}_max": name for name in IDENTITY})
-    usage = _aggregate(groups, [*CONN, "api_key", "api", "api_version"], [
-        ("requests", "sum"), ("errors", "sum"), ("first_seen", "min"), ("last_seen", "max")])
-    usage = _renamed(usage, {"requests_sum": "requests", "errors_sum": "errors",
-                             "first_seen_min": "first_seen", "last_seen_max": "last_seen"})
-    usage, keys = _null_safe_keys(usage, CONN)
-    identity, _ = _null_safe_keys(identity, CONN)
-    usage = usage.join(identity.drop_columns(CONN), keys=keys, use_threads=False)
-    usage = usage.drop_columns(keys)
-    address = pc.dictionary_encode(usage.column("client_address").combine_chunks())
-    # Few distinct addresses (one per connection at most): the regex runs once on each.
-    hosts = pa.array([client_host(a) for a in address.dictionary.to_pylist()], pa.string())
-    usage = usage.append_column("client_host", hosts.take(address.indices))
-    # client_instance_id, or client_id|host|software name|version (a null as "").
-    joined = pc.binary_join_element_wise(
-        *[pc.fill_null(usage.column(name), "") for name in
-          ("client_id", "client_host", "client_software_name", "client_software_version")],
-        "|")
-    instance = usage.column("client_instance_id")
-    return usage.append_column("client_key", pc.if_else(pc.is_valid(instance), instance,
-                                                        joined))
+def _identity_aggs() -> list[Column]:
+    return [
+        F.max("client_instance_id").alias("client_instance_id"),
+        F.max("client_id").alias("client_id"),
+        F.max("client_software_name").alias("client_software_name"),
+        F.max("client_software_version").alias("client_software_version"),
+        F.array_sort(F.collect_set("client_host")).alias("client_hosts"),
+    ]
 
 
-_IDENTITY_FIELDS = ("client_instance_id", "client_id", "client_software_name",
-                    "client_software_version")
-_SPAN = [("requests", "sum"), ("errors", "sum"), ("first_seen", "min"), ("last_seen", "max")]
-_SPAN_NAMES = {"requests_sum": "requests", "errors_sum": "errors",
-               "first_seen_min": "first_seen", "last_seen_max": "last_seen"}
+def _span() -> list[Column]:
+    return [F.min("first_seen").alias("first_seen"), F.max("last_seen").alias("last_seen")]
 
 
-def _identity_columns(row: Row) -> Row:
-    """An aggregate row's identity: the largest of each field, sorted distinct hosts."""
-    return {**{name: row[f"{name}_max"] for name in _IDENTITY_FIELDS},
-            "client_hosts": sorted(row["client_host_distinct"])}
+def client_inventory(usage: DataFrame) -> DataFrame:
+    by_api = usage.groupBy("client_key", "api").agg(F.sum("requests").alias("n"))
+    api_map = by_api.groupBy("client_key").agg(
+        F.map_from_entries(F.array_sort(F.collect_list(F.struct("api", "n"))))
+        .alias("requests_by_api"))
+    clients = usage.groupBy("client_key").agg(
+        *_identity_aggs(),
+        F.array_sort(F.collect_set("principal")).alias("principals"),
+        *_span(),
+        *_outcome_sums(),
+        F.count_distinct(F.struct(*CONN)).alias("connections"),
+    )
+    return clients.join(api_map, "client_key")
 
 
-def client_inventory(usage: pa.Table) -> list[Row]:
-    by_client = _aggregate(usage, ["client_key"], [
-        *[(name, "max") for name in _IDENTITY_FIELDS], ("client_host", "distinct"),
-        ("principal", "distinct"), *_SPAN])
-    # Distinct connections (a null is a value, as in a Python set of tuples).
-    conns = _aggregate(_aggregate(usage, ["client_key", *CONN], []), ["client_key"],
-                       [([], "count_all")])
-    connections = dict(zip(conns.column("client_key").to_pylist(),
-                           conns.column("count_all").to_pylist(), strict=True))
-    # A map key cannot be null: a request line naming no api counts as "unknown".
-    apis = usage.set_column(usage.schema.get_field_index("api"), "api",
-                            pc.fill_null(usage.column("api"), UNKNOWN_API))
-    by_api: dict[str, dict[str, Any]] = {}
-    for r in _aggregate(apis, ["client_key", "api"], [("requests", "sum")]).to_pylist():
-        by_api.setdefault(r["client_key"], {})[r["api"]] = r["requests_sum"]
-    rows = []
-    for r in _renamed(by_client, _SPAN_NAMES).to_pylist():
-        key = r["client_key"]
-        rows.append({"client_key": key, **_identity_columns(r),
-                     "principals": sorted(r["principal_distinct"]),
-                     "first_seen": r["first_seen"], "last_seen": r["last_seen"],
-                     "requests": r["requests"], "errors": r["errors"],
-                     "connections": connections[key],
-                     "requests_by_api": dict(sorted(by_api[key].items()))})
-    return rows
-
-
-def api_usage(usage: pa.Table) -> list[Row]:
+def api_usage(usage: DataFrame) -> DataFrame:
     keys = ["api", "api_key", "api_version", "client_software_name", "client_software_version"]
-    grouped = _aggregate(usage, keys, [*_SPAN, ("client_key", "count_distinct")])
-    grouped = _renamed(grouped, {**_SPAN_NAMES, "client_key_count_distinct": "clients"})
-    return grouped.select([*keys, "requests", "errors", "clients", "first_seen", "last_seen"]
-                          ).to_pylist()
+    return usage.groupBy(*keys).agg(
+        *_outcome_sums(),
+        F.count_distinct("client_key").alias("clients"),
+        *_span(),
+    )
 
 
-def kafka4_readiness(usage: pa.Table) -> list[Row]:
+def removed_versions_frame(usage: DataFrame) -> DataFrame:
+    """The removed (api_key, api_version) with the lowest version Kafka 4.0 accepts: a
+    literal table (no Python on the executors to build it)."""
+    rows = sorted({(key, version, minimum) for key, _, version, minimum in removed_versions()})
+    literal = F.array(*[F.struct(F.lit(k).cast("int").alias("api_key"),
+                                 F.lit(v).cast("int").alias("api_version"),
+                                 F.lit(m).cast("int").alias("kafka4_min_version"))
+                        for k, v, m in rows])
+    spark = usage.sparkSession
+    return spark.range(1).select(F.inline(literal))
+
+
+def kafka4_readiness(usage: DataFrame) -> DataFrame:
     """One row per client and (api, version) that a Kafka 4.0 broker no longer accepts."""
-    removed: dict[tuple[int, int], int] = {}
-    for api_key, _, version, minimum in removed_versions():
-        removed[(api_key, version)] = max(minimum, removed.get((api_key, version), minimum))
-    # Only the usage of removed versions: a key api_key * 2^32 + version, null if either is.
-    code = pc.add(pc.multiply(pc.cast(usage.column("api_key"), pa.int64()), 2**32),
-                  pc.cast(usage.column("api_version"), pa.int64()))
-    wanted = pa.array([k * 2**32 + v for k, v in removed], pa.int64())
-    refused = usage.filter(pc.fill_null(pc.is_in(code, wanted), False))
-    keys = ["client_key", "api", "api_key", "api_version"]
-    grouped = _aggregate(refused, keys, [
-        *[(name, "max") for name in _IDENTITY_FIELDS], ("client_host", "distinct"),
-        ("requests", "sum"), ("first_seen", "min"), ("last_seen", "max")])
-    return [{**{name: r[name] for name in keys}, **_identity_columns(r),
-             "kafka4_min_version": removed[(r["api_key"], r["api_version"])],
-             "requests": r["requests_sum"], "first_seen": r["first_seen_min"],
-             "last_seen": r["last_seen_max"]}
-            for r in grouped.to_pylist()]
+    removed = F.broadcast(removed_versions_frame(usage))
+    hits = usage.join(removed, ["api_key", "api_version"])
+    return hits.groupBy("client_key", "api", "api_key", "api_version").agg(
+        *_identity_aggs(),
+        F.max("kafka4_min_version").alias("kafka4_min_version"),
+        F.sum("requests").alias("requests"),
+        *_span(),
+    )

@@ -1,18 +1,11 @@
-"""Writing the report's files (tables, report.html) wherever the tables go."""
+"""Writing report.html wherever the tables go (the tables Spark's executors write)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
-
-# What a directory of Parquet from Spark holds; readers of the tables see the same.
-PART_FILE = "part-00000.snappy.parquet"
-SUCCESS = "_SUCCESS"
 
 
 def is_local(path: str) -> bool:
@@ -39,25 +32,3 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         stream.write(bytearray(text.encode("utf-8")))
     finally:
         stream.close()
-
-
-def write_parquet(spark: SparkSession, table: pa.Table, path: str) -> None:
-    """Replace the directory `path` with one Parquet file of `table`.
-
-    Locally pyarrow writes it (no Spark job: the tables are small); elsewhere
-    (hdfs://, s3a:// ...) pyarrow has no filesystem to write with, so Spark does."""
-    if not is_local(path):
-        spark_write_parquet(spark, table, path)
-        return
-    target = _local(path)
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    pq.write_table(table, target / PART_FILE, compression="snappy")
-    (target / SUCCESS).touch()
-
-
-def spark_write_parquet(spark: SparkSession, table: pa.Table, path: str) -> None:
-    """Spark's writer, for the filesystems only Hadoop reaches."""
-    frame = spark.createDataFrame(table)
-    frame.coalesce(1).write.mode("overwrite").parquet(path)

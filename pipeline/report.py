@@ -3,12 +3,13 @@
 Runs the same locally and on a cluster:
     kafkalens report LOGS... --out DIR [--master URL]
     python -m pipeline.report LOGS... --out DIR
-    spark-submit --master yarn pipeline/report.py hdfs:///logs/kafkalens --out hdfs:///reports/x
-(run as a file, this module makes its package importable itself, and ships it to the
-Python workers, which read (local files), parse and fold the lines: executors need
-Python with pyarrow, pandas, numpy and msgspec, see pipeline/README.md.) The driver
-merges the workers' small partial aggregates and builds, writes and renders the
-tables itself: two Spark jobs in all, not one per table.
+    spark-submit --master spark://host:7077 pipeline/report.py LOGS... --out DIR
+(run as a file, this module makes its package importable itself.) Spark does the
+work: its text source reads the logs, from_json parses each line once, one hash
+aggregation folds the lines at a fine grain (fine.py, cached), DataFrame operations
+derive every table from it and the executors write them. No
+Python runs on the executors (no UDFs, no RDD functions, no Arrow maps), so a stock
+cluster runs it; the driver collects only the rows report.html shows.
 """
 
 from __future__ import annotations
@@ -17,46 +18,92 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 if not __package__:  # spark-submit pipeline/report.py: import the package, not its files
     # (run as a file, this directory heads sys.path and pipeline/html.py would hide the
     # standard library's html), so the repository root takes its place.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from pyspark.sql import SparkSession  # noqa: E402
+from py4j.protocol import Py4JJavaError  # noqa: E402
+from pyspark import StorageLevel  # noqa: E402
+from pyspark.errors import PySparkException  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
 
 from pipeline import html  # noqa: E402
-from pipeline.fsio import write_parquet, write_text  # noqa: E402
-from pipeline.merge import Merged, undecided_lines  # noqa: E402
-from pipeline.read import expand_inputs, fallback_partials, line_partials  # noqa: E402
-from pipeline.shipping import ship_package  # noqa: E402
+from pipeline.clients import connection_usage, groups_of  # noqa: E402
+from pipeline.fine import fine_rows  # noqa: E402
+from pipeline.fsio import write_text  # noqa: E402
+from pipeline.read import InputError, expand_inputs, first_line, parse_lines, read_logs  # noqa: E402
 from pipeline.summary import ReportResult, summary_lines  # noqa: E402
-from pipeline.tables import TABLE_ORDER, build_tables, counts  # noqa: E402
+from pipeline.tables import (  # noqa: E402
+    TABLE_ORDER,
+    Counts,
+    bucket_seconds,
+    build_tables,
+    counts,
+    sort_columns,
+)
 
 HTML_ROWS = 50
-# The series behind the charts: more rows than a table shows.
-CHART_ROWS = {"latency_over_time": 5000, "api_usage": 5000}
+CHART_APIS = 6  # the busiest apis drawn in the latency chart
+CHART_BARS = 15  # client software bars
+# Tables are written from a few threads at once: each job is small next to Spark's
+# per-job latency, and concurrent jobs keep the cores busy while another is scheduled.
+PARALLEL_JOBS = 4
 
 
 def table_path(out: str, name: str) -> str:
     return f"{out.rstrip('/')}/{name}"
 
 
+def write_table(df: DataFrame, out: str, name: str) -> None:
+    # One sorted file per table, written by an executor: the tables are aggregates,
+    # small next to the logs, and one file reads well downstream.
+    ordered = df.repartition(1).sortWithinPartitions(*sort_columns(name))
+    ordered.write.mode("overwrite").parquet(table_path(out, name))
+
+
+def _rows(df: DataFrame) -> list[dict[str, Any]]:
+    return [row.asDict(recursive=True) for row in df.collect()]
+
+
+def _read_back(spark: SparkSession, out: str, name: str) -> tuple[int, list[dict[str, Any]]]:
+    """A written table's row count and its first rows (bounded: what the html shows)."""
+    table = spark.read.parquet(table_path(out, name))
+    rows = _rows(table.orderBy(*sort_columns(name)).limit(HTML_ROWS + 1))
+    # Counting is another job: only a table longer than what is shown needs it.
+    total = len(rows) if len(rows) <= HTML_ROWS else table.count()
+    return total, rows[:HTML_ROWS]
+
+
+def chart_series(spark: SparkSession, out: str, result: ReportResult) -> None:
+    """The charts' points, bounded: the busiest apis' buckets, the top software."""
+    apis = [row["api"] for row in result.shown["latency_by_api"][:CHART_APIS]]
+    over_time = spark.read.parquet(table_path(out, "latency_over_time"))
+    result.series["latency_over_time"] = _rows(
+        over_time.where(F.col("api").isin(apis)).orderBy("bucket", "api"))
+    usage = spark.read.parquet(table_path(out, "api_usage"))
+    software = usage.groupBy("client_software_name", "client_software_version").agg(
+        F.sum("requests").alias("requests"))
+    result.series["software"] = _rows(software.orderBy(
+        F.desc("requests"), "client_software_name", "client_software_version").limit(CHART_BARS))
+
+
 def render_html(result: ReportResult) -> str:
     from pipeline import charts  # matplotlib: preload_charts imports it at start
 
-    shown = result.shown
-    apis = [row["api"] for row in shown["latency_by_api"]]
+    apis = [row["api"] for row in result.shown["latency_by_api"][:CHART_APIS]]
     chart_list = [
-        ("Latency by api over time", charts.latency_chart(shown["latency_over_time"], apis)),
-        ("Requests by client software", charts.software_chart(shown["api_usage"])),
+        ("Service latency by api over time",
+         charts.latency_chart(result.series["latency_over_time"], apis, result.bucket_seconds)),
+        ("Requests by client software", charts.software_chart(result.series["software"])),
     ]
     tables = [
-        (name, shown[name][:HTML_ROWS], result.table_rows[name])
+        (name, result.shown[name], result.table_rows[name])
         for name in TABLE_ORDER
         if name != "latency_over_time"
     ]
@@ -74,76 +121,39 @@ def preload_charts() -> None:
     threading.Thread(target=load, name="kafkalens-preload-charts", daemon=True).start()
 
 
-def merge_partials(spark: SparkSession, inputs: list[str]) -> Merged:
-    """Every line's partials merged in the driver: one job over the lines (the Python
-    workers read, parse and fold them), then one small job for the lines only Spark's
-    parser can judge. That job runs in the JVM while the driver merges the pass's
-    partials (both took ~3 s at 10M lines, one after the other on one core), and its
-    cold start is paid during the pass (warm_parser)."""
-    merged = Merged()
-    passed = threading.Event()
-    with ThreadPoolExecutor(1) as pool:
-        warm = pool.submit(warm_parser, spark, passed)
-        with pass_job_group(spark, passed):
-            tables = list(line_partials(spark, inputs))
-        warm.result()
-        undecided = [line for table in tables for line in undecided_lines(table)]
-        fallback = pool.submit(fallback_partials, spark, undecided)
-        for table in tables:
-            merged.add_table(table)
-        merged.add_table(fallback.result())
-    return merged
-
-
-PASS_GROUP = "kafkalens-pass"
-# A line of each kind Spark's parser judges: the warm-up plans what the real job runs.
-WARM_UP_LINES = [("file:/warm-up", b'{"ts":"2025-03-01T12:00:00Z","event":"request"}'),
-                 ("file:/warm-up", b"{")]
-
-
-@contextmanager
-def pass_job_group(spark: SparkSession, passed: threading.Event) -> Iterator[None]:
-    """This thread's jobs inside are the pass's (PASS_GROUP); `passed` is set after."""
-    spark.sparkContext.setJobGroup(PASS_GROUP, "kafkalens report: the pass over the lines")
+def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts]:
+    """The lines' one aggregation (fine.fine_rows), cached, and the line counts: the
+    only job that reads the files. A failure to read them (the cluster cannot see a
+    file, no permission) is an InputError: one line for the user, not a Java stack."""
     try:
-        yield
-    finally:
-        passed.set()
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-
-
-def pass_running(spark: SparkSession) -> bool:
-    tracker = spark.sparkContext.statusTracker()
-    return any((job := tracker.getJobInfo(i)) is not None and job.status == "RUNNING"
-               for i in tracker.getJobIdsForGroup(PASS_GROUP))
-
-
-def warm_parser(spark: SparkSession, passed: threading.Event) -> None:
-    """Runs Spark's parse of the undecided lines once on lines of our own, its result
-    dropped, while the pass over the lines runs. Cold, that job took ~3.8 s (planning
-    and code generation on a fresh JVM) against ~0.9 s warm, all of it at the end of
-    the report with one core idle; now most of it overlaps the pass. It waits for the
-    pass's job to start, so that its tasks queue behind the pass's (FIFO) instead of
-    delaying them, and gives up if the pass ends first (no input, or a failure)."""
-    while not pass_running(spark):
-        if passed.wait(0.05):
-            return
-    fallback_partials(spark, WARM_UP_LINES)
+        fine = fine_rows(parse_lines(read_logs(spark, found)))
+        fine = fine.persist(StorageLevel.MEMORY_AND_DISK)
+        return fine, counts(fine)  # fills the cache
+    except (Py4JJavaError, PySparkException) as e:
+        raise InputError(f"cannot read the inputs: {first_line(e)}") from e
 
 
 def run_report(spark: SparkSession, inputs: list[str], out: str) -> ReportResult:
     started = time.monotonic()
-    found, missing = expand_inputs(spark, inputs)
-    ship_package(spark)
-    merged = merge_partials(spark, found)
-    line_counts = counts(merged)
-    tables = build_tables(merged, line_counts)
-    for name, table in tables.items():
-        write_parquet(spark, table.arrow(), table_path(out, name))
-    result = ReportResult(out, found, missing, line_counts, time.monotonic() - started)
-    for name, table in tables.items():
-        result.table_rows[name] = len(table.rows)
-        result.shown[name] = table.shown(CHART_ROWS.get(name, HTML_ROWS))
+    found = expand_inputs(spark, inputs)
+    fine, line_counts = _scan(spark, found)
+    # Three tables start from the connections' usage: computed once.
+    usage = connection_usage(groups_of(fine)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        built = build_tables(fine, line_counts, usage)
+        with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
+            list(pool.map(lambda item: write_table(item[1], out, item[0]), built.items()))
+    finally:
+        usage.unpersist()
+        fine.unpersist()
+    result = ReportResult(out, found, line_counts, time.monotonic() - started)
+    result.bucket_seconds = bucket_seconds(line_counts)
+    with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
+        for name, (total, rows) in zip(
+            TABLE_ORDER, pool.map(lambda n: _read_back(spark, out, n), TABLE_ORDER), strict=True
+        ):
+            result.table_rows[name], result.shown[name] = total, rows
+    chart_series(spark, out, result)
     write_text(spark, f"{out.rstrip('/')}/report.html", render_html(result))
     return result
 

@@ -80,6 +80,10 @@ LINE_SCHEMA = StructType(
             "protocol_type": StringType(),
             "protocol_name": StringType(),
             "members": IntegerType(),
+            # how long the request may wait by design: Fetch/ShareFetch, JoinGroup
+            "max_wait_ms": IntegerType(),
+            "session_timeout_ms": IntegerType(),
+            "rebalance_timeout_ms": IntegerType(),
             "record_stats": RECORD_STATS,
             # connection_close only
             "duration_s": DoubleType(),
@@ -101,7 +105,7 @@ REPORT_FIELDS = (
     "ts", "event", "conn", "listener", "client_address", "api_key", "api", "api_version",
     "client_id", "client_instance_id", "client_software_name", "client_software_version",
     "principal", "latency_ms", "errors", "group_id", "member_id", "generation_id",
-    "protocol_type", "protocol_name", "members", "record_stats", CORRUPT,
+    "protocol_type", "protocol_name", "members", "max_wait_ms", "record_stats", CORRUPT,
 )
 
 

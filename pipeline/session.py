@@ -32,10 +32,9 @@ def local_driver_memory() -> str:
     return f"{max(1, min(8, total // 4 // 2**30))}g"
 
 
-# A local report's JVM mostly starts up, plans two jobs and hands files to the Python
-# workers: the C2 compiler's and parallel GC's threads cost more CPU than they save
-# (bare session + first job, measured back to back: 28.0 -> 15.9 s wall, JVM CPU
-# 19.3 -> 9.4 s), and the web UI is not looked at by a batch job.
+# A short local job: the C2 compiler's and parallel GC's threads cost more CPU than
+# they save at start-up (bare session + first job, measured back to back: 28.0 -> 15.9 s
+# wall, JVM CPU 19.3 -> 9.4 s), and the web UI is not looked at by a batch job.
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 LOCAL_CONF = {"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": LOCAL_JAVA_OPTIONS}
 # Class-data sharing: the JVM maps the classes a former run loaded from an archive
@@ -111,8 +110,8 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
     if launching and not sized and (chosen or "").startswith("local"):
         builder = builder.config("spark.driver.memory", local_driver_memory())
     if launching and (chosen or "").startswith("local"):
-        # The report's Python workers need this interpreter's packages (pyarrow,
-        # msgspec); PySpark would start whatever `python3` is first on PATH.
+        # The report runs no Python on the executors; should anything start a
+        # Python worker locally, it gets this interpreter, not the first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         configured = _user_conf_keys()
         local_conf = {**LOCAL_CONF, "spark.driver.extraJavaOptions":
@@ -127,7 +126,6 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
     if (spark.sparkContext.master or "").startswith("local"):
         # 200 shuffle partitions is a cluster default; on one machine it only adds tasks.
         _default(spark, conf, "spark.sql.shuffle.partitions", "8")
-    # (For the files Spark's text source reads: not local ones, see read.py.)
     # Spark packs small files into one task by their size on disk, but a rotated .gz
     # holds ~19x more lines than its size says: with the defaults (128 MiB, 4 MiB per
     # file) a task got a dozen .gz files while another had one plain file, and the

@@ -14,11 +14,12 @@ Row = dict[str, Any]
 class ReportResult:
     out: str
     inputs: list[str]
-    missing: list[str]
     counts: Counts
     seconds: float
     table_rows: dict[str, int] = field(default_factory=dict)
-    shown: dict[str, list[Row]] = field(default_factory=dict)
+    shown: dict[str, list[Row]] = field(default_factory=dict)  # each table's first rows
+    series: dict[str, list[Row]] = field(default_factory=dict)  # the charts' points
+    bucket_seconds: int = 60
 
     @property
     def lines_per_second(self) -> float:
@@ -43,16 +44,19 @@ def summary_lines(r: ReportResult) -> list[str]:
         f"clients: {r.table_rows.get('client_inventory', 0):,}; "
         f"consumer groups: {r.table_rows.get('consumer_groups', 0):,}",
     ]
-    if r.missing:
-        lines.append("inputs matching nothing: " + ", ".join(r.missing))
     lines.append(_readiness(r.shown.get("kafka4_readiness", []),
                             r.table_rows.get("kafka4_readiness", 0)))
     lines.append("top topics: " + (", ".join(
         f"{t['topic']} ({_human_bytes(t['total_bytes'] or 0)})"
         for t in r.shown.get("top_topics", [])[:3]) or "-"))
-    slow = sorted(r.shown.get("latency_by_api", []), key=lambda a: -(a["p99_ms"] or 0))[:3]
-    lines.append("slowest p99: " + (", ".join(
-        f"{a['api']} {a['p99_ms']:.1f} ms" for a in slow if a["p99_ms"] is not None) or "-"))
+    apis = r.shown.get("latency_by_api", [])
+    slow = sorted((a for a in apis if a["p99_ms"] is not None), key=lambda a: -a["p99_ms"])[:3]
+    lines.append("slowest p99 (service latency, long polls and rebalances apart): " + (
+        ", ".join(f"{a['api']} {a['p99_ms']:.1f} ms" for a in slow) or "-"))
+    failing = sorted((a for a in apis if a["errors"]),
+                     key=lambda a: (-(a["error_rate"] or 0), a["api"]))[:3]
+    lines.append("highest error rates (protocol steps such as MEMBER_ID_REQUIRED apart): " + (
+        ", ".join(f"{a['api']} {a['error_rate']:.2%}" for a in failing) or "-"))
     return lines
 
 

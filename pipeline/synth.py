@@ -52,6 +52,7 @@ class Profile:
     assignor: str | None = None
     compression: str = "none"
     acks0: bool = False
+    fetch_max_wait_ms: int = 500  # 0: Fetches answered at once (no long poll)
 
 
 PROFILES = (
@@ -76,7 +77,8 @@ PROFILES = (
             ("legacy-events",), instances=2, weight=1.5, group="legacy", assignor="range"),
     Profile("audit", ("apache-kafka-java", "4.0.0"), "consumer848",
             {"Fetch": 17, "Metadata": 13, "ApiVersions": 4, "ConsumerGroupHeartbeat": 0},
-            ("payments",), instances=2, weight=1, kip714=True, group="audit"),
+            ("payments",), instances=2, weight=1, kip714=True, group="audit",
+            fetch_max_wait_ms=0),
     Profile("ops-admin", ("kcat", "1.7.1"), "admin",
             {"Metadata": 4, "ApiVersions": 3, "DescribeConfigs": 0, "CreateTopics": 1},
             ("orders", "metrics"), weight=0.2),
@@ -198,6 +200,8 @@ class Synth:
         e = self._base(c, "request", with_identity=True)
         self.correlation += 1
         median = LATENCY.get(api, 2.0)
+        if api == "Fetch" and not p.fetch_max_wait_ms:
+            median = 5.0  # no long poll: the broker's service time
         e.update(api_key=API_KEYS[api], api=api, api_version=p.versions.get(api, 0),
                  correlation_id=self.correlation,
                  latency_ms=round(median * self.rng.lognormvariate(0, 0.6), 3),
@@ -216,6 +220,15 @@ class Synth:
         if api in ("Produce", "Fetch"):
             e["topics"] = list(p.topics)
             e["record_stats"] = self._record_stats(p, api)
+        if api == "Fetch":
+            e["max_wait_ms"] = p.fetch_max_wait_ms
+        # Protocol steps answered with an error by design (expected_errors.json).
+        if api == "JoinGroup":
+            e.update(session_timeout_ms=45_000, rebalance_timeout_ms=300_000)
+            if not c.tally.get("JoinGroup"):
+                e["errors"] = ["MEMBER_ID_REQUIRED"]
+        elif api == "Heartbeat" and c.tally.get("Heartbeat", 0) % 7 == 3:
+            e["errors"] = ["REBALANCE_IN_PROGRESS"]
         elif api == "Metadata":
             e["topics"] = list(p.topics)
             if self.rng.random() < 0.05:

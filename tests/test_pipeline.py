@@ -12,18 +12,17 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
-import threading
-import time
+import math
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from support.report_oracle import expected_only, failed, micros, micros_of, resolved, waits
 
-from pipeline import html, report
+from pipeline import html
 from pipeline.cli import report_main
 from pipeline.readiness_data import removed_versions
 from pipeline.report import run_report
@@ -31,8 +30,6 @@ from pipeline.summary import ReportResult
 from pipeline.synth import BAD_SAMPLES, Synth, to_line, write_rotated
 
 REQUEST_EVENTS = ("request", "request_no_response")
-
-
 
 
 # --- the input ---------------------------------------------------------------------
@@ -56,42 +53,12 @@ class Logs:
         self.files = sorted((root / "logs").iterdir()) + [root / "extra" / "other.log"]
 
 
-def micros(ts: str) -> int:
-    t = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    return int(t.timestamp()) * 1_000_000 + t.microsecond
-
-
-def host(address: str) -> str:
-    return address.rsplit(":", 1)[0]
-
-
-def resolved(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each request with its connection's identity (the max of each field on the conn)."""
-    fields = ("client_id", "client_instance_id", "client_software_name",
-              "client_software_version", "principal")
-    per_conn: dict[tuple, dict[str, Any]] = defaultdict(dict)
-    for e in requests:
-        ident = per_conn[(e["listener"], e["client_address"], e["conn"])]
-        for f in fields:
-            if e[f] is not None and (ident.get(f) is None or e[f] > ident[f]):
-                ident[f] = e[f]
-    out = []
-    for e in requests:
-        ident = per_conn[(e["listener"], e["client_address"], e["conn"])]
-        r = {**e, **{f: ident.get(f) for f in fields}}
-        r["key"] = r["client_instance_id"] or "|".join([
-            r["client_id"] or "", host(e["client_address"]),
-            r["client_software_name"] or "", r["client_software_version"] or ""])
-        out.append(r)
-    return out
-
-
 @pytest.fixture(scope="module")
 def built(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
           ) -> tuple[Logs, ReportResult, Path]:
     root = tmp_path_factory.mktemp("report")
     logs = Logs(root)
-    inputs = [str(root / "logs"), str(root / "extra" / "*.log"), str(root / "missing-*.log")]
+    inputs = [str(root / "logs"), str(root / "extra" / "*.log")]
     result = run_report(spark, inputs, str(root / "out"))
     return logs, result, root / "out"
 
@@ -106,7 +73,7 @@ def table(spark: SparkSession, out: Path, name: str) -> list[dict[str, Any]]:
 # --- the tables --------------------------------------------------------------------
 
 
-def test_counts_lines_and_reports_missing_inputs(built: tuple) -> None:
+def test_counts_lines(built: tuple) -> None:
     logs, result, _ = built
     bad = sum(isinstance(e, str) for e in logs.main + logs.extra) + 1
     c = result.counts
@@ -115,8 +82,9 @@ def test_counts_lines_and_reports_missing_inputs(built: tuple) -> None:
     assert c.requests == len(logs.requests)
     assert c.connection_events == sum(e["event"].startswith("connection_") for e in logs.events)
     assert c.other_events == sum(e["event"] == "kip1313_violation" for e in logs.events) > 0
-    assert len(result.missing) == 1 and result.missing[0].endswith("/missing-*.log")
     assert len(result.inputs) == 2
+    first, last = min(micros(e["ts"]) for e in logs.events), max(micros(e["ts"]) for e in logs.events)
+    assert (micros_of(c.first_ts), micros_of(c.last_ts)) == (first, last)
 
 
 def test_client_inventory(spark: SparkSession, built: tuple) -> None:
@@ -124,13 +92,15 @@ def test_client_inventory(spark: SparkSession, built: tuple) -> None:
     expected: dict[str, dict[str, Any]] = {}
     for r in resolved(logs.requests):
         row = expected.setdefault(r["key"], {"requests": 0, "by_api": Counter(), "conns": set(),
-                                             "principals": set(), "ts": [], "errors": 0})
+                                             "principals": set(), "ts": [], "errors": 0,
+                                             "expected": 0})
         row["requests"] += 1
         row["by_api"][r["api"]] += 1
         row["conns"].add(r["conn"])
         row["principals"] |= {r["principal"]} - {None}
         row["ts"].append(micros(r["ts"]))
-        row["errors"] += bool(r["errors"])
+        row["errors"] += failed(r)
+        row["expected"] += expected_only(r)
         row["ident"] = (r["client_id"], r["client_software_name"], r["client_software_version"])
     rows = {r["client_key"]: r for r in table(spark, out, "client_inventory")}
     assert rows.keys() == expected.keys()
@@ -143,7 +113,7 @@ def test_client_inventory(spark: SparkSession, built: tuple) -> None:
         assert got["connections"] == len(want["conns"])
         assert got["principals"] == sorted(want["principals"])
         assert (got["first_seen"], got["last_seen"]) == (min(want["ts"]), max(want["ts"]))
-        assert got["errors"] == want["errors"]
+        assert (got["errors"], got["expected_errors"]) == (want["errors"], want["expected"])
         assert (got["client_id"], got["client_software_name"],
                 got["client_software_version"]) == want["ident"]
     # Requests before GetTelemetrySubscriptions and SASL belong to the same client.
@@ -155,16 +125,19 @@ def test_client_inventory(spark: SparkSession, built: tuple) -> None:
 
 def test_api_usage(spark: SparkSession, built: tuple) -> None:
     logs, _, out = built
-    want: dict[tuple, list] = defaultdict(lambda: [0, 0, set()])
+    want: dict[tuple, list] = defaultdict(lambda: [0, 0, 0, set(), []])
     for r in resolved(logs.requests):
         k = (r["api"], r["api_version"], r["client_software_name"], r["client_software_version"])
         want[k][0] += 1
-        want[k][1] += bool(r["errors"])
-        want[k][2].add(r["key"])
+        want[k][1] += failed(r)
+        want[k][2] += expected_only(r)
+        want[k][3].add(r["key"])
+        want[k][4].append(micros(r["ts"]))
     got = {(r["api"], r["api_version"], r["client_software_name"], r["client_software_version"]):
-           [r["requests"], r["errors"], r["clients"]] for r in table(spark, out, "api_usage")}
-    assert got == {k: [n, e, len(c)] for k, (n, e, c) in want.items()}
-    assert got[("Produce", 2, None, None)][2] == 2  # both kafka-python instances
+           [r["requests"], r["errors"], r["expected_errors"], r["clients"], r["first_seen"],
+            r["last_seen"]] for r in table(spark, out, "api_usage")}
+    assert got == {k: [n, e, x, len(c), min(ts), max(ts)] for k, (n, e, x, c, ts) in want.items()}
+    assert got[("Produce", 2, None, None)][3] == 2  # both kafka-python instances
 
 
 def test_kafka4_readiness(spark: SparkSession, built: tuple) -> None:
@@ -186,28 +159,94 @@ def test_kafka4_readiness(spark: SparkSession, built: tuple) -> None:
     assert not {r["client_id"] for r in rows} & {"orders-service", "billing", "audit"}
 
 
+def _within_rank(values: list[float], q: int, got: float | None) -> None:
+    """The report's percentile is a latency of the 1 %-wide bin holding the rank."""
+    values = sorted(values)
+    exact = values[max(1, math.ceil(len(values) * q / 100)) - 1]
+    assert got is not None and exact / 1.0101 <= got <= exact * 1.0101, (q, got, exact)
+    assert got in values  # a latency that occurred
+
+
 def test_latency_by_api(spark: SparkSession, built: tuple) -> None:
     logs, _, out = built
-    latencies: dict[str, list[float]] = defaultdict(list)
+    service: dict[str, list[float]] = defaultdict(list)
+    waiting: dict[str, list[float]] = defaultdict(list)
     counts: Counter = Counter()
     errors: Counter = Counter()
+    expected: Counter = Counter()
     for e in logs.requests:
         counts[e["api"]] += 1
-        errors[e["api"]] += bool(e["errors"])
+        errors[e["api"]] += failed(e)
+        expected[e["api"]] += expected_only(e)
         if e["latency_ms"] is not None:
-            latencies[e["api"]].append(e["latency_ms"])
+            (waiting if waits(e) else service)[e["api"]].append(e["latency_ms"])
     rows = {r["api"]: r for r in table(spark, out, "latency_by_api")}
     assert rows.keys() == counts.keys()
     for api, row in rows.items():
-        assert (row["requests"], row["errors"]) == (counts[api], errors[api])
+        assert (row["requests"], row["errors"], row["expected_errors"]) == (
+            counts[api], errors[api], expected[api])
         assert row["error_rate"] == pytest.approx(errors[api] / counts[api])
-        values = sorted(latencies[api])
-        for q in (50, 95, 99):
-            # percentile_approx returns a sample value; allow one percent of rank.
-            lo = values[max(0, int(len(values) * (q - 1) / 100) - 1)]
-            hi = values[min(len(values) - 1, int(len(values) * (q + 1) / 100))]
-            assert lo <= row[f"p{q}_ms"] <= hi, (api, q)
-    assert rows["Fetch"]["p50_ms"] > 100 > rows["Produce"]["p99_ms"]
+        assert row["waiting_requests"] == sum(
+            waits(e) for e in logs.requests if e["api"] == api)
+        if service[api]:
+            for q in (50, 95, 99):
+                _within_rank(service[api], q, row[f"p{q}_ms"])
+            assert row["max_ms"] == max(service[api])
+            assert row["avg_ms"] == pytest.approx(sum(service[api]) / len(service[api]))
+        else:
+            assert row["p50_ms"] is row["max_ms"] is row["avg_ms"] is None, api
+        if waiting[api]:
+            for q in (50, 99):
+                _within_rank(waiting[api], q, row[f"waiting_p{q}_ms"])
+            assert row["waiting_max_ms"] == max(waiting[api])
+        else:
+            assert row["waiting_p50_ms"] is row["waiting_max_ms"] is None, api
+    # Long polls are apart: Fetch's service latency is the audit group's max_wait_ms=0
+    # fetches, milliseconds, while its waiting latency is the 300 ms polls.
+    fetch = rows["Fetch"]
+    assert fetch["p99_ms"] < 100 < fetch["waiting_p50_ms"]
+    assert rows["JoinGroup"]["waiting_requests"] == rows["JoinGroup"]["requests"]
+    assert rows["JoinGroup"]["p50_ms"] is None
+
+
+def test_by_design_errors_are_not_failures(spark: SparkSession, built: tuple) -> None:
+    """MEMBER_ID_REQUIRED on a first JoinGroup, REBALANCE_IN_PROGRESS on Heartbeat:
+    counted as expected_errors, out of errors and error_rate."""
+    logs, _, out = built
+    rows = {r["api"]: r for r in table(spark, out, "latency_by_api")}
+    joins = [e for e in logs.requests if e["api"] == "JoinGroup"]
+    first = sum(e["errors"] == ["MEMBER_ID_REQUIRED"] for e in joins)
+    assert first > 0 and rows["JoinGroup"]["expected_errors"] == first
+    assert rows["JoinGroup"]["errors"] == sum(failed(e) for e in joins)
+    beats = [e for e in logs.requests if e["api"] == "Heartbeat"]
+    rebalancing = sum(e["errors"] == ["REBALANCE_IN_PROGRESS"] for e in beats)
+    assert rebalancing > 0 and rows["Heartbeat"]["expected_errors"] == rebalancing
+    # The same error on an api where it is no protocol step is a failure.
+    assert not failed({"api": "Heartbeat", "errors": ["REBALANCE_IN_PROGRESS"]})
+    assert failed({"api": "Produce", "errors": ["REBALANCE_IN_PROGRESS"]})
+    groups = {r["group_id"]: r for r in table(spark, out, "consumer_groups")}
+    billing = [e for e in logs.requests if e.get("group_id") == "billing"]
+    assert groups["billing"]["expected_errors"] == sum(map(expected_only, billing)) > 0
+    assert groups["billing"]["errors"] == sum(map(failed, billing))
+
+
+def test_latency_over_time(spark: SparkSession, built: tuple) -> None:
+    logs, result, out = built
+    step = result.bucket_seconds
+    want: dict[tuple, list] = defaultdict(lambda: [0, 0, []])
+    for e in logs.requests:
+        t = micros(e["ts"]) // 1_000_000
+        k = ((t - t % step) * 1_000_000, e["api"])
+        want[k][0] += 1
+        want[k][1] += failed(e)
+        if e["latency_ms"] is not None and not waits(e):
+            want[k][2].append(e["latency_ms"])
+    rows = {(r["bucket"], r["api"]): r for r in table(spark, out, "latency_over_time")}
+    assert rows.keys() == want.keys()
+    for k, (n, errs, service) in want.items():
+        assert (rows[k]["requests"], rows[k]["errors"]) == (n, errs), k
+        if service:
+            _within_rank(service, 95, rows[k]["p95_ms"])
 
 
 def test_top_topics(spark: SparkSession, built: tuple) -> None:
@@ -278,20 +317,39 @@ def test_html_report(built: tuple) -> None:
     for name in ("client_inventory", "kafka4_readiness", "top_topics", "consumer_groups"):
         assert f"<h2>{name}</h2>" in page
     assert "kafka-python-2.0.2" in page and "cooperative-sticky" in page
+    # Laptop width: every table scrolls in its own box and sorts by a click.
+    assert page.count('<div class="scroll"><table class="sortable">') == len(TABLES_SHOWN)
+    assert "overflow-x:auto" in page and 'addEventListener("click"' in page
+    assert "http://" not in page and "https://" not in page  # self-contained
+
+
+TABLES_SHOWN = ("client_inventory", "api_usage", "kafka4_readiness", "latency_by_api",
+                "top_topics", "consumer_groups", "bad_lines")
+
+
+def test_chart_lines_break_where_buckets_are_missing() -> None:
+    from pipeline.charts import with_gaps
+
+    t0 = dt.datetime(2025, 3, 1, 12, 0)
+    minute = dt.timedelta(minutes=1)
+    xs, ys = with_gaps([(t0 + 5 * minute, 3.0), (t0, 1.0), (t0 + minute, 2.0)], 60)
+    assert xs[:2] == [t0, t0 + minute] and ys[:2] == [1.0, 2.0]
+    assert ys[2] != ys[2] and t0 + minute < xs[2] < t0 + 5 * minute  # NaN: the line breaks
+    assert (xs[3], ys[3]) == (t0 + 5 * minute, 3.0)
+    assert with_gaps([(t0, 1.0), (t0 + minute, 2.0)], 60) == ([t0, t0 + minute], [1.0, 2.0])
 
 
 def test_html_escapes_client_strings() -> None:
     rows = [{"client_id": "<script>alert(1)</script>", "requests": 3}]
     page = html.render(["a <b> summary"], [("chart", None)], [("clients", rows, 1)])
-    assert "<script>" not in page
+    assert "<script>alert" not in page and page.count("<script>") == 1  # the sort's own
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "a &lt;b&gt; summary" in page
 
 
 def test_empty_input_gives_empty_report(spark: SparkSession, tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "requests.log").write_text("")
-    result = run_report(spark, [str(tmp_path / "logs"), str(tmp_path / "none*")],
-                        str(tmp_path / "out"))
+    result = run_report(spark, [str(tmp_path / "logs")], str(tmp_path / "out"))
     assert result.counts.lines == 0 and result.counts.bad == 0
     assert set(result.table_rows.values()) == {0}
     assert spark.read.parquet(str(tmp_path / "out" / "client_inventory")).count() == 0
@@ -321,27 +379,3 @@ def test_a_request_without_api_is_counted_not_fatal(spark: SparkSession, tmp_pat
     by_api = [row["requests_by_api"] for row in inventory]
     assert sum(sum(m.values()) for m in by_api) == len(requests)
     assert sum(m.get("unknown", 0) for m in by_api) == 1
-
-
-def test_parser_warm_up_waits_for_the_pass_and_gives_up_without_one(
-        spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[Any, bool]] = []  # (lines parsed, whether the pass ran then)
-    monkeypatch.setattr(report, "fallback_partials",
-                        lambda s, lines: calls.append((lines, report.pass_running(s))))
-    passed = threading.Event()
-    passed.set()  # the pass ended without a job (no input): nothing is warmed
-    started = time.monotonic()
-    report.warm_parser(spark, passed)
-    assert time.monotonic() - started < 1.0 and calls == []
-
-    # It waits for the pass's job to be running, then parses its own lines once.
-    passed = threading.Event()
-    with ThreadPoolExecutor(1) as pool:
-        warm = pool.submit(report.warm_parser, spark, passed)
-        time.sleep(0.3)
-        assert calls == []  # no pass job yet
-        with report.pass_job_group(spark, passed):
-            spark.sparkContext.parallelize(range(2), 2).foreach(lambda _: time.sleep(1.5))
-        warm.result(timeout=60)
-    assert calls == [(report.WARM_UP_LINES, True)]
-    assert not report.pass_running(spark)

@@ -2,27 +2,29 @@
 
 kafka-python pinned to 0.10.1 speaks protocol versions Kafka 4.0 removed (Produce v2,
 Metadata v1 ...): the readiness table must name it; confluent-kafka speaks current
-versions and names its software (KIP-511): the inventory must show it.
+versions and names its software (KIP-511): the inventory must show it; its consumer
+joins a group (JoinGroup waits for the rebalance) and long-polls Fetch. Every table
+is held to the plain-Python reference over the same lines (support.report_oracle).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from support import ck_client, kp_client
 from support.clients import Record
 from support.observed import observed_in_front_of
+from support.report_oracle import expected_only, failed, micros, resolved, waits
 
 from pipeline.readiness_data import removed_versions
 from pipeline.report import run_report
 
 OLD = (0, 10, 1)
-
-
 
 
 def records(stem: str) -> list[Record]:
@@ -35,13 +37,41 @@ def proxy_log(tansu_factory: Any, path: Path) -> list[dict[str, Any]]:
         with contextlib.suppress(Exception):
             kp_client.produce(px.bootstrap, "legacy", records("old"), api_version=OLD)
         ck_client.produce(px.bootstrap, "modern", records("new"))
+        got = ck_client.consume(px.bootstrap, "modern", "report-readers", 5)
+        assert len(got) == 5
         px.wait_all_closed()
         return px.lines()
 
 
-def test_report_over_the_proxys_own_log(tansu_factory: Any, tmp_path: Path, spark: SparkSession) -> None:
-    lines = proxy_log(tansu_factory, tmp_path / "logs" / "requests.log")
+def rows(spark: SparkSession, out: Path, name: str) -> list[dict[str, Any]]:
+    df = spark.read.parquet(str(out / name))
+    stamps = [F.unix_micros(c).alias(c) for c, t in df.dtypes if t == "timestamp"]
+    other = [c for c, t in df.dtypes if t != "timestamp"]
+    return [r.asDict(recursive=True) for r in df.select(*other, *stamps).collect()]
+
+
+def test_report_over_the_proxys_own_log(tansu_factory: Any, tmp_path: Path,
+                                        spark: SparkSession) -> None:
+    """One broker, one log, one report (tansu_factory is per test): every check on it."""
+    reported = report_over_proxy_log(tansu_factory, tmp_path, spark)
+    check_readiness_names_the_old_client(spark, reported)
+    check_inventory_and_usage_match_the_lines(spark, reported)
+    check_latency_and_errors_by_api_match_the_lines(spark, reported)
+    check_consumer_group_and_topics_match_the_lines(spark, reported)
+
+
+def report_over_proxy_log(tansu_factory: Any, tmp: Path, spark: SparkSession
+                          ) -> tuple[list[dict[str, Any]], Path]:
+    lines = proxy_log(tansu_factory, tmp / "logs" / "requests.log")
+    result = run_report(spark, [str(tmp / "logs")], str(tmp / "out"))
+    assert result.counts.lines == len(lines) and result.counts.bad == 0
     requests = [line for line in lines if line["event"].startswith("request")]
+    assert result.counts.requests == len(requests)
+    return requests, tmp / "out"
+
+
+def check_readiness_names_the_old_client(spark: SparkSession, reported: tuple) -> None:
+    requests, out = reported
     removed = {(key, version) for key, _, version, _ in removed_versions()}
     old = Counter(
         (line["client_id"], line["api"], line["api_version"])
@@ -50,17 +80,69 @@ def test_report_over_the_proxys_own_log(tansu_factory: Any, tmp_path: Path, spar
     )
     assert old and all(client.startswith("kafka-python") for client, _, _ in old)
     assert {api for _, api, _ in old} >= {"Produce", "Metadata"}  # Produce v2, Metadata v2
-
-    result = run_report(spark, [str(tmp_path / "logs")], str(tmp_path / "out"))
-    assert result is not None
-    readiness = [r.asDict() for r in spark.read.parquet(str(tmp_path / "out" / "kafka4_readiness")).collect()]
     got: Counter[tuple[Any, Any, Any]] = Counter()
-    for row in readiness:
+    for row in rows(spark, out, "kafka4_readiness"):
         got[(row["client_id"], row["api"], row["api_version"])] += row["requests"]
     assert got == old
-    inventory = [r.asDict(recursive=True) for r in spark.read.parquet(str(tmp_path / "out" / "client_inventory")).collect()]
-    software = {r["client_software_name"] for r in inventory}
-    assert "confluent-kafka-python" in software
-    usage = spark.read.parquet(str(tmp_path / "out" / "api_usage")).collect()
-    total = sum(r["requests"] for r in usage)
-    assert total == len(requests)
+
+
+def check_inventory_and_usage_match_the_lines(spark: SparkSession, reported: tuple) -> None:
+    requests, out = reported
+    want: dict[str, list] = defaultdict(lambda: [0, 0, 0, Counter(), set()])
+    for r in resolved(requests):
+        w = want[r["key"]]
+        w[0] += 1
+        w[1] += failed(r)
+        w[2] += expected_only(r)
+        w[3][r["api"]] += 1
+        w[4].add(r["conn"])
+    inventory = {r["client_key"]: r for r in rows(spark, out, "client_inventory")}
+    assert {k: [r["requests"], r["errors"], r["expected_errors"], r["requests_by_api"],
+                r["connections"]] for k, r in inventory.items()} == {
+        k: [n, e, x, dict(apis), len(conns)] for k, (n, e, x, apis, conns) in want.items()}
+    assert "confluent-kafka-python" in {r["client_software_name"] for r in inventory.values()}
+    usage: Counter[tuple] = Counter()
+    for r in rows(spark, out, "api_usage"):
+        usage[(r["api"], r["api_version"])] += r["requests"]
+    assert usage == Counter((line["api"], line["api_version"]) for line in requests)
+
+
+def check_latency_and_errors_by_api_match_the_lines(spark: SparkSession, reported: tuple
+                                                   ) -> None:
+    requests, out = reported
+    by_api = {r["api"]: r for r in rows(spark, out, "latency_by_api")}
+    for api, row in by_api.items():
+        mine = [e for e in requests if e["api"] == api]
+        assert (row["requests"], row["errors"], row["expected_errors"]) == (
+            len(mine), sum(map(failed, mine)), sum(map(expected_only, mine))), api
+        assert row["waiting_requests"] == sum(map(waits, mine)), api
+        service = [e["latency_ms"] for e in mine if e["latency_ms"] is not None and not waits(e)]
+        waiting = [e["latency_ms"] for e in mine if e["latency_ms"] is not None and waits(e)]
+        assert row["max_ms"] == (max(service) if service else None), api
+        assert row["waiting_max_ms"] == (max(waiting) if waiting else None), api
+    # The consumer's group: JoinGroup waited for the rebalance, Fetch long-polled.
+    assert by_api["JoinGroup"]["waiting_requests"] == by_api["JoinGroup"]["requests"] > 0
+    assert by_api["JoinGroup"]["p99_ms"] is None
+    assert by_api["Fetch"]["waiting_requests"] > 0
+
+
+def check_consumer_group_and_topics_match_the_lines(spark: SparkSession, reported: tuple
+                                                   ) -> None:
+    requests, out = reported
+    groups = {r["group_id"]: r for r in rows(spark, out, "consumer_groups")}
+    mine = [e for e in requests if e.get("group_id") == "report-readers"]
+    group = groups["report-readers"]
+    assert group["requests"] == len(mine)
+    assert (group["errors"], group["expected_errors"]) == (
+        sum(map(failed, mine)), sum(map(expected_only, mine)))
+    assert group["first_seen"] == min(micros(e["ts"]) for e in mine)
+    assert group["distinct_member_ids"] == len({e["member_id"] for e in mine if e.get("member_id")})
+    topics = {r["topic"]: r for r in rows(spark, out, "top_topics")}
+    produced: Counter[str] = Counter()
+    fetched: Counter[str] = Counter()
+    for e in requests:
+        for topic, c in ((e.get("record_stats") or {}).get("per_topic") or {}).items():
+            (produced if e["api_key"] == 0 else fetched)[topic] += c["records"]
+    assert {t: (r["produced_records"], r["fetched_records"]) for t, r in topics.items()} == {
+        t: (produced[t], fetched[t]) for t in produced.keys() | fetched.keys()}
+    assert topics["modern"]["produced_records"] == 5 and topics["modern"]["fetched_records"] >= 5
