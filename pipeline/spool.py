@@ -9,6 +9,13 @@ timestamp and a connection id), so a renamed file is recognised as already stage
 new content always gets a new name. Staging is a hard link when the spool shares the
 log directory's file system (no copy), else a copy.
 
+A name in the log directory may change files at any moment (the proxy rotates while
+we stage), so a file is opened once and everything is decided on that open file: its
+fingerprint, its age, whether its gzip stream is whole, and what is staged (a hard
+link made by name is kept only if it is that same inode; a copy is read from it).
+Deciding by name instead stages the file that took the name under the fingerprint of
+the one that left it: that one is then never read and the other is read twice.
+
 Crash safety: link to a hidden temporary name, record the fingerprint in the ledger,
 then rename. A temporary file whose fingerprint the ledger holds is finished on the
 next run; one it does not hold is dropped. Spark (cleanSource=delete) removes staged
@@ -26,28 +33,35 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 LEDGER = "_ledger.txt"  # Spark's file source skips names starting with "_" and "."
 SETTLE_SECONDS = 2.0  # a file written to this recently may still be being compressed
 RETENTION_SECONDS = 30 * 24 * 3600
 
 
-def first_line(path: Path) -> bytes:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        return f.readline()
+def first_line(f: BinaryIO, gz: bool) -> bytes:
+    f.seek(0)
+    if gz:
+        with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
+            return unzipped.readline()
+    return f.readline()
 
 
-def gzip_complete(path: Path) -> bool:
+def gzip_complete(f: BinaryIO) -> bool:
     """True when the gzip stream ends properly (not a file still being compressed)."""
+    f.seek(0)
     inflater = zlib.decompressobj(wbits=31)
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            try:
-                inflater.decompress(chunk)
-            except zlib.error:
-                return False
+    while chunk := f.read(1 << 20):
+        try:
+            inflater.decompress(chunk)
+        except zlib.error:
+            return False
     return inflater.eof
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 @dataclass
@@ -81,19 +95,36 @@ class Spool:
                 stat = path.stat()
             except FileNotFoundError:  # rotated away while listing
                 continue
-            if stat.st_size and now - stat.st_mtime >= self.settle_seconds:
+            if self._settled(stat, now):
                 files.append((stat.st_mtime, path))
         return [path for _, path in sorted(files)]  # oldest first, as Spark orders them
 
-    def _stage(self, source: Path, fingerprint: str) -> None:
+    def _settled(self, stat: os.stat_result, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return bool(stat.st_size) and now - stat.st_mtime >= self.settle_seconds
+
+    def _stage(self, source: Path, f: BinaryIO, fingerprint: str) -> bool:
+        """Stage the open file `f` (opened at `source`); False if `source` now names
+        another file (rotated meanwhile): the next pass stages it under its own name."""
         suffix = ".log.gz" if source.name.endswith(".gz") else ".log"
         temporary = self.spool / f".{fingerprint}{suffix}.tmp"
+        opened = os.fstat(f.fileno())
         try:
             os.link(source, temporary)
+        except FileNotFoundError:
+            return False
         except OSError:  # another file system (or no hard links): copy, keeping mtime
-            shutil.copy2(source, temporary)
+            f.seek(0)
+            with temporary.open("wb") as out:
+                shutil.copyfileobj(f, out)
+            os.utime(temporary, ns=(opened.st_atime_ns, opened.st_mtime_ns))
+        else:
+            if not _same_file(os.stat(temporary), opened):
+                temporary.unlink()
+                return False
         self._record(fingerprint)
         temporary.rename(self.spool / f"{fingerprint}{suffix}")
+        return True
 
     def _recover(self, ledger: dict[str, float]) -> None:
         for temporary in self.spool.glob(".*.tmp"):
@@ -119,13 +150,16 @@ class Spool:
         self._prune(ledger)
         staged = []
         for source in self._candidates():
+            gz = source.name.endswith(".gz")
             try:
-                fingerprint = hashlib.sha256(first_line(source)).hexdigest()[:32]
-                if fingerprint in ledger or (
-                    source.name.endswith(".gz") and not gzip_complete(source)
-                ):
-                    continue
-                self._stage(source, fingerprint)
+                with source.open("rb") as f:
+                    if not self._settled(os.fstat(f.fileno())):
+                        continue  # the name now holds a file just rotated
+                    fingerprint = hashlib.sha256(first_line(f, gz)).hexdigest()[:32]
+                    if fingerprint in ledger or (gz and not gzip_complete(f)):
+                        continue
+                    if not self._stage(source, f, fingerprint):
+                        continue
             except (FileNotFoundError, EOFError, gzip.BadGzipFile):
                 continue  # rotated or still being written: the next pass sees it
             ledger[fingerprint] = time.time()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import hashlib
 import json
 import os
 import signal
@@ -184,6 +185,37 @@ def test_spool_stages_renamed_and_recompressed_files_once(tmp_path: Path) -> Non
     assert spool.collect() == []
     staged = sorted(spool_dir.glob("*.log"))
     assert len(staged) == 3 and (spool_dir / "_ledger.txt").read_text().count("\n") == 3
+
+
+def test_spool_stages_each_file_once_when_rotated_while_staging(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The proxy rotates between the spool reading a file's first line and linking it:
+    .1 then names the next file. Each rotated file is still staged once, as itself."""
+    logs, spool_dir = tmp_path / "logs", tmp_path / "spool"
+    synth = Synth(seed=2)
+    write_rotated(logs, (to_line(e) for e in synth.events(150)), 100)
+    age_like_proxy(logs)
+    real_link = os.link
+    rotations = []
+
+    def link_after_a_rotation(src: Any, dst: Any, **kw: Any) -> None:
+        if not rotations:  # .1 -> .2, the active file -> .1
+            rotations.append(src)
+            write_rotated(logs, (to_line(e) for e in synth.events(60)), 100)
+            age_like_proxy(logs)
+        real_link(src, dst, **kw)
+
+    monkeypatch.setattr(os, "link", link_after_a_rotation)
+    spool = Spool(logs, spool_dir, "*.log.[0-9]*")
+    spool.collect()
+    spool.collect()
+    assert rotations
+    staged = {p.name.removesuffix(".log"): _lines(p) for p in spool_dir.glob("*.log")}
+    rotated = sorted(_lines(p) for p in logs.glob("requests.log.*"))
+    assert sorted(staged.values()) == rotated and len(rotated) == 2
+    for fingerprint, lines in staged.items():  # each under its own content's name
+        assert hashlib.sha256((lines[0] + "\n").encode()).hexdigest()[:32] == fingerprint
 
 
 def test_spool_skips_unfinished_files(tmp_path: Path) -> None:
