@@ -375,7 +375,7 @@ class LineSink:
         return marker.action == "close"
 
     def _write(self, batch: list[bytes]) -> None:
-        data = b"\n".join(batch) + b"\n"
+        data = b"\n".join([*batch, b""])  # the last newline too, without a second copy
         prepared = True
         try:
             self._out.prepare(len(data))
