@@ -235,6 +235,11 @@ class LineSink:
         self._lines: list[bytes | _Marker] = []
         self._queued = 0  # bytes ever queued: written by the loop's thread alone
         self._done = 0  # bytes ever written or dropped: by the writer alone
+        # The writer's, from _done: the _queued at which lines are refused (the bound),
+        # and at which it is woken before its interval (the loop compares, no arithmetic;
+        # a stale value is a lower one, so the bound holds).
+        self._full_at = max_queued_bytes
+        self._wake_at = self._wake_bytes
         self._lock = threading.Lock()  # posters of markers (any thread) among themselves
         self._posted = 0  # markers posted; the writer's count of those it acted on:
         self._acted = 0
@@ -253,15 +258,15 @@ class LineSink:
 
     def msg(self, line: bytes) -> None:
         """`line`: UTF-8 JSON without its newline. Never blocks, never raises."""
-        waiting = self._queued - self._done
-        if waiting >= self.max_queued_bytes:
+        queued = self._queued
+        if queued >= self._full_at:
             self._refuse()
             return
-        if self._refusing and waiting < self.max_queued_bytes // 2:
+        if self._refusing and self._waiting < self.max_queued_bytes // 2:
             self._end_refusing()  # not at once: a queue hovering at its bound would flap
         self._lines.append(line)
-        self._queued += len(line) + 1
-        if waiting >= self._wake_bytes and self._bell.locked():
+        self._queued = queued + len(line) + 1
+        if queued >= self._wake_at and self._bell.locked():
             self._ring()
 
     @property
@@ -389,7 +394,9 @@ class LineSink:
         else:
             if prepared:
                 self._end_trouble(recovered=False)
-        self._done += len(data)
+        done = self._done = self._done + len(data)
+        self._full_at = done + self.max_queued_bytes
+        self._wake_at = done + self._wake_bytes
 
     def _failed(self, exc: OSError, lines: int) -> None:
         if self._metrics is not None:
