@@ -68,10 +68,10 @@ def render(fields: dict[str, Any]) -> bytes:
     try:
         # orjson (3.13) hands back its whole output buffer, 4-8 KiB for a 400-byte line,
         # and a line waits in the queue up to flush_interval: a copy of its length keeps
-        # the queue's memory (and max_queued_bytes) at the lines' size. Slicing off a
+        # the queue's memory (and max_queued_bytes) at the lines' size. Taking off a
         # newline makes that copy without the memoryview object bytes(memoryview())
-        # needs (bytes(x) would be x itself): ~100 ns less a line.
-        return orjson.dumps(fields, default=str, option=_OPTIONS_NEWLINE)[:-1]
+        # needs (bytes(x) would be x itself), and removesuffix without a slice object.
+        return orjson.dumps(fields, default=str, option=_OPTIONS_NEWLINE).removesuffix(b"\n")
     except (orjson.JSONEncodeError, TypeError):
         return _FALLBACK.encode(fields).encode("ascii")
 
