@@ -295,7 +295,7 @@ class Connection(asyncio.Protocol):
         assert info is not None
         info.bytes_out += len(data)
         self.responses.feed(data)
-        if self._client_paused & IN_FLIGHT:
+        if self._client_paused and self._client_paused & IN_FLIGHT:  # mostly 0: one test
             self._in_flight_eased()
 
     def _in_flight_eased(self) -> None:

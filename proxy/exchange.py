@@ -174,7 +174,9 @@ class RequestSide:
             except DecodeError:
                 if len(head) < size and len(head) < HEAD_CAP:
                     return NEED_MORE
-        if acks != 0 and len(ex.pending) >= ex.max_in_flight:
+        # (`ex.pending and`: with none in flight, as for a client that waits for each
+        # answer, the bound costs one truth test)
+        if ex.pending and acks != 0 and len(ex.pending) >= ex.max_in_flight:
             ex.in_flight_full()
             return PAUSE
         if ex.before_auth:

@@ -185,21 +185,21 @@ class FrameSplitter:
         if handler.inject:
             out.extend(handler.inject)
             handler.inject.clear()
-        if mode == STOP:
+        if mode <= STREAM_KEEP:  # the usual modes first: this runs twice per small request
+            out.append(data)
+            if mode == STREAM_KEEP:
+                handler.frame_completed(body)
+            elif mode == STREAM_NOTIFY:
+                handler.frame_completed(None)
+        elif mode == HOLD:
+            out.extend(handler.frame_held(body, [data]))
+        elif mode == STREAM_OBSERVE:
+            out.append(data)
+            handler.frame_piece(body, True)
+        elif mode == STOP:
             self.stopped = True
         elif mode == PAUSE:
             self._parked.append(data)
-        elif mode == HOLD:
-            out.extend(handler.frame_held(body, [data]))
-        else:
-            out.append(data)
-            if mode != STREAM:
-                if mode == STREAM_KEEP:
-                    handler.frame_completed(body)
-                elif mode == STREAM_NOTIFY:
-                    handler.frame_completed(None)
-                elif mode == STREAM_OBSERVE:
-                    handler.frame_piece(body, True)
         if out:
             self._write(out)
         self.mid_frame_since = None

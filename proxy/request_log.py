@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 import structlog
@@ -58,6 +58,7 @@ CLOSE_TIMEOUT = 10.0
 
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
+_OPTIONS_NEWLINE = _OPTIONS | orjson.OPT_APPEND_NEWLINE
 # For what orjson refuses (a lone surrogate, an int beyond 64 bits): slower, never fails.
 _FALLBACK = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, default=str)
 
@@ -66,9 +67,11 @@ def render(fields: dict[str, Any]) -> bytes:
     """One line of JSON, without its newline; objects JSON lacks become their str()."""
     try:
         # orjson (3.13) hands back its whole output buffer, 4-8 KiB for a 400-byte line,
-        # and a line waits in the queue up to flush_interval: a copy of its length costs
-        # ~0.1 us, and keeps the queue's memory (and max_queued_bytes) at the lines' size.
-        return bytes(memoryview(orjson.dumps(fields, default=str, option=_OPTIONS)))
+        # and a line waits in the queue up to flush_interval: a copy of its length keeps
+        # the queue's memory (and max_queued_bytes) at the lines' size. Taking off a
+        # newline makes that copy without the memoryview object bytes(memoryview())
+        # needs (bytes(x) would be x itself), and removesuffix without a slice object.
+        return orjson.dumps(fields, default=str, option=_OPTIONS_NEWLINE).removesuffix(b"\n")
     except (orjson.JSONEncodeError, TypeError):
         return _FALLBACK.encode(fields).encode("ascii")
 
@@ -226,15 +229,26 @@ class LineSink:
         self._wake_bytes = min(BUFFER_BYTES, max_queued_bytes // 4)
         self._out = _Output(path, max_bytes, backups)  # an unwritable path fails now
         self._metrics = metrics
-        # Lines queued (and markers, with the number of lines queued before each),
-        # taken by the writer in one swap; the lock is held for an append or a swap.
-        self._lock = threading.Lock()
-        self._lines: list[bytes] = []
-        self._markers: list[tuple[int, _Marker]] = []
-        self._waiting = 0  # bytes queued and not yet written (or dropped)
+        # Lines queued, and markers among them. No lock on the hot path: the loop only
+        # appends (atomic under the GIL) and counts what it queued; the writer takes a
+        # prefix (a slice, then `del` of it, both atomic) and counts what it is done with.
+        self._lines: list[bytes | _Marker] = []
+        self._queued = 0  # bytes ever queued: written by the loop's thread alone
+        self._done = 0  # bytes ever written or dropped: by the writer alone
+        # The writer's, from _done: the _queued at which lines are refused (the bound),
+        # and at which it is woken before its interval (the loop compares, no arithmetic;
+        # a stale value is a lower one, so the bound holds).
+        self._full_at = max_queued_bytes
+        self._wake_at = self._wake_bytes
+        self._lock = threading.Lock()  # posters of markers (any thread) among themselves
+        self._posted = 0  # markers posted; the writer's count of those it acted on:
+        self._acted = 0
         self._refusing: _Trouble | None = None  # the loop's: lines refused, the queue full
         self._trouble: _Trouble | None = None  # the writer's: writes failing
-        self._wake = threading.Event()
+        # Released to wake the writer, which acquires it (with its interval as timeout):
+        # one C call a side, where threading.Event runs a Condition in Python.
+        self._bell = threading.Lock()
+        self._bell.acquire()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="kafkalens-request-log", daemon=True)
         self._thread.start()
@@ -244,16 +258,25 @@ class LineSink:
 
     def msg(self, line: bytes) -> None:
         """`line`: UTF-8 JSON without its newline. Never blocks, never raises."""
-        if self._waiting >= self.max_queued_bytes:
+        queued = self._queued
+        if queued >= self._full_at:
             self._refuse()
             return
         if self._refusing and self._waiting < self.max_queued_bytes // 2:
             self._end_refusing()  # not at once: a queue hovering at its bound would flap
-        with self._lock:
-            self._lines.append(line)
-            self._waiting += len(line) + 1
-        if self._waiting >= self._wake_bytes and not self._wake.is_set():
-            self._wake.set()
+        self._lines.append(line)
+        self._queued = queued + len(line) + 1
+        if queued >= self._wake_at and self._bell.locked():
+            self._ring()
+
+    @property
+    def _waiting(self) -> int:
+        """Bytes queued and not yet written (or dropped)."""
+        return self._queued - self._done
+
+    def _ring(self) -> None:
+        with contextlib.suppress(RuntimeError):  # rung by another thread meanwhile
+            self._bell.release()
 
     def _refuse(self) -> None:
         # Counted here, not by the writer: it may be the one stuck (a hung disk).
@@ -307,15 +330,15 @@ class LineSink:
 
     def _post(self, marker: _Marker) -> None:
         with self._lock:
-            self._markers.append((len(self._lines), marker))
-        self._wake.set()
+            self._posted += 1  # before it is queued: the writer then looks for it
+            self._lines.append(marker)
+        self._ring()
 
     # -- the writer thread ------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(self.flush_interval)
-            self._wake.clear()
+            self._bell.acquire(True, self.flush_interval)
             try:
                 if self._drain():
                     return
@@ -325,14 +348,18 @@ class LineSink:
     def _drain(self) -> bool:
         """Write out what is queued, acting on each marker after the lines before it;
         True once a close marker was met."""
-        with self._lock:
-            lines, self._lines = self._lines, []
-            markers, self._markers = self._markers, []
+        queue = self._lines
+        taken = queue[: len(queue)]
+        del queue[: len(taken)]  # the loop may have appended meanwhile: those stay
+        markers: list[tuple[int, _Marker]] = []
+        if self._posted != self._acted:
+            markers = [(i, x) for i, x in enumerate(taken) if isinstance(x, _Marker)]
+            self._acted += len(markers)
         start = 0
-        for end, marker in [*markers, (len(lines), None)]:
+        for end, marker in [*markers, (len(taken), None)]:
             for chunk in range(start, end, WRITE_LINES):
-                self._write(lines[chunk : min(chunk + WRITE_LINES, end)])
-            start = end
+                self._write(cast(list[bytes], taken[chunk : min(chunk + WRITE_LINES, end)]))
+            start = end + 1
             if marker is not None and self._act(marker):
                 return True
         return False
@@ -353,7 +380,7 @@ class LineSink:
         return marker.action == "close"
 
     def _write(self, batch: list[bytes]) -> None:
-        data = b"\n".join(batch) + b"\n"
+        data = b"\n".join([*batch, b""])  # the last newline too, without a second copy
         prepared = True
         try:
             self._out.prepare(len(data))
@@ -367,8 +394,9 @@ class LineSink:
         else:
             if prepared:
                 self._end_trouble(recovered=False)
-        with self._lock:
-            self._waiting -= len(data)
+        done = self._done = self._done + len(data)
+        self._full_at = done + self.max_queued_bytes
+        self._wake_at = done + self._wake_bytes
 
     def _failed(self, exc: OSError, lines: int) -> None:
         if self._metrics is not None:
