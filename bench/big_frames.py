@@ -16,13 +16,13 @@ import socket
 import struct
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.procs import memory_kib, user_system_seconds
+from bench.raw_broker import RawBroker, read_exactly, read_frame
 from bench.soak import HOST, ProxyProcess
 
 FETCH = 1
@@ -46,39 +46,18 @@ def fetch_request(corr: int, batches: int) -> bytes:
     return _LEN.pack(len(head) + len(body)) + head + body
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
-
-
-class Broker:
+class Broker(RawBroker):
     """Answers Fetch requests with as many batches as their max_bytes field says."""
 
     def __init__(self) -> None:
         self.batch = _batch()
-        self.listener = socket.create_server((HOST, 0))
-        self.address = f"{HOST}:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
+    def serve(self, sock: socket.socket) -> None:
         with sock:
             try:
                 while True:
-                    (size,) = _LEN.unpack(_read_exactly(sock, 4))
-                    request = _read_exactly(sock, size)
+                    request = read_frame(sock)
                     corr = struct.unpack_from(">i", request, 4)[0]
                     batches = struct.unpack_from(">i", request, 8 + 2 + 5 + 12)[0]
                     records = len(self.batch) * batches
@@ -115,7 +94,7 @@ def one_round(proxy: ProxyProcess, total_mb: int, response_mb: int) -> tuple[flo
     with socket.create_connection((HOST, proxy.port)) as sock:
         for corr in range(max(1, total_mb // response_mb)):
             sock.sendall(fetch_request(corr, response_mb))
-            (size,) = _LEN.unpack(_read_exactly(sock, 4))
+            (size,) = _LEN.unpack(read_exactly(sock, 4))
             left = size
             while left:
                 chunk = sock.recv(min(left, 1 << 20))

@@ -24,6 +24,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from bench.procs import memory_kib
+from bench.raw_broker import RawBroker, read_frame
 from bench.soak import HOST, ProxyProcess
 
 API_VERSIONS, METADATA = 18, 3
@@ -36,38 +37,10 @@ def request(api_key: int, corr: int, client_id: str, body: bytes = b"") -> bytes
     return struct.pack(">i", len(payload)) + payload
 
 
-def read_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
-
-
-def read_frame(sock: socket.socket) -> bytes:
-    (size,) = struct.unpack(">i", read_exactly(sock, 4))
-    return read_exactly(sock, size)
-
-
-class FakeBroker:
+class FakeBroker(RawBroker):
     """Answers ApiVersions v0; requests with client id "stuck" it reads and never answers."""
 
-    def __init__(self) -> None:
-        self.listener = socket.create_server((HOST, 0))
-        self.address = f"{HOST}:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
+    def serve(self, sock: socket.socket) -> None:
         with sock, contextlib.suppress(OSError):
             while True:
                 frame = read_frame(sock)
