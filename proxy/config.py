@@ -137,6 +137,8 @@ class Limits:
     decompression_limit_bytes: int = 67108864
     observe_whole_frame_bytes: int = 262144
     observe_seconds_per_read: float = 0.1
+    observe_max_field_bytes: int = 65536
+    observe_max_elements: int = 20000
     socket_buffer_bytes: int = 1048576
 
 
@@ -226,6 +228,8 @@ MAXIMA: dict[str, tuple[float, str]] = {
     "limits.request_timeout_seconds": (86400, "1 day: a stuck broker must be let go some time"),
     "limits.observe_whole_frame_bytes": (2**30, "1 GiB: a frame assembled whole costs its size per direction"),
     "limits.observe_seconds_per_read": (10, "10 s: decoding one read stalls every connection of the process"),
+    "limits.observe_max_field_bytes": (2**30, "1 GiB: a field is held whole while it is parsed"),
+    "limits.observe_max_elements": (10_000_000, "each decoded element costs memory per frame"),
     "limits.socket_buffer_bytes": (2**28, "256 MiB: the kernel holds this much per socket"),
     "request_log.flush_interval_seconds": (3600, "1 hour: lines wait in memory meanwhile"),
     "request_log.max_queued_bytes": (2**32, "4 GiB held in memory"),
@@ -735,6 +739,8 @@ def _limits(s: _Section) -> Limits:
         decompression_limit_bytes=s.integer("decompression_limit_bytes", 67108864),
         observe_whole_frame_bytes=s.integer("observe_whole_frame_bytes", 262144, minimum=0),
         observe_seconds_per_read=s.seconds("observe_seconds_per_read", 0.1),
+        observe_max_field_bytes=s.integer("observe_max_field_bytes", 65536, minimum=1),
+        observe_max_elements=s.integer("observe_max_elements", 20000, minimum=1),
         socket_buffer_bytes=s.integer("socket_buffer_bytes", 1048576, minimum=0),
     )
     if limits.max_frame_bytes > 2**31 - 1:

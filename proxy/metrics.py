@@ -416,6 +416,12 @@ class Metrics:
             " never assembled.",
             ("direction",),
         )
+        self.observed_elements_dropped = c(
+            "kafkalens_observed_elements_dropped_total",
+            "Array elements of streamed frames past limits.observe_max_elements: read,"
+            " not decoded.",
+            ("direction",),
+        )
         self.build_info = self._gauge("kafkalens_build_info", "Always 1.", ("version",), "max")
         self.request_log_errors = c(
             "kafkalens_request_log_errors_total",

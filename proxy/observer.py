@@ -328,7 +328,7 @@ class ObservingHooks(Hooks):
             self._request_decoded(info, state, token, as_request(
                 pending.api_key, pending.api_version, streamed.stream, self.policy
             ))
-            _note_dropped(token.fields, streamed.stream)
+            _note_dropped(token.fields, streamed.stream, self.metrics, "request")
         if streamed.expects_response:
             pending.token = token
         else:
@@ -500,7 +500,7 @@ class ObservingHooks(Hooks):
             state.groups.learn(token.fields, response)
             self._refresh_identity(info, state)
         fields = response_fields(response, self.summary, self.topic_ids, token.fields.get("protocol_type"))
-        _note_dropped(fields, streamed.stream)
+        _note_dropped(fields, streamed.stream, self.metrics, "response")
         return fields
 
     def _observe_response(
@@ -555,11 +555,14 @@ class ObservingHooks(Hooks):
         return line
 
 
-def _note_dropped(fields: dict[str, Any], stream: FrameStream) -> None:
-    """Array elements a streamed frame had past the materialising bound (its facts are
-    from the elements before)."""
+def _note_dropped(
+    fields: dict[str, Any], stream: FrameStream, metrics: Metrics, direction: str
+) -> None:
+    """Array elements a streamed frame had past the materialising bound
+    (limits.observe_max_elements; its facts are from the elements before)."""
     if stream.dropped_elements:
         fields["observed_elements_dropped"] = stream.dropped_elements
+        metrics.observed_elements_dropped.labels(direction=direction).inc(stream.dropped_elements)
 
 
 def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
@@ -590,6 +593,8 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
             record_detail_bytes=config.limits.observe_whole_frame_bytes if log_config.record_detail else 0,
             decompression_limit=config.limits.decompression_limit_bytes,
             max_seconds_per_piece=config.limits.observe_seconds_per_read,
+            max_field_bytes=config.limits.observe_max_field_bytes,
+            max_elements=config.limits.observe_max_elements,
         ),
     )
 

@@ -468,3 +468,17 @@ def test_any_document_is_a_config_or_a_config_error(document: dict[str, object])
         check_api_names(config)
     except ConfigError as exc:
         assert "\n" not in str(exc)
+
+
+def test_the_streaming_decoders_bounds_come_from_the_config() -> None:
+    from proxy.metrics import Metrics
+    from proxy.observer import build_hooks
+
+    config = parse_config(
+        {
+            "listeners": [{"name": "p", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:1"}],
+            "limits": {"observe_max_field_bytes": 1234, "observe_max_elements": 56},
+        }
+    )
+    limits = build_hooks(config, Metrics()).stream_limits
+    assert (limits.max_field_bytes, limits.max_elements) == (1234, 56)

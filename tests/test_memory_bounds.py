@@ -281,6 +281,8 @@ def test_frames_of_many_tiny_elements_cost_bounded_time_and_memory(proxy: ProxyP
         assert "took over 0.1 s" in str(line["decode_error"]), line
     else:  # or the machine was fast enough
         assert line["observed_elements_dropped"] == count - 20_000
+        dropped = f'kafkalens_observed_elements_dropped_total{{direction="request"}} {count - 20_000}.0'
+        assert dropped in proxy.http("/metrics")[1]
     print(f"RSS {before / MB:.1f} MB -> {peak / MB:.1f} MB; good client waited at most {good.longest * 1000:.0f} ms")
     assert peak - before <= HUGE_BOUND
 

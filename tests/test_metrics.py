@@ -265,6 +265,7 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.kip1313_violation("rejected")
     m.gateway_listener_error("port_in_use")
     m.frame_observed_in_pieces("response", 1)
+    m.observed_elements_dropped.labels(direction="request").inc()
     m.bytes_to_broker.inc()
     rendered = {name for name, _ in scrape(m)}
     assert rendered == metric_names()
