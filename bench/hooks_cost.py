@@ -6,7 +6,7 @@ broker, then replayed through the hooks `kafkalens proxy` runs, whole and stage 
 stage. Run from the repository root: .venv/bin/python -m bench.hooks_cost
 
 Replaying a frame repeats it byte for byte, which the observer memoises
-(proxy/memo.py): "all hooks, log on" is the cost of such a repeat, "first seen" that
+(proxy/observe/memo.py): "all hooks, log on" is the cost of such a repeat, "first seen" that
 of a frame the process has not met before (the memo never answers).
 """
 
@@ -27,13 +27,13 @@ from support.relay import Frame, RecordingRelay  # noqa: E402
 
 from bench import metadata, throughput, wire  # noqa: E402
 from codec import decode_request, decode_response  # noqa: E402
-from proxy.api_versions import cap_api_versions  # noqa: E402
 from proxy.config import Overrides, load_config  # noqa: E402
 from proxy.hooks import ConnectionInfo, Hooks, Pending  # noqa: E402
-from proxy.memo import FrameMemo  # noqa: E402
 from proxy.metrics import Metrics  # noqa: E402
-from proxy.observer import build_hooks  # noqa: E402
-from proxy.summary import SummaryOptions, TopicIds, request_fields, response_fields  # noqa: E402
+from proxy.observe.api_versions import cap_api_versions  # noqa: E402
+from proxy.observe.memo import FrameMemo  # noqa: E402
+from proxy.observe.observer import build_hooks  # noqa: E402
+from proxy.observe.summary import SummaryOptions, TopicIds, request_fields, response_fields  # noqa: E402
 from proxy.tansu import TansuBroker, free_port  # noqa: E402
 
 Pair = tuple[Frame, Frame]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from proxy.request_log import LineSink, RequestLog, render
+from proxy.observe.request_log import LineSink, RequestLog, render
 
 LINES = 200_000
 RUNS = 5

@@ -101,7 +101,7 @@ def check_config(path: str, *, check_ports: bool = False) -> int:
 def run_proxy(args: argparse.Namespace) -> int:
     import uvloop
 
-    from proxy.fdlimit import raise_open_file_limit
+    from proxy.forward.fdlimit import raise_open_file_limit
 
     overrides = Overrides(
         listen=args.listen,

@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
 
 
 async def _rotate_every(hooks: Hooks, backups: int, seconds: float) -> None:
-    from proxy.observer import ObservingHooks
+    from proxy.observe.observer import ObservingHooks
 
     if not isinstance(hooks, ObservingHooks) or hooks.log is None:
         return

@@ -1,6 +1,6 @@
 """The seam between the forwarding machinery and everything that looks at frames.
 
-The connection code (proxy/connection.py) forwards bytes; a `Hooks` subclass decodes,
+The connection code (proxy/forward/connection.py) forwards bytes; a `Hooks` subclass decodes,
 logs, enforces and rewrites. The rules that keep the hot path fast:
 
 * A frame is forwarded before `request_forwarded` / `response_forwarded` run, so
@@ -189,7 +189,7 @@ class Hooks:
 
     def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
         """After a raw SASL token from the client (the phase after SaslHandshake v0, see
-        proxy/sasl.py) went to the broker. `token` holds credentials: never keep or log it."""
+        proxy/forward/sasl.py) went to the broker. `token` holds credentials: never keep or log it."""
 
     def request_incomplete(self, info: ConnectionInfo, pending: Pending, reason: str) -> None:
         """The connection is closing with `pending` still unanswered (it never will be);

@@ -10,14 +10,14 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.allocator import keep_large_buffers
+from proxy.admin.http import AdminServers, Endpoints, start_admin
+from proxy.admin.readiness import UpstreamProbe
 from proxy.config import Address, Config, ConfigError, check_supported
+from proxy.forward.allocator import keep_large_buffers
+from proxy.forward.server import Server
 from proxy.hooks import Hooks
-from proxy.http import AdminServers, Endpoints, start_admin
 from proxy.metrics import Metrics
-from proxy.observer import build_hooks
-from proxy.readiness import UpstreamProbe
-from proxy.server import Server
+from proxy.observe.observer import build_hooks
 from proxy.signals import reopen_logs_on_sighup, wait_for_stop_signal
 
 
@@ -63,10 +63,10 @@ async def open_server(
     config: Config, hooks: Hooks, metrics: Metrics, *, reuse_port: bool = False
 ) -> Server:
     """A started Server: the sidecar listeners, or gateway mode's bootstrap listener
-    (its broker listeners open as responses name the brokers, see proxy/gateway.py)."""
+    (its broker listeners open as responses name the brokers, see proxy/gateway/gateway.py)."""
     gateway = None
     if config.mode == "gateway":
-        from proxy.gateway import Gateway
+        from proxy.gateway.gateway import Gateway
 
         gateway = Gateway(config, metrics)
         hooks = gateway.wrap(hooks)

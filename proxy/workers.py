@@ -83,7 +83,7 @@ def worker_entry(payload: bytes) -> None:
     import uvloop
 
     from proxy.console import configure_logging
-    from proxy.fdlimit import raise_open_file_limit
+    from proxy.forward.fdlimit import raise_open_file_limit
 
     index, ready_fd, config = pickle.loads(payload)
     # Ctrl-C reaches the whole process group: workers stop on the parent's SIGTERM only
@@ -108,9 +108,9 @@ class ReadyPipe:
 
 
 async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
-    from proxy.allocator import keep_large_buffers
+    from proxy.forward.allocator import keep_large_buffers
     from proxy.metrics import Metrics
-    from proxy.observer import build_hooks
+    from proxy.observe.observer import build_hooks
     from proxy.preflight import check_api_names
     from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
     from proxy.signals import reopen_logs_on_sighup
@@ -264,8 +264,8 @@ def serve_workers(config: Config) -> None:
 async def _parent(config: Config, metrics_dir: Path) -> None:
     # Not proxy.runner: the parent forwards nothing, and the codec it would load costs
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
-    from proxy.http import Endpoints, start_admin
-    from proxy.readiness import UpstreamProbe
+    from proxy.admin.http import Endpoints, start_admin
+    from proxy.admin.readiness import UpstreamProbe
     from proxy.signals import on_reopen_signal, wait_for_stop_signal
 
     pool = WorkerPool(config, metrics_dir)

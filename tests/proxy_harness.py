@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 import uvloop
 
 from proxy.config import Address, Config, Overrides, load_config
+from proxy.forward.server import Server
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.runner import RunningProxy, start_proxy
-from proxy.server import Server
 
 T = TypeVar("T")
 LOCAL = "127.0.0.1"

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from codec import Response, decode_response, encode_response
 from codec.schema import Field, api_messages
-from proxy.addresses import EXEMPT, address_fields, rewrite_addresses, rewritten_api_keys
+from proxy.gateway.addresses import EXEMPT, address_fields, rewrite_addresses, rewritten_api_keys
 
 
 def host_port_structs(

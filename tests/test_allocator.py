@@ -1,4 +1,4 @@
-"""proxy/allocator.py: large frames freed and joined again stop faulting pages in."""
+"""proxy/forward/allocator.py: large frames freed and joined again stop faulting pages in."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from proxy.allocator import _glibc_mallopt
+from proxy.forward.allocator import _glibc_mallopt
 
 # Frames joined from chunks and freed, as the observer does with Produce requests:
 # sizes vary a little, as real batches do. Prints the minor page faults it caused.
 JOIN_FRAMES = """
 import json, os, random, resource, sys
 if sys.argv[1] == "keep":
-    from proxy.allocator import keep_large_buffers
+    from proxy.forward.allocator import keep_large_buffers
     keep_large_buffers()
 chunks = [os.urandom(262144) for _ in range(4)]
 ballast = [bytes(300_000) for _ in range(8)]  # other large objects living on the heap
@@ -46,7 +46,7 @@ def test_fixed_thresholds_stop_refaulting_large_frames() -> None:
 
 
 def test_a_threshold_the_user_set_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy import allocator
+    from proxy.forward import allocator
 
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000000")
     calls: list[tuple[int, int]] = []

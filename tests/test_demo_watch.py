@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline.spool import Spool
 from proxy.demo import rotate_log
-from proxy.request_log import LineSink
+from proxy.observe.request_log import LineSink
 from proxy.tansu import free_port
 
 REPO = Path(__file__).resolve().parent.parent

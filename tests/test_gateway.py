@@ -29,11 +29,11 @@ from support.mock_cluster import KAFKA_PYTHON_API_VERSION
 
 from codec import Response, decode_response, encode_response
 from proxy.config import Config, parse_config
-from proxy.gateway import Gateway
+from proxy.forward.server import Server
+from proxy.gateway.gateway import Gateway
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 from proxy.metrics import Metrics
-from proxy.observer import build_hooks
-from proxy.server import Server
+from proxy.observe.observer import build_hooks
 from proxy.tansu import free_port
 
 METADATA, FIND_COORDINATOR, FETCH = 3, 10, 1

@@ -1,6 +1,7 @@
 """The modules of proxy/ import one way: config (and codec) at the bottom, the
-command line at the top. Read from the source with `ast`, every import counts:
-module level, inside functions (lazy) and under TYPE_CHECKING."""
+command line at the top, and the rooms in between (forward/, observe/, gateway/,
+admin/) each depend only on what is below them. Read from the source with `ast`,
+every import counts: module level, inside functions (lazy) and under TYPE_CHECKING."""
 
 from __future__ import annotations
 
@@ -10,10 +11,27 @@ from pathlib import Path
 PROXY = Path(__file__).resolve().parent.parent / "proxy"
 # What config.py may import from proxy/: nothing, it is the bottom layer.
 CONFIG_MAY_IMPORT: frozenset[str] = frozenset()
+# The top-level modules every room may use: configuration, the seam between forwarding
+# and observers (hooks), the metrics registry, TLS contexts, logging set-up.
+BASE = frozenset({"config", "console", "hooks", "metrics", "tls", "signals"})
+# Which rooms a room may import from, besides BASE and itself.
+ROOMS_MAY_IMPORT: dict[str, frozenset[str]] = {
+    "forward": frozenset(),
+    "observe": frozenset(),
+    "admin": frozenset(),
+    "gateway": frozenset({"forward", "observe"}),
+}
 
 
-def proxy_imports(source: str, modules: set[str]) -> set[str]:
-    """The proxy/ modules named by `source`'s import statements, wherever they are."""
+def module_name(path: Path) -> str:
+    """'observe.observer' for proxy/observe/observer.py, 'config' for proxy/config.py."""
+    parts = path.relative_to(PROXY).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def proxy_imports(source: str, modules: set[str], package: str = "") -> set[str]:
+    """The proxy/ modules named by `source`'s import statements, wherever they are.
+    `package` is the importing module's package inside proxy/ ('' for proxy/ itself)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -21,23 +39,40 @@ def proxy_imports(source: str, modules: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.ImportFrom):  # relative: from . import x / from .x import y
-            base = f"proxy.{node.module}" if node.module else "proxy"
+            anchor = ["proxy"] + ([p for p in package.split(".") if p])
+            anchor = anchor[: len(anchor) - (node.level - 1)]
+            base = ".".join(anchor + ([node.module] if node.module else []))
             names = [base] + [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
         for name in names:
             parts = name.split(".")
-            if len(parts) >= 2 and parts[0] == "proxy" and parts[1] in modules:
-                found.add(parts[1])
+            if parts[0] != "proxy":
+                continue
+            # the longest dotted prefix that is a module: proxy.observe.observer.X -> observe.observer
+            for end in range(len(parts), 1, -1):
+                if (candidate := ".".join(parts[1:end])) in modules:
+                    found.add(candidate)
+                    break
     return found
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = {path.stem for path in PROXY.glob("*.py")}
-    return {
-        path.stem: proxy_imports(path.read_text(encoding="utf-8"), modules) - {path.stem}
-        for path in PROXY.glob("*.py")
-    }
+    paths = sorted(PROXY.rglob("*.py"))
+    modules = {module_name(path) for path in paths} - {""}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        name = module_name(path)
+        if not name:
+            continue
+        package = name.rpartition(".")[0] if path.name != "__init__.py" else name
+        imports = proxy_imports(path.read_text(encoding="utf-8"), modules, package)
+        graph[name] = imports - {name}
+    return graph
+
+
+def room(module: str) -> str:
+    return module.split(".")[0]
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -64,13 +99,14 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_checker_sees_every_kind_of_import() -> None:
-    modules = {"a", "b", "c", "d", "e"}
+    modules = {"a", "b", "c", "d", "e", "room", "room.f", "room.g"}
     source = (
         "import proxy.a\nfrom proxy import b\nfrom typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from proxy.c import X\n"
-        "def f():\n    from proxy.d import y\nfrom . import e\nimport codec.schema\n"
+        "def f():\n    from proxy.d import y\nfrom .. import e\nimport codec.schema\n"
+        "from proxy.room.f import Z\nfrom .g import W\n"
     )
-    assert proxy_imports(source, modules) == modules
+    assert proxy_imports(source, modules, "room") == {"a", "b", "c", "d", "e", "room.f", "room.g"}
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
@@ -78,11 +114,30 @@ def test_the_checker_sees_every_kind_of_import() -> None:
 def test_no_import_cycle_in_proxy() -> None:
     graph = import_graph()
     assert len(graph) > 20  # the walk found the package
+    assert {"observe.observer", "forward.connection", "gateway.gateway", "admin.http"} <= set(graph)
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
 def test_config_is_the_bottom_layer() -> None:
     assert import_graph()["config"] <= CONFIG_MAY_IMPORT
+
+
+def test_base_modules_import_no_room() -> None:
+    graph = import_graph()
+    wrong = {m: sorted(i - BASE) for m, i in graph.items() if m in BASE and i - BASE}
+    assert not wrong, wrong
+
+
+def test_each_room_imports_only_what_is_below_it() -> None:
+    graph = import_graph()
+    wrong: dict[str, list[str]] = {}
+    for module, imports in graph.items():
+        if room(module) not in ROOMS_MAY_IMPORT:
+            continue
+        allowed = BASE | {room(module)} | ROOMS_MAY_IMPORT[room(module)]
+        if bad := sorted(i for i in imports if room(i) not in allowed):
+            wrong[module] = bad
+    assert not wrong, wrong
 
 
 def test_the_command_line_is_the_top() -> None:

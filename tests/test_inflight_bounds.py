@@ -54,7 +54,7 @@ from test_hostile_support import (
 from test_proxy_framing import MODES, Recorder, collect_into, frame, split
 from test_proxy_sasl import EXCHANGES, handshake_v0, sasl_v0_broker
 
-from proxy.framing import PAUSE, FrameSplitter
+from proxy.forward.framing import PAUSE, FrameSplitter
 from proxy.hooks import ConnectionInfo, Hooks
 from proxy.tansu import free_port
 
@@ -490,7 +490,7 @@ def test_running_out_of_file_descriptors_is_counted_logged_and_survived(tmp_path
         assert proxy.metric("kafkalens_pending_requests") == 0
         assert proxy.metric("kafkalens_connections_rejected_total", reason="fd_limit") >= 3
         assert "out of file descriptors" in proxy.log()
-        # a burst at the limit: every one refused (most counted: see proxy/fdlimit.py), the
+        # a burst at the limit: every one refused (most counted: see proxy/forward/fdlimit.py), the
         # proxy goes on
         counted = proxy.metric("kafkalens_connections_rejected_total", reason="fd_limit")
         proxy.process.send_signal(signal.SIGSTOP)  # so that they all wait to be accepted
@@ -566,7 +566,7 @@ def test_no_descriptor_for_the_broker_connection_closes_the_client_and_counts() 
 
 def test_the_open_file_limit_is_raised_to_the_hard_limit() -> None:
     code = (
-        "import resource; from proxy.fdlimit import raise_open_file_limit;"
+        "import resource; from proxy.forward.fdlimit import raise_open_file_limit;"
         "print(raise_open_file_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
     )
     out = subprocess.run(

@@ -376,7 +376,7 @@ def test_a_frame_observed_in_pieces_gives_the_log_line_of_a_whole_one(tmp_path: 
 
 def test_the_gateway_passes_frames_observed_in_pieces_to_its_inner_hooks() -> None:
     from codec import DEFAULT_POLICY
-    from proxy.gateway_hooks import GatewayHooks
+    from proxy.gateway.gateway_hooks import GatewayHooks
     from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
 
     seen: list[tuple[str, object]] = []

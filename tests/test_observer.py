@@ -15,9 +15,9 @@ import pytest
 from codec import HeaderPolicy, Request, Response, decode_response, encode_request, encode_response
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
-from proxy.observer import ObservingHooks
-from proxy.request_log import LineSink, RequestLog
-from proxy.summary import SummaryOptions
+from proxy.observe.observer import ObservingHooks
+from proxy.observe.request_log import LineSink, RequestLog
+from proxy.observe.summary import SummaryOptions
 from tests.records_oracle import build_v2
 
 INSTANCE = uuid.UUID("11111111-2222-4333-8444-555555555555")
@@ -270,7 +270,7 @@ def test_sampling_keeps_errors(tmp_path: Path, rate: float) -> None:
 
 
 def test_record_detail_looks_at_a_bounded_number_of_records(tmp_path: Path) -> None:
-    from proxy.summary import MAX_DETAIL_RECORDS
+    from proxy.observe.summary import MAX_DETAIL_RECORDS
 
     h = Harness(tmp_path, record_detail=True)
     batch = build_v2([(1, None, b"", [("k", b"v")])] * (MAX_DETAIL_RECORDS + 500), compression="zstd")
@@ -374,7 +374,7 @@ def test_memoised_api_versions_cap_answers_with_each_correlation_id(tmp_path: Pa
 def test_topic_ids_unknown_then_named_by_metadata() -> None:
     from uuid import UUID
 
-    from proxy.summary import TopicIds
+    from proxy.observe.summary import TopicIds
 
     ids = TopicIds(limit=2)
     first, second, third = UUID(int=1), UUID(int=2), UUID(int=3)

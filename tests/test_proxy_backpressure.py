@@ -18,7 +18,7 @@ from proxy_harness import (
     write_frame,
 )
 
-from proxy.connection import HIGH_WATER
+from proxy.forward.connection import HIGH_WATER
 
 RESPONSE_BYTES = 64 * 1024 * 1024
 CHUNK = 1024 * 1024

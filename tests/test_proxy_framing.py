@@ -1,4 +1,4 @@
-"""proxy.framing: every chunking of a stream gives the same frames and the same output."""
+"""proxy.forward.framing: every chunking of a stream gives the same frames and the same output."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.framing import (
+from proxy.forward.framing import (
     HOLD,
     NEED_MORE,
     STOP,

@@ -93,8 +93,8 @@ def test_bad_http_input() -> None:
 
 
 def test_readiness_verdict_sidecar_needs_its_upstream_a_gateway_one_broker() -> None:
+    from proxy.admin.readiness import UpstreamProbe
     from proxy.config import Address
-    from proxy.readiness import UpstreamProbe
 
     a, b = Address("10.0.0.1", 9092), Address("10.0.0.2", 9092)
     probe = UpstreamProbe(lambda: [a, b])

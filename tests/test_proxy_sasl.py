@@ -1,5 +1,5 @@
 """SaslHandshake v0: the raw token phase passes through untouched, and Kafka
-framing resumes after it (proxy/sasl.py documents how the end is found).
+framing resumes after it (proxy/forward/sasl.py documents how the end is found).
 
 The fake broker speaks the legacy flow: SaslHandshake v0, then bare length-prefixed
 tokens both ways, then ordinary requests. Tokens are chosen to look like request
@@ -25,8 +25,8 @@ from proxy_harness import (
     write_frame,
 )
 
+from proxy.forward.sasl import handshake_mechanism, looks_like_request
 from proxy.hooks import ConnectionInfo, Hooks, Pending
-from proxy.sasl import handshake_mechanism, looks_like_request
 
 SASL_HANDSHAKE = 17
 METADATA = 3

@@ -1,4 +1,4 @@
-"""proxy.request_log: lines as JSON, stdout writes that keep lines whole, rotation; the
+"""proxy.observe.request_log: lines as JSON, stdout writes that keep lines whole, rotation; the
 writer thread's flush deadline, reopening, bound and failures; then the same against a
 live proxy with its real hooks, while a well-behaved client keeps round-tripping."""
 
@@ -31,10 +31,10 @@ from test_hostile_support import (
     connect,
 )
 
-from proxy import request_log
 from proxy.config import Config, ConfigError, load_config, parse_config
 from proxy.metrics import Metrics
-from proxy.request_log import PIPE_BUF, LineSink, RequestLog, render
+from proxy.observe import request_log
+from proxy.observe.request_log import PIPE_BUF, LineSink, RequestLog, render
 
 
 def test_render_is_compact_json_and_falls_back_for_what_orjson_refuses() -> None:

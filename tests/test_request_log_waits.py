@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from codec import DEFAULT_POLICY, Request, decode_request, encode_request
 from codec.schema import api_messages, message
-from proxy.summary import SummaryOptions, TopicIds, request_fields
+from proxy.observe.summary import SummaryOptions, TopicIds, request_fields
 from tests.codec_strategies import struct_value
 
 FETCH, JOIN_GROUP, SHARE_FETCH = 1, 11, 78

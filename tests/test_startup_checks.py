@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from proxy.config import Config, ConfigError, parse_config
+from proxy.observe.request_log import LineSink
 from proxy.preflight import (
     check_api_names,
     check_ports,
@@ -21,7 +22,6 @@ from proxy.preflight import (
     check_startup,
     check_tls,
 )
-from proxy.request_log import LineSink
 from proxy.tansu import free_port
 
 REPO = Path(__file__).resolve().parent.parent

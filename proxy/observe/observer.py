@@ -34,13 +34,13 @@ from codec.stream import (
     request_stream,
     response_stream,
 )
-from proxy.api_versions import API_VERSIONS, cap_api_versions
 from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
-from proxy.identity import Identity
-from proxy.memo import FrameMemo
 from proxy.metrics import Metrics
-from proxy.request_log import LineSink, RequestLog
-from proxy.summary import (
+from proxy.observe.api_versions import API_VERSIONS, cap_api_versions
+from proxy.observe.identity import Identity
+from proxy.observe.memo import FrameMemo
+from proxy.observe.request_log import LineSink, RequestLog
+from proxy.observe.summary import (
     FULL_DECODE_RESPONSES,
     GroupProtocols,
     SummaryOptions,

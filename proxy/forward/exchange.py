@@ -27,8 +27,8 @@ import structlog
 
 from codec.errors import DecodeError
 from codec.peek import produce_acks
-from proxy import sasl
-from proxy.framing import (
+from proxy.forward import sasl
+from proxy.forward.framing import (
     HEAD_CAP,
     HOLD,
     NEED_MORE,

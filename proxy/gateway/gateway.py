@@ -2,7 +2,7 @@
 
 Clients bootstrap on `gateway.bootstrap_listen`, forwarded to the first of
 `bootstrap_servers` that accepts. Every broker address in a response is rewritten
-(proxy/gateway_hooks.py) to `advertised_host` and the port this gateway serves that
+(proxy/gateway/gateway_hooks.py) to `advertised_host` and the port this gateway serves that
 broker on: `broker_ports[node_id]`, else `broker_port_base + node_id`. The first
 time a broker is named, its listener is opened, forwarding to the broker's real
 address as the response gave it; if a later response gives another address, the
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 import structlog
 
 from proxy.config import Address, Config, ConfigError, GatewayConfig
-from proxy.gateway_hooks import GatewayHooks
+from proxy.forward.server import BACKLOG, Listener, Server
+from proxy.gateway.gateway_hooks import GatewayHooks
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
-from proxy.observer import header_policy
-from proxy.server import BACKLOG, Listener, Server
+from proxy.observe.observer import header_policy
 
 log = structlog.get_logger("kafkalens.gateway")
 
@@ -79,7 +79,7 @@ class Gateway:
         return port if port <= 65535 else None
 
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
-        """The address clients must use for broker `node_id` (a proxy.addresses Mapper).
+        """The address clients must use for broker `node_id` (a proxy.gateway.addresses Mapper).
 
         Its listener is listening before this returns. None (leave the address as it
         is) only when the node id maps to no valid port.

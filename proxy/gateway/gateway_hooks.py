@@ -2,9 +2,9 @@
 
 `GatewayHooks` wraps the hooks the proxy would run anyway (decoding, logging,
 metrics) and adds one thing: a response that names brokers is decoded, each broker's
-host/port is replaced by the mapper's answer (proxy/gateway.py), and re-encoded.
+host/port is replaced by the mapper's answer (proxy/gateway/gateway.py), and re-encoded.
 Which responses, at which versions, and where in them comes from the schemas
-(proxy/addresses.py), so a new message that carries an address is not missed.
+(proxy/gateway/addresses.py), so a new message that carries an address is not missed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import structlog
 
 from codec import DecodeError, HeaderPolicy, Response, decode_response, encode_response
 from codec.schema import api_messages
-from proxy.addresses import Mapper, address_fields, rewrite_addresses, rewritten_api_keys
+from proxy.gateway.addresses import Mapper, address_fields, rewrite_addresses, rewritten_api_keys
 from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
 
 log = structlog.get_logger("kafkalens.gateway")

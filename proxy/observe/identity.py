@@ -13,7 +13,7 @@ from uuid import UUID
 
 from codec import Request, Response
 from codec.sasl import sasl_principal
-from proxy.summary import clean
+from proxy.observe.summary import clean
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72

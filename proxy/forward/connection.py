@@ -1,8 +1,8 @@
 """One client connection paired with one upstream broker connection.
 
 `Connection` is the client's asyncio protocol; `UpstreamProtocol` delegates the
-broker's events to it. Bytes go through two `FrameSplitter`s (proxy/framing.py)
-whose handlers (proxy/exchange.py) know the Kafka side.
+broker's events to it. Bytes go through two `FrameSplitter`s (proxy/forward/framing.py)
+whose handlers (proxy/forward/exchange.py) know the Kafka side.
 
 Backpressure: when a transport's write buffer passes its high-water mark asyncio
 calls `pause_writing` on the protocol that writes to it; the proxy then stops
@@ -13,7 +13,7 @@ way round).
 Memory per connection, whatever the peers do, per direction: the write buffer up to
 `HIGH_WATER` plus one read chunk (256 KiB), plus a frame being assembled for the
 request log of at most `limits.observe_whole_frame_bytes` (larger frames are decoded
-as they pass and never kept, proxy/exchange.py). In the kernel, each of the two
+as they pass and never kept, proxy/forward/exchange.py). In the kernel, each of the two
 sockets has send and receive buffers of `limits.socket_buffer_bytes`, which Linux
 doubles: 4 x 2 x 1 MiB = 8 MiB at most at the defaults, instead of the autotuned sizes
 (up to the tcp_wmem/tcp_rmem maxima, 4 and 6 MiB per socket on Linux's defaults). Frames
@@ -34,16 +34,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
-from proxy import fdlimit
 from proxy.config import Address, Limits
-from proxy.exchange import (
+from proxy.forward import fdlimit
+from proxy.forward.exchange import (
     REQUEST_MIN_HEAD,
     RESPONSE_MIN_HEAD,
     Exchange,
     RequestSide,
     ResponseSide,
 )
-from proxy.framing import Buffer, FrameSplitter
+from proxy.forward.framing import Buffer, FrameSplitter
 from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending, next_connection_id
 from proxy.tls import describe_peer
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import structlog
 
-from proxy import fdlimit
 from proxy.config import Address, Config, ConfigError, ListenerTLS
-from proxy.connection import Connection, ListenerRoute, ProxyContext
+from proxy.forward import fdlimit
+from proxy.forward.connection import Connection, ListenerRoute, ProxyContext
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.tls import client_context, server_context

@@ -1,0 +1,1 @@
+"""The admin endpoint: /metrics, /healthz, /readyz, /clients and the upstream probe behind /readyz."""
