@@ -104,6 +104,7 @@ async def start_proxy(
         clients=server.clients,
         metrics_later=metrics.render_off_loop,
     )
+    metrics.registry.register(endpoints.refusals)
     try:
         admin = await start_admin(config.metrics, endpoints)
     except ConfigError:

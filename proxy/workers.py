@@ -235,11 +235,14 @@ class WorkerPool:
                 merged.extend(json.loads(path.read_text()))
         return merged
 
-    def render_metrics(self) -> bytes:
+    def render_metrics(self, *own: Any) -> bytes:
+        """The workers' metrics, plus collectors of the parent's `own`."""
         from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=str(self.metrics_dir))
+        for collector in own:
+            registry.register(collector)
         return generate_latest(registry)
 
 
@@ -264,7 +267,7 @@ def serve_workers(config: Config) -> None:
 async def _parent(config: Config, metrics_dir: Path) -> None:
     # Not proxy.runner: the parent forwards nothing, and the codec it would load costs
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
-    from proxy.admin.http import Endpoints, start_admin
+    from proxy.admin.http import AdminRefusals, Endpoints, start_admin
     from proxy.admin.readiness import UpstreamProbe
     from proxy.signals import on_reopen_signal, wait_for_stop_signal
 
@@ -284,7 +287,10 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
             return False, "a worker is not running"
         return probe.verdict(need_all=config.mode != "gateway")
 
-    endpoints = Endpoints(metrics=pool.render_metrics, ready=ready, clients=pool.clients)
+    refusals = AdminRefusals()
+    endpoints = Endpoints(
+        metrics=lambda: pool.render_metrics(refusals), ready=ready, clients=pool.clients, refusals=refusals
+    )
     try:
         http = await start_admin(config.metrics, endpoints)
     except ConfigError:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from proxy_harness import LOCAL, FakeBroker, echo_broker
-from test_hostile_support import ObservedProxy
+from test_hostile_support import ObservedProxy, eventually
 from test_proxy_tls import issue, openssl
 
 from proxy.config import Config, ConfigError, parse_config
@@ -231,6 +231,74 @@ def test_an_empty_allowed_hosts_list_allows_only_the_address_and_localhost(tmp_p
         assert get(port, "/metrics")[0] == 200  # Host: 127.0.0.1:<port>
         assert get(port, "/metrics", {"Host": "localhost"})[0] == 200
         assert get(port, "/metrics", {"Host": "kafkalens.monitoring.svc"})[0] == 421
+
+
+# --- bounds and refusals -------------------------------------------------------------
+
+
+def refused(port: int) -> dict[str, float]:
+    """kafkalens_admin_refused_total by reason, read from /metrics."""
+    text = get(port, "/metrics")[2].decode()
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("kafkalens_admin_refused_total{"):
+            labels, _, value = line.rpartition(" ")
+            counts[labels.split('reason="')[1].split('"')[0]] = float(value)
+    return counts
+
+
+def healthy(port: int) -> bool:
+    try:
+        return raw(port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+    except ConnectionResetError:
+        return False
+
+
+def test_connections_past_max_connections_get_503_and_are_counted(tmp_path: Path) -> None:
+    config = admin_config(f"{LOCAL}:{free_port()}", tmp_path, max_connections=3)
+    with ObservedProxy(config) as px:
+        port = px.http_port
+        idle = [socket.create_connection((LOCAL, port), timeout=5) for _ in range(3)]
+        try:
+            # Answered on connect, before any request: one sent meanwhile would meet a
+            # closed socket (a reset, which is a refusal too).
+            answer = raw(port, b"")
+            assert answer.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1" in answer
+            assert b"too many admin connections" in answer
+        finally:
+            idle.pop().close()
+        assert eventually(lambda: healthy(port), 5)  # once the proxy saw the close
+        assert refused(port) == {"too_many_connections": 1}
+        for sock in idle:
+            sock.close()
+
+
+def test_each_refusal_is_counted_by_reason(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    config = admin_config(
+        f"{LOCAL}:{free_port()}", tmp_path, clients_token_file=str(token_file), allowed_hosts=[]
+    )
+    with ObservedProxy(config) as px:
+        port = px.http_port
+        assert refused(port) == {}
+        assert get(port, "/clients", bearer("wrong"))[0] == 401
+        assert get(port, "/clients")[0] == 401
+        assert get(port, "/metrics", {"Host": "evil.example"})[0] == 421
+        assert raw(port, b"POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 405 ")
+        assert raw(port, b"nonsense\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        assert raw(port, b"GET /" + b"a" * 9000).startswith(b"HTTP/1.1 431 ")
+        assert get(port, "/clients", bearer(TOKEN))[0] == 200  # allowed: not counted
+        assert get(port, "/nowhere")[0] == 404  # a wrong path is not a refusal
+        assert refused(port) == {
+            "unauthorized": 2, "host": 1, "method": 1, "bad_request": 1, "header_too_large": 1
+        }
+
+
+def test_clients_off_is_counted(tmp_path: Path) -> None:
+    with ObservedProxy(admin_config(f"{LOCAL}:{free_port()}", tmp_path)) as px:
+        assert get(px.http_port, "/clients")[0] == 404
+        assert refused(px.http_port) == {"clients_off": 1}
 
 
 # --- TLS ---------------------------------------------------------------------------

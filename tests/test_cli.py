@@ -254,6 +254,8 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
             ]
             assert opened == ['kafkalens_connections_opened_total{listener="main"} 40.0']
             assert "_created" not in metrics
+            # the parent's own counter, beside the workers': the /clients refusal above
+            assert 'kafkalens_admin_refused_total{reason="clients_off"} 1.0' in metrics
             assert http_get(metrics_port, "/readyz") == "ready\n"
             proc.send_signal(signal.SIGTERM)
             assert all(is_closed(sock, timeout=5) for sock in socks)

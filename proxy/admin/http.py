@@ -2,7 +2,10 @@
 
 One request per connection (answered with `Connection: close`), GET and HEAD only,
 headers capped at 8 KiB and 5 seconds: enough for Prometheus and Kubernetes probes
-without a web framework, and nothing a bad client sends can hold resources long.
+without a web framework, and nothing a bad client sends can hold resources long. At
+most `metrics.max_connections` connections are open at once (per listener); past it a
+connection gets 503 at once. Every refused request is counted by reason in
+`kafkalens_admin_refused_total`.
 
 /metrics, /healthz and /readyz are open. /clients names every connection's address,
 client id and SASL principal: it is off unless `metrics.clients_token_file` (then only
@@ -19,12 +22,13 @@ import hmac
 import inspect
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.core import CounterMetricFamily
 
 from proxy.config import Address, ConfigError, MetricsConfig
 
@@ -32,6 +36,28 @@ MAX_HEADER_BYTES = 8192
 HEADER_TIMEOUT_SECONDS = 5.0
 _TEXT = "text/plain; charset=utf-8"
 _JSON = "application/json"
+
+
+class AdminRefusals:
+    """Requests the admin port refused, by reason: a Prometheus collector, so that the
+    single process and the parent of workers (which has no Metrics) export it alike."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def note(self, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "kafkalens_admin_refused",
+            "Admin port requests refused, by reason (too_many_connections, clients_off, "
+            "unauthorized, host, bad_request, method, header_too_large, header_timeout).",
+            labels=("reason",),
+        )
+        for reason, count in sorted(self.counts.items()):
+            family.add_metric((reason,), count)
+        yield family
 
 
 @dataclass
@@ -43,6 +69,7 @@ class Endpoints:
     clients: Callable[[], list[dict[str, Any]]]
     # Preferred to `metrics` when set: renders without holding up the event loop.
     metrics_later: Callable[[], Awaitable[bytes]] | None = None
+    refusals: AdminRefusals = field(default_factory=AdminRefusals)
 
 
 @dataclass
@@ -51,6 +78,7 @@ class Response:
     body: bytes
     content_type: str = _TEXT
     headers: tuple[tuple[str, str], ...] = ()
+    refused: str | None = None  # the reason counted, for a request the port refuses
 
 
 class TokenFile:
@@ -97,6 +125,7 @@ class Access:
             return Response(
                 HTTPStatus.NOT_FOUND,
                 b"/clients is off: set metrics.clients_token_file or metrics.clients_listen\n",
+                refused="clients_off",
             )
         scheme, _, presented = headers.get("authorization", "").strip().partition(" ")
         if scheme.lower() == "bearer" and self.token.matches(presented.strip().encode("latin-1")):
@@ -105,6 +134,7 @@ class Access:
             HTTPStatus.UNAUTHORIZED,
             b"/clients needs Authorization: Bearer <token>\n",
             headers=(("WWW-Authenticate", 'Bearer realm="kafkalens"'),),
+            refused="unauthorized",
         )
 
     def host_allowed(self, host: str | None, local_address: str | None) -> bool:
@@ -141,7 +171,7 @@ def route(
     headers: dict[str, str] | None = None,
 ) -> Response | Awaitable[Response]:
     if method not in ("GET", "HEAD"):
-        return Response(HTTPStatus.METHOD_NOT_ALLOWED, b"GET or HEAD only\n")
+        return Response(HTTPStatus.METHOD_NOT_ALLOWED, b"GET or HEAD only\n", refused="method")
     path = target.split("?", 1)[0]
     if path == "/metrics":
         if endpoints.metrics_later is not None:
@@ -166,10 +196,28 @@ async def _metrics_later(render: Callable[[], Awaitable[bytes]]) -> Response:
     return Response(HTTPStatus.OK, await render(), CONTENT_TYPE_LATEST)
 
 
+@dataclass
+class Gate:
+    """The connections one listener has open, against its limit."""
+
+    limit: int = 32
+    open: int = 0
+
+
+_BUSY = Response(
+    HTTPStatus.SERVICE_UNAVAILABLE,
+    b"too many admin connections\n",
+    headers=(("Retry-After", "1"),),
+    refused="too_many_connections",
+)
+
+
 class HttpProtocol(asyncio.Protocol):
-    def __init__(self, endpoints: Endpoints, access: Access | None = None) -> None:
+    def __init__(self, endpoints: Endpoints, access: Access | None = None, gate: Gate | None = None) -> None:
         self.endpoints = endpoints
         self.access = access or Access()
+        self.gate = gate or Gate()
+        self.admitted = False
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -177,8 +225,19 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        if self.gate.open >= self.gate.limit:
+            self._send(_BUSY)
+            return
+        self.gate.open += 1
+        self.admitted = True
         loop = asyncio.get_running_loop()
-        self.timer = loop.call_later(HEADER_TIMEOUT_SECONDS, self.transport.abort)
+        self.timer = loop.call_later(HEADER_TIMEOUT_SECONDS, self._header_timeout)
+
+    def _header_timeout(self) -> None:
+        self.timer = None
+        self.endpoints.refusals.note("header_timeout")
+        assert self.transport is not None
+        self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self.timer is None:
@@ -187,7 +246,9 @@ class HttpProtocol(asyncio.Protocol):
         end = self.buffer.find(b"\r\n\r\n")
         if end < 0:
             if len(self.buffer) > MAX_HEADER_BYTES:
-                self._send(Response(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"too large\n"))
+                self._send(
+                    Response(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"too large\n", refused="header_too_large")
+                )
             return
         self._stop_timer()  # the request is in: what is left is ours to answer
         self._answer(bytes(self.buffer[:end]))
@@ -196,15 +257,15 @@ class HttpProtocol(asyncio.Protocol):
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = request_line.split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            self._send(Response(HTTPStatus.BAD_REQUEST, b"bad request\n"))
+            self._send(Response(HTTPStatus.BAD_REQUEST, b"bad request\n", refused="bad_request"))
             return
         method, target, _version = parts
         headers = _headers(head)
         assert self.transport is not None
         if headers is None:
-            response = Response(HTTPStatus.BAD_REQUEST, b"bad or repeated header\n")
+            response = Response(HTTPStatus.BAD_REQUEST, b"bad or repeated header\n", refused="bad_request")
         elif not self.access.host_allowed(headers.get("host"), _local_address(self.transport)):
-            response = Response(HTTPStatus.MISDIRECTED_REQUEST, b"Host not served here\n")
+            response = Response(HTTPStatus.MISDIRECTED_REQUEST, b"Host not served here\n", refused="host")
         else:
             try:
                 answer = route(self.endpoints, method, target, self.access, headers)
@@ -231,6 +292,8 @@ class HttpProtocol(asyncio.Protocol):
     def _send(self, response: Response, head_only: bool = False) -> None:
         self._stop_timer()
         assert self.transport is not None
+        if response.refused is not None:
+            self.endpoints.refusals.note(response.refused)
         if self.transport.is_closing():
             return  # the client went away while its answer was made
         head = (
@@ -245,6 +308,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
+        if self.admitted:
+            self.admitted = False
+            self.gate.open -= 1
 
 
 def _failed(exc: Exception) -> Response:
@@ -268,11 +334,16 @@ def _headers(head: bytes) -> dict[str, str] | None:
 
 
 async def start_http(
-    listen: Address, endpoints: Endpoints, access: Access | None = None, ssl: Any = None
+    listen: Address,
+    endpoints: Endpoints,
+    access: Access | None = None,
+    ssl: Any = None,
+    max_connections: int = 32,
 ) -> asyncio.Server:
     loop = asyncio.get_running_loop()
+    gate = Gate(limit=max_connections)
     return await loop.create_server(
-        lambda: HttpProtocol(endpoints, access),
+        lambda: HttpProtocol(endpoints, access, gate),
         listen.host,
         listen.port,
         reuse_address=True,
@@ -317,14 +388,12 @@ async def start_admin(config: MetricsConfig, endpoints: Endpoints) -> AdminServe
             ssl = server_context(config.tls)
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             raise ConfigError("metrics.tls", f"cannot load the certificate: {exc}") from exc
-    main = await _open("metrics.listen", config.listen, endpoints, main_access, ssl)
+    main = await _open("metrics.listen", config, endpoints, main_access, ssl)
     if config.clients_listen is None:
         return AdminServers(main)
     local_access = Access(clients="open", check_host=True, allowed_hosts=hosts)
     try:
-        local = await _open(
-            "metrics.clients_listen", config.clients_listen, endpoints, local_access
-        )
+        local = await _open("metrics.clients_listen", config, endpoints, local_access)
     except BaseException:
         main.close()
         raise
@@ -332,9 +401,11 @@ async def start_admin(config: MetricsConfig, endpoints: Endpoints) -> AdminServe
 
 
 async def _open(
-    key: str, listen: Address, endpoints: Endpoints, access: Access, ssl: Any = None
+    key: str, config: MetricsConfig, endpoints: Endpoints, access: Access, ssl: Any = None
 ) -> asyncio.Server:
+    listen = config.listen if key == "metrics.listen" else config.clients_listen
+    assert listen is not None
     try:
-        return await start_http(listen, endpoints, access, ssl)
+        return await start_http(listen, endpoints, access, ssl, config.max_connections)
     except OSError as exc:
         raise ConfigError(key, f"cannot listen on {listen}: {exc.strerror or exc}") from exc
