@@ -143,17 +143,33 @@ def reply_frame(body: bytes) -> list[Buffer]:
     return [_INT32.pack(len(body)), body]
 
 
-class RequestSide:
-    """Client to broker: record what each request needs, ask the hooks that hold."""
+class _Side:
+    """What both directions share: the frame being split, its streaming observer, and
+    the hook calls queued until the chunk in hand went on."""
 
     def __init__(self, ex: Exchange) -> None:
         self.ex = ex
-        self.inject: list[Buffer] = []  # never used on this side
         self._current: Pending | None = None
-        self._unanswered = False
-        self._raw_token_kept = False  # the frame being split is a raw SASL token, assembled
         self._observer: FrameObserver | None = None  # of the frame being split, if streamed
         self._after: list[tuple[AfterHook, memoryview, Pending]] = []
+
+    def frame_piece(self, piece: memoryview, last: bool) -> None:
+        observer, pending = self._observer, self._current
+        assert observer is not None and pending is not None
+        self._after.append((observer.piece, piece, pending))
+        if last:
+            self._observer = None
+            self._after.append((observer.done, _NO_BYTES, pending))
+
+
+class RequestSide(_Side):
+    """Client to broker: record what each request needs, ask the hooks that hold."""
+
+    def __init__(self, ex: Exchange) -> None:
+        super().__init__(ex)
+        self.inject: list[Buffer] = []  # never used on this side
+        self._unanswered = False
+        self._raw_token_kept = False  # the frame being split is a raw SASL token, assembled
 
     def frame_started(self, head: memoryview, size: int) -> int:
         ex = self.ex
@@ -253,14 +269,6 @@ class RequestSide:
             return STREAM_KEEP
         return STREAM
 
-    def frame_piece(self, piece: memoryview, last: bool) -> None:
-        observer, pending = self._observer, self._current
-        assert observer is not None and pending is not None
-        self._after.append((observer.piece, piece, pending))
-        if last:
-            self._observer = None
-            self._after.append((observer.done, _NO_BYTES, pending))
-
     def frame_completed(self, body: memoryview | None) -> None:
         if self._raw_token_kept:
             self._raw_token_kept = False
@@ -320,16 +328,13 @@ class RequestSide:
             self.ex.run_hooks(queued, "request")
 
 
-class ResponseSide:
+class ResponseSide(_Side):
     """Broker to client: match each response with its request, rewrite if asked."""
 
     def __init__(self, ex: Exchange) -> None:
-        self.ex = ex
+        super().__init__(ex)
         self.inject: list[Buffer] = []  # replies the proxy made, to send before a frame
         self.splitter: FrameSplitter | None = None
-        self._current: Pending | None = None
-        self._observer: FrameObserver | None = None  # of the response being split, if streamed
-        self._after: list[tuple[AfterHook, memoryview, Pending]] = []
         self.unmatched = 0
 
     def idle(self) -> bool:
@@ -389,14 +394,6 @@ class ResponseSide:
     def _handshake_answered(self, head: memoryview) -> None:
         if sasl.handshake_succeeded(head):
             self.ex.raw_sasl = sasl.RawSaslPhase(self.ex.handshake_mechanism)
-
-    def frame_piece(self, piece: memoryview, last: bool) -> None:
-        observer, pending = self._observer, self._current
-        assert observer is not None and pending is not None
-        self._after.append((observer.piece, piece, pending))
-        if last:
-            self._observer = None
-            self._after.append((observer.done, _NO_BYTES, pending))
 
     def frame_completed(self, body: memoryview | None) -> None:
         pending = self._current
