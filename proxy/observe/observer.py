@@ -68,6 +68,7 @@ UNMEMOISED = frozenset({0, 1, 14, 17, 36, 38, 39, 40, 41, 72})
 @dataclass
 class ConnState:
     identity: Identity
+    info: ConnectionInfo | None = None
     requests: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     decode_errors: int = 0
@@ -171,7 +172,7 @@ class ObservingHooks(Hooks):
     # -- connections ---------------------------------------------------------
 
     def connection_opened(self, info: ConnectionInfo) -> None:
-        state = ConnState(Identity(max_string_length=self.summary.max_string_length))
+        state = ConnState(Identity(max_string_length=self.summary.max_string_length), info)
         self.states[info.conn_id] = state
         self._refresh_identity(info, state)
         if self.log:
@@ -337,6 +338,13 @@ class ObservingHooks(Hooks):
             identity.principal,
             info.listener,
         )
+
+    def _join_all(self) -> None:
+        """Connections without an instance id take one just published (so /clients shows
+        it on idle connections too, not only on their next log line)."""
+        for state in list(self.states.values()):
+            if state.info is not None and state.identity.client_instance_id is None:
+                self._join(state.info, state)
 
     def _join(self, info: ConnectionInfo, state: ConnState) -> None:
         """This connection has no instance id of its own: another of its client's may."""
@@ -507,10 +515,13 @@ class ObservingHooks(Hooks):
             state.instance_reported = True
             info.metrics.client_instance(identity.client_instance_id)
         if identity.client_instance_id and identity.client_id is not None and not state.joined:
+            version = self.joins.version
             self.joins.publish(
                 (info.client_host, identity.client_id, identity.client_software_name, identity.client_software_version),
                 identity.client_instance_id,
             )
+            if self.joins.version != version:  # a new instance (rare): its open connections
+                self._join_all()
         info.identity = identity.as_json()
         state.log_fields = identity.log_fields()
 
