@@ -185,6 +185,7 @@ class TelemetryConfig:
     max_decompressed_bytes: int = 8388608
     max_instances: int = 1000
     max_series: int = 20000
+    max_points_per_push: int = 2000
     max_attributes: int = 16
     expire_after_intervals: int = 3
     log: TelemetryLogConfig = TelemetryLogConfig()
@@ -274,6 +275,7 @@ MAXIMA: dict[str, tuple[float, str]] = {
     "telemetry.max_decompressed_bytes": (2**30, "1 GiB: a push is inflated in memory"),
     "telemetry.max_instances": (1_000_000, "each client instance holds its latest values"),
     "telemetry.max_series": (10_000_000, "each series is a line of /metrics"),
+    "telemetry.max_points_per_push": (1_000_000, "a push's points are read on the event loop, ~20 us each"),
     "telemetry.max_attributes": (1000, "each attribute is a label of a series"),
     "telemetry.expire_after_intervals": (1000, "series of gone clients linger this many push intervals"),
     "telemetry.log.max_bytes": (2**40, "1 TiB: the size a log file is rotated at"),
@@ -837,6 +839,7 @@ def _telemetry(s: _Section) -> TelemetryConfig:
         max_decompressed_bytes=s.integer("max_decompressed_bytes", 8388608),
         max_instances=s.integer("max_instances", 1000),
         max_series=s.integer("max_series", 20000),
+        max_points_per_push=s.integer("max_points_per_push", 2000),
         max_attributes=s.integer("max_attributes", 16, minimum=0),
         expire_after_intervals=s.integer("expire_after_intervals", 3),
         log=_telemetry_log(s.section("log")),

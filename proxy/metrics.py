@@ -448,8 +448,8 @@ class Metrics:
         self.telemetry_dropped = c(
             "kafkalens_telemetry_dropped_total",
             "Pushed client metrics not kept: past telemetry.max_instances (instances),"
-            " telemetry.max_series (series) or max_attributes (attributes), or of a kind"
-            " not exported (points).",
+            " telemetry.max_series (series) or max_attributes (attributes); data points"
+            " past max_points_per_push in one push or of a kind not exported (points).",
             ("reason",),
         )
         self.telemetry_answers = c(

@@ -64,7 +64,8 @@ def payload(compression_type: int, metrics: bytes | memoryview, max_push_bytes: 
 
 
 def decode(data: bytes, max_points: int, max_attributes: int) -> Decoded:
-    """At most `max_points` points (the rest are counted as skipped)."""
+    """At most `max_points` points; the rest are counted as skipped (once a push is past
+    the bound, by whole metrics: counting their points would cost what reading them does)."""
     message = MetricsData()
     try:
         message.ParseFromString(data)
@@ -72,20 +73,27 @@ def decode(data: bytes, max_points: int, max_attributes: int) -> Decoded:
         raise PushError("protobuf", str(exc) or "not an OTLP MetricsData message") from None
     points: list[Point] = []
     skipped = dropped = 0
-    for metric in _metrics(message):
-        for point, lost in _points(metric, max_attributes):
-            if point is None or len(points) >= max_points:
-                skipped += 1
-                continue
-            points.append(point)
-            dropped += lost
+    for scope in _scopes(message):
+        metrics = scope.metrics
+        if len(points) >= max_points:
+            skipped += len(metrics)
+            continue
+        for index, metric in enumerate(metrics):
+            if len(points) >= max_points:
+                skipped += len(metrics) - index
+                break
+            for point, lost in _points(metric, max_attributes):
+                if point is None or len(points) >= max_points:
+                    skipped += 1
+                    continue
+                points.append(point)
+                dropped += lost
     return Decoded(points, skipped, dropped)
 
 
-def _metrics(message: Any) -> Iterator[Any]:
+def _scopes(message: Any) -> Iterator[Any]:
     for resource in message.resource_metrics:
-        for scope in resource.scope_metrics:
-            yield from scope.metrics
+        yield from resource.scope_metrics
 
 
 def _points(metric: Any, max_attributes: int) -> Iterator[tuple[Point | None, int]]:

@@ -56,6 +56,9 @@ class Telemetry:
             self.metrics.telemetry_pushes.labels(result="no_instance_id").inc()
             return {"telemetry_error": "no client instance id"}
         config = self.config
+        if body.get("metrics") is None:  # above limits.observe_max_field_bytes, streamed past
+            self.metrics.telemetry_pushes.labels(result="too_large").inc()
+            return {"telemetry_error": "too_large: streamed past unread (limits.observe_max_field_bytes)"}
         try:
             data = payload(
                 body.get("compression_type", 0),
@@ -63,7 +66,7 @@ class Telemetry:
                 config.max_push_bytes,
                 config.max_decompressed_bytes,
             )
-            decoded = decode(data, config.max_series, config.max_attributes)
+            decoded = decode(data, min(config.max_points_per_push, config.max_series), config.max_attributes)
         except PushError as exc:
             self.metrics.telemetry_pushes.labels(result=exc.reason).inc()
             return {"telemetry_error": str(exc)}
