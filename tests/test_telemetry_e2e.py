@@ -38,16 +38,20 @@ CONTRACT_FIELDS = {
 class Client:
     """A librdkafka client with its statistics callback kept."""
 
-    def __init__(self, kind: type[Producer] | type[Consumer], bootstrap: str, client_id: str, **extra: Any) -> None:
+    def __init__(
+        self, kind: type[Producer] | type[Consumer], bootstrap: str, client_id: str, **extra: Any
+    ) -> None:
         self.stats: list[dict[str, Any]] = []
         self.consumed = 0
-        self.handle = kind({
-            "bootstrap.servers": bootstrap,
-            "client.id": client_id,
-            "statistics.interval.ms": 500,
-            "stats_cb": lambda text: self.stats.append(json.loads(text)),
-            **extra,
-        })
+        self.handle = kind(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": client_id,
+                "statistics.interval.ms": 500,
+                "stats_cb": lambda text: self.stats.append(json.loads(text)),
+                **extra,
+            }
+        )
 
     def poll(self, timeout: float) -> None:
         """Serve callbacks; a consumer counts the records it got."""
@@ -103,7 +107,9 @@ def test_collect_mode_gives_every_client_an_id_and_its_metrics_reach_prometheus(
     tansu_factory: Any, tmp_path: Path
 ) -> None:
     broker_port = free_port()
-    with TelemetryProxy(f"{LOCAL}:{broker_port}", tmp_path / "requests.log", collect=True, push_interval_ms=1000) as px:
+    with TelemetryProxy(
+        f"{LOCAL}:{broker_port}", tmp_path / "requests.log", collect=True, push_interval_ms=1000
+    ) as px:
         tansu_factory(advertised_port=px.port, port=broker_port)
         create_topic(px.bootstrap, "tel", 1)
         producer = Client(Producer, px.bootstrap, "tel-producer", **{"linger.ms": 5})
@@ -115,7 +121,9 @@ def test_collect_mode_gives_every_client_an_id_and_its_metrics_reach_prometheus(
         assert serve(producer, consumer, lambda: consumer.consumed >= RECORDS), consumer.consumed
 
         clients = {"tel-producer", "tel-consumer"}
-        found = eventually(lambda: clients <= set(instance_ids(px.lines())) and instance_ids(px.lines()))
+        found = eventually(
+            lambda: clients <= set(instance_ids(px.lines())) and instance_ids(px.lines())
+        )
         assert found, instance_ids(px.lines())
         ids = {client: found[client] for client in clients}
         assert len({uuid.UUID(i) for i in found.values()}) == len(found)  # one each
@@ -125,7 +133,8 @@ def test_collect_mode_gives_every_client_an_id_and_its_metrics_reach_prometheus(
             metrics = px.metrics()
             return (
                 sample(metrics, "producer_connection_creation_total", p_id) == producer.connects()
-                and sample(metrics, "consumer_connection_creation_total", c_id) == consumer.connects()
+                and sample(metrics, "consumer_connection_creation_total", c_id)
+                == consumer.connects()
                 and sample(metrics, "consumer_coordinator_assigned_partitions", c_id)
                 == consumer.stats[-1]["cgrp"]["assignment_size"]
                 == 1
@@ -136,9 +145,14 @@ def test_collect_mode_gives_every_client_an_id_and_its_metrics_reach_prometheus(
         low, high = producer.rtt_bounds_ms()
         latency = sample(metrics, "producer_node_request_latency_avg", p_id, node_id="111")
         assert latency is not None and low <= latency <= high, (latency, low, high)
-        labels = [ls for n, ls, _ in metrics.samples if n.startswith(PREFIX) and ls["client_instance_id"] == p_id]
+        labels = [
+            ls
+            for n, ls, _ in metrics.samples
+            if n.startswith(PREFIX) and ls["client_instance_id"] == p_id
+        ]
         assert labels and all(
-            ls["client_id"] == "tel-producer" and ls["software"].startswith("confluent-kafka-python/")
+            ls["client_id"] == "tel-producer"
+            and ls["software"].startswith("confluent-kafka-python/")
             for ls in labels
         )
 
@@ -151,18 +165,28 @@ def test_collect_mode_gives_every_client_an_id_and_its_metrics_reach_prometheus(
     # The same instance id on every line of the client's connections from its first
     # telemetry exchange on (its other connections joined through its client id).
     for client_id, instance in ids.items():
-        first = next(i for i, line in enumerate(lines) if line.get("client_instance_id") == instance)
+        first = next(
+            i for i, line in enumerate(lines) if line.get("client_instance_id") == instance
+        )
         later = [line for line in lines[first:] if line.get("client_id") == client_id]
         assert {line.get("client_instance_id") for line in later} == {instance}
         open_conns = [c for c in clients if c["identity"]["client_id"] == client_id]
-        assert open_conns and {c["identity"]["client_instance_id"] for c in open_conns} == {instance}
+        assert open_conns and {c["identity"]["client_instance_id"] for c in open_conns} == {
+            instance
+        }
     # the consumer's group coordinator and fetch connections both logged with the id
-    consumer_lines = [line for line in lines if line.get("client_instance_id") == ids["tel-consumer"]]
+    consumer_lines = [
+        line for line in lines if line.get("client_instance_id") == ids["tel-consumer"]
+    ]
     assert {"Fetch", "Heartbeat"} <= {line.get("api") for line in consumer_lines}
     pushes = [line for line in lines if line.get("api") == "PushTelemetry"]
-    assert pushes and all(line["answered_by"] == "proxy" and line["telemetry_metrics"] > 0 for line in pushes)
+    assert pushes and all(
+        line["answered_by"] == "proxy" and line["telemetry_metrics"] > 0 for line in pushes
+    )
     assert telemetry_lines and all(set(line) == CONTRACT_FIELDS for line in telemetry_lines)
-    assert {p_id, c_id} <= {line["client_instance_id"] for line in telemetry_lines}  # (and the admin client)
+    assert {p_id, c_id} <= {
+        line["client_instance_id"] for line in telemetry_lines
+    }  # (and the admin client)
     kinds = {line["metric"]: line["type"] for line in telemetry_lines}
     assert kinds["org.apache.kafka.producer.connection.creation.total"] == "sum"
     assert kinds["org.apache.kafka.producer.node.request.latency.avg"] == "gauge"
@@ -170,9 +194,14 @@ def test_collect_mode_gives_every_client_an_id_and_its_metrics_reach_prometheus(
 
 def test_observe_mode_decodes_the_pushes_it_forwards(tansu_factory: Any, tmp_path: Path) -> None:
     broker_port, collector_port = free_port(), free_port()
-    collector = TelemetryProxy(f"{LOCAL}:{broker_port}", tmp_path / "collector.log", collect=True, push_interval_ms=1000)
+    collector = TelemetryProxy(
+        f"{LOCAL}:{broker_port}", tmp_path / "collector.log", collect=True, push_interval_ms=1000
+    )
     collector.config = _listening_on(collector.config, collector_port)
-    with collector, TelemetryProxy(f"{LOCAL}:{collector_port}", tmp_path / "observer.log") as observer:
+    with (
+        collector,
+        TelemetryProxy(f"{LOCAL}:{collector_port}", tmp_path / "observer.log") as observer,
+    ):
         tansu_factory(advertised_port=observer.port, port=broker_port)
         producer = Client(Producer, observer.bootstrap, "observed-producer")
         producer.handle.produce("observed", b"v")
@@ -187,12 +216,17 @@ def test_observe_mode_decodes_the_pushes_it_forwards(tansu_factory: Any, tmp_pat
         instance = instance_ids(collector.lines())["observed-producer"]
         assert instance_ids(observer.lines())["observed-producer"] == instance
         forwarded = [line for line in observer.lines() if line.get("api") == "PushTelemetry"]
-        assert all("answered_by" not in line and line["telemetry_metrics"] > 0 for line in forwarded)
+        assert all(
+            "answered_by" not in line and line["telemetry_metrics"] > 0 for line in forwarded
+        )
         assert all(line["client_instance_id"] == instance for line in forwarded)
         observed = observer.metrics()
         value = sample(observed, "producer_connection_creation_total", instance)
         assert value is not None and value >= 1
-        assert observer.call(lambda: observer.observing.telemetry.store.instances[instance].interval_s) == 1.0
+        assert (
+            observer.call(lambda: observer.observing.telemetry.store.instances[instance].interval_s)
+            == 1.0
+        )
         producer.handle.flush(5)
 
 

@@ -52,7 +52,9 @@ class Decoded:
     attributes_dropped: int
 
 
-def payload(compression_type: int, metrics: bytes | memoryview, max_push_bytes: int, max_bytes: int) -> bytes:
+def payload(
+    compression_type: int, metrics: bytes | memoryview, max_push_bytes: int, max_bytes: int
+) -> bytes:
     """The MetricsData bytes of a push; PushError when too large or not decompressible."""
     if len(metrics) > max_push_bytes:
         raise PushError("too_large", f"{len(metrics)} bytes over {max_push_bytes}")

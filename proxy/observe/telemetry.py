@@ -44,13 +44,17 @@ class Telemetry:
 
     def proxy_answers(self, broker_has_telemetry: bool) -> bool:
         """Collect mode: whether the proxy rather than the broker answers 71 and 72."""
-        return self.answers is not None and (self.config.answer == "proxy" or not broker_has_telemetry)
+        return self.answers is not None and (
+            self.config.answer == "proxy" or not broker_has_telemetry
+        )
 
     def subscribed(self, instance_id: str, push_interval_ms: int) -> None:
         if push_interval_ms > 0:
             self.store.subscribed(instance_id, push_interval_ms / 1000)
 
-    def push(self, instance_id: str | None, meta: ClientMeta, body: dict[str, Any]) -> dict[str, Any]:
+    def push(
+        self, instance_id: str | None, meta: ClientMeta, body: dict[str, Any]
+    ) -> dict[str, Any]:
         """Decode and keep one push; the fields of its request log line."""
         if not instance_id:
             self.metrics.telemetry_pushes.labels(result="no_instance_id").inc()
@@ -58,7 +62,9 @@ class Telemetry:
         config = self.config
         if body.get("metrics") is None:  # above limits.observe_max_field_bytes, streamed past
             self.metrics.telemetry_pushes.labels(result="too_large").inc()
-            return {"telemetry_error": "too_large: streamed past unread (limits.observe_max_field_bytes)"}
+            return {
+                "telemetry_error": "too_large: streamed past unread (limits.observe_max_field_bytes)"
+            }
         try:
             data = payload(
                 body.get("compression_type", 0),
@@ -66,7 +72,9 @@ class Telemetry:
                 config.max_push_bytes,
                 config.max_decompressed_bytes,
             )
-            decoded = decode(data, min(config.max_points_per_push, config.max_series), config.max_attributes)
+            decoded = decode(
+                data, min(config.max_points_per_push, config.max_series), config.max_attributes
+            )
         except PushError as exc:
             self.metrics.telemetry_pushes.labels(result=exc.reason).inc()
             return {"telemetry_error": str(exc)}
@@ -90,19 +98,22 @@ class Telemetry:
         if self.log is None:
             return
         for point in points:
-            self.log.write("client_metric", {
-                "client_instance_id": instance_id,
-                "client_id": meta.client_id,
-                "client_software_name": meta.software_name,
-                "client_software_version": meta.software_version,
-                "principal": meta.principal,
-                "listener": meta.listener,
-                "metric": point.metric,
-                "type": point.kind,
-                "value": float(point.value),
-                "count": point.count if point.kind == HISTOGRAM else None,
-                "attributes": dict(point.attributes),
-            })
+            self.log.write(
+                "client_metric",
+                {
+                    "client_instance_id": instance_id,
+                    "client_id": meta.client_id,
+                    "client_software_name": meta.software_name,
+                    "client_software_version": meta.software_version,
+                    "principal": meta.principal,
+                    "listener": meta.listener,
+                    "metric": point.metric,
+                    "type": point.kind,
+                    "value": float(point.value),
+                    "count": point.count if point.kind == HISTOGRAM else None,
+                    "attributes": dict(point.attributes),
+                },
+            )
 
     def snapshot(self) -> list[Any]:
         return snapshot(self.store)

@@ -50,17 +50,22 @@ class SubscriptionAnswers:
         return UUID(known) if known else uuid4()
 
     def subscription(self, correlation_id: int, version: int, instance: UUID) -> bytes:
-        return self._frame(GET_TELEMETRY_SUBSCRIPTIONS, version, correlation_id, {
-            "throttle_time_ms": 0,
-            "error_code": 0,
-            "client_instance_id": instance,
-            "subscription_id": self.subscription_id,
-            "accepted_compression_types": self.accepted,
-            "push_interval_ms": self.config.push_interval_ms,
-            "telemetry_max_bytes": self.config.max_push_bytes,
-            "delta_temporality": False,  # cumulative: the latest value is the whole story
-            "requested_metrics": list(self.config.metrics),
-        })
+        return self._frame(
+            GET_TELEMETRY_SUBSCRIPTIONS,
+            version,
+            correlation_id,
+            {
+                "throttle_time_ms": 0,
+                "error_code": 0,
+                "client_instance_id": instance,
+                "subscription_id": self.subscription_id,
+                "accepted_compression_types": self.accepted,
+                "push_interval_ms": self.config.push_interval_ms,
+                "telemetry_max_bytes": self.config.max_push_bytes,
+                "delta_temporality": False,  # cumulative: the latest value is the whole story
+                "requested_metrics": list(self.config.metrics),
+            },
+        )
 
     def push_error(self, body: dict[str, Any]) -> int:
         """The error code a push gets (0: accepted)."""
@@ -75,10 +80,18 @@ class SubscriptionAnswers:
         return 0
 
     def push_answer(self, correlation_id: int, version: int, error_code: int) -> bytes:
-        return self._frame(PUSH_TELEMETRY, version, correlation_id, {
-            "throttle_time_ms": 0, "error_code": error_code,
-        })
+        return self._frame(
+            PUSH_TELEMETRY,
+            version,
+            correlation_id,
+            {
+                "throttle_time_ms": 0,
+                "error_code": error_code,
+            },
+        )
 
-    def _frame(self, api_key: int, version: int, correlation_id: int, body: dict[str, Any]) -> bytes:
+    def _frame(
+        self, api_key: int, version: int, correlation_id: int, body: dict[str, Any]
+    ) -> bytes:
         response = Response(api_key, version, {"correlation_id": correlation_id}, body)
         return encode_response(response, self.policy)

@@ -17,9 +17,9 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ScopeMetrics,
     Sum,
 )
-from support.observed import ObservedProxy
 
 from proxy.config import TelemetryConfig, TelemetryLogConfig
+from support.observed import ObservedProxy
 
 
 class TelemetryProxy(ObservedProxy):
@@ -28,7 +28,9 @@ class TelemetryProxy(ObservedProxy):
     def __init__(self, upstream: str, log_path: Path, **telemetry: Any) -> None:
         super().__init__(upstream, log_path)
         self.telemetry_path = log_path.with_name(log_path.stem + "-telemetry.log")
-        section = TelemetryConfig(log=TelemetryLogConfig(path=str(self.telemetry_path)), **telemetry)
+        section = TelemetryConfig(
+            log=TelemetryLogConfig(path=str(self.telemetry_path)), **telemetry
+        )
         self.config = dataclasses.replace(self.config, telemetry=section)
 
     def telemetry_lines(self) -> list[dict[str, Any]]:
@@ -43,14 +45,31 @@ class TelemetryProxy(ObservedProxy):
 def metrics_data(gauges: dict[str, float], sums: dict[str, float] | None = None) -> bytes:
     """An OTLP MetricsData message with one point per metric."""
     metrics = [
-        Metric(name=name, gauge=Gauge(data_points=[NumberDataPoint(as_double=value, attributes=[
-            KeyValue(key="node.id", value=AnyValue(string_value="1"))])]))
+        Metric(
+            name=name,
+            gauge=Gauge(
+                data_points=[
+                    NumberDataPoint(
+                        as_double=value,
+                        attributes=[KeyValue(key="node.id", value=AnyValue(string_value="1"))],
+                    )
+                ]
+            ),
+        )
         for name, value in gauges.items()
     ]
     metrics += [
-        Metric(name=name, sum=Sum(is_monotonic=True, aggregation_temporality=2,
-                                  data_points=[NumberDataPoint(as_int=int(value))]))
+        Metric(
+            name=name,
+            sum=Sum(
+                is_monotonic=True,
+                aggregation_temporality=2,
+                data_points=[NumberDataPoint(as_int=int(value))],
+            ),
+        )
         for name, value in (sums or {}).items()
     ]
-    data = MetricsData(resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=metrics)])])
+    data = MetricsData(
+        resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=metrics)])]
+    )
     return data.SerializeToString()
