@@ -81,6 +81,7 @@ class ConnState:
     broker_telemetry: bool = False  # the broker's ApiVersions lists KIP-714's apis
     join_version: int = -1  # InstanceJoins.version when this connection last looked
     joined: bool = False  # its instance id came from another connection
+    header_id: UUID | None = None  # the first KIP-1313 header id the client sent
 
 
 @dataclass
@@ -244,6 +245,7 @@ class ObservingHooks(Hooks):
         try:
             header, header_version, _ = decode_request_header(frame, self.policy)
             why = state.identity.kip1313.check(header_version, api_key, header.get("client_instance_id"))
+            _note_header_id(state, header.get("client_instance_id"))
             if why is None and api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
                 body = decode_request(frame, self.policy).body
                 why = _telemetry_id_mismatch(state, body.get("client_instance_id"))
@@ -481,6 +483,7 @@ class ObservingHooks(Hooks):
 
     def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
         identity = state.identity
+        _note_header_id(state, request.header.get("client_instance_id"))
         if identity.observe_request(request) and info.metrics is not None:
             info.metrics.identify(
                 identity.client_software_name or UNKNOWN, identity.client_software_version or UNKNOWN
@@ -683,7 +686,7 @@ class ObservingHooks(Hooks):
             return {"errors": [], "response_decode_error": str(exc)}
         if state is not None:
             if pending.api_key == GET_TELEMETRY_SUBSCRIPTIONS:
-                self._subscription_seen(state, response)
+                self._subscription_seen(info, state, pending, response)
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self._refresh_identity(info, state)
@@ -703,12 +706,19 @@ class ObservingHooks(Hooks):
             memo.put(key, fields)
         return fields
 
-    def _subscription_seen(self, state: ConnState, response: Response) -> None:
-        """Observe mode: the broker's subscription (its instance id, push interval)."""
+    def _subscription_seen(self, info: ConnectionInfo, state: ConnState, pending: Pending, response: Response) -> None:
+        """Observe mode: the broker's subscription (its instance id, push interval). An id
+        other than the client's header id breaks KIP-1313's rule: logged (a response
+        cannot be refused)."""
         _unjoin(state)
         instance = response.body.get("client_instance_id")
-        if self.telemetry is not None and instance is not None and instance != ZERO_UUID:
+        if instance is None or instance == ZERO_UUID:
+            return
+        if self.telemetry is not None:
             self.telemetry.subscribed(str(instance), response.body.get("push_interval_ms", 0))
+        if state.header_id is not None and instance != state.header_id:
+            why = "the broker's telemetry client instance id differs from the request header's"
+            self._kip1313_violation(info, state, "logged", why, pending.api_key, pending.api_version, pending.correlation_id)
 
     def _line_base(self, info: ConnectionInfo, pending: Pending, token: Token) -> dict[str, Any]:
         state = self.states.get(info.conn_id)
@@ -743,10 +753,15 @@ def _note_dropped(
 
 def _telemetry_id_mismatch(state: ConnState, body_id: UUID | None) -> str | None:
     """KIP-1313 with KIP-714: a telemetry body's id must be the header's, if both are set."""
-    required = state.identity.kip1313.required_id
-    if required is None or body_id is None or body_id in (ZERO_UUID, required):
+    header_id = state.header_id
+    if header_id is None or body_id is None or body_id in (ZERO_UUID, header_id):
         return None
     return "telemetry client instance id differs from the request header's"
+
+
+def _note_header_id(state: ConnState, header_id: UUID | None) -> None:
+    if state.header_id is None and header_id is not None and header_id != ZERO_UUID:
+        state.header_id = header_id
 
 
 def _push_instance(state: ConnState, body: dict[str, Any]) -> str | None:
