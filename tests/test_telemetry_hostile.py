@@ -221,4 +221,15 @@ def test_a_push_over_max_push_bytes_is_refused_unread(tansu_factory: Any, tmp_pa
         )
         # the collector refused both before reading them: nothing decoded there
         assert results(collector, "kafkalens_telemetry_pushes_total") == {}
+        # above limits.observe_whole_frame_bytes (256 KiB) the observer sees the push
+        # stream past, its payload over limits.observe_max_field_bytes: not read there
+        streamed = metrics_data({"x": 1.0}) + bytes(300 * 1024)  # a valid message, then zeros
+        client.push(instance, subscription, streamed)
+        assert client.metadata_answered()
+        errors = [
+            line.get("telemetry_error")
+            for line in observer.lines()
+            if line.get("api") == "PushTelemetry"
+        ]
+        assert errors[-1].startswith("too_large: streamed past unread"), errors
         client.sock.close()

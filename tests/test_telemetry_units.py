@@ -310,3 +310,50 @@ def test_the_broker_handing_out_another_id_than_the_headers_is_logged(tmp_path: 
     assert [v["reason"] for v in violations] == [
         "the broker's telemetry client instance id differs from the request header's"
     ]
+
+
+def api_versions(h: Harness, listed: list[int]) -> list[int]:
+    """The api keys the client sees after the proxy's rewrite of a broker listing `listed`."""
+    from codec import Response, encode_response
+    from proxy.hooks import Pending
+
+    keys = [{"api_key": k, "min_version": 0, "max_version": 0} for k in listed]
+    answer = Response(
+        18, 3, {"correlation_id": 9}, {"error_code": 0, "throttle_time_ms": 0, "api_keys": keys}
+    )
+    frame = encode_response(answer)
+    new = h.hooks.rewrite_response(
+        h.info, memoryview(frame), Pending(9, 18, 3, time.perf_counter(), 0)
+    )
+    return [entry["api_key"] for entry in decode_response(new or frame, 18, 3).body["api_keys"]]
+
+
+@pytest.mark.parametrize("answer", ["proxy", "broker"])
+def test_who_answers_when_the_broker_supports_telemetry(tmp_path: Path, answer: str) -> None:
+    h = Harness(tmp_path, collect=True, answer=answer)
+    assert api_versions(h, [3, 71, 72]) == [3, 71, 72]  # listed by the broker: unchanged
+    answered = h.admit(subscriptions(1, uuid.UUID(int=0))) is not None
+    assert answered == (answer == "proxy")
+
+
+def test_collect_mode_lists_telemetry_for_a_broker_without_it(tmp_path: Path) -> None:
+    h = Harness(tmp_path, collect=True, answer="broker")
+    assert api_versions(h, [3]) == [3, 71, 72]
+    assert h.admit(subscriptions(1, uuid.UUID(int=0))) is not None  # the broker cannot
+    (tmp_path / "observe").mkdir()
+    observing = Harness(tmp_path / "observe")
+    assert api_versions(observing, [3]) == [3]  # observe mode adds nothing
+
+
+def test_instance_joins_skip_ambiguous_clients() -> None:
+    from proxy.observe.instance_join import InstanceJoins
+
+    joins = InstanceJoins(max_keys=2)
+    key = ("10.0.0.7", "app", "librdkafka", "2.5.0")
+    joins.publish(key, "id-1")
+    assert joins.lookup(key) == "id-1"
+    joins.publish(key, "id-2")  # a second instance with the same address, id, software
+    assert joins.lookup(key) is None
+    joins.publish(("h", "b", None, None), "id-3")
+    joins.publish(("h", "c", None, None), "id-4")  # over max_keys: the oldest goes
+    assert joins.lookup(key) is None and joins.lookup(("h", "c", None, None)) == "id-4"
