@@ -237,3 +237,41 @@ def _listening_on(config: Any, port: int) -> Any:
 
     listener = dataclasses.replace(config.listeners[0], listen=Address(LOCAL, port))
     return dataclasses.replace(config, listeners=(listener,))
+
+
+def test_gateway_collect_mode_answers_in_place_of_brokers_that_ask_for_nothing(
+    mock_cluster: str, tmp_path: Path
+) -> None:
+    """librdkafka's mock cluster knows KIP-714 but subscribes to no metric: in collect
+    mode (answer: proxy) the gateway answers instead, whichever broker a client asks."""
+    import dataclasses
+
+    from proxy_harness import ProxyThread
+    from test_gateway import brokers_of, gateway_config
+
+    from proxy.config import TelemetryConfig
+    from proxy.metrics import Metrics
+    from proxy.observe.observer import build_hooks
+
+    ports = {node: free_port() for node in brokers_of(mock_cluster)}
+    config = gateway_config(mock_cluster, ports, str(tmp_path / "requests.log"))
+    config = dataclasses.replace(
+        config, telemetry=TelemetryConfig(collect=True, push_interval_ms=1000)
+    )
+    metrics = Metrics()
+    with ProxyThread(config, build_hooks(config, metrics)) as px:
+        producer = Client(Producer, px.bootstrap, "gw-producer")
+        for i in range(10):
+            producer.handle.produce("gw-telemetry", f"v{i}".encode())
+        assert producer.handle.flush(15) == 0
+
+        def pushed() -> bool:
+            producer.poll(0.2)
+            samples = Samples(metrics.render().decode())
+            value = samples.value(
+                PREFIX + "producer_connection_creation_total", client_id="gw-producer"
+            )
+            return value is not None and value == producer.connects()
+
+        assert eventually(pushed, timeout=20), metrics.render().decode()
+        producer.handle.flush(5)
