@@ -483,7 +483,8 @@ class ObservingHooks(Hooks):
 
     def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
         identity = state.identity
-        _note_header_id(state, request.header.get("client_instance_id"))
+        if request.header_version >= 3 and state.header_id is None:
+            _note_header_id(state, request.header.get("client_instance_id"))
         if identity.observe_request(request) and info.metrics is not None:
             info.metrics.identify(
                 identity.client_software_name or UNKNOWN, identity.client_software_version or UNKNOWN

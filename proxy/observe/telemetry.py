@@ -40,7 +40,7 @@ class Telemetry:
             config.push_interval_ms / 1000,
             on_drop=self._dropped,
         )
-        metrics.registry.register(TelemetryCollector(self.store))
+        metrics.registry.register(TelemetryCollector(self.store, self._count_held))
 
     def proxy_answers(self, broker_has_telemetry: bool) -> bool:
         """Collect mode: whether the proxy rather than the broker answers 71 and 72."""
@@ -83,12 +83,15 @@ class Telemetry:
         self._dropped("attributes", decoded.attributes_dropped)
         kept = self.store.accept(instance_id, meta, decoded.points)
         self._log_points(instance_id, meta, kept)
-        self.metrics.telemetry_instances.set(len(self.store.instances))
-        self.metrics.telemetry_series.set(self.store.series_count)
+        self._count_held()
         fields: dict[str, Any] = {"telemetry_metrics": len(decoded.points)}
         if len(kept) < len(decoded.points) or decoded.skipped:
             fields["telemetry_dropped"] = len(decoded.points) - len(kept) + decoded.skipped
         return fields
+
+    def _count_held(self) -> None:
+        self.metrics.telemetry_instances.set(len(self.store.instances))
+        self.metrics.telemetry_series.set(self.store.series_count)
 
     def _dropped(self, reason: str, count: int) -> None:
         if count:
@@ -116,7 +119,10 @@ class Telemetry:
             )
 
     def snapshot(self) -> list[Any]:
-        return snapshot(self.store)
+        """The families for a worker's snapshot file (workers > 1), quiet clients expired."""
+        found = snapshot(self.store)
+        self._count_held()
+        return found
 
     def reopen(self) -> None:
         if self.log is not None:

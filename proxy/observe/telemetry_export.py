@@ -11,7 +11,7 @@ these must go when their client stops pushing.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +76,14 @@ def _le(bound: float) -> str:
 class TelemetryCollector(Collector):
     """Registered in a Metrics registry: the store's families at each collection."""
 
-    def __init__(self, store: TelemetryStore) -> None:
+    def __init__(self, store: TelemetryStore, on_collect: Callable[[], None] = lambda: None) -> None:
         self.store = store
+        self.on_collect = on_collect  # e.g. refresh gauges of the store's size
 
     def collect(self) -> Iterator[Metric]:
-        return iter(families(self.store))
+        found = families(self.store)  # expires quiet clients first
+        self.on_collect()
+        return iter(found)
 
     def describe(self) -> list[Metric]:
         return []  # the names come and go with the clients
