@@ -357,3 +357,26 @@ def test_instance_joins_skip_ambiguous_clients() -> None:
     joins.publish(("h", "b", None, None), "id-3")
     joins.publish(("h", "c", None, None), "id-4")  # over max_keys: the oldest goes
     assert joins.lookup(key) is None and joins.lookup(("h", "c", None, None)) == "id-4"
+
+
+def test_a_clients_other_connections_take_its_id_and_a_telemetry_exchange_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path, collect=True)
+    other = ConnectionInfo("c-2", "plaintext", "10.0.0.7", 50124, "broker:9092")
+    h.hooks.connection_opened(other)
+    metadata = Request(3, 1, {"correlation_id": 1, "client_id": "app"}, {"topics": []})
+    from proxy.hooks import Pending
+
+    frame = memoryview(encode_request(metadata))
+    h.hooks.request_forwarded(other, frame, Pending(1, 3, 1, time.perf_counter(), 0))
+    body = decode_response(h.admit(subscriptions(2, uuid.UUID(int=0))) or b"", 71, 0).body
+    first = str(body["client_instance_id"])
+    assert other.identity["client_instance_id"] == first  # joined at once, no line needed
+    # the other connection then asks for a subscription of its own: it keeps what it gets
+    own = h.hooks.admit_request(
+        other, memoryview(encode_request(subscriptions(3, uuid.UUID(int=0)))), 71, 0, 3
+    )
+    second = str(decode_response(own or b"", 71, 0).body["client_instance_id"])
+    assert second != first and other.identity["client_instance_id"] == second
+    assert h.info.identity["client_instance_id"] == first

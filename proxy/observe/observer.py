@@ -41,7 +41,7 @@ from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
 from proxy.metrics import Metrics
 from proxy.observe.api_versions import API_VERSIONS, cap_api_versions
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, ZERO_UUID, Identity
-from proxy.observe.instance_join import InstanceJoins
+from proxy.observe.instance_join import InstanceJoins, JoinKey
 from proxy.observe.memo import FrameMemo
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import (
@@ -79,8 +79,9 @@ class ConnState:
     identity_key: tuple[Any, ...] = ()
     log_fields: dict[str, Any] = field(default_factory=dict)
     broker_telemetry: bool = False  # the broker's ApiVersions lists KIP-714's apis
-    join_version: int = -1  # InstanceJoins.version when this connection last looked
+    join_key: JoinKey | None = None  # waiting under this key for its client's instance id
     joined: bool = False  # its instance id came from another connection
+    joinable: bool = True  # False once it has a telemetry exchange of its own
     header_id: UUID | None = None  # the first KIP-1313 header id the client sent
 
 
@@ -183,6 +184,7 @@ class ObservingHooks(Hooks):
         state = self.states.pop(info.conn_id, None)
         if state is None:
             return
+        self._stop_waiting(info, state)
         if self.log:
             fields = self._connection_fields(info, state)
             fields.update(
@@ -273,7 +275,7 @@ class ObservingHooks(Hooks):
         except DecodeError:
             return None  # forwarded: what the proxy cannot read, the broker answers
         token = self._request_started(info, pending)[1]
-        _unjoin(state)
+        self._unjoin(info, state)
         self._request_decoded(info, state, token, request)
         body = request.body
         error = 0
@@ -341,26 +343,49 @@ class ObservingHooks(Hooks):
             info.listener,
         )
 
-    def _join_all(self) -> None:
-        """Connections without an instance id take one just published (so /clients shows
-        it on idle connections too, not only on their next log line)."""
-        for state in list(self.states.values()):
-            if state.info is not None and state.identity.client_instance_id is None:
-                self._join(state.info, state)
-
-    def _join(self, info: ConnectionInfo, state: ConnState) -> None:
-        """This connection has no instance id of its own: another of its client's may."""
-        state.join_version = self.joins.version
+    def _update_join(self, info: ConnectionInfo, state: ConnState) -> None:
+        """After an identity change: publish this connection's own instance id to the
+        client's other connections, or wait for (or take) one (instance_join.py)."""
         identity = state.identity
-        if identity.client_id is None:
-            return
-        found = self.joins.lookup(
-            (info.client_host, identity.client_id, identity.client_software_name, identity.client_software_version)
-        )
-        if found:
-            identity.client_instance_id = found
-            state.joined = True
-            self._refresh_identity(info, state)
+        key = None
+        if identity.client_id is not None:
+            key = (info.client_host, identity.client_id, identity.client_software_name, identity.client_software_version)
+        if identity.client_instance_id is not None:
+            if state.joined:
+                return
+            self._stop_waiting(info, state)
+            if key is not None:
+                for conn_id in self.joins.publish(key, identity.client_instance_id):
+                    other = self.states.get(conn_id)
+                    if other is not None and other.info is not None and other.identity.client_instance_id is None:
+                        self._take(other.info, other, identity.client_instance_id)
+        elif state.joinable and key != state.join_key:
+            self._stop_waiting(info, state)
+            if key is not None:
+                state.join_key = key
+                found = self.joins.wait(info.conn_id, key)
+                if found is not None:
+                    self._take(info, state, found)
+
+    def _take(self, info: ConnectionInfo, state: ConnState, instance_id: str) -> None:
+        self._stop_waiting(info, state)
+        state.identity.client_instance_id = instance_id
+        state.joined = True
+        self._refresh_identity(info, state)
+
+    def _unjoin(self, info: ConnectionInfo, state: ConnState) -> None:
+        """A connection about to learn its own instance id drops one it joined (and joins
+        no more)."""
+        state.joinable = False
+        self._stop_waiting(info, state)
+        if state.joined:
+            state.joined = False
+            state.identity.client_instance_id = None
+
+    def _stop_waiting(self, info: ConnectionInfo, state: ConnState) -> None:
+        if state.join_key is not None:
+            self.joins.leave(info.conn_id, state.join_key)
+            state.join_key = None
 
     def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         pending.token = self._observe_request(info, frame, pending)
@@ -518,14 +543,7 @@ class ObservingHooks(Hooks):
         if identity.client_instance_id and not state.instance_reported and info.metrics is not None:
             state.instance_reported = True
             info.metrics.client_instance(identity.client_instance_id)
-        if identity.client_instance_id and identity.client_id is not None and not state.joined:
-            version = self.joins.version
-            self.joins.publish(
-                (info.client_host, identity.client_id, identity.client_software_name, identity.client_software_version),
-                identity.client_instance_id,
-            )
-            if self.joins.version != version:  # a new instance (rare): its open connections
-                self._join_all()
+        self._update_join(info, state)
         info.identity = identity.as_json()
         state.log_fields = identity.log_fields()
 
@@ -711,7 +729,7 @@ class ObservingHooks(Hooks):
         """Observe mode: the broker's subscription (its instance id, push interval). An id
         other than the client's header id breaks KIP-1313's rule: logged (a response
         cannot be refused)."""
-        _unjoin(state)
+        self._unjoin(info, state)
         instance = response.body.get("client_instance_id")
         if instance is None or instance == ZERO_UUID:
             return
@@ -723,8 +741,6 @@ class ObservingHooks(Hooks):
 
     def _line_base(self, info: ConnectionInfo, pending: Pending, token: Token) -> dict[str, Any]:
         state = self.states.get(info.conn_id)
-        if state is not None and state.join_version != self.joins.version and state.identity.client_instance_id is None:
-            self._join(info, state)
         identity = state.log_fields if state else {}
         line: dict[str, Any] = {
             "conn": info.conn_id,
@@ -772,12 +788,6 @@ def _push_instance(state: ConnState, body: dict[str, Any]) -> str | None:
         return str(instance)
     return None if state.joined else state.identity.client_instance_id
 
-
-def _unjoin(state: ConnState) -> None:
-    """A connection about to learn its own instance id drops one it joined."""
-    if state.joined:
-        state.joined = False
-        state.identity.client_instance_id = None
 
 
 def _later(call: Callable[..., None], *args: Any) -> None:
