@@ -147,6 +147,13 @@ def test_store_caps_instances_and_series_and_expires_quiet_clients() -> None:
     now[0] = 301.0
     store.expire()
     assert store.instances == {} and store.series_count == 0
+    store.accept("closing", ClientMeta(), points, terminating=True)  # its last push
+    now[0] = 310.0
+    store.expire()
+    assert "closing" in store.instances  # still there for one interval (10 s)
+    now[0] = 312.0
+    store.expire()
+    assert "closing" not in store.instances
 
 
 def test_workers_snapshots_merge_into_one_family_per_name(tmp_path: Path) -> None:

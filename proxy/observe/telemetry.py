@@ -81,7 +81,7 @@ class Telemetry:
         self.metrics.telemetry_pushes.labels(result="ok").inc()
         self._dropped("points", decoded.skipped)
         self._dropped("attributes", decoded.attributes_dropped)
-        kept = self.store.accept(instance_id, meta, decoded.points)
+        kept = self.store.accept(instance_id, meta, decoded.points, bool(body.get("terminating")))
         self._log_points(instance_id, meta, kept)
         self._count_held()
         fields: dict[str, Any] = {"telemetry_metrics": len(decoded.points)}

@@ -66,8 +66,11 @@ class TelemetryStore:
         if instance_id in self.instances:
             self.instances[instance_id].interval_s = interval_s
 
-    def accept(self, instance_id: str, meta: ClientMeta, points: Iterable[Point]) -> list[Point]:
-        """Keep `points` as `instance_id`'s latest values; the points kept."""
+    def accept(
+        self, instance_id: str, meta: ClientMeta, points: Iterable[Point], terminating: bool = False
+    ) -> list[Point]:
+        """Keep `points` as `instance_id`'s latest values; the points kept. A terminating
+        push (the client is closing) leaves its values for one push interval more."""
         now = self._clock()
         self.expire(now)
         instance = self.instances.get(instance_id)
@@ -92,6 +95,8 @@ class TelemetryStore:
             kept.append(point)
         if refused:
             self._on_drop("series", refused)
+        if terminating:
+            instance.last_push = now - instance.interval_s * (self.expire_after_intervals - 1)
         return kept
 
     def expire(self, now: float | None = None) -> None:
