@@ -22,7 +22,17 @@ ALL_ARMS = ("direct", "haproxy", "tansu-proxy", "kafkalens", "kafkalens-workers2
 # Not in the default set; for PROFILE.md: kafkalens with its request log sampled at 0
 # (decoding and metrics still on), its forwarding machinery with no hooks at all, and
 # a plain Python (uvloop) byte relay: the floor of any Python proxy here.
-EXTRA_ARMS = ("kafkalens-nolog", "kafkalens-bare", "python-relay", "kafkalens-baseline")
+EXTRA_ARMS = (
+    "kafkalens-nolog",
+    "kafkalens-bare",
+    "python-relay",
+    "kafkalens-baseline",
+    "kafkalens-telemetry-off",
+    "kafkalens-telemetry",
+)
+# The telemetry pair prices KIP-714 collection (bench/telemetry_cost.py runs them
+# interleaved): telemetry off altogether, and collect mode with every client pushing
+# its metrics each second (decoded, kept, logged).
 # `kafkalens-baseline` runs another checkout's code (a git worktree of an earlier
 # commit, its C accelerator built or copied in) in the same run, so a change is
 # measured before and after on the same host minute: KAFKALENS_BASELINE_TREE=DIR.
@@ -133,10 +143,14 @@ def _tansu_proxy(launch: Launch) -> subprocess.Popen[bytes]:
     return fronts.spawn(cmd, launch.log)
 
 
-def _kafkalens(workers: int, log: bool, baseline: bool = False) -> FrontBuilder:
+def _kafkalens(workers: int, log: bool, baseline: bool = False, telemetry: str = "") -> FrontBuilder:
     def build(launch: Launch) -> subprocess.Popen[bytes]:
         env = _baseline_env(launch) if baseline else fronts.working_tree_env()
-        config = fronts.write_kafkalens_config(launch.work / f"{launch.name}.yaml", workers, log)
+        config = fronts.write_kafkalens_config(
+            launch.work / f"{launch.name}.yaml", workers, log, telemetry
+        )
+        if telemetry:
+            launch.notes.append(f"telemetry {telemetry}")
         request_log = launch.work / f"{launch.name}-requests.log"
         cmd = [sys.executable, "-P", "-m", "proxy.cli", "proxy", "--config", str(config)]
         if not baseline:
@@ -214,4 +228,6 @@ FRONTS: dict[str, FrontBuilder] = {
     "kafkalens-bare": _bare,
     "python-relay": _python_relay,
     "kafkalens-baseline": _kafkalens(1, True, baseline=True),
+    "kafkalens-telemetry-off": _kafkalens(1, True, telemetry="off"),
+    "kafkalens-telemetry": _kafkalens(1, True, telemetry="collect"),
 }

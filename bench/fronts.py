@@ -32,7 +32,14 @@ limits:
   max_connections_per_ip: 20000
 request_log:
   sample_rate: {sample_rate}
-"""
+{telemetry}"""
+# KIP-714 telemetry for the telemetry arms: off altogether, or collected by the proxy
+# (every client pushes its metrics each second, decoded and written to a log).
+TELEMETRY_OFF = "telemetry:\n  observe: false\n  collect: false\n"
+TELEMETRY_COLLECT = (
+    "telemetry:\n  collect: true\n  push_interval_ms: 1000\n  metrics: ['']\n"
+    "  log:\n    path: {log}\n"
+)
 
 
 def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -87,6 +94,11 @@ def write_haproxy_config(path: Path, host: str, front: int, broker: int) -> Path
     return path
 
 
-def write_kafkalens_config(path: Path, workers: int, log: bool) -> Path:
-    path.write_text(KAFKALENS_CONFIG.format(workers=workers, sample_rate=1.0 if log else 0.0))
+def write_kafkalens_config(path: Path, workers: int, log: bool, telemetry: str = "") -> Path:
+    """`telemetry`: "" (the shipped default: observe), "off" or "collect"."""
+    section = {"": "", "off": TELEMETRY_OFF, "collect": TELEMETRY_COLLECT}[telemetry]
+    section = section.format(log=path.with_name(path.stem + "-telemetry.log"))
+    path.write_text(
+        KAFKALENS_CONFIG.format(workers=workers, sample_rate=1.0 if log else 0.0, telemetry=section)
+    )
     return path

@@ -36,6 +36,9 @@ import yaml
 TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
 MODES = ("sidecar", "gateway")
 ENFORCEMENTS = ("log", "reject")
+TELEMETRY_ANSWERERS = ("proxy", "broker")
+# KIP-714 / Kafka's record compression ids, by the names the config uses.
+COMPRESSION_TYPES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _MISSING = object()
 _VERSION_SPEC = re.compile(r"^\s*(\d+)\s*(\+|-\s*(\d+))?\s*$")
 
@@ -158,6 +161,37 @@ class Kip1313Config:
     header_v3: tuple[HeaderV3Rule, ...] = ()
 
 
+@dataclass(frozen=True)
+class TelemetryLogConfig:
+    """The telemetry log: one JSON line per pushed data point (None: no file)."""
+
+    path: str | None = None
+    max_bytes: int = 104857600
+    backups: int = 5
+    flush_interval_seconds: float = 1.0
+    max_queued_bytes: int = 16777216
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    """KIP-714 client telemetry (proxy/observe/telemetry.py)."""
+
+    observe: bool = True
+    collect: bool = False
+    answer: str = "proxy"  # collect mode, broker that supports telemetry: who answers
+    metrics: tuple[str, ...] = ("org.apache.kafka.",)
+    push_interval_ms: int = 30000
+    compression_types: tuple[str, ...] = ("zstd", "lz4", "gzip", "snappy")
+    max_push_bytes: int = 1048576
+    max_decompressed_bytes: int = 8388608
+    max_instances: int = 1000
+    max_series: int = 20000
+    max_points_per_push: int = 2000
+    max_attributes: int = 16
+    expire_after_intervals: int = 3
+    log: TelemetryLogConfig = TelemetryLogConfig()
+
+
 DEFAULT_LISTENER = ListenerConfig(
     name="plaintext", listen=Address("0.0.0.0", 9092), upstream=Address("127.0.0.1", 19092)
 )
@@ -173,6 +207,7 @@ class Config:
     request_log: RequestLogConfig = RequestLogConfig()
     limits: Limits = Limits()
     kip1313: Kip1313Config = Kip1313Config()
+    telemetry: TelemetryConfig = TelemetryConfig()
     workers: int = 1
 
 
@@ -201,6 +236,8 @@ SECTION_SCHEMAS: dict[str, type] = {
     "request_log": RequestLogConfig,
     "limits": Limits,
     "kip1313": Kip1313Config,
+    "telemetry": TelemetryConfig,
+    "telemetry.log": TelemetryLogConfig,
 }
 
 # The largest value of every number in the file, and why: past it a value no longer
@@ -235,6 +272,18 @@ MAXIMA: dict[str, tuple[float, str]] = {
     "limits.socket_buffer_bytes": (2**28, "256 MiB: the kernel holds this much per socket"),
     "request_log.flush_interval_seconds": (3600, "1 hour: lines wait in memory meanwhile"),
     "request_log.max_queued_bytes": (2**32, "4 GiB held in memory"),
+    "telemetry.push_interval_ms": (86_400_000, "1 day: a series expires a few intervals after its last push"),
+    "telemetry.max_push_bytes": (64 * 2**20, "64 MiB: a push is held whole while it is decoded"),
+    "telemetry.max_decompressed_bytes": (2**30, "1 GiB: a push is inflated in memory"),
+    "telemetry.max_instances": (1_000_000, "each client instance holds its latest values"),
+    "telemetry.max_series": (10_000_000, "each series is a line of /metrics"),
+    "telemetry.max_points_per_push": (1_000_000, "a push's points are read on the event loop, ~20 us each"),
+    "telemetry.max_attributes": (1000, "each attribute is a label of a series"),
+    "telemetry.expire_after_intervals": (1000, "series of gone clients linger this many push intervals"),
+    "telemetry.log.max_bytes": (2**40, "1 TiB: the size a log file is rotated at"),
+    "telemetry.log.backups": (1000, "every rotation renames each backup"),
+    "telemetry.log.flush_interval_seconds": (3600, "1 hour: lines wait in memory meanwhile"),
+    "telemetry.log.max_queued_bytes": (2**32, "4 GiB held in memory"),
 }
 # Without an entry (a key added without its line): still finite.
 DEFAULT_MAXIMUM = {int: (INT32_MAX, "the largest int32"), float: (86400, "1 day")}
@@ -526,6 +575,7 @@ def parse_config(data: object) -> Config:
         request_log=_request_log(root.section("request_log")),
         limits=_limits(root.section("limits")),
         kip1313=_kip1313(root.section("kip1313")),
+        telemetry=_telemetry(root.section("telemetry")),
         workers=root.integer("workers", 1),
     )
     root.raw("upstream_tls", None)
@@ -774,6 +824,58 @@ def _kip1313(s: _Section) -> Kip1313Config:
     return kip
 
 
+def _telemetry(s: _Section) -> TelemetryConfig:
+    telemetry = TelemetryConfig(
+        observe=s.boolean("observe", True),
+        collect=s.boolean("collect", False),
+        answer=s.choice("answer", "proxy", TELEMETRY_ANSWERERS),
+        metrics=tuple(
+            _metric_prefix(item, f"{s.key('metrics')}[{i}]")
+            for i, item in enumerate(s.list("metrics", ["org.apache.kafka."]))
+        ),
+        push_interval_ms=s.integer("push_interval_ms", 30000, minimum=100),
+        compression_types=tuple(
+            _compression_type(item, f"{s.key('compression_types')}[{i}]")
+            for i, item in enumerate(s.list("compression_types", ["zstd", "lz4", "gzip", "snappy"]))
+        ),
+        max_push_bytes=s.integer("max_push_bytes", 1048576),
+        max_decompressed_bytes=s.integer("max_decompressed_bytes", 8388608),
+        max_instances=s.integer("max_instances", 1000),
+        max_series=s.integer("max_series", 20000),
+        max_points_per_push=s.integer("max_points_per_push", 2000),
+        max_attributes=s.integer("max_attributes", 16, minimum=0),
+        expire_after_intervals=s.integer("expire_after_intervals", 3),
+        log=_telemetry_log(s.section("log")),
+    )
+    s.done()
+    return telemetry
+
+
+def _metric_prefix(item: object, key: str) -> str:
+    """A metric name prefix; "" subscribes to every metric (KIP-714)."""
+    if not isinstance(item, str):
+        raise ConfigError(key, f"must be a metric name prefix (a string), got {_show(item)}")
+    return item
+
+
+def _compression_type(item: object, key: str) -> str:
+    if item not in COMPRESSION_TYPES:
+        raise ConfigError(key, f"must be one of {', '.join(COMPRESSION_TYPES)}, got {_show(item)}")
+    return str(item)
+
+
+def _telemetry_log(s: _Section) -> TelemetryLogConfig:
+    log = TelemetryLogConfig(
+        path=s.optional_string("path"),
+        max_bytes=s.integer("max_bytes", 104857600),
+        backups=s.integer("backups", 5, minimum=0),
+        flush_interval_seconds=s.seconds("flush_interval_seconds", 1.0),
+        max_queued_bytes=s.integer("max_queued_bytes", 16777216),
+    )
+    s.done()
+    return log
+
+
 def _header_v3_rule(api: object, spec: object, key: str) -> HeaderV3Rule:
     """`spec`: "3+" (3 and later), "3-5", "3" or 3."""
     name = _api_ref(api, key)
@@ -819,6 +921,9 @@ def summary(config: Config) -> list[str]:
         lines.append("clients: off")
     lines.append(f"request log: {config.request_log.path}")
     lines.append(f"kip1313 enforcement: {config.kip1313.enforcement}")
+    telemetry = config.telemetry
+    mode = "collect" if telemetry.collect else "observe" if telemetry.observe else "off"
+    lines.append(f"telemetry: {mode}, log {telemetry.log.path or 'off'}")
     return lines
 
 

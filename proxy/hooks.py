@@ -6,8 +6,9 @@ logs, enforces and rewrites. The rules that keep the hot path fast:
 * A frame is forwarded before `request_forwarded` / `response_forwarded` run, so
   decoding never delays a byte.
 * Only two hooks run *before* forwarding, and only when asked for:
-  `admit_request` when `inspects_requests` is true, and `rewrite_response` for the
-  api keys in `rewrite_api_keys`. Such frames are held until complete.
+  `admit_request` when `inspects_requests` is true (every request) or for the api
+  keys in `admit_api_keys`, and `rewrite_response` for the api keys in
+  `rewrite_api_keys`. Such frames are held until complete.
 * A hook whose method is not overridden costs nothing: the connection skips it and
   does not assemble frames nobody reads (`HookPlan`).
 * An exception in a hook is caught, counted as a decode error, and forwarding goes on.
@@ -130,6 +131,8 @@ class Hooks:
 
     # True: every request frame is held until complete and passed to admit_request first.
     inspects_requests: bool = False
+    # Requests to these api keys are held until complete and passed to admit_request first.
+    admit_api_keys: frozenset[int] = frozenset()
     # Responses to these api keys are held until complete and passed to rewrite_response.
     rewrite_api_keys: frozenset[int] = frozenset()
 
@@ -215,6 +218,7 @@ class HookPlan:
     """Which frames the connection must hold or assemble for `hooks`, worked out once."""
 
     hold_requests: bool
+    admit_api_keys: frozenset[int]  # held for admit_request even when hold_requests is False
     keep_requests: bool  # assemble each request for request_forwarded
     keep_unanswered: bool  # assemble acks=0 requests for request_without_response
     keep_responses: bool  # assemble each response for response_forwarded
@@ -225,6 +229,7 @@ class HookPlan:
     def of(cls, hooks: Hooks) -> HookPlan:
         return cls(
             hold_requests=hooks.inspects_requests,
+            admit_api_keys=frozenset(hooks.admit_api_keys),
             keep_requests=_overrides(hooks, "request_forwarded"),
             keep_unanswered=_overrides(hooks, "request_without_response"),
             keep_responses=_overrides(hooks, "response_forwarded"),

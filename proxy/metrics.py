@@ -302,6 +302,7 @@ class Metrics:
         self._define_connection_metrics()
         self._define_proxy_metrics()
         self._define_capping(max_label_values, max_error_series)
+        self._define_telemetry_metrics()
         self.build_info.labels(version=build_version or _package_version()).set(1)
 
     def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
@@ -435,6 +436,37 @@ class Metrics:
         # Why a line was lost: its write failed, or the queue to the writer was full.
         for reason in ("write_failed", "queue_full"):  # at 0 from the start, for alerts
             self.request_log_dropped_lines.labels(reason=reason)
+
+    def _define_telemetry_metrics(self) -> None:
+        c = self._counter
+        self.telemetry_pushes = c(
+            "kafkalens_telemetry_pushes_total",
+            "KIP-714 PushTelemetry payloads seen (forwarded or answered), by result: ok,"
+            " or why not decoded (too_large, compression, decompression_limit, protobuf).",
+            ("result",),
+        )
+        self.telemetry_dropped = c(
+            "kafkalens_telemetry_dropped_total",
+            "Pushed client metrics not kept: past telemetry.max_instances (instances),"
+            " telemetry.max_series (series) or max_attributes (attributes); data points"
+            " past max_points_per_push in one push or of a kind not exported (points).",
+            ("reason",),
+        )
+        self.telemetry_answers = c(
+            "kafkalens_telemetry_answers_total",
+            "Telemetry requests the proxy answered itself (telemetry.collect), by api and"
+            " error (NONE when accepted).",
+            ("api", "error"),
+        )
+        for reason in ("instances", "series", "attributes", "points"):  # at 0, for alerts
+            self.telemetry_dropped.labels(reason=reason)
+        self.telemetry_instances = self._gauge(
+            "kafkalens_telemetry_client_instances",
+            "Client instances whose pushed metrics are on /metrics.",
+        )
+        self.telemetry_series = self._gauge(
+            "kafkalens_telemetry_series", "Series of pushed client metrics on /metrics."
+        )
 
     def _define_capping(self, max_label_values: int, max_error_series: int) -> None:
         capped = self._counter(

@@ -34,6 +34,8 @@ def check_startup(config: Config, *, api_names: bool = True, ports: bool = False
     if api_names:
         check_api_names(config)
     check_request_log_path(config.request_log.path, "request_log.path")
+    if config.telemetry.log.path is not None:
+        check_request_log_path(config.telemetry.log.path, "telemetry.log.path")
     check_tls(config)
     check_environment(config)
     if ports:

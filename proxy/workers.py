@@ -7,7 +7,8 @@ workers, waits until each has bound its listeners, serves the HTTP endpoint and
 supervises (a worker that dies is started again). Metrics use prometheus_client's
 multiprocess mode: workers write their samples to files in a private
 PROMETHEUS_MULTIPROC_DIR and the parent's /metrics adds them up. /clients merges
-the connection lists the workers write next to them every second.
+the connection lists the workers write next to them every second, and adds the
+client metrics (KIP-714 telemetry) each worker writes there as often.
 
 SIGTERM or SIGINT to the parent is passed to the workers, which drain their
 in-flight requests for up to limits.shutdown_grace_seconds as a single process does;
@@ -40,6 +41,8 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_TIMEOUT_SECONDS = 60.0
 SUPERVISE_SECONDS = 1.0
 CLIENTS_FILE = "clients-{pid}.json"
+# A worker's KIP-714 client metrics (proxy/observe/telemetry_export.py), merged by /metrics.
+TELEMETRY_FILE = "telemetry-{pid}.json"
 CLIENTS_WRITE_SECONDS = 1.0
 # A worker is a fresh interpreter (no inherited loop or locks), started as a plain
 # child process rather than with multiprocessing's "spawn": that also starts a
@@ -74,7 +77,11 @@ def worker_log_path(path: str, index: int) -> str:
 
 def worker_config(config: Config, index: int) -> Config:
     log_config = replace(config.request_log, path=worker_log_path(config.request_log.path, index))
-    return replace(config, request_log=log_config)
+    telemetry = config.telemetry
+    if telemetry.log.path is not None:
+        telemetry_log = replace(telemetry.log, path=worker_log_path(telemetry.log.path, index))
+        telemetry = replace(telemetry, log=telemetry_log)
+    return replace(config, request_log=log_config, telemetry=telemetry)
 
 
 def worker_entry(payload: bytes) -> None:
@@ -121,7 +128,8 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     )
     try:
         check_api_names(config)  # here, not in the parent (see proxy/preflight.py)
-        server = await open_server(config, build_hooks(config, metrics), metrics, reuse_port=True)
+        hooks = build_hooks(config, metrics)
+        server = await open_server(config, hooks, metrics, reuse_port=True)
     except ConfigError as exc:
         ready.put(index, str(exc))
         return
@@ -129,19 +137,25 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     keep_large_buffers()
     reopen_logs_on_sighup(server.hooks)
     ready.put(index, None)
-    writer = asyncio.get_running_loop().create_task(_write_clients(server))
+    writer = asyncio.get_running_loop().create_task(_write_clients(server, hooks.telemetry))
     await wait_for_stop_signal((signal.SIGTERM,))
     writer.cancel()
     await server.shutdown(config.limits.shutdown_grace_seconds)
 
 
-async def _write_clients(server: Any) -> None:
-    path = Path(os.environ[MULTIPROC_ENV]) / CLIENTS_FILE.format(pid=os.getpid())
-    tmp = path.with_suffix(".tmp")
+async def _write_clients(server: Any, telemetry: Any) -> None:
+    directory = Path(os.environ[MULTIPROC_ENV])
     while True:
-        tmp.write_text(json.dumps(server.clients(), default=str))
-        tmp.replace(path)  # atomic: the parent never reads half a list
+        _write_atomically(directory / CLIENTS_FILE.format(pid=os.getpid()), server.clients())
+        if telemetry is not None:
+            _write_atomically(directory / TELEMETRY_FILE.format(pid=os.getpid()), telemetry.snapshot())
         await asyncio.sleep(CLIENTS_WRITE_SECONDS)
+
+
+def _write_atomically(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, default=str))
+    tmp.replace(path)  # atomic: the parent never reads half a file
 
 
 # --- the parent ------------------------------------------------------------------------
@@ -204,6 +218,7 @@ class WorkerPool:
                 log.warning("worker died; starting it again", worker=index, code=process.returncode)
                 multiprocess.mark_process_dead(process.pid, str(self.metrics_dir))
                 _remove(self.metrics_dir / CLIENTS_FILE.format(pid=process.pid))
+                _remove(self.metrics_dir / TELEMETRY_FILE.format(pid=process.pid))
                 self.spawn(index)
                 await self.wait_ready(1)
 
@@ -239,8 +254,11 @@ class WorkerPool:
         """The workers' metrics, plus collectors of the parent's `own`."""
         from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
+        from proxy.observe.telemetry_export import SnapshotCollector
+
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=str(self.metrics_dir))
+        registry.register(SnapshotCollector(self.metrics_dir, TELEMETRY_FILE.format(pid="*")))
         for collector in own:
             registry.register(collector)
         return generate_latest(registry)

@@ -262,10 +262,10 @@ def with_value(key: str, value: object) -> dict[str, object]:
         data = {"mode": "gateway", "gateway": {"bootstrap_servers": ["b:1"], "advertised_host": "p"}}
     if key == "limits.max_frame_bytes_before_auth":
         data["limits"] = {"max_frame_bytes": MAXIMA["limits.max_frame_bytes"][0]}  # its ceiling
-    section, _, name = key.rpartition(".")
+    *sections, name = key.split(".")
     target = data
-    if section:
-        target = data.setdefault(section, {})  # type: ignore[assignment]
+    for section in sections:  # nested sections too (telemetry.log.x)
+        target = target.setdefault(section, {})  # type: ignore[assignment]
     target[name] = value
     return data
 

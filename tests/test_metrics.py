@@ -267,6 +267,8 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.frame_observed_in_pieces("response", 1)
     m.observed_elements_dropped.labels(direction="request").inc()
     m.bytes_to_broker.inc()
+    m.telemetry_pushes.labels(result="ok").inc()
+    m.telemetry_answers.labels(api="PushTelemetry", error="NONE").inc()
     rendered = {name for name, _ in scrape(m)}
     assert rendered == metric_names()
 

@@ -208,7 +208,7 @@ class RequestSide(_Side):
         self._unanswered = False
         ex.pending.append(pending)
         plan = ex.plan
-        if plan.hold_requests:
+        if plan.hold_requests or api_key in plan.admit_api_keys:
             return HOLD
         if plan.keep_requests or (api_key == sasl.SASL_HANDSHAKE and api_version == 0):
             return STREAM_KEEP

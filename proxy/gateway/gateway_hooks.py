@@ -74,6 +74,7 @@ class GatewayHooks(Hooks):
         self.mapper = mapper
         self.policy = policy
         self.inspects_requests = inner.inspects_requests
+        self.admit_api_keys = inner.admit_api_keys
         self.address_api_keys = rewritten_api_keys()
         self.rewrite_api_keys = frozenset(inner.rewrite_api_keys) | self.address_api_keys
 

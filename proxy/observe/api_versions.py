@@ -45,13 +45,24 @@ def _max_known(policy: HeaderPolicy, api_key: int, high: int) -> int:
     return min(high, newest)
 
 
+def _template(entries: list[dict[str, int]]) -> dict[str, int]:
+    """An entry's other fields (tagged fields of flexible versions), from the broker's."""
+    return dict(entries[0]) if entries else {}
+
+
 _NEWEST = {key: request.max_version for key, (request, _) in api_messages().items()}
 
 
 def cap_api_versions(
-    frame: memoryview, request_version: int, policy: HeaderPolicy
+    frame: memoryview,
+    request_version: int,
+    policy: HeaderPolicy,
+    added: tuple[dict[str, int], ...] = (),
+    broker_apis: set[int] | None = None,
 ) -> tuple[bytes | None, Response | None]:
-    """(the rewritten frame or None to forward the original, the decoded response)."""
+    """(the rewritten frame or None to forward the original, the decoded response).
+    `added`: ranges of apis the proxy answers itself, listed when the broker lacks them;
+    `broker_apis`, if given, gets the api keys the broker listed."""
     version = response_version(frame, request_version)
     if not policy.knows(API_VERSIONS, version):
         return None, None
@@ -60,7 +71,13 @@ def cap_api_versions(
     except DecodeError:
         return None, None
     original = response.body.get("api_keys") or []
+    if broker_apis is not None:
+        broker_apis.update(entry["api_key"] for entry in original)
     capped = capped_ranges(original, policy)
+    present = {entry["api_key"] for entry in capped}
+    for entry in added:
+        if entry["api_key"] not in present and response.body.get("error_code") == 0:
+            capped.append({**_template(original), **entry})
     if capped == original:
         return None, response
     response.body["api_keys"] = capped

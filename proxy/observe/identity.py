@@ -110,6 +110,10 @@ class Identity:
         if token is not None and self.sasl_mechanism and self.principal is None:
             self.principal = sasl_principal(self.sasl_mechanism, token)
 
+    def observe_instance(self, instance: UUID | None) -> None:
+        """An id the proxy itself assigned (collect mode), as a broker's answer would."""
+        self._observe_instance(instance)
+
     def _observe_instance(self, instance: UUID | None) -> None:
         if instance is not None and instance != ZERO_UUID and self.client_instance_id is None:
             self.client_instance_id = str(instance)

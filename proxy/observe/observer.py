@@ -9,9 +9,12 @@ record batches counted from the batch headers as they passed.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from codec import (
     DecodeError,
@@ -21,7 +24,7 @@ from codec import (
     decode_request,
     decode_response,
 )
-from codec.error_codes import INVALID_REQUEST
+from codec.error_codes import INVALID_REQUEST, error_name
 from codec.error_response import error_response
 from codec.messages import decode_request_header
 from codec.schema import api_names
@@ -37,7 +40,8 @@ from codec.stream import (
 from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
 from proxy.metrics import Metrics
 from proxy.observe.api_versions import API_VERSIONS, cap_api_versions
-from proxy.observe.identity import Identity
+from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, ZERO_UUID, Identity
+from proxy.observe.instance_join import InstanceJoins, JoinKey
 from proxy.observe.memo import FrameMemo
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import (
@@ -49,6 +53,9 @@ from proxy.observe.summary import (
     response_fields,
     skimmed_response_fields,
 )
+from proxy.observe.telemetry import Telemetry
+from proxy.observe.telemetry_collect import ADDED_API_VERSIONS
+from proxy.observe.telemetry_store import ClientMeta
 
 UNKNOWN = "unknown"
 # Apis whose frames are never memoised: their summary depends on more than their bytes
@@ -61,6 +68,7 @@ UNMEMOISED = frozenset({0, 1, 14, 17, 36, 38, 39, 40, 41, 72})
 @dataclass
 class ConnState:
     identity: Identity
+    info: ConnectionInfo | None = None
     requests: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     decode_errors: int = 0
@@ -70,6 +78,11 @@ class ConnState:
     # line needs them, and they change a handful of times per connection.
     identity_key: tuple[Any, ...] = ()
     log_fields: dict[str, Any] = field(default_factory=dict)
+    broker_telemetry: bool = False  # the broker's ApiVersions lists KIP-714's apis
+    join_key: JoinKey | None = None  # waiting under this key for its client's instance id
+    joined: bool = False  # its instance id came from another connection
+    joinable: bool = True  # False once it has a telemetry exchange of its own
+    header_id: UUID | None = None  # the first KIP-1313 header id the client sent
 
 
 @dataclass
@@ -128,8 +141,16 @@ class ObservingHooks(Hooks):
         policy: HeaderPolicy,
         enforcement: str = "log",
         stream_limits: StreamLimits | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.metrics = metrics
+        self.telemetry = telemetry
+        collect = telemetry is not None and telemetry.answers is not None
+        # Collect mode: only KIP-714's requests are held for admit_request (who answers
+        # them is known once the broker's ApiVersions was seen), not every request.
+        self.admit_api_keys = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY}) if collect else frozenset()
+        self.added_api_versions = ADDED_API_VERSIONS if collect else ()
+        self.joins = InstanceJoins(max_keys=4 * (telemetry.config.max_instances if telemetry else 1000))
         self.log = request_log
         self.summary = summary
         self.policy = policy
@@ -153,7 +174,7 @@ class ObservingHooks(Hooks):
     # -- connections ---------------------------------------------------------
 
     def connection_opened(self, info: ConnectionInfo) -> None:
-        state = ConnState(Identity(max_string_length=self.summary.max_string_length))
+        state = ConnState(Identity(max_string_length=self.summary.max_string_length), info)
         self.states[info.conn_id] = state
         self._refresh_identity(info, state)
         if self.log:
@@ -163,6 +184,7 @@ class ObservingHooks(Hooks):
         state = self.states.pop(info.conn_id, None)
         if state is None:
             return
+        self._stop_waiting(info, state)
         if self.log:
             fields = self._connection_fields(info, state)
             fields.update(
@@ -207,16 +229,163 @@ class ObservingHooks(Hooks):
         state = self.states.get(info.conn_id)
         if state is None or not self.policy.knows(api_key, api_version):
             return None
+        if self.inspects_requests:
+            refusal = self._kip1313_refusal(info, state, frame, api_key, api_version, correlation_id)
+            if refusal is not None:
+                return refusal
+        if (
+            api_key in self.admit_api_keys
+            and self.telemetry is not None
+            and self.telemetry.proxy_answers(state.broker_telemetry)
+        ):
+            return self._answer_telemetry(info, state, frame, api_key, api_version, correlation_id)
+        return None
+
+    def _kip1313_refusal(
+        self, info: ConnectionInfo, state: ConnState, frame: memoryview, api_key: int, api_version: int, correlation_id: int
+    ) -> bytes | None:
         try:
             header, header_version, _ = decode_request_header(frame, self.policy)
+            why = state.identity.kip1313.check(header_version, api_key, header.get("client_instance_id"))
+            _note_header_id(state, header.get("client_instance_id"))
+            if why is None and api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
+                body = decode_request(frame, self.policy).body
+                why = _telemetry_id_mismatch(state, body.get("client_instance_id"))
         except DecodeError:
             return None
-        why = state.identity.kip1313.check(header_version, api_key, header.get("client_instance_id"))
         if why is None:
             return None
         self._kip1313_violation(info, state, "rejected", why, api_key, api_version, correlation_id)
         reply = error_response(api_key, api_version, correlation_id, INVALID_REQUEST, self.policy)
         return reply if reply is not None else b""  # no top-level error code: close
+
+    # -- KIP-714 telemetry ---------------------------------------------------------------
+
+    def _answer_telemetry(
+        self, info: ConnectionInfo, state: ConnState, frame: memoryview, api_key: int, api_version: int, correlation_id: int
+    ) -> bytes | None:
+        """Collect mode: answer GetTelemetrySubscriptions or PushTelemetry in the broker's
+        place; a push's payload is decoded once the answer is on its way."""
+        telemetry = self.telemetry
+        assert telemetry is not None and telemetry.answers is not None
+        answers = telemetry.answers
+        pending = Pending(correlation_id, api_key, api_version, time.perf_counter(), len(frame) + 4)
+        try:
+            request = decode_request(frame, self.policy)
+        except DecodeError:
+            return None  # forwarded: what the proxy cannot read, the broker answers
+        token = self._request_started(info, pending)[1]
+        self._unjoin(info, state)
+        self._request_decoded(info, state, token, request)
+        body = request.body
+        error = 0
+        if api_key == GET_TELEMETRY_SUBSCRIPTIONS:
+            identity = state.identity
+            instance = answers.instance_id(
+                body.get("client_instance_id"), request.header.get("client_instance_id"), identity.client_instance_id
+            )
+            reply = answers.subscription(correlation_id, api_version, instance)
+            identity.observe_instance(instance)
+            self._refresh_identity(info, state)
+            telemetry.subscribed(str(instance), telemetry.config.push_interval_ms)
+        else:
+            error = answers.push_error(body)
+            reply = answers.push_answer(correlation_id, api_version, error)
+        fields: dict[str, Any] = {"answered_by": "proxy", "errors": [error_name(error)] if error else []}
+        telemetry.metrics.telemetry_answers.labels(api=token.api, error=error_name(error)).inc()
+        if api_key == PUSH_TELEMETRY and error == 0:
+            instance_id = _push_instance(state, body)
+            copy = {**body, "metrics": bytes(body.get("metrics") or b"")}  # the frame goes
+            _later(self._answered_push, info, pending, token, fields, len(reply) + 4, instance_id, copy)
+        else:
+            self._answered_line(info, pending, token, fields, len(reply) + 4)
+        return reply
+
+    def _answered_push(
+        self, info: ConnectionInfo, pending: Pending, token: Token, fields: dict[str, Any],
+        size: int, instance_id: str | None, body: dict[str, Any],
+    ) -> None:
+        assert self.telemetry is not None
+        state = self.states.get(info.conn_id)
+        meta = self._client_meta(info, state)
+        fields.update(self.telemetry.push(instance_id, meta, body))
+        self._answered_line(info, pending, token, fields, size)
+
+    def _answered_line(
+        self, info: ConnectionInfo, pending: Pending, token: Token, fields: dict[str, Any], size: int
+    ) -> None:
+        latency = time.perf_counter() - pending.started
+        self.metrics.api(token.api).response(latency, size)
+        if self.log and self.log.wants(token.api, pending.api_key, bool(fields["errors"])):
+            line = self._line_base(info, pending, token)
+            line.update(latency_ms=round(latency * 1000, 3), response_bytes=size)
+            line.update(token.fields)
+            line.update(fields)
+            self.log.write("request", line)
+
+    def _observe_push(self, info: ConnectionInfo, state: ConnState | None, token: Token, request: Any) -> None:
+        """Observe mode: a push that went to the broker, decoded after it went."""
+        telemetry = self.telemetry
+        if telemetry is None or not telemetry.config.observe or state is None:
+            return
+        meta = self._client_meta(info, state)
+        token.fields.update(telemetry.push(_push_instance(state, request.body), meta, request.body))
+
+    def _client_meta(self, info: ConnectionInfo, state: ConnState | None) -> ClientMeta:
+        if state is None:
+            return ClientMeta(listener=info.listener)
+        identity = state.identity
+        return ClientMeta(
+            identity.client_id,
+            identity.client_software_name,
+            identity.client_software_version,
+            identity.principal,
+            info.listener,
+        )
+
+    def _update_join(self, info: ConnectionInfo, state: ConnState) -> None:
+        """After an identity change: publish this connection's own instance id to the
+        client's other connections, or wait for (or take) one (instance_join.py)."""
+        identity = state.identity
+        key = None
+        if identity.client_id is not None:
+            key = (info.client_host, identity.client_id, identity.client_software_name, identity.client_software_version)
+        if identity.client_instance_id is not None:
+            if state.joined:
+                return
+            self._stop_waiting(info, state)
+            if key is not None:
+                for conn_id in self.joins.publish(key, identity.client_instance_id):
+                    other = self.states.get(conn_id)
+                    if other is not None and other.info is not None and other.identity.client_instance_id is None:
+                        self._take(other.info, other, identity.client_instance_id)
+        elif state.joinable and key != state.join_key:
+            self._stop_waiting(info, state)
+            if key is not None:
+                state.join_key = key
+                found = self.joins.wait(info.conn_id, key)
+                if found is not None:
+                    self._take(info, state, found)
+
+    def _take(self, info: ConnectionInfo, state: ConnState, instance_id: str) -> None:
+        self._stop_waiting(info, state)
+        state.identity.client_instance_id = instance_id
+        state.joined = True
+        self._refresh_identity(info, state)
+
+    def _unjoin(self, info: ConnectionInfo, state: ConnState) -> None:
+        """A connection about to learn its own instance id drops one it joined (and joins
+        no more)."""
+        state.joinable = False
+        self._stop_waiting(info, state)
+        if state.joined:
+            state.joined = False
+            state.identity.client_instance_id = None
+
+    def _stop_waiting(self, info: ConnectionInfo, state: ConnState) -> None:
+        if state.join_key is not None:
+            self.joins.leave(info.conn_id, state.join_key)
+            state.join_key = None
 
     def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         pending.token = self._observe_request(info, frame, pending)
@@ -263,6 +432,8 @@ class ObservingHooks(Hooks):
         token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
         if key is not None:
             self.request_memo.put(key, (request, token.fields))
+        elif pending.api_key == PUSH_TELEMETRY:
+            self._observe_push(info, state, token, request)
         return token
 
     # -- frames above the whole-frame threshold --------------------------------
@@ -325,9 +496,10 @@ class ObservingHooks(Hooks):
             self._decode_failed(state, token.api, "request")
             token.decode_error = streamed.error
         else:
-            self._request_decoded(info, state, token, as_request(
-                pending.api_key, pending.api_version, streamed.stream, self.policy
-            ))
+            request = as_request(pending.api_key, pending.api_version, streamed.stream, self.policy)
+            self._request_decoded(info, state, token, request)
+            if pending.api_key == PUSH_TELEMETRY:
+                self._observe_push(info, state, token, request)
             _note_dropped(token.fields, streamed.stream, self.metrics, "request")
         if streamed.expects_response:
             pending.token = token
@@ -336,6 +508,8 @@ class ObservingHooks(Hooks):
 
     def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
         identity = state.identity
+        if request.header_version >= 3 and state.header_id is None:
+            _note_header_id(state, request.header.get("client_instance_id"))
         if identity.observe_request(request) and info.metrics is not None:
             info.metrics.identify(
                 identity.client_software_name or UNKNOWN, identity.client_software_version or UNKNOWN
@@ -344,6 +518,8 @@ class ObservingHooks(Hooks):
             why = identity.kip1313.check(
                 request.header_version, request.api_key, request.header.get("client_instance_id")
             )
+            if why is None and request.api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
+                why = _telemetry_id_mismatch(state, request.body.get("client_instance_id"))
             if why is not None:
                 self._kip1313_violation(
                     info, state, "logged", why, request.api_key, request.api_version, request.correlation_id
@@ -367,6 +543,7 @@ class ObservingHooks(Hooks):
         if identity.client_instance_id and not state.instance_reported and info.metrics is not None:
             state.instance_reported = True
             info.metrics.client_instance(identity.client_instance_id)
+        self._update_join(info, state)
         info.identity = identity.as_json()
         state.log_fields = identity.log_fields()
 
@@ -408,34 +585,44 @@ class ObservingHooks(Hooks):
     def reopen_logs(self) -> None:
         if self.log:
             self.log.reopen()
+        if self.telemetry is not None:
+            self.telemetry.reopen()
 
     def close(self) -> None:
         if self.log:
             self.log.close()
+        if self.telemetry is not None:
+            self.telemetry.close()
 
     # -- responses -----------------------------------------------------------
 
     def rewrite_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> bytes | None:
         if pending.api_key == API_VERSIONS:
-            new_frame, decoded = self._capped(frame, pending.api_version)
+            new_frame, decoded, broker_telemetry = self._capped(frame, pending.api_version)
+            state = self.states.get(info.conn_id)
+            if state is not None and decoded is not None:
+                state.broker_telemetry = broker_telemetry
             if isinstance(pending.token, Token):
                 pending.token.response = decoded  # no bytes fields: safe to keep
             return new_frame
         return None
 
-    def _capped(self, frame: memoryview, version: int) -> tuple[bytes | None, Response | None]:
-        """The ApiVersions cap; a broker answers every connection the same."""
+    def _capped(self, frame: memoryview, version: int) -> tuple[bytes | None, Response | None, bool]:
+        """The ApiVersions cap (and, collect mode, KIP-714's apis added); a broker answers
+        every connection the same. Last: whether the broker itself lists KIP-714's apis."""
         memo = self.api_versions_memo
         key = memo.key(API_VERSIONS, version, frame)
         known = memo.get(key) if key is not None else None
         if known is None:
-            new_frame, decoded = cap_api_versions(frame, version, self.policy)
-            known = (None if new_frame is None else new_frame[4:], decoded)
+            broker_apis: set[int] = set()
+            new_frame, decoded = cap_api_versions(frame, version, self.policy, self.added_api_versions, broker_apis)
+            broker_telemetry = {GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY} <= broker_apis
+            known = (None if new_frame is None else new_frame[4:], decoded, broker_telemetry)
             if key is not None and decoded is not None:
                 memo.put(key, known)
-        tail, decoded = known
+        tail, decoded, broker_telemetry = known
         # the correlation id is the frame's own; the rest is the memoised rewrite
-        return (None if tail is None else frame[:4].tobytes() + tail), decoded
+        return (None if tail is None else frame[:4].tobytes() + tail), decoded, broker_telemetry
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         latency = time.perf_counter() - pending.started
@@ -517,6 +704,8 @@ class ObservingHooks(Hooks):
             self._decode_failed(state, token.api, "response")
             return {"errors": [], "response_decode_error": str(exc)}
         if state is not None:
+            if pending.api_key == GET_TELEMETRY_SUBSCRIPTIONS:
+                self._subscription_seen(info, state, pending, response)
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self._refresh_identity(info, state)
@@ -535,6 +724,20 @@ class ObservingHooks(Hooks):
         if key is not None:
             memo.put(key, fields)
         return fields
+
+    def _subscription_seen(self, info: ConnectionInfo, state: ConnState, pending: Pending, response: Response) -> None:
+        """Observe mode: the broker's subscription (its instance id, push interval). An id
+        other than the client's header id breaks KIP-1313's rule: logged (a response
+        cannot be refused)."""
+        self._unjoin(info, state)
+        instance = response.body.get("client_instance_id")
+        if instance is None or instance == ZERO_UUID:
+            return
+        if self.telemetry is not None:
+            self.telemetry.subscribed(str(instance), response.body.get("push_interval_ms", 0))
+        if state.header_id is not None and instance != state.header_id:
+            why = "the broker's telemetry client instance id differs from the request header's"
+            self._kip1313_violation(info, state, "logged", why, pending.api_key, pending.api_version, pending.correlation_id)
 
     def _line_base(self, info: ConnectionInfo, pending: Pending, token: Token) -> dict[str, Any]:
         state = self.states.get(info.conn_id)
@@ -565,6 +768,36 @@ def _note_dropped(
         metrics.observed_elements_dropped.labels(direction=direction).inc(stream.dropped_elements)
 
 
+def _telemetry_id_mismatch(state: ConnState, body_id: UUID | None) -> str | None:
+    """KIP-1313 with KIP-714: a telemetry body's id must be the header's, if both are set."""
+    header_id = state.header_id
+    if header_id is None or body_id is None or body_id in (ZERO_UUID, header_id):
+        return None
+    return "telemetry client instance id differs from the request header's"
+
+
+def _note_header_id(state: ConnState, header_id: UUID | None) -> None:
+    if state.header_id is None and header_id is not None and header_id != ZERO_UUID:
+        state.header_id = header_id
+
+
+def _push_instance(state: ConnState, body: dict[str, Any]) -> str | None:
+    """Whose push: the body's id (v0), else the connection's (v1: the header's)."""
+    instance = body.get("client_instance_id")
+    if instance is not None and instance != ZERO_UUID:
+        return str(instance)
+    return None if state.joined else state.identity.client_instance_id
+
+
+
+def _later(call: Callable[..., None], *args: Any) -> None:
+    """On the loop's next turn (what forwarding has ready goes first), else now."""
+    try:
+        asyncio.get_running_loop().call_soon(call, *args)
+    except RuntimeError:
+        call(*args)
+
+
 def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
     """ObservingHooks from a proxy.config.Config."""
     log_config = config.request_log
@@ -577,6 +810,7 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
         metrics=metrics,
     )
     request_log = RequestLog(sink, log_config.sample_rate, log_config.apis, log_config.errors_only)
+    policy = header_policy(config.kip1313.header_v3)
     summary = SummaryOptions(
         record_detail=log_config.record_detail,
         header_value_allowlist=frozenset(log_config.header_value_allowlist),
@@ -587,7 +821,7 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
         metrics,
         request_log,
         summary,
-        header_policy(config.kip1313.header_v3),
+        policy,
         config.kip1313.enforcement,
         StreamLimits(
             record_detail_bytes=config.limits.observe_whole_frame_bytes if log_config.record_detail else 0,
@@ -596,7 +830,26 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
             max_field_bytes=config.limits.observe_max_field_bytes,
             max_elements=config.limits.observe_max_elements,
         ),
+        build_telemetry(config, metrics, policy),
     )
+
+
+def build_telemetry(config: Any, metrics: Metrics, policy: HeaderPolicy) -> Telemetry | None:
+    telemetry = config.telemetry
+    if not (telemetry.observe or telemetry.collect):
+        return None
+    log = None
+    if telemetry.log.path is not None:
+        sink = LineSink(
+            telemetry.log.path,
+            telemetry.log.max_bytes,
+            telemetry.log.backups,
+            flush_interval=telemetry.log.flush_interval_seconds,
+            max_queued_bytes=telemetry.log.max_queued_bytes,
+            metrics=metrics,
+        )
+        log = RequestLog(sink)
+    return Telemetry(telemetry, metrics, policy, log)
 
 
 def header_policy(rules: Any) -> HeaderPolicy:
