@@ -359,3 +359,22 @@ def test_lag_config_keys_are_validated() -> None:
         except ConfigError:
             continue
         raise AssertionError(bad)
+
+
+def test_a_kip714_instance_id_learnt_on_one_connection_labels_the_clients_others(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    instance = uuid.UUID("11111111-2222-4333-8444-555555555555")
+    telemetry_answer = {
+        "throttle_time_ms": 0, "error_code": 0, "client_instance_id": instance, "subscription_id": 1,
+        "accepted_compression_types": [0], "push_interval_ms": 30000, "telemetry_max_bytes": 1 << 20,
+        "delta_temporality": True, "requested_metrics": [],
+    }  # fmt: skip
+    h.exchange((71, 0, {"client_instance_id": uuid.UUID(int=0)}), telemetry_answer, conn="first")
+    h.exchange(fetch_request({0: 1}), fetch_response({0: (3, 3, None)}), conn="second")
+    # another host's client of the same client id is another client
+    h.conn("elsewhere", host="10.9.9.9")
+    h.exchange(fetch_request({1: 1}), fetch_response({1: (3, 3, None)}), conn="elsewhere")
+    assert h.samples("kafkalens_consumer_lag_records") == {
+        labels(group="", client=str(instance), topic="orders", partition="0"): 2,
+        labels(group="", client="app-1", topic="orders", partition="1"): 2,
+    }

@@ -78,6 +78,9 @@ class LagTracker:
         self.committed: dict[tuple[str, str, int], Entry] = {}  # (group, topic, partition)
         self.watermarks: dict[tuple[str, int], Entry] = {}  # (topic, partition): offset = hwm
         self.groups: dict[tuple[str, ...], str] = {}  # membership key -> group
+        # (client id, host) -> client instance id, from any connection that knew both: a
+        # KIP-714 id is assigned on one connection only (GetTelemetrySubscriptions)
+        self.instances: dict[tuple[str, str], str] = {}
         self.dropped = 0  # entries not tracked: a table was full
 
     # -- requests ------------------------------------------------------------
@@ -100,6 +103,19 @@ class LagTracker:
             if key in self.groups or self._room(self.groups):
                 self.groups[key] = group
 
+    def learn_instance(self, client_id: str, host: str, instance_id: str) -> None:
+        key = (client_id, host)
+        if key in self.instances or self._room(self.instances):
+            self.instances[key] = instance_id
+
+    def client_of(self, identity: Any, host: str) -> str:
+        """The client instance id, also one another connection of the client learnt;
+        else the client id."""
+        if identity.client_instance_id:
+            return str(identity.client_instance_id)
+        client_id = identity.client_id or ""
+        return self.instances.get((client_id, host)) or client_id
+
     def group_of(self, identity: Any, host: str) -> str:
         for key in _membership_keys(identity, host):
             group = self.groups.get(key)
@@ -112,7 +128,7 @@ class LagTracker:
         replica = state.get("replica_id", -1) if state else body.get("replica_id", -1)
         isolation = body.get("isolation_level", 0)
         fields["isolation_level"] = isolation
-        ask = FetchAsk(_client_key(identity), "", replica, isolation)
+        ask = FetchAsk(self.client_of(identity, host), "", replica, isolation)
         if replica >= 0:
             fields["replica_id"] = replica
         else:
@@ -242,10 +258,6 @@ class LagTracker:
                 entry = table.get(key)
                 if entry is not None and entry.seen < cutoff:
                     table.pop(key, None)
-
-
-def _client_key(identity: Any) -> str:
-    return str(identity.client_instance_id or identity.client_id or "")
 
 
 def _membership_keys(identity: Any, host: str) -> list[tuple[str, ...]]:

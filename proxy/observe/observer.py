@@ -417,6 +417,8 @@ class ObservingHooks(Hooks):
         if key == state.identity_key:
             return
         state.identity_key = key
+        if self.lag is not None and identity.client_instance_id and identity.client_id:
+            self.lag.learn_instance(identity.client_id, info.client_host, identity.client_instance_id)
         if identity.client_instance_id and not state.instance_reported and info.metrics is not None:
             state.instance_reported = True
             info.metrics.client_instance(identity.client_instance_id)
