@@ -87,6 +87,8 @@ def write_haproxy_config(path: Path, host: str, front: int, broker: int) -> Path
     return path
 
 
-def write_kafkalens_config(path: Path, workers: int, log: bool) -> Path:
-    path.write_text(KAFKALENS_CONFIG.format(workers=workers, sample_rate=1.0 if log else 0.0))
+def write_kafkalens_config(path: Path, workers: int, log: bool, lag: bool = True) -> Path:
+    text = KAFKALENS_CONFIG.format(workers=workers, sample_rate=1.0 if log else 0.0)
+    # only when off: a baseline checkout from before the `lag` section knows no such key
+    path.write_text(text if lag else text + "lag:\n  enabled: false\n")
     return path

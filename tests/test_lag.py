@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+import subprocess
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from codec import HeaderPolicy, Request, Response, encode_request, encode_response
@@ -378,3 +381,24 @@ def test_a_kip714_instance_id_learnt_on_one_connection_labels_the_clients_others
         labels(group="", client=str(instance), topic="orders", partition="0"): 2,
         labels(group="", client="app-1", topic="orders", partition="1"): 2,
     }
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+def test_the_readme_access_map_recipe(tmp_path: Path) -> None:
+    from tests.test_readme_recipes import recipe
+
+    per_topic = {"batches": 1, "records": 1, "bytes": 70}
+    lines = [
+        {"event": "request", "api": "Produce", "client_id": "p", "client_instance_id": None,
+         "record_stats": {"per_topic": {"orders": per_topic}}},
+        {"event": "request", "api": "Fetch", "client_id": "c", "client_instance_id": "i-1",
+         "record_stats": {"per_topic": {"orders": per_topic, "audit": per_topic}}},
+        {"event": "request", "api": "Fetch", "client_id": "c", "client_instance_id": "i-1"},  # nothing returned
+        {"event": "request", "api": "Metadata", "client_id": "m", "topics": ["orders"]},
+    ]  # fmt: skip
+    (tmp_path / "requests.log").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = subprocess.run(
+        ["bash", "-c", recipe("topic access map")], cwd=tmp_path, capture_output=True, text=True, check=True,
+        timeout=30,
+    ).stdout  # fmt: skip
+    assert out.splitlines() == ["audit i-1 Fetch", "orders i-1 Fetch", "orders p Produce"]
