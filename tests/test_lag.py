@@ -402,3 +402,17 @@ def test_the_readme_access_map_recipe(tmp_path: Path) -> None:
         timeout=30,
     ).stdout  # fmt: skip
     assert out.splitlines() == ["audit i-1 Fetch", "orders i-1 Fetch", "orders p Produce"]
+
+
+def test_record_stats_next_offset_is_past_the_last_whole_batch() -> None:
+    from codec.records import summarize
+    from tests.records_oracle import build_legacy
+
+    spec = [(1000, b"k", b"v", [])]
+    assert summarize(records(10, 3) + records(13, 2)).next_offset == 15
+    # a partial batch at the end (as a Fetch answer may cut one) does not count
+    assert summarize(records(10, 3) + records(13, 2)[:-5], allow_partial_tail=True).next_offset == 13
+    # a compressed legacy wrapper's offset is its last inner record's
+    assert summarize(build_legacy(spec * 4, magic=1, compression="gzip", base_offset=20)).next_offset == 24
+    assert summarize(build_legacy(spec * 4, magic=0, base_offset=20)).next_offset == 24
+    assert summarize(b"").next_offset == -1

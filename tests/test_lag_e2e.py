@@ -13,6 +13,7 @@ id sent through the proxy is replication, not a consumer.
 
 from __future__ import annotations
 
+import signal
 import socket
 import struct
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ FIRST = {0: 30, 1: 12}  # records produced per partition before the consumer sta
 THEN = {0: 25, 1: 9}  # and after it has read those
 COUNTS = {p: FIRST[p] + THEN[p] for p in FIRST}
 MAX_POLL = 4
+CONNECTIONS = 16
 
 
 @contextmanager
@@ -45,12 +47,20 @@ def proxy_and_broker(tansu_factory: Any, log_path: Path) -> Iterator[tuple[Obser
 
 def raw(port: int, api_key: int, version: int, body: dict[str, Any], client_id: str = "oracle") -> dict[str, Any]:
     """One request on a fresh connection; the decoded response body."""
-    frame = encode_request(Request(api_key, version, {"correlation_id": 7, "client_id": client_id}, body))
+    return raw_many(port, [(api_key, version, body)], client_id)[0]
+
+
+def raw_many(port: int, requests: list[tuple[int, int, dict[str, Any]]], client_id: str) -> list[dict[str, Any]]:
+    """Requests one after another on one fresh connection; the decoded response bodies."""
+    answers = []
     with socket.create_connection((LOCAL, port), timeout=15) as sock:
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", _exactly(sock, 4))[0]
-        answer: dict[str, Any] = decode_response(_exactly(sock, size), api_key, version).body
-        return answer
+        for correlation, (api_key, version, body) in enumerate(requests):
+            header = {"correlation_id": correlation, "client_id": client_id}
+            frame = encode_request(Request(api_key, version, header, body))
+            sock.sendall(struct.pack(">i", len(frame)) + frame)
+            size = struct.unpack(">i", _exactly(sock, 4))[0]
+            answers.append(decode_response(_exactly(sock, size), api_key, version).body)
+    return answers
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
@@ -194,3 +204,81 @@ def test_a_fetch_with_a_replica_id_is_a_follower_not_a_consumer(tansu_factory: A
 
 def _fetch_lines(px: ObservedProxy) -> list[dict[str, Any]]:
     return [line for line in px.lines() if line.get("api") == "Fetch" and line.get("event") == "request"]
+
+
+def test_with_workers_the_parent_shows_each_workers_lag_series(tansu_factory: Any, tmp_path: Path) -> None:
+    """`workers: 2`: each worker publishes its series from a thread every second into
+    prometheus-client's files; an expired one reads 0 (files cannot drop a series).
+    Each connection fetches (the worker learns the high watermark, 4) and commits
+    offset 1 for a group of its own: committed lag 3 per group, whichever worker."""
+    from support.observed import Samples
+    from test_cli import http_get, kafkalens, workers_config
+
+    port, metrics_port, broker_port = free_port(), free_port(), free_port()
+    tansu_factory(advertised_port=port, port=broker_port)
+    config = workers_config(tmp_path, port, metrics_port, f"{LOCAL}:{broker_port}", tmp_path / "requests.log")
+    config.write_text(config.read_text() + "lag: {idle_expiry_seconds: 4}\n")
+    proc = kafkalens("proxy", "--config", str(config))
+    try:
+        assert eventually(lambda: _answers(metrics_port), timeout=30), proc.stderr
+        bootstrap = f"{LOCAL}:{port}"
+        create_topic(bootstrap, "lag-workers", partitions=1)
+        produce(bootstrap, "lag-workers", {0: 4})
+        for n in range(CONNECTIONS):  # new connections: SO_REUSEPORT spreads them over both workers
+            fetched, committed = raw_many(
+                port, [(1, 11, _fetch("lag-workers", 0)), (8, 2, _commit(f"group-{n}", "lag-workers", 1))],
+                client_id=f"reader-{n}")  # fmt: skip
+            assert committed["topics"][0]["partitions"][0]["error_code"] == 0
+
+        def series() -> dict[tuple[str, ...], float]:
+            return Samples(http_get(metrics_port, "/metrics")).by_labels(
+                "kafkalens_committed_lag_records", "group", "topic", "partition")
+
+        want = {(f"group-{n}", "lag-workers", "0"): 3.0 for n in range(CONNECTIONS)}
+        assert eventually(lambda: series() == want), series()
+        # expired 4 s after the last fetch of the partition: 0, still listed
+        assert eventually(lambda: series() == dict.fromkeys(want, 0.0)), series()
+        # both workers had commits (16 connections all on one: a chance of 1 in 32,768)
+        logs = sorted(tmp_path.glob("requests-w*.log"))
+        assert len(logs) == 2 and all("OffsetCommit" in log.read_text() for log in logs)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: Any) -> None:
+    """The parent passes SIGTERM on to its workers; a killed parent would leave them."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except Exception:
+            proc.kill()
+    proc.communicate(timeout=20)
+
+
+def _answers(metrics_port: int) -> bool:
+    from test_cli import http_status
+
+    try:
+        return http_status(metrics_port, "/readyz") == 200
+    except OSError:
+        return False
+
+
+def _commit(group: str, topic: str, offset: int) -> dict[str, Any]:
+    """A standalone commit (no generation, no member), as admin tools make."""
+    return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "retention_time_ms": -1,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""}]}]}  # fmt: skip
+
+
+def _fetch(topic: str, fetch_offset: int, replica: int = -1) -> dict[str, Any]:
+    return {
+        "replica_id": replica, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+        "topics": [{"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                    "fetch_offset": fetch_offset, "last_fetched_epoch": -1, "log_start_offset": -1,
+                    "partition_max_bytes": 1 << 20}]}],
+    }  # fmt: skip
