@@ -416,3 +416,29 @@ def test_record_stats_next_offset_is_past_the_last_whole_batch() -> None:
     assert summarize(build_legacy(spec * 4, magic=1, compression="gzip", base_offset=20)).next_offset == 24
     assert summarize(build_legacy(spec * 4, magic=0, base_offset=20)).next_offset == 24
     assert summarize(b"").next_offset == -1
+
+
+def test_lag_series_are_published_in_the_rendering_thread_not_the_loop(tmp_path: Path) -> None:
+    # 100,000 tracked partitions take a few hundred ms to publish: never on the event loop
+    import asyncio
+    import threading
+
+    h = Harness(tmp_path)
+    h.exchange(fetch_request({0: 0}), fetch_response({0: (5, 5, None)}))
+    (publish,) = h.metrics.collectors
+    threads: list[int] = []
+
+    def recorded() -> None:
+        threads.append(threading.get_ident())
+        publish()
+
+    h.metrics.collectors[0] = recorded
+
+    async def scrape() -> tuple[bytes, int]:
+        h.metrics.flush()  # what the loop does for every scrape and worker tick
+        assert threads == []
+        return await h.metrics.render_off_loop(), threading.get_ident()
+
+    text, loop_thread = asyncio.run(scrape())
+    assert threads and loop_thread not in threads
+    assert b'kafkalens_consumer_lag_records{client="app-1",group="",partition="0",topic="orders"} 5.0' in text
