@@ -24,6 +24,7 @@ ALL_ARMS = ("direct", "haproxy", "tansu-proxy", "kafkalens", "kafkalens-workers2
 # a plain Python (uvloop) byte relay: the floor of any Python proxy here.
 EXTRA_ARMS = (
     "kafkalens-nolog",
+    "kafkalens-nolag",
     "kafkalens-bare",
     "python-relay",
     "kafkalens-baseline",
@@ -32,7 +33,9 @@ EXTRA_ARMS = (
 )
 # The telemetry pair prices KIP-714 collection (bench/telemetry_cost.py runs them
 # interleaved): telemetry off altogether, and collect mode with every client pushing
-# its metrics each second (decoded, kept, logged).
+# its metrics each second (decoded, kept, logged). `kafkalens-nolag`: kafkalens with
+# `lag.enabled: false` (consumer lag and topic traffic off), to price them against
+# `kafkalens` in the same run.
 # `kafkalens-baseline` runs another checkout's code (a git worktree of an earlier
 # commit, its C accelerator built or copied in) in the same run, so a change is
 # measured before and after on the same host minute: KAFKALENS_BASELINE_TREE=DIR.
@@ -143,11 +146,13 @@ def _tansu_proxy(launch: Launch) -> subprocess.Popen[bytes]:
     return fronts.spawn(cmd, launch.log)
 
 
-def _kafkalens(workers: int, log: bool, baseline: bool = False, telemetry: str = "") -> FrontBuilder:
+def _kafkalens(
+    workers: int, log: bool, baseline: bool = False, telemetry: str = "", lag: bool = True
+) -> FrontBuilder:
     def build(launch: Launch) -> subprocess.Popen[bytes]:
         env = _baseline_env(launch) if baseline else fronts.working_tree_env()
         config = fronts.write_kafkalens_config(
-            launch.work / f"{launch.name}.yaml", workers, log, telemetry
+            launch.work / f"{launch.name}.yaml", workers, log, telemetry, lag
         )
         if telemetry:
             launch.notes.append(f"telemetry {telemetry}")
@@ -157,7 +162,7 @@ def _kafkalens(workers: int, log: bool, baseline: bool = False, telemetry: str =
             cmd[:4] = [kafkalens_command()]
         cmd += _addresses(launch) + ["--request-log", str(request_log)]
         sampled = "" if log else " (sample_rate 0: only errors are written)"
-        launch.notes.append(f"request log {request_log}{sampled}, workers {workers}")
+        launch.notes.append(f"request log {request_log}{sampled}, workers {workers}" + ("" if lag else ", lag off"))
         return fronts.spawn(cmd, launch.log, env)
 
     return build
@@ -225,6 +230,7 @@ FRONTS: dict[str, FrontBuilder] = {
     "kafkalens": _kafkalens(1, True),
     "kafkalens-workers2": _kafkalens(2, True),
     "kafkalens-nolog": _kafkalens(1, False),
+    "kafkalens-nolag": _kafkalens(1, True, lag=False),
     "kafkalens-bare": _bare,
     "python-relay": _python_relay,
     "kafkalens-baseline": _kafkalens(1, True, baseline=True),

@@ -94,11 +94,13 @@ def write_haproxy_config(path: Path, host: str, front: int, broker: int) -> Path
     return path
 
 
-def write_kafkalens_config(path: Path, workers: int, log: bool, telemetry: str = "") -> Path:
+def write_kafkalens_config(
+    path: Path, workers: int, log: bool, telemetry: str = "", lag: bool = True
+) -> Path:
     """`telemetry`: "" (the shipped default: observe), "off" or "collect"."""
     section = {"": "", "off": TELEMETRY_OFF, "collect": TELEMETRY_COLLECT}[telemetry]
     section = section.format(log=path.with_name(path.stem + "-telemetry.log"))
-    path.write_text(
-        KAFKALENS_CONFIG.format(workers=workers, sample_rate=1.0 if log else 0.0, telemetry=section)
-    )
+    text = KAFKALENS_CONFIG.format(workers=workers, sample_rate=1.0 if log else 0.0, telemetry=section)
+    # only when off: a baseline checkout from before the `lag` section knows no such key
+    path.write_text(text if lag else text + "lag:\n  enabled: false\n")
     return path

@@ -94,13 +94,15 @@ class FirstSeen(FrameMemo):
         return None
 
 
-def make_hooks(sample_rate: float, memo: bool = True) -> tuple[Hooks, ConnectionInfo]:
+def make_hooks(sample_rate: float, memo: bool = True, lag: bool = True) -> tuple[Hooks, ConnectionInfo]:
     """The proxy's hooks, request log to /dev/null, and one open connection; `memo`
-    False makes every replayed frame cost what a frame seen for the first time does."""
+    False makes every replayed frame cost what a frame seen for the first time does;
+    `lag` False turns consumer lag and topic traffic off (lag.enabled)."""
     config = load_config(None, Overrides(request_log="/dev/null"))
     log = dataclasses.replace(config.request_log, sample_rate=sample_rate)
     metrics = Metrics()
-    hooks = build_hooks(dataclasses.replace(config, request_log=log), metrics)
+    config = dataclasses.replace(config, request_log=log, lag=dataclasses.replace(config.lag, enabled=lag))
+    hooks = build_hooks(config, metrics)
     if not memo:
         for name in ("request_memo", "response_memo", "api_versions_memo"):
             setattr(hooks, name, FirstSeen(getattr(hooks, name).skip))
@@ -183,12 +185,13 @@ def measure(cases: dict[str, Pair]) -> list[dict[str, Any]]:
     for name, pair in cases.items():
         row: dict[str, Any] = {"case": name}
         row["request_bytes"], row["response_bytes"] = len(pair[0].data), len(pair[1].data)
-        for label, rate, memo in (
-            ("all hooks, log on", 1.0, True),
-            ("all hooks, first seen", 1.0, False),
-            ("all hooks, log sampled 0", 0.0, True),
+        for label, rate, memo, lag in (
+            ("all hooks, log on", 1.0, True, True),
+            ("all hooks, lag off", 1.0, True, False),
+            ("all hooks, first seen", 1.0, False, True),
+            ("all hooks, log sampled 0", 0.0, True, True),
         ):
-            hooks, info = make_hooks(rate, memo)
+            hooks, info = make_hooks(rate, memo, lag)
             row[label] = per_call_us(functools.partial(cycle, hooks, info, pair))
         for label, fn in stages(pair).items():
             row[label] = per_call_us(fn)
@@ -198,6 +201,7 @@ def measure(cases: dict[str, Pair]) -> list[dict[str, Any]]:
 
 COLUMNS = (
     "all hooks, log on",
+    "all hooks, lag off",
     "all hooks, first seen",
     "all hooks, log sampled 0",
     "decode request",

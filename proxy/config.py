@@ -147,6 +147,19 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class LagConfig:
+    """Consumer lag and topic traffic from the Fetch, OffsetCommit and Produce seen."""
+
+    enabled: bool = True
+    max_topics: int = 1000  # (group, topic) pairs of the per-topic lag; topics of traffic
+    max_partitions: int = 10000  # per-partition series of each kind; traffic label sets
+    max_clients: int = 1000  # client label values of per-partition lag; principals of traffic
+    max_tracked: int = 200000  # entries of each lag table kept in memory
+    max_logged_partitions: int = 1000  # "positions"/"committed" elements of one log line
+    idle_expiry_seconds: float = 300.0  # a consumer's series goes this long after its last fetch
+
+
+@dataclass(frozen=True)
 class HeaderV3Rule:
     """Request header v3 for `api` (a name like "Metadata" or a key) from `min_version`."""
 
@@ -209,6 +222,7 @@ class Config:
     kip1313: Kip1313Config = Kip1313Config()
     telemetry: TelemetryConfig = TelemetryConfig()
     workers: int = 1
+    lag: LagConfig = LagConfig()
 
 
 @dataclass(frozen=True)
@@ -238,6 +252,7 @@ SECTION_SCHEMAS: dict[str, type] = {
     "kip1313": Kip1313Config,
     "telemetry": TelemetryConfig,
     "telemetry.log": TelemetryLogConfig,
+    "lag": LagConfig,
 }
 
 # The largest value of every number in the file, and why: past it a value no longer
@@ -284,6 +299,12 @@ MAXIMA: dict[str, tuple[float, str]] = {
     "telemetry.log.backups": (1000, "every rotation renames each backup"),
     "telemetry.log.flush_interval_seconds": (3600, "1 hour: lines wait in memory meanwhile"),
     "telemetry.log.max_queued_bytes": (2**32, "4 GiB held in memory"),
+    "lag.max_topics": (100_000, "each (group, topic) pair is a time series"),
+    "lag.max_partitions": (1_000_000, "each partition of each kind is a time series"),
+    "lag.max_clients": (100_000, "each client is a label value of every partition it reads"),
+    "lag.max_tracked": (10_000_000, "each tracked partition costs about 200 bytes per table"),
+    "lag.max_logged_partitions": (1_000_000, "each is an object in a request log line"),
+    "lag.idle_expiry_seconds": (7 * 86400, "1 week: a consumer that left must be let go some time"),
 }
 # Without an entry (a key added without its line): still finite.
 DEFAULT_MAXIMUM = {int: (INT32_MAX, "the largest int32"), float: (86400, "1 day")}
@@ -577,6 +598,7 @@ def parse_config(data: object) -> Config:
         kip1313=_kip1313(root.section("kip1313")),
         telemetry=_telemetry(root.section("telemetry")),
         workers=root.integer("workers", 1),
+        lag=_lag(root.section("lag")),
     )
     root.raw("upstream_tls", None)
     root.done()
@@ -808,6 +830,20 @@ def _limits(s: _Section) -> Limits:
         )
     s.done()
     return limits
+
+
+def _lag(s: _Section) -> LagConfig:
+    lag = LagConfig(
+        enabled=s.boolean("enabled", True),
+        max_topics=s.integer("max_topics", 1000),
+        max_partitions=s.integer("max_partitions", 10000),
+        max_clients=s.integer("max_clients", 1000),
+        max_tracked=s.integer("max_tracked", 200000),
+        max_logged_partitions=s.integer("max_logged_partitions", 1000, minimum=0),
+        idle_expiry_seconds=s.seconds("idle_expiry_seconds", 300.0),
+    )
+    s.done()
+    return lag
 
 
 def _kip1313(s: _Section) -> Kip1313Config:

@@ -301,8 +301,15 @@ class Metrics:
         self._define_request_metrics()
         self._define_connection_metrics()
         self._define_proxy_metrics()
+        self._define_lag_metrics()
         self._define_capping(max_label_values, max_error_series)
         self._define_telemetry_metrics()
+        # Called on every flush (on the event loop), after the api series: topic
+        # traffic (proxy/observe/traffic.py) hands over its counts then.
+        self.publishers: list[Callable[[], None]] = []
+        # Called on every collection, in the collecting thread (off the loop for
+        # /metrics): the lag tables (proxy/observe/lag_series.py) publish their series.
+        self.collectors: list[Callable[[], None]] = []
         self.build_info.labels(version=build_version or _package_version()).set(1)
 
     def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
@@ -468,6 +475,46 @@ class Metrics:
             "kafkalens_telemetry_series", "Series of pushed client metrics on /metrics."
         )
 
+    def _define_lag_metrics(self) -> None:
+        g, c = self._gauge, self._counter
+        self.consumer_lag = g(
+            "kafkalens_consumer_lag_records",
+            "High watermark (last stable offset for read_committed) minus the consumer's"
+            " position, from its last Fetch of the partition. client: instance id, else"
+            ' client id; group "" when unknown.',
+            ("group", "client", "topic", "partition"),
+        )
+        self.consumer_topic_lag = g(
+            "kafkalens_consumer_topic_lag_records",
+            "kafkalens_consumer_lag_records summed over every tracked partition, capped or not.",
+            ("group", "topic"),
+        )
+        self.committed_lag = g(
+            "kafkalens_committed_lag_records",
+            "Last high watermark seen minus the group's last committed offset.",
+            ("group", "topic", "partition"),
+        )
+        self.follower_lag = g(
+            "kafkalens_follower_lag_records",
+            "High watermark minus a follower broker's position (Fetch with a replica id).",
+            ("replica", "topic", "partition"),
+        )
+        traffic = ("topic", "direction", "software", "principal")
+        self.topic_records = c(
+            "kafkalens_topic_records_total", "Records produced and fetched, by topic.", traffic
+        )
+        self.topic_bytes = c(
+            "kafkalens_topic_bytes_total", "Record batch bytes produced and fetched, by topic.", traffic
+        )
+        self.lag_series_dropped = c(
+            "kafkalens_lag_series_dropped_total",
+            'Lag and traffic series folded into "other" past their caps (lag.max_*), and'
+            ' entries not tracked (kind "tracked": lag.max_tracked).',
+            ("kind",),
+        )
+        for kind in ("consumer", "consumer_topic", "committed", "follower", "traffic", "tracked"):
+            self.lag_series_dropped.labels(kind=kind)  # at 0 from the start, for alerts
+
     def _define_capping(self, max_label_values: int, max_error_series: int) -> None:
         capped = self._counter(
             "kafkalens_label_values_capped_total",
@@ -500,6 +547,8 @@ class Metrics:
         worker processes also call it about once a second, their series live in files)."""
         for api in list(self._apis.values()):
             api.flush()
+        for publish in self.publishers:
+            publish()
 
     def connection_opened(self, listener: str) -> ConnectionMetrics:
         return ConnectionMetrics(self, listener)
@@ -595,6 +644,8 @@ class _Flusher(Collector):
     def collect(self) -> Iterator[Any]:
         if not getattr(self._metrics._render_thread, "flushed", False):
             self._metrics.flush()
+        for publish in self._metrics.collectors:
+            publish()
         return iter(())
 
     def describe(self) -> list[Any]:

@@ -269,6 +269,12 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.bytes_to_broker.inc()
     m.telemetry_pushes.labels(result="ok").inc()
     m.telemetry_answers.labels(api="PushTelemetry", error="NONE").inc()
+    m.consumer_lag.labels(group="g", client="c", topic="t", partition="0").set(1)
+    m.consumer_topic_lag.labels(group="g", topic="t").set(1)
+    m.committed_lag.labels(group="g", topic="t", partition="0").set(1)
+    m.follower_lag.labels(replica="1", topic="t", partition="0").set(1)
+    m.topic_records.labels(topic="t", direction="fetch", software="s/1", principal="p").inc()
+    m.topic_bytes.labels(topic="t", direction="fetch", software="s/1", principal="p").inc()
     rendered = {name for name, _ in scrape(m)}
     assert rendered == metric_names()
 

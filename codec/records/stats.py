@@ -18,6 +18,8 @@ class RecordStats:
     one; min_timestamp is the smallest first-record timestamp (a record inside may be
     older: v2 deltas can be negative). producer_id/epoch are the first batch's that is
     not -1. bytes excludes a tolerated partial tail, which truncated_bytes counts.
+    next_offset is one past the last offset any whole batch holds (-1: no batch): where
+    a consumer that read these records goes on from.
     """
 
     batches: int = 0
@@ -32,6 +34,7 @@ class RecordStats:
     control_batches: int = 0
     min_timestamp: int = -1
     max_timestamp: int = -1
+    next_offset: int = -1
 
 
 def summarize(
@@ -70,6 +73,10 @@ def add_batch(stats: RecordStats, header: BatchHeader) -> None:
         stats.producer_id = header.producer_id
         stats.producer_epoch = header.producer_epoch
     _add_timestamps(stats, header)
+    # A compressed legacy wrapper states no last delta (-1): its own offset is its last record's.
+    end = header.base_offset + max(header.last_offset_delta, 0) + 1
+    if end > stats.next_offset:
+        stats.next_offset = end
 
 
 def _add_timestamps(stats: RecordStats, header: BatchHeader) -> None:

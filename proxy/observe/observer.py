@@ -10,6 +10,7 @@ record batches counted from the batch headers as they passed.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from proxy.metrics import Metrics
 from proxy.observe.api_versions import API_VERSIONS, cap_api_versions
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, ZERO_UUID, Identity
 from proxy.observe.instance_join import InstanceJoins, JoinKey
+from proxy.observe.lag import LAG_APIS, CommitAsk, FetchAsk, LagTracker
+from proxy.observe.lag_series import LagSeries
 from proxy.observe.memo import FrameMemo
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import (
@@ -56,8 +59,11 @@ from proxy.observe.summary import (
 from proxy.observe.telemetry import Telemetry
 from proxy.observe.telemetry_collect import ADDED_API_VERSIONS
 from proxy.observe.telemetry_store import ClientMeta
+from proxy.observe.traffic import TopicTraffic
 
 UNKNOWN = "unknown"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+PRODUCE = 0
 # Apis whose frames are never memoised: their summary depends on more than their bytes
 # (Produce and Fetch name topics learnt from Metadata, SyncGroup a generation's
 # protocol), they rarely repeat (offsets), or they carry credentials (SASL, delegation
@@ -94,6 +100,7 @@ class Token:
     fields: dict[str, Any]
     decode_error: str | None = None
     response: Response | None = None  # already decoded by rewrite_response
+    lag: FetchAsk | CommitAsk | None = None  # what the lag tracker reads the response against
 
 
 class Streamed(FrameObserver):
@@ -167,6 +174,14 @@ class ObservingHooks(Hooks):
         self.stream_limits = stream_limits or StreamLimits(
             decompression_limit=summary.decompression_limit
         )
+        self.lag: LagTracker | None = None
+        self.traffic: TopicTraffic | None = None
+        self.lag_apis: frozenset[int] = frozenset()  # requests the two look at
+
+    def track_lag(self, lag: LagTracker, traffic: TopicTraffic) -> None:
+        """Consumer lag and topic traffic (lag.enabled), published on metrics flushes."""
+        self.lag, self.traffic = lag, traffic
+        self.lag_apis = LAG_APIS | {PRODUCE}
 
     def api_name(self, api_key: int) -> str:
         return self._names.get(api_key, UNKNOWN)
@@ -413,6 +428,8 @@ class ObservingHooks(Hooks):
                 request, token.fields = known
                 if state is not None:
                     self._identify(info, state, request)
+                    if pending.api_key in self.lag_apis:
+                        self._lag_request(info, state, request, token)
                 return token
         try:
             # A memoised request must not hold views of the chunk it came in: a copy.
@@ -434,6 +451,8 @@ class ObservingHooks(Hooks):
             self.request_memo.put(key, (request, token.fields))
         elif pending.api_key == PUSH_TELEMETRY:
             self._observe_push(info, state, token, request)
+        if state is not None and pending.api_key in self.lag_apis:
+            self._lag_request(info, state, request, token)
         return token
 
     # -- frames above the whole-frame threshold --------------------------------
@@ -461,7 +480,8 @@ class ObservingHooks(Hooks):
             self._identify(info, state, request)
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
         token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
-
+        if state is not None and request.api_key in self.lag_apis:
+            self._lag_request(info, state, request, token)
 
     def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> Streamed:
         size = pending.request_size - 4
@@ -506,6 +526,39 @@ class ObservingHooks(Hooks):
         else:
             self._log_without_response(info, pending, token)
 
+    # -- consumer lag and topic traffic (proxy/observe/lag.py, traffic.py) ------
+
+    def _lag_request(self, info: ConnectionInfo, state: ConnState, request: Any, token: Token) -> None:
+        if request.api_key == PRODUCE:
+            stats = token.fields.get("record_stats")
+            if stats and self.traffic is not None:
+                self._traffic(info, state, stats, "produce")
+        elif self.lag is not None:
+            token.lag = self.lag.request(request, token.fields, state.identity, info.client_host)
+
+    def _traffic(self, info: ConnectionInfo, state: ConnState, stats: dict[str, Any], direction: str) -> None:
+        name, version = info.metrics.software if info.metrics is not None else (UNKNOWN, UNKNOWN)
+        principal = state.identity.principal or UNKNOWN
+        self.traffic.add(stats["per_topic"], direction, f"{name}/{version}", principal)  # type: ignore[union-attr]
+
+    def _fetch_fields(
+        self, info: ConnectionInfo, state: ConnState | None, response: Response, token: Token, ask: FetchAsk
+    ) -> dict[str, Any]:
+        """A Fetch response's line fields, and its positions for the lag tracker."""
+        partition_stats: dict[tuple[str, int], Any] = {}
+        fields = response_fields(response, self.summary, self.topic_ids, None, partition_stats)
+        self.lag.fetch_done(ask, response.body, partition_stats, fields)  # type: ignore[union-attr]
+        stats = fields.get("record_stats")
+        if stats and ask.replica < 0 and state is not None and self.traffic is not None:
+            self._traffic(info, state, stats, "fetch")
+        return fields
+
+    def _commit_fields(self, fields: dict[str, Any], ask: CommitAsk) -> dict[str, Any]:
+        fields = dict(fields)  # a skimmed response's fields may be memoised: not changed
+        accepted = not fields["errors"] and "response_decode_error" not in fields
+        self.lag.commit_done(ask, accepted, fields)  # type: ignore[union-attr]
+        return fields
+
     def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
         identity = state.identity
         if request.header_version >= 3 and state.header_id is None:
@@ -540,6 +593,8 @@ class ObservingHooks(Hooks):
         if key == state.identity_key:
             return
         state.identity_key = key
+        if self.lag is not None and identity.client_instance_id and identity.client_id:
+            self.lag.learn_instance(identity.client_id, info.client_host, identity.client_instance_id)
         if identity.client_instance_id and not state.instance_reported and info.metrics is not None:
             state.instance_reported = True
             info.metrics.client_instance(identity.client_instance_id)
@@ -636,6 +691,8 @@ class ObservingHooks(Hooks):
         fields: dict[str, Any] = {"errors": []}
         if token.decode_error is None:
             fields = self._observe_response(info, state, frame, pending, token)
+            if token.lag is not None and token.lag.__class__ is CommitAsk:
+                fields = self._commit_fields(fields, token.lag)
         for error in fields["errors"]:
             api_metrics.error(error)
             if state is not None:
@@ -661,6 +718,8 @@ class ObservingHooks(Hooks):
         fields: dict[str, Any] = {"errors": []}
         if token.decode_error is None:
             fields = self._observe_streamed_response(info, state, pending, token, streamed)
+            if token.lag is not None and token.lag.__class__ is CommitAsk:
+                fields = self._commit_fields(fields, token.lag)
         for error in fields["errors"]:
             api_metrics.error(error)
             if state is not None:
@@ -686,7 +745,10 @@ class ObservingHooks(Hooks):
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self._refresh_identity(info, state)
-        fields = response_fields(response, self.summary, self.topic_ids, token.fields.get("protocol_type"))
+        if token.lag.__class__ is FetchAsk:
+            fields = self._fetch_fields(info, state, response, token, token.lag)
+        else:
+            fields = response_fields(response, self.summary, self.topic_ids, token.fields.get("protocol_type"))
         _note_dropped(fields, streamed.stream, self.metrics, "response")
         return fields
 
@@ -709,6 +771,8 @@ class ObservingHooks(Hooks):
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self._refresh_identity(info, state)
+        if token.lag.__class__ is FetchAsk:
+            return self._fetch_fields(info, state, response, token, token.lag)
         protocol_type = token.fields.get("protocol_type")
         return response_fields(response, self.summary, self.topic_ids, protocol_type)
 
@@ -817,7 +881,7 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
         max_string_length=log_config.max_string_length,
         decompression_limit=config.limits.decompression_limit_bytes,
     )
-    return ObservingHooks(
+    hooks = ObservingHooks(
         metrics,
         request_log,
         summary,
@@ -832,6 +896,23 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
         ),
         build_telemetry(config, metrics, policy),
     )
+    if config.lag.enabled:
+        enable_lag(hooks, config.lag, metrics)
+    return hooks
+
+
+def enable_lag(hooks: ObservingHooks, options: Any, metrics: Metrics) -> None:
+    """Track consumer lag and topic traffic with `options` (a proxy.config.LagConfig)."""
+    lag = LagTracker(options, hooks.topic_ids, hooks.summary.max_string_length)
+    traffic = TopicTraffic(options, metrics)
+    metrics.publishers.append(traffic.publish)
+    if MULTIPROC_ENV in os.environ:
+        # prometheus-client keeps every series in files (never removed), and nothing
+        # collects this process's registry: a thread publishes every second.
+        LagSeries(lag, metrics, sticky=True).start_thread()
+    else:
+        metrics.collectors.append(LagSeries(lag, metrics).publish)
+    hooks.track_lag(lag, traffic)
 
 
 def build_telemetry(config: Any, metrics: Metrics, policy: HeaderPolicy) -> Telemetry | None:

@@ -179,13 +179,18 @@ def response_fields(
     options: SummaryOptions,
     topic_ids: TopicIds,
     protocol_type: str | None = None,
+    partition_stats: dict[tuple[str, int], Any] | None = None,
 ) -> dict[str, Any]:
-    """`protocol_type`: the one the request named, for group responses that carry none."""
+    """`protocol_type`: the one the request named, for group responses that carry none;
+    `partition_stats`: filled with a Fetch response's RecordStats per (topic, partition)."""
     if response.api_key in (JOIN_GROUP, SYNC_GROUP):
         response = _with_protocol_type(response, protocol_type)
     body, name = response.body, _message_name(response.api_key, "response")
     codes = collector(name, response.api_version)(body)[ERROR_CODES]
     out: dict[str, Any] = {"errors": sorted(error_name(c) for c in codes if c)}
+    if partition_stats is not None and response.api_key == FETCH:
+        _fetch_response(response, out, options, topic_ids, partition_stats)
+        return out
     extra = _RESPONSE_EXTRAS.get(response.api_key)
     if extra is not None:
         extra(response, out, options, topic_ids)
@@ -220,7 +225,9 @@ def _record_stats(
     options: SummaryOptions,
     topic_ids: TopicIds,
     partial_tail: bool,
+    partition_stats: dict[tuple[str, int], Any] | None = None,
 ) -> dict[str, Any]:
+    """`partition_stats`, if given, gets each partition's RecordStats by (topic, index)."""
     total: dict[str, Any] = {
         "batches": 0, "records": 0, "bytes": 0, "compression": set(), "producer_id": None,
         "producer_epoch": None, "transactional": False, "control_batches": 0, "per_topic": {},
@@ -239,6 +246,8 @@ def _record_stats(
                 stats, records = records.stats, records.detail
             else:
                 stats = summarize(records, allow_partial_tail=partial_tail, max_bytes=options.decompression_limit)
+            if partition_stats is not None:
+                partition_stats[(name, partition.get("partition_index"))] = stats
             _add_stats(total, per, stats)
             if options.record_detail and records:
                 _collect_headers(records, options, header_keys, header_values, partial_tail, budget)
@@ -308,8 +317,15 @@ def _fetch_request(
             out["topics"] = _listed(names, options.max_string_length)
 
 
-def _fetch_response(response: Response, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
-    stats = _record_stats(response.body.get("responses") or [], "partitions", options, ids, True)
+def _fetch_response(
+    response: Response,
+    out: dict[str, Any],
+    options: SummaryOptions,
+    ids: TopicIds,
+    partition_stats: dict[tuple[str, int], Any] | None = None,
+) -> None:
+    topics = response.body.get("responses") or []
+    stats = _record_stats(topics, "partitions", options, ids, True, partition_stats)
     if stats:
         out["record_stats"] = stats
 

@@ -1,0 +1,269 @@
+"""Consumer, committed and follower lag from the Fetch and OffsetCommit exchanges seen.
+
+A consumer's position on a partition is the offset it fetches from, advanced past the
+whole batches the response returned (RecordStats.next_offset); its lag is the
+partition's high watermark from the same response (the last stable offset for a
+read_committed fetch) minus that position. A Fetch with a replica id >= 0 (a
+ReplicaState from v15) is a follower replicating: kept apart, by replica. Committed
+lag is an OffsetCommit's offset against the high watermark last seen for the partition.
+
+The consumer group of a fetching client is the one its JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit or ConsumerGroupHeartbeat named, on any connection this
+process saw: joined by client instance id, else by (client id, client host).
+
+Runs after forwarding. Everything kept is plain numbers and names, bounded by
+LagConfig.max_tracked entries per table; what would not fit is counted (`dropped`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from proxy.config import LagConfig
+from proxy.observe.summary import TopicIds, clean
+
+FETCH, OFFSET_COMMIT = 1, 8
+# Requests that say which group their client is a member of
+GROUP_APIS = frozenset({8, 11, 12, 13, 14, 68})
+LAG_APIS = GROUP_APIS | {FETCH}
+READ_COMMITTED = 1
+
+
+class Entry:
+    """One (consumer or follower, topic, partition) or (group, topic, partition)."""
+
+    __slots__ = ("group", "offset", "lag", "seen", "folded", "labels", "pair", "labelled")
+
+    def __init__(self, group: str, offset: int, lag: int, seen: float) -> None:
+        self.group = group
+        self.offset = offset  # the position (consumers, followers) or committed offset
+        self.lag = lag
+        self.seen = seen
+        self.folded = False  # counted once as folded into "other"
+        # its series' label values once published, for the group they were made for
+        self.labels: tuple[str, ...] = ()
+        self.pair: tuple[str, str] = ("", "")
+        self.labelled: str | None = None
+
+
+class FetchAsk:
+    """What a Fetch request said that its response is read against."""
+
+    __slots__ = ("client", "group", "replica", "isolation", "offsets")
+
+    def __init__(self, client: str, group: str, replica: int, isolation: int) -> None:
+        self.client = client
+        self.group = group
+        self.replica = replica  # >= 0: a follower
+        self.isolation = isolation
+        self.offsets: dict[tuple[str, int], int] = {}
+
+
+class CommitAsk:
+    __slots__ = ("group", "offsets")
+
+    def __init__(self, group: str, offsets: list[tuple[str, int, int]]) -> None:
+        self.group = group
+        self.offsets = offsets
+
+
+class LagTracker:
+    def __init__(self, options: LagConfig, topic_ids: TopicIds, max_string_length: int = 256) -> None:
+        self.options = options
+        self.topic_ids = topic_ids
+        self.limit = max_string_length
+        self.consumers: dict[tuple[str, str, int], Entry] = {}  # (client, topic, partition)
+        self.followers: dict[tuple[int, str, int], Entry] = {}  # (replica, topic, partition)
+        self.committed: dict[tuple[str, str, int], Entry] = {}  # (group, topic, partition)
+        self.watermarks: dict[tuple[str, int], Entry] = {}  # (topic, partition): offset = hwm
+        self.groups: dict[tuple[str, ...], str] = {}  # membership key -> group
+        # (client id, host) -> client instance id, from any connection that knew both: a
+        # KIP-714 id is assigned on one connection only (GetTelemetrySubscriptions)
+        self.instances: dict[tuple[str, str], str] = {}
+        self.dropped = 0  # entries not tracked: a table was full
+
+    # -- requests ------------------------------------------------------------
+
+    def request(
+        self, request: Any, fields: dict[str, Any], identity: Any, host: str
+    ) -> FetchAsk | CommitAsk | None:
+        """A decoded request of an api in LAG_APIS; what its response needs, if anything."""
+        if request.api_key == FETCH:
+            return self._fetch_request(request.body, fields, identity, host)
+        group = fields.get("group_id")
+        if group:
+            self._member(identity, host, group)
+        if request.api_key == OFFSET_COMMIT and group:
+            return self._commit_request(request.body, group)
+        return None
+
+    def _member(self, identity: Any, host: str, group: str) -> None:
+        for key in _membership_keys(identity, host):
+            if key in self.groups or self._room(self.groups):
+                self.groups[key] = group
+
+    def learn_instance(self, client_id: str, host: str, instance_id: str) -> None:
+        key = (client_id, host)
+        if key in self.instances or self._room(self.instances):
+            self.instances[key] = instance_id
+
+    def client_of(self, identity: Any, host: str) -> str:
+        """The client instance id, also one another connection of the client learnt;
+        else the client id."""
+        if identity.client_instance_id:
+            return str(identity.client_instance_id)
+        client_id = identity.client_id or ""
+        return self.instances.get((client_id, host)) or client_id
+
+    def group_of(self, identity: Any, host: str) -> str:
+        for key in _membership_keys(identity, host):
+            group = self.groups.get(key)
+            if group is not None:
+                return group
+        return ""
+
+    def _fetch_request(self, body: dict[str, Any], fields: dict[str, Any], identity: Any, host: str) -> FetchAsk:
+        state = body.get("replica_state")
+        replica = state.get("replica_id", -1) if state else body.get("replica_id", -1)
+        isolation = body.get("isolation_level", 0)
+        fields["isolation_level"] = isolation
+        ask = FetchAsk(self.client_of(identity, host), "", replica, isolation)
+        if replica >= 0:
+            fields["replica_id"] = replica
+        else:
+            ask.group = self.group_of(identity, host)
+            if ask.group:
+                fields["consumer_group"] = ask.group
+        offsets = ask.offsets
+        for topic in body.get("topics") or ():
+            name = clean(self.topic_ids.name(topic), self.limit)
+            for partition in topic.get("partitions") or ():
+                offsets[(name, partition.get("partition"))] = partition.get("fetch_offset", -1)
+        return ask
+
+    def _commit_request(self, body: dict[str, Any], group: str) -> CommitAsk:
+        offsets = [
+            (clean(topic.get("name"), self.limit), p.get("partition_index"), p.get("committed_offset", -1))
+            for topic in body.get("topics") or ()
+            for p in topic.get("partitions") or ()
+        ]
+        return CommitAsk(group, offsets)
+
+    # -- responses -----------------------------------------------------------
+
+    def fetch_done(
+        self, ask: FetchAsk, body: dict[str, Any], partition_stats: dict[tuple[str, int], Any], out: dict[str, Any]
+    ) -> None:
+        """Positions and lag from a Fetch response; its log fields go into `out`."""
+        now = time.monotonic()
+        logged: list[dict[str, Any]] = []
+        left = self.options.max_logged_partitions
+        dropped = 0
+        for topic in body.get("responses") or ():
+            name = clean(self.topic_ids.name(topic), self.limit)
+            for partition in topic.get("partitions") or ():
+                point = self._partition(ask, name, partition, partition_stats, now)
+                if point is None:
+                    continue
+                if left > 0:
+                    logged.append(point)
+                    left -= 1
+                else:
+                    dropped += 1
+        if logged:
+            out["positions"] = logged
+        if dropped:
+            out["positions_dropped"] = dropped
+
+    def _partition(
+        self, ask: FetchAsk, name: str, partition: dict[str, Any], stats: dict[tuple[str, int], Any], now: float
+    ) -> dict[str, Any] | None:
+        high = partition.get("high_watermark", -1)
+        if partition.get("error_code") or high < 0:
+            return None
+        index = partition.get("partition_index", -1)
+        where = (name, index)
+        follower = ask.replica >= 0
+        key: tuple[Any, str, int] = (ask.replica if follower else ask.client, name, index)
+        table: dict[Any, Entry] = self.followers if follower else self.consumers
+        start = ask.offsets.get(where)
+        if start is None:  # an incremental fetch session (KIP-227) left it out: unchanged
+            known = table.get(key)
+            if known is None:
+                return None
+            start = known.offset
+        returned = stats.get(where)
+        position = max(start, returned.next_offset) if returned is not None else start
+        stable = partition.get("last_stable_offset", -1)
+        end = stable if ask.isolation == READ_COMMITTED and stable >= 0 else high
+        lag = max(0, end - position)
+        self._put(table, key, ask.group, position, lag, now)
+        self._put(self.watermarks, where, "", high, 0, now)
+        start_offset = partition.get("log_start_offset", -1)
+        return {
+            "topic": name, "partition": index, "fetch_offset": start, "next_offset": position,
+            "high_watermark": high, "last_stable_offset": stable if stable >= 0 else None,
+            "log_start_offset": start_offset if start_offset >= 0 else None, "lag": lag,
+        }  # fmt: skip
+
+    def commit_done(self, ask: CommitAsk, accepted: bool, out: dict[str, Any]) -> None:
+        """An OffsetCommit's answer: each offset against the last high watermark seen."""
+        now = time.monotonic()
+        logged: list[dict[str, Any]] = []
+        for topic, partition, offset in ask.offsets:
+            mark = self.watermarks.get((topic, partition))
+            high = mark.offset if mark is not None else None
+            lag = max(0, high - offset) if high is not None and offset >= 0 else None
+            if len(logged) < self.options.max_logged_partitions:
+                logged.append({"topic": topic, "partition": partition, "offset": offset, "high_watermark": high, "lag": lag})
+            if accepted and offset >= 0:
+                self._put(self.committed, (ask.group, topic, partition), ask.group, offset, lag or 0, now)
+        if logged:
+            out["committed"] = logged
+        if len(ask.offsets) > len(logged):
+            out["committed_dropped"] = len(ask.offsets) - len(logged)
+
+    # -- state ---------------------------------------------------------------
+
+    def _put(self, table: dict[Any, Entry], key: Any, group: str, offset: int, lag: int, now: float) -> None:
+        entry = table.get(key)
+        if entry is not None:
+            entry.group, entry.offset, entry.lag, entry.seen = group, offset, lag, now
+        elif self._room(table):
+            table[key] = Entry(group, offset, lag, now)
+
+    def _room(self, table: dict[Any, Any]) -> bool:
+        if len(table) < self.options.max_tracked:
+            return True
+        self.dropped += 1
+        return False
+
+    def committed_lag(self, key: tuple[str, str, int], entry: Entry) -> int | None:
+        """The committed offset against the newest high watermark seen (it moves on);
+        None while no Fetch of the partition was seen."""
+        mark = self.watermarks.get((key[1], key[2]))
+        return max(0, mark.offset - entry.offset) if mark is not None else None
+
+    def expire(self, now: float) -> None:
+        """Forget what was not updated for idle_expiry_seconds: consumers that left.
+        Safe from another thread than the loop's: it walks a copy of each table's keys
+        (made without releasing the GIL) and deletes one key at a time."""
+        cutoff = now - self.options.idle_expiry_seconds
+        tables: tuple[dict[Any, Entry], ...] = (self.consumers, self.followers, self.committed, self.watermarks)
+        for table in tables:
+            # list(table): the keys as they are, no new objects (list(items()) makes a
+            # tuple per entry, and the collector runs meanwhile, holding the GIL)
+            for key in list(table):
+                entry = table.get(key)
+                if entry is not None and entry.seen < cutoff:
+                    table.pop(key, None)
+
+
+def _membership_keys(identity: Any, host: str) -> list[tuple[str, ...]]:
+    keys: list[tuple[str, ...]] = []
+    if identity.client_instance_id:
+        keys.append(("instance", str(identity.client_instance_id)))
+    if identity.client_id:
+        keys.append(("client", str(identity.client_id), host))
+    return keys
