@@ -78,7 +78,8 @@ def fine_rows(parsed: DataFrame) -> DataFrame:
         F.explode(_parts(is_request, good)).alias("part"))
     part = F.col("part")
     kind = F.substring(part, 1, 1)
-    topic = F.when(kind == "t", F.expr("substring(part, 2)")).otherwise(fleet_parts.topic(kind))
+    topic_t = F.when(kind == "t", F.expr("substring(part, 2)"))
+    topic = F.coalesce(topic_t, fleet_parts.topic(kind))
 
     def on(*parts: str) -> Column:
         return kind.isin(*parts)
@@ -91,7 +92,7 @@ def fine_rows(parsed: DataFrame) -> DataFrame:
 
     latency = F.col("latency_ms")
     lat_bin = F.floor(F.log(LATENCY_BIN, F.greatest(latency, F.lit(MIN_LATENCY_MS))))
-    counts = F.element_at(F.col("per_topic"), topic)
+    counts = F.element_at(F.col("per_topic"), topic_t)
     keys = [
         kind.alias("part"),
         key(F.date_trunc("minute", F.col("ts")), "l", "p", name="minute"),
