@@ -7,6 +7,11 @@ an admin tool) make requests over connections that open, learn their identity
 part way through (ApiVersions, GetTelemetrySubscriptions, SASL) and close. Bad lines
 are mixed in on request. `events` yields the records as dicts so a test can compute
 what the report must say; `write_rotated` lays them out as the proxy does.
+
+The clients talk to a fleet of brokers (synth_fleet.py): Fetch and OffsetCommit lines
+carry the lag fields (#21), and on request followers' fetches (`follower_every`) and
+client telemetry lines (`telemetry_every`, #20) are mixed in; `sidecar(event)` names
+the broker whose sidecar wrote a line, to lay the logs out per sidecar.
 """
 
 from __future__ import annotations
