@@ -68,7 +68,10 @@ EXECUTOR_MEMORY = "1536m"
 
 def _generate_part(args: tuple[Path, int, int]) -> None:
     directory, lines, seed = args
-    synth = Synth(seed=seed, rate=2000.0, bad_every=100_003, other_every=5003)
+    # Fetch lines carry positions, OffsetCommits committed offsets (#21); some lines
+    # are followers' fetches and client telemetry (#20), as a fleet's logs hold.
+    synth = Synth(seed=seed, rate=2000.0, bad_every=100_003, other_every=5003,
+                  follower_every=499, telemetry_every=211)
     write_rotated(directory, (to_line(e) for e in synth.events(lines)), LINES_PER_FILE, gz=True)
 
 

@@ -25,9 +25,11 @@ CORRUPT = "_corrupt_record"
 
 REQUEST_EVENTS = ("request", "request_no_response")
 CONNECTION_EVENTS = ("connection_open", "connection_close")
+# A data point of a client's own metrics (KIP-714), from the telemetry log (#20).
+TELEMETRY_EVENT = "client_metric"
 # A line of one of these events whose fields have the wrong types breaks the
 # contract and counts as bad; a line of any other event is ignored.
-KNOWN_EVENTS = REQUEST_EVENTS + CONNECTION_EVENTS
+KNOWN_EVENTS = REQUEST_EVENTS + CONNECTION_EVENTS + (TELEMETRY_EVENT,)
 
 
 def _fields(spec: dict[str, DataType]) -> list[StructField]:
@@ -48,6 +50,37 @@ RECORD_STATS = StructType(
             "transactional": BooleanType(),
             "control_batches": LongType(),
             "per_topic": MapType(StringType(), _COUNTS),
+        }
+    )
+)
+
+# A Fetch line's partitions answered without error (#21): the consumer's position
+# after the response against the partition's offsets.
+POSITION = StructType(
+    _fields(
+        {
+            "topic": StringType(),
+            "partition": IntegerType(),
+            "fetch_offset": LongType(),
+            "next_offset": LongType(),
+            "high_watermark": LongType(),
+            "last_stable_offset": LongType(),
+            "log_start_offset": LongType(),
+            "lag": LongType(),
+        }
+    )
+)
+
+# An OffsetCommit line's partitions (#21); high_watermark and lag are null when the
+# proxy has not seen the partition's high watermark.
+COMMITTED = StructType(
+    _fields(
+        {
+            "topic": StringType(),
+            "partition": IntegerType(),
+            "offset": LongType(),
+            "high_watermark": LongType(),
+            "lag": LongType(),
         }
     )
 )
@@ -85,6 +118,21 @@ LINE_SCHEMA = StructType(
             "session_timeout_ms": IntegerType(),
             "rebalance_timeout_ms": IntegerType(),
             "record_stats": RECORD_STATS,
+            # Fetch lines (#21): replica_id only on a follower's fetch
+            "isolation_level": IntegerType(),
+            "replica_id": IntegerType(),
+            "consumer_group": StringType(),
+            "positions": ArrayType(POSITION),
+            "positions_dropped": LongType(),
+            # OffsetCommit lines (#21), the group in group_id
+            "committed": ArrayType(COMMITTED),
+            "committed_dropped": LongType(),
+            # client_metric lines of the telemetry log (#20)
+            "metric": StringType(),
+            "type": StringType(),
+            "value": DoubleType(),
+            "count": LongType(),
+            "attributes": MapType(StringType(), StringType()),
             # connection_close only
             "duration_s": DoubleType(),
             "bytes_in": LongType(),
@@ -105,7 +153,10 @@ REPORT_FIELDS = (
     "ts", "event", "conn", "listener", "client_address", "api_key", "api", "api_version",
     "client_id", "client_instance_id", "client_software_name", "client_software_version",
     "principal", "latency_ms", "errors", "group_id", "member_id", "generation_id",
-    "protocol_type", "protocol_name", "members", "max_wait_ms", "record_stats", CORRUPT,
+    "protocol_type", "protocol_name", "members", "max_wait_ms", "record_stats",
+    # the fleet tables (fleet.py)
+    "replica_id", "consumer_group", "positions", "committed",
+    "metric", "type", "value", "attributes", CORRUPT,
 )
 
 

@@ -7,6 +7,11 @@ an admin tool) make requests over connections that open, learn their identity
 part way through (ApiVersions, GetTelemetrySubscriptions, SASL) and close. Bad lines
 are mixed in on request. `events` yields the records as dicts so a test can compute
 what the report must say; `write_rotated` lays them out as the proxy does.
+
+The clients talk to a fleet of brokers (synth_fleet.py): Fetch and OffsetCommit lines
+carry the lag fields (#21), and on request followers' fetches (`follower_every`) and
+client telemetry lines (`telemetry_every`, #20) are mixed in; `sidecar(event)` names
+the broker whose sidecar wrote a line, to lay the logs out per sidecar.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pipeline.synth_fleet import Fleet
 
 Event = dict[str, Any]
 
@@ -53,6 +60,7 @@ class Profile:
     compression: str = "none"
     acks0: bool = False
     fetch_max_wait_ms: int = 500  # 0: Fetches answered at once (no long poll)
+    isolation_level: int = 0  # 1: read_committed (lag against the last stable offset)
 
 
 PROFILES = (
@@ -70,7 +78,7 @@ PROFILES = (
             {"Fetch": 16, "Metadata": 12, "ApiVersions": 3, "Heartbeat": 4,
              "OffsetCommit": 9, "JoinGroup": 9, "FindCoordinator": 4},
             ("orders", "payments"), instances=4, weight=3, kip714=True,
-            group="billing", assignor="cooperative-sticky"),
+            group="billing", assignor="cooperative-sticky", isolation_level=1),
     Profile("legacy-reader", ("sarama", "1.27.0"), "consumer",
             {"Fetch": 3, "Metadata": 1, "ApiVersions": 3, "Heartbeat": 0,
              "OffsetCommit": 1, "JoinGroup": 1, "FindCoordinator": 0},
@@ -93,6 +101,7 @@ class Client:
     instance_id: str
     member_id: str
     conn: str | None = None
+    broker: int = 0  # the broker (sidecar) its connection goes to
     port: int = 0
     left: int = 0
     step: int = 0
@@ -110,8 +119,14 @@ class Synth:
 
     def __init__(self, seed: int = 7, start: str = "2025-03-01T12:00:00",
                  rate: float = 200.0, bad_every: int = 0, other_every: int = 0,
-                 profiles: tuple[Profile, ...] = PROFILES) -> None:
+                 profiles: tuple[Profile, ...] = PROFILES, brokers: int = 3,
+                 follower_every: int = 0, telemetry_every: int = 0) -> None:
         self.rng = random.Random(seed)
+        # The fleet's offsets draw from their own generator, so the rest of the stream
+        # is what it was before they were added.
+        self.fleet = Fleet(random.Random(seed + 1), brokers)
+        self.follower_every = follower_every
+        self.telemetry_every = telemetry_every
         self.t = dt.datetime.fromisoformat(start).replace(tzinfo=dt.UTC).timestamp()
         self.rate = rate
         self.bad_every = bad_every
@@ -136,7 +151,17 @@ class Synth:
             if self.other_every and i % self.other_every == 0:
                 yield self._other(client)
                 continue
+            if self.follower_every and i % self.follower_every == 0:
+                yield self.fleet.follower_fetch(iso(self.t))
+                continue
+            if self.telemetry_every and i % self.telemetry_every == 0:
+                yield self.fleet.telemetry(iso(self.t), self.clients)
+                continue
             yield self._next(client)
+
+    def sidecar(self, event: Event | str) -> int:
+        """The broker whose sidecar wrote the line (bad lines: the first)."""
+        return self.fleet.sidecar(event) if isinstance(event, dict) else 0
 
     def _other(self, c: Client) -> Event:
         """An event the report ignores; its `errors` is not even a list."""
@@ -156,6 +181,7 @@ class Synth:
     def _open(self, c: Client) -> Event:
         self.conns += 1
         c.conn, c.port, c.step = f"c{self.conns}", self.rng.randint(30000, 60000), 0
+        c.broker = self.fleet.connect(c.conn)
         c.left, c.opened, c.tally, c.errs = self.rng.randint(50, 400), self.t, {}, {}
         return self._base(c, "connection_open", with_identity=False)
 
@@ -233,6 +259,12 @@ class Synth:
             e["topics"] = list(p.topics)
             if self.rng.random() < 0.05:
                 e["errors"] = ["UNKNOWN_TOPIC_OR_PARTITION"]
+        if api == "Produce":
+            self.fleet.produced(c, e["record_stats"]["per_topic"])
+        elif api == "Fetch":
+            self.fleet.fetched(c, e)
+        elif api == "OffsetCommit" and p.group:
+            e["committed"] = self.fleet.committed(c)
         if api == "Produce" and p.acks0:
             e.update(event="request_no_response", latency_ms=None, response_bytes=None)
         if p.group and api in ("JoinGroup", "Heartbeat", "OffsetCommit", "ConsumerGroupHeartbeat"):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipeline import clients, traffic
+from pipeline import clients, fleet, traffic
 from pipeline.fine import part
 
 # Each table is written (and shown) in this order; the sort is for people reading it.
@@ -24,6 +24,7 @@ TABLE_ORDER: dict[str, list[str]] = {
     "latency_over_time": ["bucket", "api"],
     "top_topics": ["rank"],
     "consumer_groups": ["group_id"],
+    **fleet.TABLE_ORDER,
     "bad_lines": ["bad_lines:desc", "file", "reason"],
 }
 
@@ -85,6 +86,7 @@ def build_tables(fine: DataFrame, c: Counts, usage: DataFrame) -> dict[str, Data
         "latency_over_time": traffic.latency_over_time(latency, bucket_seconds(c)),
         "top_topics": traffic.top_topics(part(fine, "t")),
         "consumer_groups": traffic.consumer_groups(groups),
+        **fleet.fleet_tables(fine, bucket_seconds(c), usage),
         "bad_lines": bad_lines(fine),
     }
 

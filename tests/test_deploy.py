@@ -12,6 +12,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import subprocess
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -470,11 +472,135 @@ def used_metrics(queries: list[str]) -> set[str]:
     return {m for q in queries for m in re.findall(r"\bkafkalens_[a-z0-9_]+\b", q)}
 
 
+# The lag (#21) metrics the dashboard and alerts are held to, with their labels as the
+# proxy's own registry declares them (test_the_lag_metrics_are_registered_as_used).
+LAG_METRICS = (
+    "kafkalens_consumer_lag_records",
+    "kafkalens_consumer_topic_lag_records",
+    "kafkalens_committed_lag_records",
+    "kafkalens_follower_lag_records",
+    "kafkalens_topic_records_total",
+    "kafkalens_topic_bytes_total",
+    "kafkalens_lag_series_dropped_total",
+)
+
+
+def registered_labels() -> dict[str, set[str]]:
+    """Sample name -> label names, from a real Metrics registry."""
+    from proxy.metrics import Metrics
+
+    found: dict[str, set[str]] = {}
+    for collector, names in Metrics().registry._collector_to_names.items():  # noqa: SLF001
+        for name in names:
+            found[name] = set(getattr(collector, "_labelnames", ()))
+    return found
+
+
+CONTRACT_METRICS: dict[str, set[str]] = {name: registered_labels()[name] for name in LAG_METRICS}
+# Client metrics (#20) are kafkalens_client_<OTLP name converted>, labelled with the
+# client's identity plus the data point's attributes: the dashboard may use those of
+# KIP-714's standard metrics it names here (OTLP name, type, attributes).
+TELEMETRY_PREFIX = "kafkalens_client_org_"
+CLIENT_METRICS = {
+    "org.apache.kafka.producer.record.queue.time.avg": ("gauge", set()),
+    "org.apache.kafka.producer.node.request.latency.avg": ("gauge", {"node.id"}),
+}
+CLIENT_LABELS = {"client_instance_id", "client_id", "software"}
+SCRAPE_LABELS = {"instance", "job"}
+
+
+def prometheus_name(otlp: str, kind: str) -> str:
+    """The exported name, by the proxy's own converter (proxy/observe/otlp.py)."""
+    from proxy.observe.otlp import Point
+    from proxy.observe.otlp import prometheus_name as convert
+
+    point = Point(otlp, kind.upper(), kind == "sum", 0.0, None, ())
+    return convert(point) + ("_total" if kind == "sum" else "")
+
+
+def telemetry_metrics() -> dict[str, set[str]]:
+    from proxy.observe.otlp import label_name
+
+    return {prometheus_name(otlp, kind): CLIENT_LABELS | {label_name(a) for a in attrs}
+            for otlp, (kind, attrs) in CLIENT_METRICS.items()}
+
+
+def exported_names() -> set[str]:
+    return metric_names() | set(telemetry_metrics())
+
+
 def test_every_queried_metric_is_exported() -> None:
     queries = dashboard_queries() + [rule["expr"] for rule in all_rules()]
     used = used_metrics(queries)
     assert used, "no kafkalens metrics found in the PromQL"
-    assert used <= metric_names(), used - metric_names()
+    assert used <= exported_names(), used - exported_names()
+
+
+def labels_used(query: str) -> set[str]:
+    """The label names a query selects on, groups by or prints (legends aside)."""
+    names = {m for sel in re.findall(r"\{([^}]*)\}", query)
+             for m in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", sel)}
+    for clause in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", query):
+        names |= {n.strip() for n in clause.split(",") if n.strip()}
+    return names
+
+
+def test_lag_and_telemetry_queries_use_only_their_labels() -> None:
+    """A query on the contract's metrics selects and groups by their labels only: a
+    typo (consumer_group for group) would silently give an empty panel or an alert
+    that never fires."""
+    known = {**CONTRACT_METRICS, **telemetry_metrics()}
+    queries = dashboard_queries() + [rule["expr"] for rule in all_rules()]
+    checked = 0
+    for query in queries:
+        metrics = used_metrics([query]) & set(known)
+        if not metrics:
+            continue
+        assert used_metrics([query]) <= set(known), query  # not mixed with other metrics
+        allowed = set().union(*(known[m] for m in metrics)) | SCRAPE_LABELS
+        assert labels_used(query) <= allowed, (query, labels_used(query) - allowed)
+        checked += 1
+    assert checked >= 10
+
+
+def test_dashboard_shows_lag_traffic_and_telemetry() -> None:
+    used = used_metrics(dashboard_queries())
+    assert set(CONTRACT_METRICS) <= used, set(CONTRACT_METRICS) - used
+    assert any(m.startswith(TELEMETRY_PREFIX) for m in used)
+    exprs = dashboard_queries()
+    for label in ("software", "principal"):  # topic traffic by software and by principal
+        assert any(f"by ({label}, direction)" in e and "kafkalens_topic_bytes_total" in e
+                   for e in exprs), label
+    # Every panel fits the 24-column grid and none overlaps another.
+    cells: set[tuple[int, int]] = set()
+    for panel in dashboard()["panels"]:
+        g = panel["gridPos"]
+        assert g["x"] + g["w"] <= 24, panel["title"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not mine & cells, panel["title"]
+        cells |= mine
+
+
+def test_lag_alerts_fire_on_sustained_growth() -> None:
+    rules = {rule["alert"]: rule for rule in alert_rules()}
+    for name, metric, growth in (
+        ("KafkalensConsumerLagGrowing", "kafkalens_consumer_topic_lag_records", "deriv("),
+        ("KafkalensCommittedLagGrowing", "kafkalens_committed_lag_records", "delta("),
+    ):
+        rule = rules[name]
+        expr = " ".join(rule["expr"].split())
+        assert f"{growth}{metric}" in expr and "> 0" in expr, name
+        window = re.search(rf"{re.escape(growth)}{metric}[^\[]*\[(\d+)m\]", expr)
+        assert window and int(window.group(1)) >= 5, name
+        assert int(str(rule["for"]).rstrip("m")) >= 5, name  # N minutes, not one blip
+        assert "by (group, topic)" in expr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_promtool_accepts_the_rules() -> None:
+    done = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_dashboard_has_the_required_panels() -> None:

@@ -323,8 +323,11 @@ def test_html_report(built: tuple) -> None:
     assert "http://" not in page and "https://" not in page  # self-contained
 
 
+# The tables with rows (this input has no follower fetches and no telemetry lines:
+# tests/test_pipeline_fleet.py has them).
 TABLES_SHOWN = ("client_inventory", "api_usage", "kafka4_readiness", "latency_by_api",
-                "top_topics", "consumer_groups", "bad_lines")
+                "top_topics", "consumer_groups", "consumer_lag", "consumer_topic_lag",
+                "committed_lag", "topic_access", "bad_lines")
 
 
 def test_chart_lines_break_where_buckets_are_missing() -> None:
