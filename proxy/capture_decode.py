@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
@@ -99,6 +100,9 @@ class _CaptureTime:
 
 
 Endpoint = tuple[str, int]
+# (connection, "request" or "response", the request, the frame body): for tools and
+# tests that want the frames as well as the lines
+FrameCallback = Callable[[ConnectionInfo, str, Pending, bytes], None]
 
 
 @dataclass(eq=False)
@@ -121,6 +125,7 @@ class Stream:
     raw_replies_due: int = 0
     handshake_mechanism: str | None = None
     fins: set[Endpoint] = field(default_factory=set)
+    closed_by = "client_eof"
     reported: set[str] = field(default_factory=set)  # kinds of trouble already said
 
     @property
@@ -136,8 +141,10 @@ class CaptureDecoder:
         limits: CaptureLimits = CaptureLimits(),
         apis: tuple[str, ...] = (),
         summary: SummaryOptions | None = None,
+        on_frame: FrameCallback | None = None,
     ) -> None:
         self.ports = ports
+        self.on_frame = on_frame
         self.limits = limits
         self.output = _Output(out)
         self.log = RequestLog(cast(LineSink, self.output), apis=apis)
@@ -202,11 +209,13 @@ class CaptureDecoder:
         for event in events:
             self._data(stream, src, event)
         if seg.flags & RST:
-            self._close(stream, seg.ts, "reset")
+            self._close(stream, seg.ts, "client_error" if src == stream.client else "upstream_error")
         elif seg.flags & FIN:
+            if not stream.fins:  # the reason, in the proxy's words: who closed first
+                stream.closed_by = "client_eof" if src == stream.client else "upstream_eof"
             stream.fins.add(src)
             if len(stream.fins) == 2:
-                self._close(stream, seg.ts, "closed")
+                self._close(stream, seg.ts, stream.closed_by)
 
     def finish(self, ts: float) -> None:
         for stream in list(self.streams.values()):
@@ -423,6 +432,8 @@ class CaptureDecoder:
             stream.handshake_mechanism = sasl.handshake_mechanism(body)
         self.hooks.request_forwarded(info, memoryview(body), pending)
         self._await(stream, pending)
+        if self.on_frame is not None:
+            self.on_frame(info, "request", pending, body)
 
     def _new_pending(self, stream: Stream, head: bytes, size: int, ts: float) -> Pending | None:
         if size < 8 or len(head) < 8:
@@ -471,6 +482,8 @@ class CaptureDecoder:
             stream.raw_sasl = sasl.RawSaslPhase(stream.handshake_mechanism)
         self.counts["exchanges"] += 1
         self.hooks.response_forwarded(info, memoryview(body), pending)
+        if self.on_frame is not None:
+            self.on_frame(info, "response", pending, body)
 
     def _match(self, stream: Stream, head: bytes) -> Pending | None:
         if stream.raw_sasl is not None or stream.raw_replies_due:

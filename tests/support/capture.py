@@ -1,0 +1,91 @@
+"""Packet captures for `kafkalens decode` tests: tcpdump on loopback, tshark as oracle."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.capture_decode import CaptureDecoder, CaptureLimits, FrameCallback
+from proxy.summary import SummaryOptions
+
+Line = dict[str, Any]
+
+
+def need(*tools: str) -> None:
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (apt-get install -y tcpdump tshark)")
+
+
+@contextmanager
+def tcpdump(path: Path, *ports: int) -> Iterator[Path]:
+    """Records loopback TCP traffic to `ports` into `path` while the block runs."""
+    need("tcpdump")
+    expression = " or ".join(f"tcp port {port}" for port in ports)
+    # --immediate-mode: without it, packets still in the kernel's ring buffer when
+    # tcpdump is interrupted are lost.
+    process = subprocess.Popen(
+        ["tcpdump", "-i", "lo", "-U", "--immediate-mode", "-s", "0", "-w", str(path), expression],
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    started = process.stderr.readline()
+    assert b"listening" in started, started
+    try:
+        yield path
+    finally:
+        time.sleep(0.3)  # the last ACKs and FINs
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
+
+
+def decode(
+    path: Path, ports: tuple[int, ...] = (), on_frame: FrameCallback | None = None, **limits: Any
+) -> list[Line]:
+    """`kafkalens decode`'s lines for a capture (in process: fast, and coverage sees it)."""
+    out = io.BytesIO()
+    decoder = CaptureDecoder(
+        out, frozenset(ports), CaptureLimits(**limits), summary=SummaryOptions(), on_frame=on_frame
+    )
+    with path.open("rb") as handle:
+        decoder.run(handle)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def events(lines: list[Line], *names: str) -> list[Line]:
+    return [line for line in lines if line["event"] in names]
+
+
+def tshark_messages(path: Path, port: int) -> list[Line]:
+    """Every Kafka message tshark's dissector decodes in the capture, as its JSON."""
+    need("tshark")
+    result = subprocess.run(
+        ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-Y", "kafka", "-T", "json"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    packets = json.loads(result.stdout or b"[]")
+    messages: list[Line] = []
+    for packet in packets:
+        layers = packet["_source"]["layers"]
+        tcp = layers["tcp"]
+        found = layers.get("kafka")
+        # The dissector stops at the versions it knows (4.0: e.g. CreateTopics v0-5) and
+        # reads on regardless: what it decodes after that is noise.
+        text = json.dumps(layers)
+        undecoded = "_ws.malformed" in text or "Unsupported" in text
+        for kafka in found if isinstance(found, list) else [found]:
+            if kafka is not None:
+                messages.append({"tcp": tcp, "kafka": kafka, "undecoded": undecoded})
+    return messages
