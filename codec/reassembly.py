@@ -7,6 +7,9 @@ returns the bytes that are now in order (`Data`) and says where some will never 
 that the missing bytes are given up on, as they are at `finish`. Memory is the
 waiting segments, never more than `max_held_bytes` (plus the one being added).
 
+The peer's acknowledgements end a wait early: bytes it acknowledged that the capture
+never showed were dropped by the capture and will not be retransmitted (`acked`).
+
 Sequence numbers are 32 bits and wrap; positions here are unwrapped relative to the
 next byte expected, so a connection may carry any number of bytes.
 """
@@ -53,6 +56,7 @@ class TcpHalf:
         "lost_bytes",
         "gaps",
         "gave_up_waiting",
+        "fin_at",
     )
 
     def __init__(self, max_held_bytes: int) -> None:
@@ -65,6 +69,7 @@ class TcpHalf:
         self.lost_bytes = 0
         self.gaps = 0
         self.gave_up_waiting = 0  # times max_held_bytes made missing bytes be given up
+        self.fin_at: int | None = None  # the position of the FIN, which is no data byte
 
     def syn(self, seq: int) -> None:
         """A SYN: the stream's first byte is at seq + 1 (a SYN seen late is ignored)."""
@@ -94,6 +99,28 @@ class TcpHalf:
             return out
         self._give(pos, ts, payload, out)
         self._drain(out)
+        return out
+
+    def fin(self, seq: int, length: int) -> None:
+        """A FIN on a segment at `seq` carrying `length` bytes."""
+        if self.next is not None:
+            self.fin_at = self.next + _delta(seq, self.next) + length
+
+    def acked(self, ts: float, ack: int) -> list[Event]:
+        """The peer acknowledged every byte before `ack`: bytes up to there that never
+        came were lost by the capture, not the network (no retransmission will come),
+        so waiting for them ends now."""
+        out: list[Event] = []
+        if self.next is None or not self.started:
+            return out
+        pos = self.next + _delta(ack, self.next)
+        if self.fin_at is not None:
+            pos = min(pos, self.fin_at)  # the FIN's own sequence number is acknowledged too
+        while pos > self.next:
+            if self._held and self._held[0][0] <= pos:
+                self._skip_to_held(ts, out)
+            else:
+                self._lose(ts, pos - self.next, out)
         return out
 
     def finish(self, ts: float) -> list[Event]:
@@ -128,13 +155,16 @@ class TcpHalf:
     def _skip_to_held(self, ts: float, out: list[Event]) -> None:
         """Give up on the bytes before the first waiting segment."""
         assert self.next is not None and self._held
-        lost = self._held[0][0] - self.next
+        self._lose(ts, self._held[0][0] - self.next, out)
+        self._drain(out)
+
+    def _lose(self, ts: float, lost: int, out: list[Event]) -> None:
         if lost > 0:
+            assert self.next is not None
             self.gaps += 1
             self.lost_bytes += lost
             out.append(Gap(ts, lost))
             self.next += lost
-        self._drain(out)
 
 
 def _delta(seq: int, reference: int) -> int:

@@ -44,13 +44,12 @@ from proxy import sasl
 from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
 from proxy.observer import ObservingHooks, header_policy
-from proxy.pcap_read import FIN, RST, SYN, CaptureReader, Segment
+from proxy.pcap_read import ACK, FIN, RST, SYN, CaptureReader, Segment
 from proxy.request_log import LineSink, RequestLog, render
 from proxy.summary import SummaryOptions
 
 _REQUEST_HEADER = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")
-_ACK = 0x10
 MAX_PLAUSIBLE_FRAME = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 RECENTLY_CLOSED = 4096
 DECIDE_BYTES = 4096  # what a stream of unknown kind may send before it is let go  # connections remembered after closing, so late segments are dropped
@@ -189,7 +188,7 @@ class CaptureDecoder:
         src, dst = (seg.src, seg.sport), (seg.dst, seg.dport)
         key = frozenset((src, dst))
         stream = self.streams.get(key)
-        syn_only = bool(seg.flags & SYN and not seg.flags & _ACK)
+        syn_only = bool(seg.flags & SYN and not seg.flags & ACK)
         if stream is not None and syn_only and stream.halves[src].next not in (None, seg.seq + 1):
             self._close(stream, seg.ts, "closed_unseen")  # the ports were reused for a new connection
             stream = None
@@ -200,12 +199,17 @@ class CaptureDecoder:
             stream = self._open(key, src, dst, seg.ts)
         else:
             self.streams.move_to_end(key)
+        if seg.flags & ACK:  # what the peer had before it sent this
+            for event in stream.halves[dst].acked(seg.ts, seg.ack):
+                self._data(stream, dst, event)
         half = stream.halves[src]
         if seg.flags & SYN:
             half.syn(seg.seq)
             if stream.client is None:
                 stream.client = src if syn_only else dst
         events = half.segment(seg.ts, seg.seq, seg.payload)
+        if seg.flags & FIN:
+            half.fin(seg.seq, len(seg.payload))
         for event in events:
             self._data(stream, src, event)
         if seg.flags & RST:
@@ -281,6 +285,8 @@ class CaptureDecoder:
 
     def _decide(self, stream: Stream, final: bool) -> None:
         firsts = _first_bytes(stream.waiting)
+        if not firsts and not final:
+            return  # nothing sent yet (or only a gap): nothing to tell TLS by
         if any(_is_tls(data) for data in firsts.values()):
             self._tls(stream)
             return

@@ -19,7 +19,7 @@ from typing import IO, Any
 import dpkt
 
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
-SYN, FIN, RST = 0x02, 0x01, 0x04
+SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 
 
 class RecordTooLarge(Exception):
@@ -34,6 +34,7 @@ class Segment:
     dst: str
     dport: int
     seq: int
+    ack: int
     flags: int
     payload: bytes
 
@@ -54,11 +55,15 @@ class _Bounded:
     def __init__(self, raw: IO[bytes], limit: int) -> None:
         self._raw = raw
         self._limit = limit
+        self.cut_short = False  # a read came back short, not at a record's start: the file ends mid-record
 
     def read(self, size: int = -1) -> bytes:
         if size < 0 or size > self._limit:
             raise RecordTooLarge(f"a record claims {size} bytes, over the {self._limit}-byte bound")
-        return self._raw.read(size)
+        got = self._raw.read(size)
+        if 0 < len(got) < size:
+            self.cut_short = True
+        return got
 
     def fileno(self) -> int:
         return self._raw.fileno()
@@ -73,6 +78,7 @@ class CaptureReader:
         self.max_record_bytes = max_record_bytes
         self.counts = ReadCounts()
         self.stopped: str | None = None  # why reading ended before the file did
+        self._bounded: _Bounded | None = None
 
     def segments(self) -> Iterator[Segment]:
         try:
@@ -86,6 +92,8 @@ class CaptureReader:
             try:
                 item = next(packets)
             except StopIteration:
+                if self._bounded is not None and self._bounded.cut_short:
+                    self.stopped = f"the capture file ends inside packet {self.counts.packets} (cut short)"
                 return
             except (ValueError, dpkt.Error, struct.error, RecordTooLarge, EOFError) as exc:
                 self.stopped = f"capture unreadable after packet {self.counts.packets}: {exc or type(exc).__name__}"
@@ -100,7 +108,7 @@ class CaptureReader:
         handle: Any = self.handle
         if not hasattr(handle, "peek"):
             handle = io.BufferedReader(handle)
-        bounded = _Bounded(handle, self.max_record_bytes)
+        bounded = self._bounded = _Bounded(handle, self.max_record_bytes)
         if handle.peek(4)[:4] == PCAPNG_MAGIC:
             return dpkt.pcapng.Reader(bounded)
         return dpkt.pcap.Reader(bounded)
@@ -127,6 +135,7 @@ class CaptureReader:
             socket.inet_ntop(family, ip.dst),
             tcp.dport,
             tcp.seq,
+            tcp.ack,
             tcp.flags,
             payload,
         )
