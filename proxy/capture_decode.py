@@ -51,8 +51,7 @@ from proxy.summary import SummaryOptions
 _REQUEST_HEADER = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")
 MAX_PLAUSIBLE_FRAME = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
-RECENTLY_CLOSED = 4096
-DECIDE_BYTES = 4096  # what a stream of unknown kind may send before it is let go  # connections remembered after closing, so late segments are dropped
+DECIDE_BYTES = 4096  # what a stream of unknown kind may send before it is let go
 
 
 @dataclass(frozen=True)
@@ -250,7 +249,9 @@ class CaptureDecoder:
             return
         del self.streams[key]
         self.closed[key] = None
-        if len(self.closed) > RECENTLY_CLOSED:
+        # connections remembered after closing (as many as may be open), so that their
+        # late segments (the last ACKs) are dropped, not taken for new connections
+        if len(self.closed) > self.limits.max_streams:
             self.closed.popitem(last=False)
         self.hooks.now = ts
         for end, half in stream.halves.items():
@@ -270,6 +271,7 @@ class CaptureDecoder:
             self.counts["unanswered_requests"] += 1
             self.hooks.request_incomplete(stream.info, pending, reason)
         stream.pending.clear()
+        stream.cutters.clear()  # their checks refer back to the stream: no cycle left for the GC
         self.hooks.connection_closed(stream.info, reason)
 
     def _data(self, stream: Stream, sender: Endpoint, event: Event) -> None:

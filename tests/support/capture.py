@@ -89,3 +89,42 @@ def tshark_messages(path: Path, port: int) -> list[Line]:
             if kafka is not None:
                 messages.append({"tcp": tcp, "kafka": kafka, "undecoded": undecoded})
     return messages
+
+
+class SyntheticCapture:
+    """A pcap written with dpkt: TCP connections on loopback, segment by segment."""
+
+    def __init__(self, path: Path) -> None:
+        import dpkt
+
+        self.dpkt = dpkt
+        self.path = path
+        self.handle = path.open("wb")
+        self.writer = dpkt.pcap.Writer(self.handle, linktype=dpkt.pcap.DLT_EN10MB)
+        self.ts = 1_700_000_000.0
+        self.seqs: dict[tuple[int, int], int] = {}
+
+    def packet(self, sport: int, dport: int, payload: bytes = b"", flags: int = 0x18) -> None:
+        dpkt = self.dpkt
+        seq = self.seqs.setdefault((sport, dport), 1000)
+        ack = self.seqs.get((dport, sport), 0)
+        tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq, ack=ack, flags=flags, data=payload)
+        ip = dpkt.ip.IP(src=b"\x7f\x00\x00\x01", dst=b"\x7f\x00\x00\x01", p=dpkt.ip.IP_PROTO_TCP, data=tcp)
+        ip.len = len(ip)
+        eth = dpkt.ethernet.Ethernet(src=b"\x00" * 6, dst=b"\x00" * 6, type=dpkt.ethernet.ETH_TYPE_IP, data=ip)
+        self.ts += 0.001
+        self.writer.writepkt(bytes(eth), self.ts)
+        self.seqs[(sport, dport)] = (seq + len(payload) + (1 if flags & 0x03 else 0)) % (1 << 32)
+
+    def connect(self, sport: int, dport: int) -> None:
+        self.packet(sport, dport, flags=0x02)
+        self.packet(dport, sport, flags=0x12)
+        self.packet(sport, dport, flags=0x10)
+
+    def close(self, sport: int, dport: int) -> None:
+        self.packet(sport, dport, flags=0x11)
+        self.packet(dport, sport, flags=0x11)
+
+    def done(self) -> Path:
+        self.handle.close()
+        return self.path

@@ -1,0 +1,174 @@
+"""`kafkalens decode` of hostile captures, written with dpkt: garbage streams, TLS,
+records that claim any size, files cut short, and more connections than it follows.
+One line per broken stream, the limits counted when hit, never a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import ssl
+import struct
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+from support.capture import SyntheticCapture, decode, events
+
+from codec import Request, Response, encode_request, encode_response
+from proxy.capture_decode import CaptureDecoder, CaptureLimits
+
+BROKER = 9092
+
+
+def framed(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def metadata_exchange(corr: int, topic: str = "orders") -> tuple[bytes, bytes]:
+    request = encode_request(Request(3, 1, {"correlation_id": corr, "client_id": "hostile-test"},
+                                     {"topics": [{"name": topic}]}))
+    response = encode_response(Response(3, 1, {"correlation_id": corr}, {
+        "brokers": [], "controller_id": 1,
+        "topics": [{"error_code": 3, "name": topic, "is_internal": False, "partitions": []}],
+    }))
+    return framed(request), framed(response)
+
+
+def good_connection(cap: SyntheticCapture, port: int, corr: int = 7) -> None:
+    request, response = metadata_exchange(corr)
+    cap.connect(port, BROKER)
+    cap.packet(port, BROKER, request)
+    cap.packet(BROKER, port, response)
+    cap.close(port, BROKER)
+
+
+def client_hello() -> bytes:
+    """A real TLS ClientHello, as Python's ssl module starts a handshake."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="broker")
+    with contextlib.suppress(ssl.SSLWantReadError):  # it waits for the ServerHello
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_a_garbage_stream_is_one_line_and_the_others_decode(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    cap = SyntheticCapture(tmp_path / "garbage.pcap")
+    good_connection(cap, 40001)
+    cap.connect(40002, BROKER)
+    for _ in range(300):
+        cap.packet(40002, BROKER, bytes(rng.randrange(256) for _ in range(1000)))
+    cap.close(40002, BROKER)
+    good_connection(cap, 40003, corr=8)
+    lines = decode(cap.done(), (BROKER,))
+    exchanges = events(lines, "request")
+    assert [(line["client_address"], line["errors"], line["topics"]) for line in exchanges] == [
+        ("127.0.0.1:40001", ["UNKNOWN_TOPIC_OR_PARTITION"], ["orders"]),
+        ("127.0.0.1:40003", ["UNKNOWN_TOPIC_OR_PARTITION"], ["orders"]),
+    ]
+    trouble = [line for line in lines if line["event"].startswith("capture_stream")]
+    assert len(trouble) == 1 and trouble[0]["client_address"] == "127.0.0.1:40002"
+
+
+def test_tls_streams_are_said_and_skipped(tmp_path: Path) -> None:
+    cap = SyntheticCapture(tmp_path / "tls.pcap")
+    cap.connect(40010, 9093)  # no --port: detected
+    cap.packet(40010, 9093, client_hello())
+    cap.packet(9093, 40010, b"\x16\x03\x03\x00\x7a" + bytes(122))
+    cap.close(40010, 9093)
+    cap.connect(40011, BROKER)  # a broker port, TLS all the same
+    cap.packet(40011, BROKER, client_hello())
+    cap.close(40011, BROKER)
+    good_connection(cap, 40012)
+    lines = decode(cap.done(), (BROKER,))
+    tls = events(lines, "capture_tls_stream")
+    assert [line["client_address"] for line in tls] == ["127.0.0.1:40010", "127.0.0.1:40011"]
+    assert all("TLS" in line["reason"] for line in tls)
+    assert [line["client_address"] for line in events(lines, "request")] == ["127.0.0.1:40012"]
+    summary = events(lines, "capture_summary")[0]
+    assert (summary["tls_streams"], summary["kafka_streams"]) == (2, 1)
+
+
+def test_streams_on_other_ports_are_told_by_their_first_frames(tmp_path: Path) -> None:
+    cap = SyntheticCapture(tmp_path / "ports.pcap")
+    request, response = metadata_exchange(3)
+    cap.connect(40020, 19092)
+    cap.packet(40020, 19092, request)
+    cap.packet(19092, 40020, response)
+    cap.connect(40021, 8080)
+    cap.packet(40021, 8080, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    cap.packet(8080, 40021, b"HTTP/1.1 200 OK\r\n\r\n")
+    lines = decode(cap.done())
+    assert [(line["listener"], line["api"]) for line in events(lines, "request")] == [("127.0.0.1:19092", "Metadata")]
+    summary = events(lines, "capture_summary")[0]
+    assert (summary["kafka_streams"], summary["other_streams"]) == (1, 1)
+
+
+def test_a_record_claiming_gigabytes_stops_reading_and_is_counted(tmp_path: Path) -> None:
+    cap = SyntheticCapture(tmp_path / "huge.pcap")
+    good_connection(cap, 40030)
+    path = cap.done()
+    with path.open("ab") as handle:  # a record header claiming 2 GiB, then a little
+        handle.write(struct.pack("<IIII", 1_700_000_100, 0, 2**31 - 1, 2**31 - 1) + b"x" * 100)
+    lines = decode(path, (BROKER,))
+    summary = events(lines, "capture_summary")[0]
+    assert summary["limits_hit"]["max_record_bytes"] == 1
+    assert "over the" in summary["stopped"]
+    assert len(events(lines, "request")) == 1
+
+
+def test_not_a_capture_and_cut_short_files_are_said_not_raised(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.pcap"
+    garbage.write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(range(256)) * 10)
+    cap = SyntheticCapture(tmp_path / "cut.pcap")
+    good_connection(cap, 40040)
+    whole = cap.done().read_bytes()
+    cut = tmp_path / "cut2.pcap"
+    cut.write_bytes(whole[:-30])
+    for path in (garbage, cut):
+        result = subprocess.run(
+            [sys.executable, "-m", "proxy.decode_cmd", str(path), "--port", str(BROKER)],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert '"capture_summary"' in result.stdout.splitlines()[-1]
+
+
+class Tail:
+    """An output that keeps only counts and the last line (the capture_summary)."""
+
+    def __init__(self) -> None:
+        self.last = b""
+        self.closes = 0
+
+    def write(self, line: bytes) -> int:
+        self.last = line
+        self.closes += b'"event":"connection_close"' in line
+        return len(line)
+
+
+def test_more_connections_than_followed_cost_the_bound_not_their_number(tmp_path: Path) -> None:
+    def peak(connections: int) -> tuple[int, Tail]:
+        cap = SyntheticCapture(tmp_path / f"many-{connections}.pcap")
+        request, _ = metadata_exchange(1)
+        for n in range(connections):  # each sends half a request and stays open
+            cap.packet(10000 + n, BROKER, request[: len(request) // 2])
+        path = cap.done()
+        out = Tail()
+        decoder = CaptureDecoder(out, frozenset({BROKER}), CaptureLimits(max_streams=200, max_stream_bytes=4096))
+        tracemalloc.start()
+        with path.open("rb") as handle:
+            decoder.run(handle)
+        size = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return size, out
+
+    small, _ = peak(1_000)
+    large, out = peak(8_000)
+    summary = json.loads(out.last)
+    assert summary["limits_hit"]["max_streams"] == 8_000 - 200
+    assert out.closes == summary["kafka_streams"] == 8_000  # each said, with its half request
+    assert large < small * 1.25, (small, large)
