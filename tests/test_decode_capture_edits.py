@@ -4,6 +4,7 @@ as in the untouched capture; what was lost is reported, never a traceback."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 from collections.abc import Iterator
@@ -177,3 +178,45 @@ def test_a_capture_cut_short_decodes_up_to_the_cut(capture: tuple[Path, int], tm
     assert set(exchanges(lines)) <= set(exchanges(original))
     assert "cut short" in summary["stopped"]
     assert events(lines, "connection_close")[-1]["reason"] == "capture_ended"
+
+
+def test_frames_over_the_whole_frame_bound_decode_as_they_pass(capture: tuple[Path, int]) -> None:
+    """Past max_stream_bytes a frame is decoded in pieces (the proxy's streaming
+    decoder): the same lines, with at most that much of it held."""
+    path, port = capture
+    original = decode(path, (port,))
+    lines = decode(path, (port,), max_stream_bytes=64)
+    assert exchanges(lines) == exchanges(original)
+    sizes = [line["request_bytes"] for line in events(original, "request")]
+    assert max(sizes) > 64 * 4
+
+
+def test_a_capture_joining_mid_stream_says_so_and_decodes_what_follows(
+    capture: tuple[Path, int], tmp_path: Path
+) -> None:
+    path, port = capture
+    link, packets = read(path)
+    original = decode(path, (port,))
+    start = len(packets) // 2
+    lines = decode(write(tmp_path / "late.pcap", link, packets[start:]), (port,))
+    joined = [line for line in events(lines, "capture_stream_resync") if "mid-stream" in line["reason"]]
+    assert joined
+
+    def facts(line: Line) -> tuple[Any, ...]:
+        topics = tuple(line.get("topics") or ())
+        return line["client_address"], line["correlation_id"], line["api"], tuple(line["errors"]), topics
+
+    late = {facts(line) for line in events(lines, "request")}
+    assert late and late <= {facts(line) for line in events(original, "request")}
+    first_ts = min(ts for ts, _ in packets[start:])
+    missed = [
+        line for line in events(original, "request")
+        if facts(line) not in late and line["ts"] > _iso(first_ts + 0.05)
+    ]
+    assert not missed  # every exchange that began in the capture (bar the first instants)
+    for line in joined:
+        assert line["conn"] in {x["conn"] for x in lines if x["event"] == "connection_open"}
+
+
+def _iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
