@@ -45,7 +45,7 @@ from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
 from proxy.observer import ObservingHooks, header_policy
 from proxy.pcap_read import ACK, FIN, RST, SYN, CaptureReader, Segment
-from proxy.request_log import LineSink, RequestLog, render
+from proxy.request_log import LineSink, RequestLog, Timestamp, render
 from proxy.summary import SummaryOptions
 
 _REQUEST_HEADER = struct.Struct(">hhi")
@@ -86,8 +86,11 @@ class _Output:
         self.lines += 1
 
 
-class _CaptureTime:
+class _CaptureTime(Timestamp):
+    """The request log's `ts`: the capture's time of the packet being decoded."""
+
     def __init__(self, hooks: CaptureHooks) -> None:
+        super().__init__()
         self.hooks = hooks
 
     def __call__(self) -> str:
@@ -95,6 +98,12 @@ class _CaptureTime:
         second = int(now)
         prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         return f"{prefix}.{int((now - second) * 1_000_000):06d}Z"
+
+
+class _CaptureLog(RequestLog):
+    def __init__(self, output: _Output, apis: tuple[str, ...], hooks: CaptureHooks) -> None:
+        super().__init__(cast(LineSink, output), apis=apis)
+        self._timestamp = self.capture_time = _CaptureTime(hooks)
 
 
 Endpoint = tuple[str, int]
@@ -145,9 +154,8 @@ class CaptureDecoder:
         self.on_frame = on_frame
         self.limits = limits
         self.output = _Output(out)
-        self.log = RequestLog(cast(LineSink, self.output), apis=apis)
-        self.hooks = CaptureHooks(Metrics(), self.log, summary or SummaryOptions(), header_policy(()))
-        self.log._timestamp = _CaptureTime(self.hooks)  # type: ignore[assignment]
+        self.hooks = CaptureHooks(Metrics(), None, summary or SummaryOptions(), header_policy(()))
+        self.log = self.hooks.log = _CaptureLog(self.output, apis, self.hooks)
         self.streams: OrderedDict[frozenset[Endpoint], Stream] = OrderedDict()
         self.closed: OrderedDict[frozenset[Endpoint], None] = OrderedDict()
         self.numbers = 0
@@ -571,7 +579,7 @@ class CaptureDecoder:
 
     def _note(self, event: str, fields: dict[str, Any]) -> None:
         fields["event"] = event
-        fields["ts"] = self.log._timestamp()
+        fields["ts"] = self.log.capture_time()
         self.output.msg(render(fields))
 
 
