@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from support.capture import Line, decode, events, need, tcpdump, tshark_messages
+from support import kp_client
 from support.clients import run_workload
 from support.observed import ObservedProxy
 
@@ -31,7 +32,12 @@ LOCAL = "127.0.0.1"
 # What differs between two observers of one exchange: who they are and when they ran.
 VOLATILE = frozenset({"ts", "latency_ms", "conn", "listener", "client_address"})
 EXCHANGES = ("request", "request_no_response", "request_incomplete")
-CLIENTS = [("kafka-python", "gzip"), ("aiokafka", "zstd"), ("confluent-kafka", "lz4")]
+CLIENTS = [
+    ("kafka-python", "gzip"),
+    ("kafka-python-0.10.1", "none"),  # pinned old: the versions Kafka 4.0 removed
+    ("aiokafka", "zstd"),
+    ("confluent-kafka", "lz4"),
+]
 
 
 def comparable(line: Line, drop: frozenset[str] = frozenset()) -> str:
@@ -97,10 +103,13 @@ def run_captured(cap: Captured, client: str, compression: str) -> list[Line]:
     """The workload through the proxy, both sides captured; the proxy's log lines."""
     px = cap.proxy
     assert px is not None
-    topic = f"cap-{client.replace('-', '')}"
+    topic = f"cap-{client.replace('-', '').replace('.', '')}"
     with tcpdump(cap.tmp / "client.pcap", px.port), tcpdump(cap.tmp / "broker.pcap", cap.broker_port):
-        outcome = run_workload(client, px.bootstrap, topic, compression=compression, count=3,
-                               admin=client == "kafka-python")
+        if client == "kafka-python-0.10.1":
+            outcome = kp_client.legacy_workload(px.bootstrap, topic, (0, 10, 1))
+        else:
+            outcome = run_workload(client, px.bootstrap, topic, compression=compression, count=3,
+                                   admin=client == "kafka-python")
         assert len(outcome.consumed) == 3
         px.wait_all_closed()
     return px.lines()

@@ -16,6 +16,7 @@ import pytest
 from support.capture import Line, decode, events, need, tcpdump
 from support.clients import run_workload
 
+from proxy.decode_cmd import main as decode_main
 from proxy.tansu import TansuBroker, free_port
 
 VOLATILE = frozenset({"ts", "latency_ms"})
@@ -220,3 +221,24 @@ def test_a_capture_joining_mid_stream_says_so_and_decodes_what_follows(
 
 def _iso(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_the_command_line_filters_and_reads_records(
+    capture: tuple[Path, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, port = capture
+    assert decode_main([str(path), "--port", str(port), "--filter", "Produce", "--filter", "1",
+                        "--record-detail"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    shown = events(lines, "request")
+    assert sorted({line["api"] for line in shown}) == ["Fetch", "Produce"]
+    assert all(line["record_stats"]["header_keys"] == ["seq", "trace"] for line in shown)
+    assert events(lines, "connection_open") and events(lines, "capture_summary")
+
+
+def test_help_describes_captures(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        decode_main(["--help"])
+    text = capsys.readouterr().out
+    for word in ("pcapng", "--port", "--filter", "--max-streams", "--max-stream-bytes", "TLS", "kafkalens report"):
+        assert word in text

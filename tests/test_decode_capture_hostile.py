@@ -172,3 +172,32 @@ def test_more_connections_than_followed_cost_the_bound_not_their_number(tmp_path
     assert summary["limits_hit"]["max_streams"] == 8_000 - 200
     assert out.closes == summary["kafka_streams"] == 8_000  # each said, with its half request
     assert large < small * 1.25, (small, large)
+
+
+def test_requests_past_max_in_flight_are_given_up_and_counted(tmp_path: Path) -> None:
+    cap = SyntheticCapture(tmp_path / "inflight.pcap")
+    cap.connect(40050, BROKER)
+    for corr in range(50):  # never answered
+        cap.packet(40050, BROKER, metadata_exchange(corr)[0])
+    cap.close(40050, BROKER)
+    lines = decode(cap.done(), (BROKER,), max_in_flight=10)
+    given_up = [line for line in events(lines, "request_incomplete") if line["reason"] == "max_in_flight"]
+    assert [line["correlation_id"] for line in given_up] == list(range(40))
+    assert len(events(lines, "request_incomplete")) == 50
+    assert events(lines, "capture_summary")[0]["limits_hit"]["max_in_flight"] == 40
+
+
+def test_out_of_order_bytes_past_the_bound_are_given_up_on_and_counted(tmp_path: Path) -> None:
+    cap = SyntheticCapture(tmp_path / "held.pcap")
+    cap.connect(40060, BROKER)
+    requests = [metadata_exchange(corr)[0] for corr in range(40)]
+    cap.packet(40060, BROKER, requests[0])
+    cap.seqs[(40060, BROKER)] += len(requests[1])  # the capture missed the second request
+    for request in requests[2:]:  # and the broker acknowledged nothing since
+        cap.packet(40060, BROKER, request)
+    lines = decode(cap.done(), (BROKER,), max_stream_bytes=512)
+    summary = events(lines, "capture_summary")[0]
+    assert summary["limits_hit"]["max_stream_bytes"] == 1
+    assert summary["lost_bytes"] == len(requests[1])
+    unanswered = sorted(line["correlation_id"] for line in events(lines, "request_incomplete"))
+    assert unanswered == [0, *range(2, 40)]
