@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.capture import Line, decode, events, need, tcpdump, tshark_messages
 from support import kp_client
+from support.capture import Line, decode, events, need, tcpdump, tshark_messages
 from support.clients import run_workload
 from support.observed import ObservedProxy
 
