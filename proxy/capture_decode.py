@@ -7,7 +7,9 @@ as if the proxy had forwarded them: the lines are the request log's, field for f
 with the capture's timestamps for `ts`, latencies and durations. Responses are paired
 with requests by correlation id. What the capture lacks is said in lines of its own
 (`capture_*` events), one per stream and kind, counted in the final
-`capture_summary`.
+`capture_summary`: bytes the peer acknowledged but the capture never showed are lost
+at once (no retransmission will bring them), and the stream is picked up again at the
+next plausible frame. A hook that fails is counted and said, as in the proxy.
 
 Bounded whatever the capture holds: at most `max_streams` connections are followed
 at once (the least recently active one is closed to make room), each direction holds
@@ -163,7 +165,7 @@ class CaptureDecoder:
             "streams": 0, "kafka_streams": 0, "tls_streams": 0, "other_streams": 0,
             "exchanges": 0, "requests_without_response": 0, "unmatched_responses": 0,
             "unanswered_requests": 0, "resyncs": 0, "broken_frames": 0, "lost_bytes": 0,
-            "duplicate_bytes": 0, "late_segments": 0,
+            "duplicate_bytes": 0, "late_segments": 0, "hook_errors": 0,
         }
         self.limits_hit: dict[str, int] = {
             "max_streams": 0, "max_stream_bytes": 0, "max_in_flight": 0, "max_record_bytes": 0,
@@ -277,10 +279,10 @@ class CaptureDecoder:
             self._cut_events(stream, end, cutter.finish(ts))
         for pending in stream.pending.values():
             self.counts["unanswered_requests"] += 1
-            self.hooks.request_incomplete(stream.info, pending, reason)
+            self._hook(stream, self.hooks.request_incomplete, stream.info, pending, reason)
         stream.pending.clear()
         stream.cutters.clear()  # their checks refer back to the stream: no cycle left for the GC
-        self.hooks.connection_closed(stream.info, reason)
+        self._hook(stream, self.hooks.connection_closed, stream.info, reason)
 
     def _data(self, stream: Stream, sender: Endpoint, event: Event) -> None:
         if stream.kind == "kafka":
@@ -358,7 +360,7 @@ class CaptureDecoder:
         }
         now = self.hooks.now
         self.hooks.now = stream.first_ts
-        self.hooks.connection_opened(stream.info)
+        self._hook(stream, self.hooks.connection_opened, stream.info)
         self.hooks.now = now
         waiting, stream.waiting = stream.waiting, []
         for sender, event in waiting:
@@ -435,18 +437,18 @@ class CaptureDecoder:
         body = frame.body
         info.bytes_in += len(body) + 4
         if stream.raw_sasl is not None and self._raw_token(stream, body):
-            self.hooks.sasl_token(info, memoryview(body))
+            self._hook(stream, self.hooks.sasl_token, info, memoryview(body))
             return
         pending = self._new_pending(stream, body, len(body), frame.start_ts)
         if pending is None:
             return
         if _acks(body, pending) == 0:
             self.counts["requests_without_response"] += 1
-            self.hooks.request_without_response(info, memoryview(body), pending)
+            self._hook(stream, self.hooks.request_without_response, info, memoryview(body), pending)
             return
         if pending.api_key == sasl.SASL_HANDSHAKE and pending.api_version == 0:
             stream.handshake_mechanism = sasl.handshake_mechanism(body)
-        self.hooks.request_forwarded(info, memoryview(body), pending)
+        self._hook(stream, self.hooks.request_forwarded, info, memoryview(body), pending)
         self._await(stream, pending)
         if self.on_frame is not None:
             self.on_frame(info, "request", pending, body)
@@ -466,7 +468,7 @@ class CaptureDecoder:
             gone = stream.pending.pop(oldest)
             assert stream.info is not None
             self.counts["unanswered_requests"] += 1
-            self.hooks.request_incomplete(stream.info, gone, "max_in_flight")
+            self._hook(stream, self.hooks.request_incomplete, stream.info, gone, "max_in_flight")
         stream.pending[pending.correlation_id] = pending
 
     def _raw_token(self, stream: Stream, body: bytes) -> bool:
@@ -497,7 +499,7 @@ class CaptureDecoder:
         if handshake and sasl.handshake_succeeded(body[:6]):
             stream.raw_sasl = sasl.RawSaslPhase(stream.handshake_mechanism)
         self.counts["exchanges"] += 1
-        self.hooks.response_forwarded(info, memoryview(body), pending)
+        self._hook(stream, self.hooks.response_forwarded, info, memoryview(body), pending)
         if self.on_frame is not None:
             self.on_frame(info, "response", pending, body)
 
@@ -531,7 +533,7 @@ class CaptureDecoder:
             if pending is None or (stream.raw_sasl is not None and self._raw_token(stream, event.head)):
                 return
             expects = _acks(event.head, pending) != 0
-            observer = self.hooks.request_stream(info, pending, expects)
+            observer = self._hook(stream, self.hooks.request_stream, info, pending, expects)
             if expects:
                 self._await(stream, pending)
             else:
@@ -542,8 +544,8 @@ class CaptureDecoder:
             if pending is None:
                 return
             self.counts["exchanges"] += 1
-            observer = self.hooks.response_stream(info, pending, event.size)
-        stream.observers[sender] = (observer, pending)
+            observer = self._hook(stream, self.hooks.response_stream, info, pending, event.size)
+        stream.observers[sender] = None if observer is None else (observer, pending)
 
     def _big_more(self, stream: Stream, sender: Endpoint, event: BigPiece | BigEnd) -> None:
         current = stream.observers.get(sender)
@@ -554,10 +556,21 @@ class CaptureDecoder:
         assert info is not None
         self.hooks.now = event.ts
         if isinstance(event, BigPiece):
-            observer.piece(info, memoryview(event.data), pending)
+            self._hook(stream, observer.piece, info, memoryview(event.data), pending)
         else:
             del stream.observers[sender]
-            observer.done(info, memoryview(b""), pending)
+            self._hook(stream, observer.done, info, memoryview(b""), pending)
+
+    def _hook(self, stream: Stream, call: Callable[..., Any], *args: Any) -> Any:
+        """As the proxy does: a hook that fails is counted and decoding goes on."""
+        try:
+            return call(*args)
+        except Exception as exc:  # noqa: BLE001 - said in a line, never a traceback
+            self.counts["hook_errors"] += 1
+            self._trouble(stream, "capture_stream_error", {
+                "reason": f"decoding failed: {type(exc).__name__}: {exc}"[:300],
+            })
+            return None
 
     # -- lines of its own ------------------------------------------------------------
 

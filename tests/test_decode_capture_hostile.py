@@ -201,3 +201,36 @@ def test_out_of_order_bytes_past_the_bound_are_given_up_on_and_counted(tmp_path:
     assert summary["lost_bytes"] == len(requests[1])
     unanswered = sorted(line["correlation_id"] for line in events(lines, "request_incomplete"))
     assert unanswered == [0, *range(2, 40)]
+
+
+def test_mutated_captures_never_raise(tmp_path: Path) -> None:
+    """Random bytes of a capture flipped (headers, lengths, payloads): lines and a
+    summary come out whatever they hit."""
+    cap = SyntheticCapture(tmp_path / "base.pcap")
+    for n in range(4):
+        good_connection(cap, 40100 + n, corr=n)
+    base = bytearray(cap.done().read_bytes())
+    rng = random.Random(99)
+    for round_ in range(150):
+        mutated = bytearray(base)
+        for _ in range(rng.randrange(1, 12)):
+            mutated[rng.randrange(24, len(mutated))] = rng.randrange(256)
+        path = tmp_path / f"mutated-{round_}.pcap"
+        path.write_bytes(bytes(mutated))
+        lines = decode(path, (BROKER,) if round_ % 2 else ())
+        summary = events(lines, "capture_summary")
+        assert len(summary) == 1 and summary[0]["hook_errors"] == 0, round_
+
+
+def test_pcapng_reads_as_pcap(tmp_path: Path) -> None:
+    import dpkt
+
+    cap = SyntheticCapture(tmp_path / "plain.pcap")
+    good_connection(cap, 40200)
+    plain = cap.done()
+    ng = tmp_path / "capture.pcapng"
+    with plain.open("rb") as source, ng.open("wb") as target:
+        writer = dpkt.pcapng.Writer(target, linktype=dpkt.pcap.DLT_EN10MB)
+        for ts, buf in dpkt.pcap.Reader(source):
+            writer.writepkt(buf, ts)
+    assert decode(ng, (BROKER,)) == decode(plain, (BROKER,))

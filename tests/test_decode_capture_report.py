@@ -29,7 +29,7 @@ from proxy.request_log import render
 
 def test_report_over_a_decoded_capture(tansu: Any, tmp_path: Path, spark: SparkSession) -> None:
     bootstrap = f"127.0.0.1:{tansu.port}"
-    with tcpdump(tmp_path / "traffic.pcap", tansu.port):
+    with tcpdump(tmp_path / "traffic.pcap", tansu.port, interface="any"):
         with contextlib.suppress(Exception):  # tansu refuses Produce v2; the request is there
             kp_client.produce(bootstrap, "legacy", records("old"), api_version=OLD)
         ck_client.produce(bootstrap, "modern", records("new"))

@@ -28,19 +28,22 @@ def need(*tools: str) -> None:
 
 
 @contextmanager
-def tcpdump(path: Path, *ports: int) -> Iterator[Path]:
-    """Records loopback TCP traffic to `ports` into `path` while the block runs."""
+def tcpdump(path: Path, *ports: int, interface: str = "lo") -> Iterator[Path]:
+    """Records loopback TCP traffic to `ports` into `path` while the block runs
+    (`interface="any"`: in Linux cooked (SLL2) frames rather than Ethernet)."""
     need("tcpdump")
     expression = " or ".join(f"tcp port {port}" for port in ports)
     # --immediate-mode: without it, packets still in the kernel's ring buffer when
     # tcpdump is interrupted are lost.
     process = subprocess.Popen(
-        ["tcpdump", "-i", "lo", "-U", "--immediate-mode", "-s", "0", "-w", str(path), expression],
+        ["tcpdump", "-i", interface, "-U", "--immediate-mode", "-s", "0", "-w", str(path), expression],
         stderr=subprocess.PIPE,
     )
     assert process.stderr is not None
-    started = process.stderr.readline()
-    assert b"listening" in started, started
+    said = [process.stderr.readline() for _ in range(1)]
+    while b"listening" not in said[-1] and said[-1] and len(said) < 5:  # e.g. the link type first
+        said.append(process.stderr.readline())
+    assert b"listening" in said[-1], said
     try:
         yield path
     finally:
