@@ -53,6 +53,7 @@ from proxy.summary import SummaryOptions
 _REQUEST_HEADER = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")
 MAX_PLAUSIBLE_FRAME = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
+MAX_FRAME_IN_STEP = 1024 * 1024 * 1024  # a response past this is garbage, whatever came before
 DECIDE_BYTES = 4096  # what a stream of unknown kind may send before it is let go
 
 
@@ -381,7 +382,9 @@ class CaptureDecoder:
     def _response_plausible(self, stream: Stream) -> Any:
         def plausible(head: bytes, size: int, resyncing: bool) -> bool | None:
             if not resyncing:
-                return True
+                # in step: any answer, even to a request not captured, but not a size
+                # only garbage has (it would swallow the rest of the stream)
+                return size <= MAX_FRAME_IN_STEP
             if size < 4 or size > MAX_PLAUSIBLE_FRAME:
                 return False
             if len(head) < 4:

@@ -5,6 +5,7 @@ One line per broken stream, the limits counted when hit, never a traceback."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import random
 import ssl
@@ -234,3 +235,70 @@ def test_pcapng_reads_as_pcap(tmp_path: Path) -> None:
         for ts, buf in dpkt.pcap.Reader(source):
             writer.writepkt(buf, ts)
     assert decode(ng, (BROKER,)) == decode(plain, (BROKER,))
+
+
+def sasl_frames(version: int, corr: int, body: dict, response: dict) -> tuple[bytes, bytes]:
+    api = 17 if "mechanism" in body else 36
+    request = encode_request(Request(api, version, {"correlation_id": corr, "client_id": "sasl-c"}, body))
+    answer = encode_response(Response(api, version, {"correlation_id": corr}, response))
+    return framed(request), framed(answer)
+
+
+def test_sasl_principals_are_shown_and_secrets_never(tmp_path: Path) -> None:
+    """SaslHandshake v1 + SaslAuthenticate, and v0 with its raw token after it."""
+    secret = b"s3cr3t-passw0rd"
+    cap = SyntheticCapture(tmp_path / "sasl.pcap")
+    metadata = metadata_exchange(9)
+    # v1: the token inside SaslAuthenticate
+    cap.connect(40300, BROKER)
+    for request, response in (
+        sasl_frames(1, 1, {"mechanism": "PLAIN"}, {"error_code": 0, "mechanisms": ["PLAIN"]}),
+        sasl_frames(2, 2, {"auth_bytes": b"\x00alice\x00" + secret},
+                    {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0}),
+        metadata,
+    ):
+        cap.packet(40300, BROKER, request)
+        cap.packet(BROKER, 40300, response)
+    # v0: the token as a bare frame, answered by a bare frame
+    cap.connect(40301, BROKER)
+    for request, response in (
+        sasl_frames(0, 1, {"mechanism": "PLAIN"}, {"error_code": 0, "mechanisms": ["PLAIN"]}),
+        (framed(b"\x00bob\x00" + secret), framed(b"")),
+        metadata,
+    ):
+        cap.packet(40301, BROKER, request)
+        cap.packet(BROKER, 40301, response)
+    path = cap.done()
+    out = io.BytesIO()
+    with path.open("rb") as handle:
+        CaptureDecoder(out, frozenset({BROKER})).run(handle)
+    text = out.getvalue()
+    assert secret not in text and secret.hex().encode() not in text
+    lines = [json.loads(line) for line in text.splitlines()]
+    principals = {(line["client_address"], line["api"]): line["principal"] for line in events(lines, "request")}
+    assert principals[("127.0.0.1:40300", "Metadata")] == "alice"
+    assert principals[("127.0.0.1:40301", "Metadata")] == "bob"
+    assert [line["api"] for line in events(lines, "request") if line["client_address"].endswith("40301")] == [
+        "SaslHandshake", "Metadata",
+    ]
+    assert not events(lines, "capture_unmatched_response", "capture_stream_resync", "capture_stream_error")
+
+
+def test_ipv6_connections_are_read(tmp_path: Path) -> None:
+    import dpkt
+
+    request, response = metadata_exchange(4)
+    path = tmp_path / "v6.pcap"
+    with path.open("wb") as handle:
+        writer = dpkt.pcap.Writer(handle, linktype=dpkt.pcap.DLT_EN10MB)
+        for n, (sport, dport, seq, ack, payload) in enumerate(
+            [(40400, BROKER, 1, 1, request), (BROKER, 40400, 1, 1 + len(request), response)]
+        ):
+            tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq, ack=ack, flags=0x18, data=payload)
+            ip = dpkt.ip6.IP6(src=b"\x00" * 15 + b"\x01", dst=b"\x00" * 15 + b"\x01", nxt=dpkt.ip.IP_PROTO_TCP,
+                              hlim=64, data=tcp, plen=len(tcp))
+            eth = dpkt.ethernet.Ethernet(type=dpkt.ethernet.ETH_TYPE_IP6, data=ip)
+            writer.writepkt(bytes(eth), 1_700_000_000.0 + n)
+    lines = decode(path, (BROKER,))
+    [line] = events(lines, "request")
+    assert (line["client_address"], line["api"], line["latency_ms"]) == ("::1:40400", "Metadata", 1000.0)
