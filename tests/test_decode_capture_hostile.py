@@ -302,3 +302,16 @@ def test_ipv6_connections_are_read(tmp_path: Path) -> None:
     lines = decode(path, (BROKER,))
     [line] = events(lines, "request")
     assert (line["client_address"], line["api"], line["latency_ms"]) == ("::1:40400", "Metadata", 1000.0)
+
+
+def test_a_capture_on_standard_input(tmp_path: Path) -> None:
+    """`tcpdump -w - | kafkalens decode -`"""
+    cap = SyntheticCapture(tmp_path / "piped.pcap")
+    good_connection(cap, 40500)
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "decode", "-", "--port", str(BROKER)],
+        input=cap.done().read_bytes(), capture_output=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["api"] for line in events(lines, "request")] == ["Metadata"]
