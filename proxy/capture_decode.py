@@ -21,11 +21,10 @@ size whole (larger ones are decoded as they pass, as the proxy does), and at mos
 from __future__ import annotations
 
 import struct
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, cast
+from typing import IO, Any
 
 from codec import DecodeError
 from codec.frame_cutter import (
@@ -37,17 +36,19 @@ from codec.frame_cutter import (
     CutEvent,
     Frame,
     FrameCutter,
+    Plausible,
     Skipped,
 )
 from codec.peek import produce_acks
 from codec.reassembly import Data, Event, Gap, TcpHalf
 from codec.schema import api_names
 from proxy import sasl
+from proxy.capture_log import CaptureHooks, CaptureLog, Output
 from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
-from proxy.observer import ObservingHooks, header_policy
+from proxy.observer import header_policy
 from proxy.pcap_read import ACK, FIN, RST, SYN, CaptureReader, Segment
-from proxy.request_log import LineSink, RequestLog, Timestamp, render
+from proxy.request_log import render
 from proxy.summary import SummaryOptions
 
 _REQUEST_HEADER = struct.Struct(">hhi")
@@ -63,50 +64,6 @@ class CaptureLimits:
     max_stream_bytes: int = 1024 * 1024
     max_in_flight: int = 1000
     max_record_bytes: int = 16 * 1024 * 1024
-
-
-class CaptureHooks(ObservingHooks):
-    """The proxy's observer, its clocks set to the capture's time."""
-
-    now = 0.0
-
-    def clock(self) -> float:
-        return self.now
-
-    def wall_clock(self) -> float:
-        return self.now
-
-
-class _Output:
-    """A LineSink's one method, writing straight to a file (no thread, no dropping)."""
-
-    def __init__(self, out: IO[bytes]) -> None:
-        self.out = out
-        self.lines = 0
-
-    def msg(self, line: bytes) -> None:
-        self.out.write(line + b"\n")
-        self.lines += 1
-
-
-class _CaptureTime(Timestamp):
-    """The request log's `ts`: the capture's time of the packet being decoded."""
-
-    def __init__(self, hooks: CaptureHooks) -> None:
-        super().__init__()
-        self.hooks = hooks
-
-    def __call__(self) -> str:
-        now = self.hooks.now
-        second = int(now)
-        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{prefix}.{int((now - second) * 1_000_000):06d}Z"
-
-
-class _CaptureLog(RequestLog):
-    def __init__(self, output: _Output, apis: tuple[str, ...], hooks: CaptureHooks) -> None:
-        super().__init__(cast(LineSink, output), apis=apis)
-        self._timestamp = self.capture_time = _CaptureTime(hooks)
 
 
 Endpoint = tuple[str, int]
@@ -156,9 +113,9 @@ class CaptureDecoder:
         self.ports = ports
         self.on_frame = on_frame
         self.limits = limits
-        self.output = _Output(out)
+        self.output = Output(out)
         self.hooks = CaptureHooks(Metrics(), None, summary or SummaryOptions(), header_policy(()))
-        self.log = self.hooks.log = _CaptureLog(self.output, apis, self.hooks)
+        self.log = self.hooks.log = CaptureLog(self.output, apis, self.hooks)
         self.streams: OrderedDict[frozenset[Endpoint], Stream] = OrderedDict()
         self.closed: OrderedDict[frozenset[Endpoint], None] = OrderedDict()
         self.numbers = 0
@@ -367,7 +324,7 @@ class CaptureDecoder:
         for sender, event in waiting:
             self._kafka_data(stream, sender, event)
 
-    def _request_plausible(self, stream: Stream) -> Any:
+    def _request_plausible(self, stream: Stream) -> Plausible:
         names = self._names
 
         def plausible(head: bytes, size: int, resyncing: bool) -> bool | None:
@@ -379,7 +336,7 @@ class CaptureDecoder:
 
         return plausible
 
-    def _response_plausible(self, stream: Stream) -> Any:
+    def _response_plausible(self, stream: Stream) -> Plausible:
         def plausible(head: bytes, size: int, resyncing: bool) -> bool | None:
             if not resyncing:
                 # in step: any answer, even to a request not captured, but not a size
