@@ -133,7 +133,9 @@ request, a TLS stream, which is not decoded), and a capture_summary line ends th
 output, with the limits hit.
 
 A file of bare length-prefixed frames: one JSON object per frame, requests unless
---response-to says which request the frames answer.
+--response-to says which request the frames answer; group payloads (JoinGroup,
+SyncGroup, DescribeGroups) decoded, a SaslAuthenticate token shown as its size and
+principal only.
 """
 
 
@@ -158,18 +160,22 @@ def main(argv: list[str] | None = None) -> int:
     capture.add_argument("--record-detail", action="store_true",
                          help="per-record stats and header keys, as request_log.record_detail")
     limits = CaptureLimits()
-    capture.add_argument("--max-streams", type=_positive, default=limits.max_streams,
+    capture.add_argument("--max-streams", type=_positive, default=limits.max_streams, metavar="N",
                          help="connections followed at once; the least recently active makes room "
                          "(default %(default)s)")
-    capture.add_argument("--max-stream-bytes", type=_positive, default=limits.max_stream_bytes,
+    capture.add_argument("--max-stream-bytes", type=_positive, default=limits.max_stream_bytes, metavar="BYTES",
                          help="per direction: out-of-order bytes held, and the largest frame "
                          "assembled whole (larger ones are decoded as they pass) (default %(default)s)")
-    capture.add_argument("--max-in-flight", type=_positive, default=limits.max_in_flight,
+    capture.add_argument("--max-in-flight", type=_positive, default=limits.max_in_flight, metavar="N",
                          help="requests per connection awaiting their response (default %(default)s)")
-    capture.add_argument("--max-record-bytes", type=_positive, default=limits.max_record_bytes,
+    capture.add_argument("--max-record-bytes", type=_positive, default=limits.max_record_bytes, metavar="BYTES",
                          help="the largest capture record read (default %(default)s)")
     args = parser.parse_args(argv)
-    handle: Any = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    try:
+        handle: Any = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    except OSError as exc:
+        print(f"kafkalens decode: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     try:
         if handle.peek(4)[:4] in PCAP_MAGICS:
             return _decode_capture(handle, args)

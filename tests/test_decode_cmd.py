@@ -116,3 +116,12 @@ def test_sasl_principal_shown_and_the_secret_never(capsys: pytest.CaptureFixture
     assert out[1]["body"]["principal"] == "alice"
     assert out[1]["body"]["auth_bytes"] == {"length": len(token), "redacted": True}
     assert "s3cr3t" not in text and token.hex()[:20] not in text and "czNjcjN0" not in text
+
+
+def test_bad_arguments_are_said_not_raised(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main([str(tmp_path / "missing.pcap")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main([str(tmp_path / "missing.pcap"), "--max-streams", "0"])
+    assert exited.value.code == 2
+    assert "must be positive" in capsys.readouterr().err
