@@ -332,7 +332,9 @@ class CaptureDecoder:
                 return True  # raw SASL tokens have no header
             if resyncing and size > MAX_PLAUSIBLE_FRAME:
                 return False
-            return _plausible_request(head, size, names)
+            # in step, any request header (an api this codec does not know is still an
+            # exchange, logged as the proxy logs it); finding one's feet, a known api
+            return _plausible_request(head, size, names if resyncing else None)
 
         return plausible
 
@@ -594,12 +596,12 @@ def _is_tls(data: bytes) -> bool:
     return len(data) >= 3 and data[0] in (0x14, 0x15, 0x16, 0x17) and data[1] == 3 and data[2] <= 4
 
 
-def _plausible_request(head: bytes, size: int, names: dict[int, str]) -> bool | None:
+def _plausible_request(head: bytes, size: int, names: dict[int, str] | None) -> bool | None:
     if len(head) < min(size, sasl.MIN_PLAUSIBLE_HEAD):
         return None
     if not sasl.looks_like_request(head, size):
         return False
-    return _REQUEST_HEADER.unpack_from(head, 0)[0] in names
+    return names is None or _REQUEST_HEADER.unpack_from(head, 0)[0] in names
 
 
 def _looks_like_request_frame(data: bytes, names: dict[int, str]) -> bool | None:

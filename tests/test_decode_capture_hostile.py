@@ -315,3 +315,20 @@ def test_a_capture_on_standard_input(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["api"] for line in events(lines, "request")] == ["Metadata"]
+
+
+def test_an_api_the_codec_does_not_know_is_logged_as_the_proxy_logs_it(tmp_path: Path) -> None:
+    cap = SyntheticCapture(tmp_path / "unknown.pcap")
+    unknown = framed(struct.pack(">hhih", 99, 0, 5, 1) + b"c" + bytes(10))
+    request, response = metadata_exchange(6)
+    cap.connect(40600, BROKER)
+    cap.packet(40600, BROKER, request)
+    cap.packet(BROKER, 40600, response)
+    cap.packet(40600, BROKER, unknown)
+    cap.packet(BROKER, 40600, framed(struct.pack(">i", 5) + bytes(6)))
+    cap.close(40600, BROKER)
+    lines = decode(cap.done(), (BROKER,))
+    logged = events(lines, "request")
+    assert [(line["api_key"], line["api"]) for line in logged] == [(3, "Metadata"), (99, "unknown")]
+    assert logged[1]["decode_error"] == "unknown api key or version"
+    assert not events(lines, "capture_stream_resync", "capture_unmatched_response")
