@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -34,9 +35,11 @@ def tcpdump(path: Path, *ports: int, interface: str = "lo") -> Iterator[Path]:
     need("tcpdump")
     expression = " or ".join(f"tcp port {port}" for port in ports)
     # --immediate-mode: without it, packets still in the kernel's ring buffer when
-    # tcpdump is interrupted are lost.
+    # tcpdump is interrupted are lost. -B: a 64 MiB ring, so that a loaded machine
+    # that keeps tcpdump waiting does not make the kernel drop packets.
     process = subprocess.Popen(
-        ["tcpdump", "-i", interface, "-U", "--immediate-mode", "-s", "0", "-w", str(path), expression],
+        ["tcpdump", "-i", interface, "-U", "--immediate-mode", "-B", "65536", "-s", "0", "-w", str(path),
+         expression],
         stderr=subprocess.PIPE,
     )
     assert process.stderr is not None
@@ -50,6 +53,10 @@ def tcpdump(path: Path, *ports: int, interface: str = "lo") -> Iterator[Path]:
         time.sleep(0.3)  # the last ACKs and FINs
         process.send_signal(signal.SIGINT)
         process.wait(timeout=10)
+    said_last = process.stderr.read()
+    dropped = re.search(rb"(\d+) packets? dropped by kernel", said_last)
+    # a capture that missed packets cannot be held to exact expectations: say so
+    assert dropped is None or dropped.group(1) == b"0", f"tcpdump lost packets: {said_last!r}"
 
 
 def decode(
