@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import struct
 import sys
 from collections.abc import Iterator
@@ -199,9 +200,12 @@ def _decode_capture(handle: Any, args: argparse.Namespace) -> int:
     sys.stdout.flush()
     decoder = CaptureDecoder(out, frozenset(args.port), limits, tuple(args.filter), summary)
     try:
-        return decoder.run(handle)
-    finally:
+        status = decoder.run(handle)
         out.flush()
+        return status
+    except BrokenPipeError:  # `kafkalens decode x.pcap | head`: the reader has all it wants
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _decode_frames(data: bytes, response_to: tuple[int, int] | None) -> int:

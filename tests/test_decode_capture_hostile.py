@@ -332,3 +332,16 @@ def test_an_api_the_codec_does_not_know_is_logged_as_the_proxy_logs_it(tmp_path:
     assert [(line["api_key"], line["api"]) for line in logged] == [(3, "Metadata"), (99, "unknown")]
     assert logged[1]["decode_error"] == "unknown api key or version"
     assert not events(lines, "capture_stream_resync", "capture_unmatched_response")
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
+    """`kafkalens decode big.pcap | head -1`"""
+    cap = SyntheticCapture(tmp_path / "long.pcap")
+    for n in range(300):
+        good_connection(cap, 41000 + n, corr=n)
+    result = subprocess.run(
+        f"{sys.executable} -m proxy.cli decode {cap.done()} --port {BROKER} | head -1",
+        shell=True, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 1
+    assert "Traceback" not in result.stderr and "Broken pipe" not in result.stderr, result.stderr
