@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from codec import DecodeError
+from codec import DecodeError, UnknownApiError, decode_request
 from codec.frame_cutter import (
     HEAD_BYTES,
     BigEnd,
@@ -263,7 +263,7 @@ class CaptureDecoder:
         if stream.client is None:
             stream.client = self._detect_client(stream, firsts, final)
         elif stream.server[1] not in self.ports:  # known from the SYN: is it Kafka?
-            verdict = _looks_like_request_frame(firsts.get(stream.client, b""), self._names)
+            verdict = self._starts_with_request(firsts.get(stream.client, b""), final)
             if verdict is None and not final and stream.waiting_bytes <= DECIDE_BYTES:
                 return
             if not verdict:
@@ -274,11 +274,22 @@ class CaptureDecoder:
         elif final or stream.waiting_bytes > DECIDE_BYTES:
             self._not_kafka(stream)
 
+    def _starts_with_request(self, data: bytes, final: bool) -> bool | None:
+        """Whether a stream's first bytes are a request: its header plausible, and the
+        frame decoding if it is all there (None: wait for more)."""
+        verdict = _looks_like_request_frame(data, self._names)
+        if verdict is not True:
+            return verdict
+        (size,) = _INT32.unpack_from(data, 0)
+        if len(data) >= 4 + size:
+            return _decodes(data[4 : 4 + size], self.hooks.policy)
+        return True if final or len(data) >= DECIDE_BYTES else None
+
     def _detect_client(self, stream: Stream, firsts: dict[Endpoint, bytes], final: bool) -> Endpoint | None:
         # The client speaks first: the first side to send must send a request.
         for sender, event in stream.waiting:
             if isinstance(event, Data):
-                verdict = _looks_like_request_frame(firsts[sender], self._names)
+                verdict = self._starts_with_request(firsts[sender], final)
                 if verdict is None and not final:
                     return None
                 return sender if verdict else None
@@ -564,7 +575,7 @@ def _address(end: Endpoint) -> str:
 
 
 def _first_bytes(waiting: list[tuple[Endpoint, Event]]) -> dict[Endpoint, bytes]:
-    """The first bytes each side sent (enough for a frame's header), before any gap."""
+    """The first bytes each side sent (up to DECIDE_BYTES), before any gap."""
     firsts: dict[Endpoint, bytes] = {}
     stopped: set[Endpoint] = set()
     for sender, event in waiting:
@@ -575,10 +586,20 @@ def _first_bytes(waiting: list[tuple[Endpoint, Event]]) -> dict[Endpoint, bytes]
                 stopped.add(sender)
             continue
         have = firsts.get(sender, b"")
-        firsts[sender] = have + event.data[: 4 + HEAD_BYTES - len(have)]
-        if len(firsts[sender]) >= 4 + HEAD_BYTES:
+        firsts[sender] = have + event.data[: DECIDE_BYTES - len(have)]
+        if len(firsts[sender]) >= DECIDE_BYTES:
             stopped.add(sender)
     return firsts
+
+
+def _decodes(frame: bytes, policy: Any) -> bool:
+    try:
+        decode_request(frame, policy)
+    except UnknownApiError:
+        return True  # a version past the codec's: still Kafka
+    except DecodeError:
+        return False
+    return True
 
 
 def _acks(head: bytes, pending: Pending) -> int:

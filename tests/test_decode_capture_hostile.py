@@ -345,3 +345,18 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 0 and len(result.stdout.splitlines()) == 1
     assert "Traceback" not in result.stderr and "Broken pipe" not in result.stderr, result.stderr
+
+
+def test_a_stream_whose_first_frame_does_not_decode_is_not_kafka(tmp_path: Path) -> None:
+    """Its header passes for a Metadata v1 request; its body does not (a topic count of
+    2**31-1 in 8 bytes): without --port it is let go, not decoded."""
+    fake = framed(struct.pack(">hhih", 3, 1, 1, 2) + b"ab" + struct.pack(">i", 2**31 - 1) + bytes(4))
+    cap = SyntheticCapture(tmp_path / "fake.pcap")
+    cap.connect(40700, 7000)
+    cap.packet(40700, 7000, fake)
+    cap.packet(7000, 40700, b"\x00" * 40)
+    cap.close(40700, 7000)
+    lines = decode(cap.done())
+    summary = events(lines, "capture_summary")[0]
+    assert (summary["kafka_streams"], summary["other_streams"]) == (0, 1)
+    assert not events(lines, "connection_open")
