@@ -442,6 +442,10 @@ class CaptureDecoder:
             assert stream.info is not None
             self.counts["unanswered_requests"] += 1
             self._hook(stream, self.hooks.request_incomplete, stream.info, gone, "max_in_flight")
+        earlier = stream.pending.pop(pending.correlation_id, None)
+        if earlier is not None:  # an id reused in flight: whose answer is whose is unknowable
+            self.counts["unanswered_requests"] += 1
+            self._hook(stream, self.hooks.request_incomplete, stream.info, earlier, "correlation_id_reused")
         stream.pending[pending.correlation_id] = pending
 
     def _raw_token(self, stream: Stream, body: bytes) -> bool:

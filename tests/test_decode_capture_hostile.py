@@ -360,3 +360,16 @@ def test_a_stream_whose_first_frame_does_not_decode_is_not_kafka(tmp_path: Path)
     summary = events(lines, "capture_summary")[0]
     assert (summary["kafka_streams"], summary["other_streams"]) == (0, 1)
     assert not events(lines, "connection_open")
+
+
+def test_a_correlation_id_reused_in_flight_is_said(tmp_path: Path) -> None:
+    cap = SyntheticCapture(tmp_path / "reused.pcap")
+    request, response = metadata_exchange(5)
+    cap.connect(40800, BROKER)
+    cap.packet(40800, BROKER, request)
+    cap.packet(40800, BROKER, request)
+    cap.packet(BROKER, 40800, response)
+    cap.close(40800, BROKER)
+    lines = decode(cap.done(), (BROKER,))
+    assert [line["correlation_id"] for line in events(lines, "request")] == [5]
+    assert [line["reason"] for line in events(lines, "request_incomplete")] == ["correlation_id_reused"]
