@@ -95,6 +95,9 @@ class CaptureReader:
                 if self._bounded is not None and self._bounded.cut_short:
                     self.stopped = f"the capture file ends inside packet {self.counts.packets} (cut short)"
                 return
+            except dpkt.NeedData:  # a record header cut
+                self.stopped = f"the capture file ends inside packet {self.counts.packets + 1} (cut short)"
+                return
             except (ValueError, dpkt.Error, struct.error, RecordTooLarge, EOFError) as exc:
                 self.stopped = f"capture unreadable after packet {self.counts.packets}: {exc or type(exc).__name__}"
                 return

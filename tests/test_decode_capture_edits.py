@@ -170,14 +170,22 @@ def test_segments_the_capture_missed_lose_their_exchanges_only(capture: tuple[Pa
 def test_a_capture_cut_short_decodes_up_to_the_cut(capture: tuple[Path, int], tmp_path: Path) -> None:
     path, port = capture
     whole = path.read_bytes()
-    cut = tmp_path / "cut.pcap"
-    cut.write_bytes(whole[: len(whole) * 2 // 3])
-    lines = decode(cut, (port,))
-    summary = events(lines, "capture_summary")[0]
     original = decode(path, (port,))
-    assert 0 < len(events(lines, "request")) < len(events(original, "request"))
-    assert set(exchanges(lines)) <= set(exchanges(original))
-    assert "cut short" in summary["stopped"]
+    _, packets = read(path)
+    boundaries, at = set(), 24  # after the file header, each record: 16 bytes and its packet
+    for _, buf in packets:
+        boundaries.add(at)
+        at += 16 + len(buf)
+    record = 16 + len(packets[len(packets) // 2][1])
+    cuts = (len(whole) * 2 // 3 + offset for offset in (0, 5, 11, record // 2))
+    for cut_at in (c + 1 if c in boundaries else c for c in cuts):  # a cut between records is no cut
+        cut = tmp_path / "cut.pcap"
+        cut.write_bytes(whole[:cut_at])  # in a record's header or in its packet
+        lines = decode(cut, (port,))
+        summary = events(lines, "capture_summary")[0]
+        assert 0 < len(events(lines, "request")) < len(events(original, "request"))
+        assert set(exchanges(lines)) <= set(exchanges(original))
+        assert "cut short" in summary["stopped"], (cut_at, summary["stopped"])
     assert events(lines, "connection_close")[-1]["reason"] == "capture_ended"
 
 
