@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("demo", help="an embedded broker behind the proxy", add_help=False)
     for name, what in (
-        ("decode", "decode captured Kafka frames"),
+        ("decode", "decode a packet capture (or bare Kafka frames) to request log lines"),
         ("report", "report on a request log"),
         ("watch", "watch a request log"),
     ):

@@ -20,6 +20,7 @@ ROOMS_MAY_IMPORT: dict[str, frozenset[str]] = {
     "observe": frozenset(),
     "admin": frozenset(),
     "gateway": frozenset({"forward", "observe"}),
+    "capture": frozenset({"forward", "observe"}),
 }
 
 

@@ -140,6 +140,12 @@ class Streamed(FrameObserver):
 
 
 class ObservingHooks(Hooks):
+    # What latencies (against Pending.started) and durations (against
+    # ConnectionInfo.opened_at) are measured with: `kafkalens decode` of a capture
+    # replaces both with the capture's timestamps.
+    clock = staticmethod(time.perf_counter)
+    wall_clock = staticmethod(time.time)
+
     def __init__(
         self,
         metrics: Metrics,
@@ -204,7 +210,7 @@ class ObservingHooks(Hooks):
             fields = self._connection_fields(info, state)
             fields.update(
                 reason=reason,
-                duration_s=round(time.time() - info.opened_at, 3),
+                duration_s=round(self.wall_clock() - info.opened_at, 3),
                 bytes_in=info.bytes_in,
                 bytes_out=info.bytes_out,
                 requests=state.requests,
@@ -221,7 +227,7 @@ class ObservingHooks(Hooks):
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
         if self.log and self.log.wants(token.api, pending.api_key, True):
             line = self._line_base(info, pending, token)
-            latency = time.perf_counter() - pending.started
+            latency = self.clock() - pending.started
             line.update(reason=reason, latency_ms=round(latency * 1000, 3), response_bytes=None)
             line.update(token.fields)
             self.log.write("request_incomplete", line)
@@ -284,7 +290,7 @@ class ObservingHooks(Hooks):
         telemetry = self.telemetry
         assert telemetry is not None and telemetry.answers is not None
         answers = telemetry.answers
-        pending = Pending(correlation_id, api_key, api_version, time.perf_counter(), len(frame) + 4)
+        pending = Pending(correlation_id, api_key, api_version, self.clock(), len(frame) + 4)
         try:
             request = decode_request(frame, self.policy)
         except DecodeError:
@@ -329,7 +335,7 @@ class ObservingHooks(Hooks):
     def _answered_line(
         self, info: ConnectionInfo, pending: Pending, token: Token, fields: dict[str, Any], size: int
     ) -> None:
-        latency = time.perf_counter() - pending.started
+        latency = self.clock() - pending.started
         self.metrics.api(token.api).response(latency, size)
         if self.log and self.log.wants(token.api, pending.api_key, bool(fields["errors"])):
             line = self._line_base(info, pending, token)
@@ -680,7 +686,7 @@ class ObservingHooks(Hooks):
         return (None if tail is None else frame[:4].tobytes() + tail), decoded, broker_telemetry
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
-        latency = time.perf_counter() - pending.started
+        latency = self.clock() - pending.started
         token: Token | None = pending.token
         if token is None:  # the request hook did not run (e.g. an answer the proxy made)
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
@@ -707,7 +713,7 @@ class ObservingHooks(Hooks):
     def _streamed_response_done(self, info: ConnectionInfo, pending: Pending, streamed: Streamed) -> None:
         """response_forwarded's line, for a response decoded as it streamed past (kept
         apart so the whole-frame path, run for every response, pays no extra call)."""
-        latency = time.perf_counter() - pending.started
+        latency = self.clock() - pending.started
         token: Token | None = pending.token
         if token is None:
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
