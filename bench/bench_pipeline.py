@@ -3,6 +3,8 @@
     .venv/bin/python -m bench.bench_pipeline              # the whole side-by-side run
     .venv/bin/python -m bench.bench_pipeline --runs local-1M local-5M
     .venv/bin/python -m bench.bench_pipeline --lines 200000 --runs local-1M cluster1-5M
+    .venv/bin/python -m bench.bench_pipeline --runs cluster1-5M \
+        --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=/tmp/ev   # an arm
 
 Runs, side by side in one invocation (each a fresh driver through the command line,
 `python -m pipeline.cli LOGS --out DIR --master URL`, as a user runs it):
