@@ -3,6 +3,8 @@
     .venv/bin/python -m bench.bench_pipeline              # the whole side-by-side run
     .venv/bin/python -m bench.bench_pipeline --runs local-1M local-5M
     .venv/bin/python -m bench.bench_pipeline --lines 200000 --runs local-1M cluster1-5M
+    .venv/bin/python -m bench.bench_pipeline --runs cluster1-5M \
+        --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=/tmp/ev   # an arm
 
 Runs, side by side in one invocation (each a fresh driver through the command line,
 `python -m pipeline.cli LOGS --out DIR --master URL`, as a user runs it):
@@ -41,6 +43,7 @@ import json
 import multiprocessing
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -208,15 +211,26 @@ def cluster_of(workers: int, directory: Path, executor_python: str) -> Iterator[
         yield env
 
 
-def run_one(name: str, lines: int, logs: Path, work: Path, executor_python: str) -> Run:
+def with_conf(env: dict[str, str], conf: list[str]) -> dict[str, str]:
+    """`env` with extra `--conf key=value` settings for the driver (an arm to compare)."""
+    if not conf:
+        return env
+    args = " ".join(f"--conf {shlex.quote(c)}" for c in conf)
+    current = env.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    return {**env, "PYSPARK_SUBMIT_ARGS": f"{args} {current}"}
+
+
+def run_one(name: str, lines: int, logs: Path, work: Path, executor_python: str,
+            conf: list[str]) -> Run:
     _, where = RUNS[name]
     out = work / f"report-{name}"
     shutil.rmtree(out, ignore_errors=True)
     if where == "local":
-        return measure(name, lines, report_cmd(logs, out, "local[*]"), base_env())
+        return measure(name, lines, report_cmd(logs, out, "local[*]"),
+                       with_conf(base_env(), conf))
     with cluster_of(int(where), work / f"cluster-{name}", executor_python) as env:
         master = env.pop("_MASTER")
-        return measure(name, lines, report_cmd(logs, out, master), env)
+        return measure(name, lines, report_cmd(logs, out, master), with_conf(env, conf))
 
 
 def summary(runs: list[Run]) -> list[str]:
@@ -261,13 +275,16 @@ def main() -> int:
                    help="the cluster executors' Python: a bare venv (default; the report "
                         "must need none) or the driver's, for a report that still does")
     p.add_argument("--json", type=Path, help="also write the runs here")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for every run's driver (repeatable), e.g. an arm "
+                        "to compare against the defaults")
     args = p.parse_args()
     print(f"bench_pipeline: {_interpreter()}, {os.cpu_count()} cores", flush=True)
     runs = []
     for name in args.runs:
         lines = args.lines * RUNS[name][0]
         logs = generate(args.dir, lines)
-        run = run_one(name, lines, logs, args.dir, args.executor_python)
+        run = run_one(name, lines, logs, args.dir, args.executor_python, args.conf)
         runs.append(run)
         print(f"{name}: {run.lines:,} lines in {run.seconds:.1f} s, "
               f"{run.lines_per_s:,.0f} lines/s; driver peak RSS Python "

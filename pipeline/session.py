@@ -32,11 +32,18 @@ def local_driver_memory() -> str:
     return f"{max(1, min(8, total // 4 // 2**30))}g"
 
 
-# A short local job: the C2 compiler's and parallel GC's threads cost more CPU than
-# they save at start-up (bare session + first job, measured back to back: 28.0 -> 15.9 s
-# wall, JVM CPU 19.3 -> 9.4 s), and the web UI is not looked at by a batch job.
-LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-LOCAL_CONF = {"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": LOCAL_JAVA_OPTIONS}
+# The driver's JVM. Locally it is also the executor: the tasks' code (Spark's JSON
+# parser, generated code) needs the C2 compiler; C1 alone made the scan of 5M lines
+# cost 174 s of CPU instead of 56 s (the whole report 215 against 122 s; at 1M lines
+# C2 costs ~10 % more, 58-62 against 66-68 s, compiling what a short job does not
+# repay). The serial GC: one heap, no parallel GC threads competing with the tasks.
+# The web UI is not looked at by a batch job.
+LOCAL_JAVA_OPTIONS = "-XX:+UseSerialGC"
+LOCAL_CONF = {"spark.ui.enabled": "false"}
+# A cluster's driver runs no tasks: it plans and schedules. C1 alone and the serial GC
+# cut its CPU (1M lines on one worker: 41 -> 25 s; with class-data sharing 18 s). The
+# executors keep the JVM's defaults: they run the tasks that C2 pays off on.
+CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # Class-data sharing: the JVM maps the classes a former run loaded from an archive
 # instead of loading and verifying them from Spark's jars again (session start, measured
 # back to back: 10.6-13.3 -> 5.9-6.6 s wall, JVM CPU 8.7-10.0 -> 4.5-5.0 s). The first
@@ -109,14 +116,19 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
     sized = "driver-memory" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     if launching and not sized and (chosen or "").startswith("local"):
         builder = builder.config("spark.driver.memory", local_driver_memory())
-    if launching and (chosen or "").startswith("local"):
+    local = (chosen or "").startswith("local")
+    if launching and local:
         # The report runs no Python on the executors; should anything start a
         # Python worker locally, it gets this interpreter, not the first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if launching and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # This process starts the driver's JVM (spark-submit's is running already):
+        # local, or a cluster's driver.
         configured = _user_conf_keys()
-        local_conf = {**LOCAL_CONF, "spark.driver.extraJavaOptions":
-                      f"{LOCAL_JAVA_OPTIONS} {cds_options(cds_archive())}".strip()}
-        for key, value in local_conf.items():
+        java = LOCAL_JAVA_OPTIONS if local else CLUSTER_DRIVER_JAVA_OPTIONS
+        driver_conf = {**(LOCAL_CONF if local else {}), "spark.driver.extraJavaOptions":
+                       f"{java} {cds_options(cds_archive())}".strip()}
+        for key, value in driver_conf.items():
             if key not in configured and "driver-java-options" not in configured:
                 builder = builder.config(key, value)
     # Log timestamps are UTC; so are windows, buckets and the tables written.
@@ -126,6 +138,13 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
     if (spark.sparkContext.master or "").startswith("local"):
         # 200 shuffle partitions is a cluster default; on one machine it only adds tasks.
         _default(spark, conf, "spark.sql.shuffle.partitions", "8")
+    # The report caches its one aggregation of the lines (fine.py) and derives every
+    # table from it. Spark keeps a cached plan's shuffle partitions as they are unless
+    # this is on: the cache then had 200 partitions of a few kB on a cluster, every
+    # table scanned it with 200 tasks (1M lines on one worker: 4,073 tasks, 159 s) and
+    # the driver was busy scheduling them. With it, adaptive execution coalesces the
+    # cache's partitions by size like any other shuffle's (103 tasks, 67 s).
+    _default(spark, conf, "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
     # Spark packs small files into one task by their size on disk, but a rotated .gz
     # holds ~19x more lines than its size says: with the defaults (128 MiB, 4 MiB per
     # file) a task got a dozen .gz files while another had one plain file, and the

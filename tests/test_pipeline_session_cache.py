@@ -1,0 +1,56 @@
+"""The report's session lets adaptive execution coalesce a cached aggregation's
+partitions: the report caches its one aggregation and every table scans the cache, so
+on a cluster (200 shuffle partitions) each table was 200 tiny tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+SHUFFLE_PARTITIONS = 64
+CACHED_PLAN = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
+
+
+@pytest.fixture
+def many_shuffle_partitions(spark: Any) -> Iterator[Any]:
+    """The session as a cluster sees it: far more shuffle partitions than data."""
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+    try:
+        yield spark
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+
+
+def cached_partitions(spark: Any) -> int:
+    from pyspark.sql import functions as F
+
+    agg = spark.range(20_000).groupBy((F.col("id") % 7).alias("k")).count().persist()
+    try:
+        assert agg.count() == 7  # builds the cache
+        return int(agg.rdd.getNumPartitions())
+    finally:
+        agg.unpersist()
+
+
+def test_the_session_turns_it_on(spark: Any) -> None:
+    assert spark.conf.get(CACHED_PLAN) == "true"
+
+
+def test_a_cached_aggregation_is_coalesced(many_shuffle_partitions: Any) -> None:
+    spark = many_shuffle_partitions
+    assert cached_partitions(spark) < SHUFFLE_PARTITIONS
+
+
+def test_without_the_setting_the_cache_keeps_every_shuffle_partition(
+    many_shuffle_partitions: Any,
+) -> None:
+    """The oracle: Spark's default, as the report had it before."""
+    spark = many_shuffle_partitions
+    spark.conf.set(CACHED_PLAN, "false")
+    try:
+        assert cached_partitions(spark) == SHUFFLE_PARTITIONS
+    finally:
+        spark.conf.set(CACHED_PLAN, "true")
