@@ -59,6 +59,7 @@ def test_report_over_the_proxys_own_log(tansu_factory: Any, tmp_path: Path,
     check_inventory_and_usage_match_the_lines(spark, reported)
     check_latency_and_errors_by_api_match_the_lines(spark, reported)
     check_consumer_group_and_topics_match_the_lines(spark, reported)
+    check_fleet_lag_and_access_match_the_lines(spark, reported)
 
 
 def report_over_proxy_log(tansu_factory: Any, tmp: Path, spark: SparkSession
@@ -149,3 +150,32 @@ def check_consumer_group_and_topics_match_the_lines(spark: SparkSession, reporte
     assert {t: (r["produced_records"], r["fetched_records"]) for t, r in topics.items()} == {
         t: (produced[t], fetched[t]) for t in produced.keys() | fetched.keys()}
     assert topics["modern"]["produced_records"] == 5 and topics["modern"]["fetched_records"] >= 5
+
+
+def check_fleet_lag_and_access_match_the_lines(spark: SparkSession, reported: tuple) -> None:
+    """The proxy's own lag fields (Fetch `positions`, group learnt from the consumer's
+    JoinGroup on this sidecar) and record counts, as the fleet tables give them back."""
+    requests, out = reported
+    newest: dict[tuple[str, int], tuple[str, int]] = {}
+    for e in requests:
+        for pos in e.get("positions") or ():
+            key = (pos["topic"], pos["partition"])
+            if key not in newest or e["ts"] >= newest[key][0]:
+                newest[key] = (e["ts"], pos["lag"])
+    assert ("modern", 0) in newest
+    lag = rows(spark, out, "consumer_lag")
+    latest: dict[tuple[str, int], tuple[int, int]] = {}
+    for r in lag:
+        key = (r["topic"], r["partition"])
+        if key not in latest or r["last_seen"] >= latest[key][0]:
+            latest[key] = (r["last_seen"], r["latest_lag"])
+    assert {k: v[1] for k, v in latest.items()} == {k: v[1] for k, v in newest.items()}
+    assert {r["group_id"] for r in lag if r["topic"] == "modern"} == {"report-readers"}
+    access: Counter[tuple[str, str]] = Counter()
+    for r in rows(spark, out, "topic_access"):
+        access[(r["topic"], r["direction"])] += r["records"]
+    want: Counter[tuple[str, str]] = Counter()
+    for e in requests:
+        for topic, c in ((e.get("record_stats") or {}).get("per_topic") or {}).items():
+            want[(topic, "produce" if e["api_key"] == 0 else "fetch")] += c["records"]
+    assert access == want and access[("modern", "produce")] == 5
