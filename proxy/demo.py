@@ -34,10 +34,17 @@ DEMO_ROTATE_SECONDS = 60.0
 
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="kafkalens demo", description=__doc__)
-    parser.add_argument("--port", type=int, default=9092, help="proxy port for clients")
-    parser.add_argument("--metrics-port", type=int, default=9180, help="HTTP metrics port")
     parser.add_argument(
-        "--log", default=str(DEFAULT_DIR / "requests.log"), metavar="PATH", help="request log"
+        "--port", type=int, default=9092, help="proxy port for clients (default %(default)s)"
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, default=9180, help="HTTP metrics port (default %(default)s)"
+    )
+    parser.add_argument(
+        "--log",
+        default=str(DEFAULT_DIR / "requests.log"),
+        metavar="PATH",
+        help="request log (default %(default)s)",
     )
     parser.add_argument(
         "--rotate-every", type=float, default=DEMO_ROTATE_SECONDS, metavar="SECONDS",

@@ -350,3 +350,29 @@ def http_json(
         if wait_for(value) or time.monotonic() > deadline:
             return value
         time.sleep(0.2)
+
+
+def test_help_names_the_built_in_defaults() -> None:
+    """`--help` says what a flag left out means: the same values the config loader uses."""
+    from proxy.config import DEFAULT_LISTENER, MetricsConfig, RequestLogConfig, load_config
+
+    code, out, _ = run("proxy", "--help")
+    assert code == 0
+    text = " ".join(out.split())  # argparse wraps lines
+    built_in = load_config(None)
+    assert built_in.listeners[0] == DEFAULT_LISTENER and built_in.metrics == MetricsConfig()
+    for value in (DEFAULT_LISTENER.listen, DEFAULT_LISTENER.upstream, MetricsConfig().listen):
+        assert f"built-in default {value}" in text
+    assert f'built-in default "{RequestLogConfig().path}"' in text
+    code, out, _ = run("demo", "--help")
+    text = " ".join(out.split())
+    assert code == 0
+    # the README's demo promises: 127.0.0.1:9092, :9180, ./kafkalens-demo/requests.log
+    for default in (
+        "--port PORT proxy port for clients (default 9092)",
+        "HTTP metrics port (default 9180)",
+        "request log (default kafkalens-demo/requests.log)",
+    ):
+        assert default in text
+    code, out, _ = run("check-config", "--help")
+    assert code == 0 and "FILE the kafkalens.yaml to check" in " ".join(out.split())
