@@ -376,3 +376,11 @@ def test_help_names_the_built_in_defaults() -> None:
         assert default in text
     code, out, _ = run("check-config", "--help")
     assert code == 0 and "FILE the kafkalens.yaml to check" in " ".join(out.split())
+
+
+def test_the_listening_line_names_addresses_as_flags_take_them(tmp_path: Path) -> None:
+    proc, port = start_proxy(tmp_path, f"{LOCAL}:19", grace=1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    line = next(line for line in (out + err).splitlines() if "listening" in line)
+    assert f"listen={LOCAL}:{port}" in line and f"upstream={LOCAL}:19" in line, line
