@@ -260,14 +260,17 @@ class Waiting:
     def __post_init__(self) -> None:
         self.last_data = self.last_notice = time.monotonic()
 
-    def update(self, progress: dict[str, Any] | None, busy: bool = False) -> None:
-        """`progress`: the query's last; `busy`: a batch is running (not waiting then)."""
-        if progress is None:  # the first batch has not finished: not waiting yet
+    def update(self, recent: list[dict[str, Any]], busy: bool = False) -> None:
+        """`recent`: the query's recent progress, oldest first (every batch since the last
+        poll: a batch that read lines is followed at once by one without input that
+        moves the watermark on); `busy`: a batch is running (not waiting then)."""
+        if not recent:  # the first batch has not finished: not waiting yet
             self.last_data = time.monotonic()
             return
-        if progress.get("batchId", -1) != self.last_batch:
-            self.last_batch = progress["batchId"]
-            if progress.get("numInputRows"):
+        new = [p for p in recent if p.get("batchId", -1) > self.last_batch]
+        if new:
+            self.last_batch = new[-1]["batchId"]
+            if any(p.get("numInputRows") for p in new):
                 self.last_data = time.monotonic()
         now = time.monotonic()
         if not busy and now - max(self.last_data, self.last_notice) >= self.every:
@@ -336,7 +339,7 @@ def run_watch(spark: SparkSession, o: WatchOptions) -> int:
             if spool and time.monotonic() - collected >= o.interval:
                 spool.collect()
                 collected = time.monotonic()
-            waiting.update(query.lastProgress, bool(query.status.get("isTriggerActive")))
+            waiting.update(query.recentProgress, bool(query.status.get("isTriggerActive")))
         if query.isActive:
             _stop_between_batches(query)
         if stop.requested:

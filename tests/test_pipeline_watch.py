@@ -374,3 +374,27 @@ def test_a_log_directory_that_is_not_there_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err == (f"kafkalens watch: {missing} is not a directory (give the directory "
                    "request_log.path writes into)\n")
+
+
+def test_lines_read_between_two_polls_count_though_a_watermark_batch_followed(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """Spark runs a batch without input right after one that read lines (to move the
+    watermark on): the notice must not take the last of them for the whole story."""
+    from types import SimpleNamespace
+
+    from pipeline import watch
+
+    clock = [1000.0]
+    monkeypatch.setattr(watch, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    o = WatchOptions(str(tmp_path), out=str(tmp_path / "out"))  # a spool: Spark not asked
+    waiting = watch.Waiting(o, None, 30)  # type: ignore[arg-type]
+    batches = [{"batchId": 0, "numInputRows": 5}]
+    waiting.update(batches)
+    clock[0] += 100
+    batches += [{"batchId": 1, "numInputRows": 12}, {"batchId": 2, "numInputRows": 0}]
+    waiting.update(batches)
+    assert capsys.readouterr().err == ""
+    clock[0] += 31
+    waiting.update([*batches, {"batchId": 3, "numInputRows": 0}])
+    assert "kafkalens watch: no new lines for 31 s;" in capsys.readouterr().err
