@@ -68,8 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="an embedded broker behind the proxy", add_help=False)
     for name, what in (
         ("decode", "decode captured Kafka frames"),
-        ("report", "batch report over request logs: Parquet tables and report.html"),
-        ("watch", "streaming one-minute aggregates over a request log directory"),
+        ("report", "report on a request log"),
+        ("watch", "watch a request log"),
     ):
         sub.add_parser(name, help=what, add_help=False)
     return parser
