@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,7 +260,7 @@ class Waiting:
     def __post_init__(self) -> None:
         self.last_data = self.last_notice = time.monotonic()
 
-    def update(self, recent: list[dict[str, Any]], busy: bool = False) -> None:
+    def update(self, recent: Sequence[dict[str, Any]], busy: bool = False) -> None:
         """`recent`: the query's recent progress, oldest first (every batch since the last
         poll: a batch that read lines is followed at once by one without input that
         moves the watermark on); `busy`: a batch is running (not waiting then)."""
@@ -289,6 +289,15 @@ class Waiting:
                     f"{staged} read so far); the active log is read once it rotates")
         return (f"waiting for new files matching {where} "
                 f"({_hadoop_glob_count(self.spark, o.logdir, o.pattern)} there now)")
+
+
+def progress_since(query: StreamingQuery, last_batch: int) -> Sequence[dict[str, Any]]:
+    """The progress of the batches after `last_batch`, or of the last one: the whole
+    recent list (up to 100 parsed from the JVM) only when batches were missed."""
+    last = query.lastProgress
+    if last is None or last["batchId"] <= last_batch + 1:
+        return [last] if last is not None else []
+    return query.recentProgress
 
 
 def _listing(directory: str) -> list[Path]:
@@ -339,7 +348,8 @@ def run_watch(spark: SparkSession, o: WatchOptions) -> int:
             if spool and time.monotonic() - collected >= o.interval:
                 spool.collect()
                 collected = time.monotonic()
-            waiting.update(query.recentProgress, bool(query.status.get("isTriggerActive")))
+            recent = progress_since(query, waiting.last_batch)
+            waiting.update(recent, bool(query.status.get("isTriggerActive")))
         if query.isActive:
             _stop_between_batches(query)
         if stop.requested:

@@ -398,3 +398,16 @@ def test_lines_read_between_two_polls_count_though_a_watermark_batch_followed(
     clock[0] += 31
     waiting.update([*batches, {"batchId": 3, "numInputRows": 0}])
     assert "kafkalens watch: no new lines for 31 s;" in capsys.readouterr().err
+
+
+def test_the_recent_progress_is_read_only_when_batches_were_missed() -> None:
+    from types import SimpleNamespace
+
+    from pipeline.watch import progress_since
+
+    batches = [{"batchId": n, "numInputRows": n % 2} for n in range(4)]
+    query = SimpleNamespace(lastProgress=batches[-1], recentProgress=batches)
+    assert progress_since(query, 2) == [batches[-1]]  # type: ignore[arg-type]
+    assert progress_since(query, 3) == [batches[-1]]  # type: ignore[arg-type]
+    assert progress_since(query, 1) == batches  # type: ignore[arg-type]
+    assert progress_since(SimpleNamespace(lastProgress=None), -1) == []  # type: ignore[arg-type]
