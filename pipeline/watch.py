@@ -256,19 +256,23 @@ class Waiting:
     last_data: float = 0.0
     last_notice: float = 0.0
     last_batch: int = -1
+    last_seen: str = ""  # the timestamp of the newest progress seen
 
     def __post_init__(self) -> None:
         self.last_data = self.last_notice = time.monotonic()
 
     def update(self, recent: Sequence[dict[str, Any]], busy: bool = False) -> None:
-        """`recent`: the query's recent progress, oldest first (every batch since the last
-        poll: a batch that read lines is followed at once by one without input that
-        moves the watermark on); `busy`: a batch is running (not waiting then)."""
+        """`recent`: progress reports, oldest first, at least those since the last poll;
+        `busy`: a batch is running (not waiting then). Reports are told apart by their
+        timestamps: while idle Spark reports every 10 s under the id of the batch to
+        come, which then reads the lines under that same id, and a batch that read lines
+        is followed at once by one without input that moves the watermark on."""
         if not recent:  # the first batch has not finished: not waiting yet
             self.last_data = time.monotonic()
             return
-        new = [p for p in recent if p.get("batchId", -1) > self.last_batch]
+        new = [p for p in recent if p.get("timestamp", "") > self.last_seen]
         if new:
+            self.last_seen = new[-1]["timestamp"]
             self.last_batch = new[-1]["batchId"]
             if any(p.get("numInputRows") for p in new):
                 self.last_data = time.monotonic()
@@ -292,11 +296,13 @@ class Waiting:
 
 
 def progress_since(query: StreamingQuery, last_batch: int) -> Sequence[dict[str, Any]]:
-    """The progress of the batches after `last_batch`, or of the last one: the whole
-    recent list (up to 100 parsed from the JVM) only when batches were missed."""
+    """The last progress report while no batch ran since `last_batch` (an idle report,
+    or that batch itself), else the recent ones (up to 100, parsed from the JVM)."""
     last = query.lastProgress
-    if last is None or last["batchId"] <= last_batch + 1:
-        return [last] if last is not None else []
+    if last is None:
+        return []
+    if last["batchId"] == last_batch:
+        return [last]
     return query.recentProgress
 
 
