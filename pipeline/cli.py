@@ -111,10 +111,10 @@ def report_main(argv: list[str]) -> int:
 
 
 def watch_main(argv: list[str]) -> int:
-    args = _watch_parser().parse_args(argv)
-    if missing := pipeline_missing():
+    if missing := pipeline_missing():  # before the parser: it takes defaults from the watch
         print(missing, file=sys.stderr)
         return 2
+    args = _watch_parser().parse_args(argv)
     from pipeline.watch import WatchOptions, run_watch
 
     options = WatchOptions.from_args(args)

@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,18 +256,25 @@ class Waiting:
     last_data: float = 0.0
     last_notice: float = 0.0
     last_batch: int = -1
+    last_seen: str = ""  # the timestamp of the newest progress seen
 
     def __post_init__(self) -> None:
         self.last_data = self.last_notice = time.monotonic()
 
-    def update(self, progress: dict[str, Any] | None, busy: bool = False) -> None:
-        """`progress`: the query's last; `busy`: a batch is running (not waiting then)."""
-        if progress is None:  # the first batch has not finished: not waiting yet
+    def update(self, recent: Sequence[dict[str, Any]], busy: bool = False) -> None:
+        """`recent`: progress reports, oldest first, at least those since the last poll;
+        `busy`: a batch is running (not waiting then). Reports are told apart by their
+        timestamps: while idle Spark reports every 10 s under the id of the batch to
+        come, which then reads the lines under that same id, and a batch that read lines
+        is followed at once by one without input that moves the watermark on."""
+        if not recent:  # the first batch has not finished: not waiting yet
             self.last_data = time.monotonic()
             return
-        if progress.get("batchId", -1) != self.last_batch:
-            self.last_batch = progress["batchId"]
-            if progress.get("numInputRows"):
+        new = [p for p in recent if p.get("timestamp", "") > self.last_seen]
+        if new:
+            self.last_seen = new[-1]["timestamp"]
+            self.last_batch = new[-1]["batchId"]
+            if any(p.get("numInputRows") for p in new):
                 self.last_data = time.monotonic()
         now = time.monotonic()
         if not busy and now - max(self.last_data, self.last_notice) >= self.every:
@@ -286,6 +293,17 @@ class Waiting:
                     f"{staged} read so far); the active log is read once it rotates")
         return (f"waiting for new files matching {where} "
                 f"({_hadoop_glob_count(self.spark, o.logdir, o.pattern)} there now)")
+
+
+def progress_since(query: StreamingQuery, last_batch: int) -> Sequence[dict[str, Any]]:
+    """The last progress report while no batch ran since `last_batch` (an idle report,
+    or that batch itself), else the recent ones (up to 100, parsed from the JVM)."""
+    last = query.lastProgress
+    if last is None:
+        return []
+    if last["batchId"] == last_batch:
+        return [last]
+    return query.recentProgress
 
 
 def _listing(directory: str) -> list[Path]:
@@ -336,7 +354,8 @@ def run_watch(spark: SparkSession, o: WatchOptions) -> int:
             if spool and time.monotonic() - collected >= o.interval:
                 spool.collect()
                 collected = time.monotonic()
-            waiting.update(query.lastProgress, bool(query.status.get("isTriggerActive")))
+            recent = progress_since(query, waiting.last_batch)
+            waiting.update(recent, bool(query.status.get("isTriggerActive")))
         if query.isActive:
             _stop_between_batches(query)
         if stop.requested:

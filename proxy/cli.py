@@ -10,7 +10,15 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from proxy.config import ConfigError, Overrides, load_config, summary
+from proxy.config import (
+    DEFAULT_LISTENER,
+    ConfigError,
+    MetricsConfig,
+    Overrides,
+    RequestLogConfig,
+    load_config,
+    summary,
+)
 from proxy.console import EXIT_CONFIG, OneLineParser, configure_logging, fail
 from proxy.preflight import check_request_log_path, check_startup
 
@@ -18,14 +26,42 @@ from proxy.preflight import check_request_log_path, check_startup
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="kafkalens", description="A Kafka-protocol L7 proxy.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    proxy = sub.add_parser("proxy", help="run the proxy")
-    proxy.add_argument("--config", metavar="FILE", help="kafkalens.yaml (default: built-in)")
-    proxy.add_argument("--listen", metavar="HOST:PORT", help="client-facing address")
-    proxy.add_argument("--upstream", metavar="HOST:PORT", help="the broker to forward to")
-    proxy.add_argument("--metrics", metavar="HOST:PORT", help="/metrics, /healthz, ... address")
-    proxy.add_argument("--request-log", metavar="PATH", help='request log file, or "-" (stdout)')
-    check = sub.add_parser("check-config", help="validate a config file and exit")
-    check.add_argument("file", metavar="FILE")
+    proxy = sub.add_parser(
+        "proxy",
+        help="run the proxy",
+        description="Run the proxy. Each flag replaces its key of the --config file (in gateway"
+        " mode --listen and --upstream replace gateway.bootstrap_listen and bootstrap_servers).",
+    )
+    proxy.add_argument(
+        "--config", metavar="FILE", help="kafkalens.yaml (default: the built-in defaults)"
+    )
+    proxy.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help=f"client-facing address (built-in default {DEFAULT_LISTENER.listen})",
+    )
+    proxy.add_argument(
+        "--upstream",
+        metavar="HOST:PORT",
+        help=f"the broker to forward to (built-in default {DEFAULT_LISTENER.upstream})",
+    )
+    proxy.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help=f"/metrics, /healthz, /readyz address (built-in default {MetricsConfig().listen})",
+    )
+    proxy.add_argument(
+        "--request-log",
+        metavar="PATH",
+        help=f'request log file, or "-" for stdout (built-in default "{RequestLogConfig().path}")',
+    )
+    check = sub.add_parser(
+        "check-config",
+        help="validate a config file and exit",
+        description="Validate FILE and what `kafkalens proxy` needs to start with it; exit 0"
+        " with a summary, or 2 with one line naming the key.",
+    )
+    check.add_argument("file", metavar="FILE", help="the kafkalens.yaml to check")
     check.add_argument(
         "--check-ports", action="store_true", help="also bind the listen addresses (then free them)"
     )

@@ -960,6 +960,7 @@ def summary(config: Config) -> list[str]:
     telemetry = config.telemetry
     mode = "collect" if telemetry.collect else "observe" if telemetry.observe else "off"
     lines.append(f"telemetry: {mode}, log {telemetry.log.path or 'off'}")
+    lines.append(f"consumer lag and topic traffic: {'on' if config.lag.enabled else 'off'}")
     return lines
 
 

@@ -34,10 +34,17 @@ DEMO_ROTATE_SECONDS = 60.0
 
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="kafkalens demo", description=__doc__)
-    parser.add_argument("--port", type=int, default=9092, help="proxy port for clients")
-    parser.add_argument("--metrics-port", type=int, default=9180, help="HTTP metrics port")
     parser.add_argument(
-        "--log", default=str(DEFAULT_DIR / "requests.log"), metavar="PATH", help="request log"
+        "--port", type=int, default=9092, help="proxy port for clients (default %(default)s)"
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, default=9180, help="HTTP metrics port (default %(default)s)"
+    )
+    parser.add_argument(
+        "--log",
+        default=str(DEFAULT_DIR / "requests.log"),
+        metavar="PATH",
+        help="request log (default %(default)s)",
     )
     parser.add_argument(
         "--rotate-every", type=float, default=DEMO_ROTATE_SECONDS, metavar="SECONDS",
@@ -126,11 +133,6 @@ def rotate_log(sink: Any, backups: int) -> None:
     sink.reopen()  # the writer thread reopens after the lines queued so far
 
 
-def _watch_hint(log_path: Path, rotate_every: float) -> None:
-    print(f"  (kafkalens watch {log_path.parent}: the request log rotates every "
-          f"{rotate_every:g} s)", flush=True)
-
-
 async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every: float) -> int:
     from proxy.runner import start_proxy, wait_for_stop_signal
 
@@ -143,9 +145,8 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
         return 1
     backups = config.request_log.backups
     rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
-    _watch_hint(log_path, rotate_every)
     try:
-        _banner(config, log_path, running.clients_address)
+        _banner(config, log_path, running.clients_address, rotate_every)
         await wait_for_stop_signal()
         print("stopping...", flush=True)
         rotating.cancel()
@@ -156,12 +157,13 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
     return 0
 
 
-def _banner(config: Config, log_path: Path, clients: Address | None) -> None:
+def _banner(config: Config, log_path: Path, clients: Address | None, rotate_every: float) -> None:
     listen = config.listeners[0].listen
     lines = [
         "kafkalens demo: a tansu broker behind the proxy",
         f"  bootstrap servers: {listen}",
         f"  request log:       {log_path}   (tail -f {log_path} | jq .)",
+        f"                     rotated every {rotate_every:g} s (kafkalens watch {log_path.parent})",
         f"  metrics:           http://{config.metrics.listen}/metrics",
         f"  clients:           http://{clients}/clients",
         "  Ctrl-C to stop",

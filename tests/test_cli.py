@@ -192,6 +192,8 @@ def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
             assert line, proc.stderr.read() if proc.stderr else ""
             banner.append(line)
         text = "".join(banner)
+        assert banner[0].startswith("kafkalens demo:"), text  # the title first
+        assert f"rotated every 60 s (kafkalens watch {log.parent})" in text
         assert f"bootstrap servers: 127.0.0.1:{port}" in text
         assert f"tail -f {log} | jq ." in text
         assert f"http://127.0.0.1:{metrics_port}/metrics" in text
@@ -350,3 +352,37 @@ def http_json(
         if wait_for(value) or time.monotonic() > deadline:
             return value
         time.sleep(0.2)
+
+
+def test_help_names_the_built_in_defaults() -> None:
+    """`--help` says what a flag left out means: the same values the config loader uses."""
+    from proxy.config import DEFAULT_LISTENER, MetricsConfig, RequestLogConfig, load_config
+
+    code, out, _ = run("proxy", "--help")
+    assert code == 0
+    text = " ".join(out.split())  # argparse wraps lines
+    built_in = load_config(None)
+    assert built_in.listeners[0] == DEFAULT_LISTENER and built_in.metrics == MetricsConfig()
+    for value in (DEFAULT_LISTENER.listen, DEFAULT_LISTENER.upstream, MetricsConfig().listen):
+        assert f"built-in default {value}" in text
+    assert f'built-in default "{RequestLogConfig().path}"' in text
+    code, out, _ = run("demo", "--help")
+    text = " ".join(out.split())
+    assert code == 0
+    # the README's demo promises: 127.0.0.1:9092, :9180, ./kafkalens-demo/requests.log
+    for default in (
+        "--port PORT proxy port for clients (default 9092)",
+        "HTTP metrics port (default 9180)",
+        "request log (default kafkalens-demo/requests.log)",
+    ):
+        assert default in text
+    code, out, _ = run("check-config", "--help")
+    assert code == 0 and "FILE the kafkalens.yaml to check" in " ".join(out.split())
+
+
+def test_the_listening_line_names_addresses_as_flags_take_them(tmp_path: Path) -> None:
+    proc, port = start_proxy(tmp_path, f"{LOCAL}:19", grace=1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    line = next(line for line in (out + err).splitlines() if "listening" in line)
+    assert f"listen={LOCAL}:{port}" in line and f"upstream={LOCAL}:19" in line, line

@@ -18,6 +18,7 @@ from proxy.config import (
     Config,
     ConfigError,
     HeaderV3Rule,
+    LagConfig,
     Overrides,
     load_config,
     parse_config,
@@ -250,6 +251,8 @@ def test_summary_lines() -> None:
     lines = summary(Config())
     assert "listener plaintext: 0.0.0.0:9092 -> 127.0.0.1:19092" in lines
     assert "metrics: http://0.0.0.0:9180/metrics" in lines
+    assert "consumer lag and topic traffic: on" in lines
+    assert "consumer lag and topic traffic: off" in summary(Config(lag=LagConfig(enabled=False)))
 
 
 # --- bounds and unknown keys (issue 18, item 6) ---------------------------------------

@@ -79,10 +79,12 @@ def test_an_existing_empty_directory_is_a_valid_empty_report(
     assert spark.read.parquet(str(tmp_path / "out" / "latency_by_api")).count() == 0
 
 
-def test_without_pyspark_the_cli_names_the_extra_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("args", [["report", "x.log", "--out", "out"], ["watch", "logs"]])
+def test_without_pyspark_the_cli_names_the_extra_in_one_line(
+        tmp_path: Path, args: list[str]) -> None:
     code = ("import sys; sys.modules['pyspark'] = None\n"
             "from proxy.cli import main\n"
-            "raise SystemExit(main(['report', 'x.log', '--out', 'out']))")
+            f"raise SystemExit(main({args!r}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env=_env())
     assert done.returncode == 2, done.stderr

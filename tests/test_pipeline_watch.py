@@ -374,3 +374,48 @@ def test_a_log_directory_that_is_not_there_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err == (f"kafkalens watch: {missing} is not a directory (give the directory "
                    "request_log.path writes into)\n")
+
+
+def report(batch: int, rows: int, second: int) -> dict[str, Any]:
+    """A progress report as Spark gives it (the fields the watch reads)."""
+    return {"batchId": batch, "numInputRows": rows, "timestamp": f"2026-11-25T18:00:{second:02d}.000Z"}
+
+
+def test_lines_read_between_two_polls_count_though_other_reports_followed(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """As `kafkalens watch` beside `kafkalens demo` showed: idle, Spark reports every 10 s
+    under the id of the batch to come; that batch then reads lines under the same id,
+    and one without input follows at once to move the watermark on."""
+    from types import SimpleNamespace
+
+    from pipeline import watch
+
+    clock = [1000.0]
+    monkeypatch.setattr(watch, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    o = WatchOptions(str(tmp_path), out=str(tmp_path / "out"))  # a spool: Spark not asked
+    waiting = watch.Waiting(o, None, 30)  # type: ignore[arg-type]
+    reports = [report(0, 60, 0), report(1, 0, 1), report(2, 0, 11)]
+    waiting.update(reports)
+    clock[0] += 25
+    reports.append(report(2, 0, 21))  # idle again
+    waiting.update(reports)
+    clock[0] += 10
+    reports += [report(2, 12, 30), report(3, 0, 31), report(4, 0, 41)]
+    waiting.update(reports)
+    assert capsys.readouterr().err == ""
+    clock[0] += 31
+    waiting.update([*reports, report(4, 0, 51)])
+    assert "kafkalens watch: no new lines for 31 s;" in capsys.readouterr().err
+
+
+def test_the_recent_progress_is_read_only_when_a_batch_ran() -> None:
+    from types import SimpleNamespace
+
+    from pipeline.watch import progress_since
+
+    reports = [report(2, 0, 11), report(2, 12, 30), report(3, 0, 31)]
+    query = SimpleNamespace(lastProgress=reports[-1], recentProgress=reports)
+    assert progress_since(query, 3) == [reports[-1]]  # type: ignore[arg-type]
+    assert progress_since(query, 2) == reports  # type: ignore[arg-type]
+    assert progress_since(SimpleNamespace(lastProgress=None), -1) == []  # type: ignore[arg-type]

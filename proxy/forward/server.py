@@ -131,7 +131,12 @@ class Server:
             ) from exc
         listener = Listener(name, listen, route, server, tls is not None)
         self.listeners[name] = listener
-        log.info("listening", listener=name, listen=str(listener.bound), upstream=upstreams)
+        log.info(
+            "listening",
+            listener=name,
+            listen=str(listener.bound),
+            upstream=", ".join(str(address) for address in upstreams),
+        )
         return listener
 
     async def remove_listener(self, name: str) -> None:
