@@ -31,6 +31,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from codec.error_codes import ERROR_CODES, error_name
@@ -283,6 +284,28 @@ class ConnectionMetrics:
         self._m.connections_closed.labels(listener=self.listener, reason=reason).inc()
 
 
+class AdminRefusals:
+    """Requests the admin port (proxy/admin/http.py) refused, by reason: a collector of
+    its own, so that the parent of workers, which has no Metrics, exports it too."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def note(self, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "kafkalens_admin_refused",
+            "Admin port requests refused, by reason (too_many_connections, clients_off, "
+            "unauthorized, host, bad_request, method, header_too_large, header_timeout).",
+            labels=("reason",),
+        )
+        for reason, count in sorted(self.counts.items()):
+            family.add_metric((reason,), count)
+        yield family
+
+
 class Metrics:
     """Every kafkalens metric, registered in `self.registry` (not the global registry)."""
 
@@ -294,6 +317,8 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Flusher(self))  # first: collected before the series
+        self.admin_refusals = AdminRefusals()
+        self.registry.register(self.admin_refusals)
         self._apis: dict[str, ApiMetrics] = {}
         self._instances: RefCounts[Hashable] = RefCounts()
         self._render_thread = threading.local()  # .flushed: the loop flushed already

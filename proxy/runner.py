@@ -103,8 +103,8 @@ async def start_proxy(
         ready=ready,
         clients=server.clients,
         metrics_later=metrics.render_off_loop,
+        refusals=metrics.admin_refusals,
     )
-    metrics.registry.register(endpoints.refusals)
     try:
         admin = await start_admin(config.metrics, endpoints)
     except ConfigError:

@@ -285,8 +285,9 @@ def serve_workers(config: Config) -> None:
 async def _parent(config: Config, metrics_dir: Path) -> None:
     # Not proxy.runner: the parent forwards nothing, and the codec it would load costs
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
-    from proxy.admin.http import AdminRefusals, Endpoints, start_admin
+    from proxy.admin.http import Endpoints, start_admin
     from proxy.admin.readiness import UpstreamProbe
+    from proxy.metrics import AdminRefusals
     from proxy.signals import on_reopen_signal, wait_for_stop_signal
 
     pool = WorkerPool(config, metrics_dir)

@@ -22,42 +22,20 @@ import hmac
 import inspect
 import json
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST
-from prometheus_client.core import CounterMetricFamily
 
 from proxy.config import Address, ConfigError, MetricsConfig
+from proxy.metrics import AdminRefusals
 
 MAX_HEADER_BYTES = 8192
 HEADER_TIMEOUT_SECONDS = 5.0
 _TEXT = "text/plain; charset=utf-8"
 _JSON = "application/json"
-
-
-class AdminRefusals:
-    """Requests the admin port refused, by reason: a Prometheus collector, so that the
-    single process and the parent of workers (which has no Metrics) export it alike."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-
-    def note(self, reason: str) -> None:
-        self.counts[reason] = self.counts.get(reason, 0) + 1
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(
-            "kafkalens_admin_refused",
-            "Admin port requests refused, by reason (too_many_connections, clients_off, "
-            "unauthorized, host, bad_request, method, header_too_large, header_timeout).",
-            labels=("reason",),
-        )
-        for reason, count in sorted(self.counts.items()):
-            family.add_metric((reason,), count)
-        yield family
 
 
 @dataclass
