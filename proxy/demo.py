@@ -93,9 +93,10 @@ def main(argv: list[str]) -> int:
     metrics = dataclasses.replace(config.metrics, clients_listen=Address(HOST, 0))
     config = dataclasses.replace(config, limits=limits, metrics=metrics)
     configure_logging()
-    broker = TansuBroker(
-        host=HOST, port=internal, advertised_port=args.port, log_path=log_path.parent / "tansu.log"
-    )
+    # Beside the log directory, not in it: `kafkalens report`/`watch` on that directory
+    # read every file there, and the broker's own log is not a request log.
+    broker_log = log_path.parent.with_name(f"{log_path.parent.name}-tansu.log")
+    broker = TansuBroker(host=HOST, port=internal, advertised_port=args.port, log_path=broker_log)
     import uvloop
 
     try:

@@ -211,7 +211,8 @@ def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(15) == 0
         # the request log is opened where the banner said (its lines are the hooks' job)
-        assert log.exists() and (tmp_path / "demo" / "tansu.log").exists()
+        assert log.exists() and (tmp_path / "demo-tansu.log").exists()
+        assert {path.name for path in (tmp_path / "demo").iterdir()} <= {"requests.log", "requests.log.1"}
     finally:
         proc.kill()
         proc.communicate()
