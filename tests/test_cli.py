@@ -180,9 +180,13 @@ def test_sigterm_cuts_off_after_the_grace_period(tmp_path: Path) -> None:
 def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
     port, metrics_port = free_port(), free_port()
     log = tmp_path / "demo" / "requests.log"
+    import resource
+
     proc = kafkalens(
         "demo", "--port", str(port), "--metrics-port", str(metrics_port), "--log", str(log),
         cwd=tmp_path,
+        # a common shell's limit: the demo must fit it without warnings
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096)),
     )  # fmt: skip
     try:
         banner: list[str] = []
@@ -210,6 +214,8 @@ def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
             assert isinstance(json.load(r), list)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(15) == 0
+        assert proc.stderr is not None
+        assert "open-file limit" not in proc.stderr.read()
         # the request log is opened where the banner said (its lines are the hooks' job)
         assert log.exists() and (tmp_path / "demo-tansu.log").exists()
         assert {path.name for path in (tmp_path / "demo").iterdir()} <= {"requests.log", "requests.log.1"}
