@@ -225,6 +225,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m bench.hooks_cost",
+        description=(__doc__ or "").split("\n\n", 1)[0],
+        epilog="No options: it captures real frames (starts a tansu broker) and prints a table.",
+    ).parse_args()
     cases = capture()
     gc.collect()
     gc.freeze()  # as a serving kafkalens process does (proxy/runner.py)
