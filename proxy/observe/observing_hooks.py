@@ -38,7 +38,7 @@ from proxy.observe.lag import CommitAsk, FetchAsk, LagTracker
 from proxy.observe.lag_hooks import APIS as LAG_HOOK_APIS
 from proxy.observe.lag_hooks import LagHooks
 from proxy.observe.memo import FrameMemo
-from proxy.observe.request_line import connection_fields, line_base
+from proxy.observe.request_line import connection_fields, request_line
 from proxy.observe.request_log import RequestLog
 from proxy.observe.streamed import Streamed, StreamedFrames
 from proxy.observe.summary import (
@@ -153,10 +153,9 @@ class ObservingHooks(Hooks):
         if token is None:  # the request hook did not run (e.g. the connection broke first)
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
         if self.log and self.log.wants(token.api, pending.api_key, True):
-            line = line_base(info, pending, token, self.states.get(info.conn_id))
             latency = self.clock() - pending.started
-            line.update(reason=reason, latency_ms=round(latency * 1000, 3), response_bytes=None)
-            line.update(token.fields)
+            extra: dict[str, Any] = {"reason": reason, "latency_ms": round(latency * 1000, 3), "response_bytes": None}
+            line = request_line(info, pending, token, self.states.get(info.conn_id), extra)
             self.log.write("request_incomplete", line)
 
     # -- requests ------------------------------------------------------------
@@ -201,11 +200,13 @@ class ObservingHooks(Hooks):
         pending.token = self._observe_request(info, frame, pending)
 
     def request_without_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
-        token = self._observe_request(info, frame, pending)
+        self.unanswered(info, pending, self._observe_request(info, frame, pending))
+
+    def unanswered(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
+        """The line of a request that gets no response (Produce with acks=0)."""
         if self.log and self.log.wants(token.api, pending.api_key, False):
-            line = line_base(info, pending, token, self.states.get(info.conn_id))
-            line.update(latency_ms=None, response_bytes=None, errors=[])
-            line.update(token.fields)
+            extra: dict[str, Any] = {"latency_ms": None, "response_bytes": None, "errors": []}
+            line = request_line(info, pending, token, self.states.get(info.conn_id), extra)
             self.log.write("request_no_response", line)
 
     def _observe_request(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> Token:
@@ -403,23 +404,31 @@ class ObservingHooks(Hooks):
         token: Token | None = pending.token
         if token is None:  # the request hook did not run (e.g. an answer the proxy made)
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
-        api_metrics = self.metrics.api(token.api)
-        response_size = len(frame) + 4
-        api_metrics.response(latency, response_size)
         state = self.states.get(info.conn_id)
         fields: dict[str, Any] = {"errors": []}
         if token.decode_error is None:
             fields = self._observe_response(info, state, frame, pending, token)
-            if token.lag is not None and token.lag.__class__ is CommitAsk:
-                fields = self.lag_hooks.commit_fields(fields, token.lag)  # type: ignore[union-attr]
+        self.responded(info, pending, token, state, latency, len(frame) + 4, fields)
+
+    def responded(
+        self, info: ConnectionInfo, pending: Pending, token: Token, state: ConnState | None,
+        latency: float, size: int, fields: dict[str, Any],
+    ) -> None:
+        """A response observed, whole or streamed: counted, its errors too, and logged.
+        (Shared with streamed responses at no cost to the whole-frame path, run for every
+        response: the call it pays here, it saves in request_line, which is given the
+        connection's state where _line_base looked it up again.)"""
+        api_metrics = self.metrics.api(token.api)
+        api_metrics.response(latency, size)
+        if token.lag is not None and token.lag.__class__ is CommitAsk:
+            fields = self.lag_hooks.commit_fields(fields, token.lag)  # type: ignore[union-attr]
         for error in fields["errors"]:
             api_metrics.error(error)
             if state is not None:
                 state.errors[error] = state.errors.get(error, 0) + 1
         if self.log and self.log.wants(token.api, pending.api_key, bool(fields["errors"])):
-            line = line_base(info, pending, token, state)
-            line.update(latency_ms=round(latency * 1000, 3), response_bytes=response_size)
-            line.update(token.fields)
+            extra: dict[str, Any] = {"latency_ms": round(latency * 1000, 3), "response_bytes": size}
+            line = request_line(info, pending, token, state, extra)
             line.update(fields)
             self.log.write("request", line)
 

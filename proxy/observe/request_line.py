@@ -8,7 +8,11 @@ from proxy.hooks import ConnectionInfo, Pending
 from proxy.observe.conn_state import ConnState, Token
 
 
-def line_base(info: ConnectionInfo, pending: Pending, token: Token, state: ConnState | None) -> dict[str, Any]:
+def request_line(
+    info: ConnectionInfo, pending: Pending, token: Token, state: ConnState | None, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """A request's line: the connection, the request, who sent it, then `extra` (its
+    latency and response size, or why it has none), then the request's own fields."""
     line: dict[str, Any] = {
         "conn": info.conn_id,
         "listener": info.listener,
@@ -22,6 +26,8 @@ def line_base(info: ConnectionInfo, pending: Pending, token: Token, state: ConnS
     }
     if token.decode_error is not None:
         line["decode_error"] = token.decode_error
+    line.update(extra)
+    line.update(token.fields)
     return line
 
 

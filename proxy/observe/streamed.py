@@ -19,10 +19,9 @@ from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
 from proxy.observe.conn_state import ConnState, Token
 from proxy.observe.identity import PUSH_TELEMETRY
-from proxy.observe.lag import CommitAsk, FetchAsk
+from proxy.observe.lag import FetchAsk
 from proxy.observe.lag_hooks import LagHooks
 from proxy.observe.observer_parts import Observer
-from proxy.observe.request_line import line_base
 from proxy.observe.summary import FULL_DECODE_RESPONSES, response_fields
 from proxy.observe.telemetry_hooks import TelemetryHooks
 
@@ -33,6 +32,13 @@ class StreamOwner(Observer, Protocol):
     stream_limits: StreamLimits
     telemetry_hooks: TelemetryHooks
     lag_hooks: LagHooks | None
+
+    def unanswered(self, info: ConnectionInfo, pending: Pending, token: Token) -> None: ...
+
+    def responded(
+        self, info: ConnectionInfo, pending: Pending, token: Token, state: ConnState | None,
+        latency: float, size: int, fields: dict[str, Any],
+    ) -> None: ...
 
 
 class Streamed(FrameObserver):
@@ -75,9 +81,7 @@ class Streamed(FrameObserver):
 
 
 class StreamedFrames:
-    """The observer's streamed-frame part; `hooks` is the observer it belongs to. (Its
-    own copies of the few lines the whole-frame path has in line, which runs for every
-    frame and pays no extra call for them.)"""
+    """The observer's streamed-frame part; `hooks` is the observer it belongs to."""
 
     def __init__(self, hooks: StreamOwner) -> None:
         self.hooks = hooks
@@ -120,15 +124,7 @@ class StreamedFrames:
         if streamed.expects_response:
             pending.token = token
         else:
-            self._log_without_response(info, pending, token)
-
-    def _log_without_response(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
-        hooks = self.hooks
-        if hooks.log and hooks.log.wants(token.api, pending.api_key, False):
-            line = line_base(info, pending, token, hooks.states.get(info.conn_id))
-            line.update(latency_ms=None, response_bytes=None, errors=[])
-            line.update(token.fields)
-            hooks.log.write("request_no_response", line)
+            hooks.unanswered(info, pending, token)
 
     def response_done(self, info: ConnectionInfo, pending: Pending, streamed: Streamed) -> None:
         """response_forwarded's line, for a response decoded as it streamed past."""
@@ -137,25 +133,11 @@ class StreamedFrames:
         token: Token | None = pending.token
         if token is None:
             token = Token(hooks.api_name(pending.api_key), pending.correlation_id, {})
-        api_metrics = hooks.metrics.api(token.api)
-        response_size = streamed.size + 4
-        api_metrics.response(latency, response_size)
         state = hooks.states.get(info.conn_id)
         fields: dict[str, Any] = {"errors": []}
         if token.decode_error is None:
             fields = self._observe_response(info, state, pending, token, streamed)
-            if token.lag is not None and token.lag.__class__ is CommitAsk:
-                fields = hooks.lag_hooks.commit_fields(fields, token.lag)  # type: ignore[union-attr]
-        for error in fields["errors"]:
-            api_metrics.error(error)
-            if state is not None:
-                state.errors[error] = state.errors.get(error, 0) + 1
-        if hooks.log and hooks.log.wants(token.api, pending.api_key, bool(fields["errors"])):
-            line = line_base(info, pending, token, state)
-            line.update(latency_ms=round(latency * 1000, 3), response_bytes=response_size)
-            line.update(token.fields)
-            line.update(fields)
-            hooks.log.write("request", line)
+        hooks.responded(info, pending, token, state, latency, streamed.size + 4, fields)
 
     def _observe_response(
         self, info: ConnectionInfo, state: ConnState | None, pending: Pending, token: Token, streamed: Streamed

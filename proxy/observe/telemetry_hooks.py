@@ -14,7 +14,7 @@ from proxy.observe.conn_state import ConnState, Token
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, ZERO_UUID
 from proxy.observe.joining import Joining
 from proxy.observe.observer_parts import Observer
-from proxy.observe.request_line import line_base
+from proxy.observe.request_line import request_line
 from proxy.observe.telemetry import Telemetry
 from proxy.observe.telemetry_store import ClientMeta
 
@@ -87,9 +87,8 @@ class TelemetryHooks:
         latency = hooks.clock() - pending.started
         hooks.metrics.api(token.api).response(latency, size)
         if hooks.log and hooks.log.wants(token.api, pending.api_key, bool(fields["errors"])):
-            line = line_base(info, pending, token, hooks.states.get(info.conn_id))
-            line.update(latency_ms=round(latency * 1000, 3), response_bytes=size)
-            line.update(token.fields)
+            extra: dict[str, Any] = {"latency_ms": round(latency * 1000, 3), "response_bytes": size}
+            line = request_line(info, pending, token, hooks.states.get(info.conn_id), extra)
             line.update(fields)
             hooks.log.write("request", line)
 
