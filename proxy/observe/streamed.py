@@ -134,9 +134,10 @@ class StreamedFrames:
         if token is None:
             token = Token(hooks.api_name(pending.api_key), pending.correlation_id, {})
         state = hooks.states.get(info.conn_id)
-        fields: dict[str, Any] = {"errors": []}
         if token.decode_error is None:
             fields = self._observe_response(info, state, pending, token, streamed)
+        else:
+            fields = {"errors": []}
         hooks.responded(info, pending, token, state, latency, streamed.size + 4, fields)
 
     def _observe_response(
