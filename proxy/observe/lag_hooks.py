@@ -1,0 +1,56 @@
+"""Consumer lag and topic traffic as the observer feeds them (lag.py, traffic.py):
+what Produce, Fetch, ListOffsets and OffsetCommit requests ask, and their answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codec import Response
+from proxy.hooks import ConnectionInfo
+from proxy.observe.conn_state import ConnState, Token
+from proxy.observe.lag import LAG_APIS, CommitAsk, FetchAsk, LagTracker
+from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
+from proxy.observe.traffic import TopicTraffic
+
+UNKNOWN = "unknown"
+PRODUCE = 0
+APIS = LAG_APIS | {PRODUCE}  # the requests the two look at
+
+
+class LagHooks:
+    def __init__(self, lag: LagTracker, traffic: TopicTraffic, summary: SummaryOptions, topic_ids: TopicIds) -> None:
+        self.lag = lag
+        self.traffic = traffic
+        self.summary = summary
+        self.topic_ids = topic_ids
+
+    def request(self, info: ConnectionInfo, state: ConnState, request: Any, token: Token) -> None:
+        if request.api_key == PRODUCE:
+            stats = token.fields.get("record_stats")
+            if stats:
+                self._traffic(info, state, stats, "produce")
+        else:
+            token.lag = self.lag.request(request, token.fields, state.identity, info.client_host)
+
+    def _traffic(self, info: ConnectionInfo, state: ConnState, stats: dict[str, Any], direction: str) -> None:
+        name, version = info.metrics.software if info.metrics is not None else (UNKNOWN, UNKNOWN)
+        principal = state.identity.principal or UNKNOWN
+        self.traffic.add(stats["per_topic"], direction, f"{name}/{version}", principal)
+
+    def fetch_fields(
+        self, info: ConnectionInfo, state: ConnState | None, response: Response, ask: FetchAsk
+    ) -> dict[str, Any]:
+        """A Fetch response's line fields, and its positions for the lag tracker."""
+        partition_stats: dict[tuple[str, int], Any] = {}
+        fields = response_fields(response, self.summary, self.topic_ids, None, partition_stats)
+        self.lag.fetch_done(ask, response.body, partition_stats, fields)
+        stats = fields.get("record_stats")
+        if stats and ask.replica < 0 and state is not None:
+            self._traffic(info, state, stats, "fetch")
+        return fields
+
+    def commit_fields(self, fields: dict[str, Any], ask: CommitAsk) -> dict[str, Any]:
+        fields = dict(fields)  # a skimmed response's fields may be memoised: not changed
+        accepted = not fields["errors"] and "response_decode_error" not in fields
+        self.lag.commit_done(ask, accepted, fields)
+        return fields

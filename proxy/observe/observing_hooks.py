@@ -1,0 +1,472 @@
+"""The hooks `kafkalens proxy` runs: decode, identify, log, count, enforce KIP-1313.
+
+Runs after each frame was forwarded (see proxy/hooks.py), except KIP-1313 `reject`
+checks, which must see a request before it goes on, and the ApiVersions cap, which
+rewrites a response before it goes back. Frames above limits.observe_whole_frame_bytes
+are decoded as they stream past (streamed.py). Telemetry, instance-id joins, and
+consumer lag and topic traffic are parts of their own (telemetry_hooks.py, joining.py,
+lag_hooks.py); observer.py builds it all from the config.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from codec import (
+    DecodeError,
+    HeaderPolicy,
+    Response,
+    UnknownApiError,
+    decode_request,
+    decode_response,
+)
+from codec.error_codes import INVALID_REQUEST
+from codec.error_response import error_response
+from codec.messages import decode_request_header
+from codec.schema import api_names
+from codec.skim import skim_response
+from codec.stream import StreamLimits
+from proxy.hooks import ConnectionInfo, Hooks, Pending
+from proxy.metrics import Metrics
+from proxy.observe.api_versions import API_VERSIONS, cap_api_versions
+from proxy.observe.conn_state import ConnState, Token, note_header_id, telemetry_id_mismatch
+from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
+from proxy.observe.instance_join import InstanceJoins
+from proxy.observe.joining import Joining
+from proxy.observe.lag import CommitAsk, FetchAsk, LagTracker
+from proxy.observe.lag_hooks import APIS as LAG_HOOK_APIS
+from proxy.observe.lag_hooks import LagHooks
+from proxy.observe.memo import FrameMemo
+from proxy.observe.request_line import connection_fields, request_line
+from proxy.observe.request_log import RequestLog
+from proxy.observe.streamed import Streamed, StreamedFrames
+from proxy.observe.summary import (
+    FULL_DECODE_RESPONSES,
+    SummaryOptions,
+    TopicIds,
+    request_fields,
+    response_fields,
+    skimmed_response_fields,
+)
+from proxy.observe.telemetry import Telemetry
+from proxy.observe.telemetry_collect import ADDED_API_VERSIONS
+from proxy.observe.telemetry_hooks import TelemetryHooks
+from proxy.observe.traffic import TopicTraffic
+
+UNKNOWN = "unknown"
+# Apis whose frames are never memoised: their summary depends on more than their bytes
+# (Produce and Fetch name topics learnt from Metadata, SyncGroup a generation's
+# protocol), they rarely repeat (offsets), or they carry credentials (SASL, delegation
+# token HMACs) or telemetry payloads, which must not linger in memory as memo keys.
+UNMEMOISED = frozenset({0, 1, 14, 17, 36, 38, 39, 40, 41, 72})
+
+
+class ObservingHooks(Hooks):
+    # What latencies (against Pending.started) and durations (against
+    # ConnectionInfo.opened_at) are measured with: `kafkalens decode` of a capture
+    # replaces both with the capture's timestamps.
+    clock = staticmethod(time.perf_counter)
+    wall_clock = staticmethod(time.time)
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        request_log: RequestLog | None,
+        summary: SummaryOptions,
+        policy: HeaderPolicy,
+        enforcement: str = "log",
+        stream_limits: StreamLimits | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.telemetry = telemetry
+        self.telemetry_hooks = TelemetryHooks(self, telemetry)
+        collect = telemetry is not None and telemetry.answers is not None
+        # Collect mode: only KIP-714's requests are held for admit_request (who answers
+        # them is known once the broker's ApiVersions was seen), not every request.
+        self.admit_api_keys = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY}) if collect else frozenset()
+        self.added_api_versions = ADDED_API_VERSIONS if collect else ()
+        self.joining = Joining(self, InstanceJoins(max_keys=4 * (telemetry.config.max_instances if telemetry else 1000)))
+        self.log = request_log
+        self.summary = summary
+        self.policy = policy
+        self.enforcement = enforcement
+        self.inspects_requests = enforcement == "reject"
+        self.rewrite_api_keys = frozenset({API_VERSIONS})
+        self.topic_ids = TopicIds()
+        self.states: dict[str, ConnState] = {}
+        self._names = api_names()
+        # (decoded request, its line fields), and a skimmed response's line fields
+        self.request_memo = FrameMemo(skip=8)  # api key, version, correlation id
+        self.response_memo = FrameMemo(skip=4)  # correlation id
+        self.api_versions_memo = FrameMemo(skip=4)
+        self.stream_limits = stream_limits or StreamLimits(
+            decompression_limit=summary.decompression_limit
+        )
+        self.streamed = StreamedFrames(self)
+        self.lag: LagTracker | None = None
+        self.traffic: TopicTraffic | None = None
+        self.lag_hooks: LagHooks | None = None
+        self.lag_apis: frozenset[int] = frozenset()  # requests lag_hooks looks at
+
+    def track_lag(self, lag: LagTracker, traffic: TopicTraffic) -> None:
+        """Consumer lag and topic traffic (lag.enabled), published on metrics flushes."""
+        self.lag, self.traffic = lag, traffic
+        self.lag_hooks = LagHooks(lag, traffic, self.summary, self.topic_ids)
+        self.lag_apis = LAG_HOOK_APIS
+
+    def api_name(self, api_key: int) -> str:
+        return self._names.get(api_key, UNKNOWN)
+
+    # -- connections ---------------------------------------------------------
+
+    def connection_opened(self, info: ConnectionInfo) -> None:
+        state = ConnState(Identity(max_string_length=self.summary.max_string_length), info)
+        self.states[info.conn_id] = state
+        self.refresh_identity(info, state)
+        if self.log:
+            self.log.write("connection_open", connection_fields(info, state))
+
+    def connection_closed(self, info: ConnectionInfo, reason: str) -> None:
+        state = self.states.pop(info.conn_id, None)
+        if state is None:
+            return
+        self.joining.stop_waiting(info, state)
+        if self.log:
+            fields = connection_fields(info, state)
+            fields.update(
+                reason=reason,
+                duration_s=round(self.wall_clock() - info.opened_at, 3),
+                bytes_in=info.bytes_in,
+                bytes_out=info.bytes_out,
+                requests=state.requests,
+                error_counts=state.errors,
+                decode_errors=state.decode_errors,
+                member_ids=state.identity.member_ids,
+            )
+            self.log.write("connection_close", fields)
+
+    def request_incomplete(self, info: ConnectionInfo, pending: Pending, reason: str) -> None:
+        # Logged whatever the sampling: an unanswered request is the exception to see.
+        token: Token | None = pending.token
+        if token is None:  # the request hook did not run (e.g. the connection broke first)
+            token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
+        if self.log and self.log.wants(token.api, pending.api_key, True):
+            latency = self.clock() - pending.started
+            extra: dict[str, Any] = {"reason": reason, "latency_ms": round(latency * 1000, 3), "response_bytes": None}
+            line = request_line(info, pending, token, self.states.get(info.conn_id), extra)
+            self.log.write("request_incomplete", line)
+
+    # -- requests ------------------------------------------------------------
+
+    def admit_request(
+        self, info: ConnectionInfo, frame: memoryview, api_key: int, api_version: int, correlation_id: int
+    ) -> bytes | None:
+        state = self.states.get(info.conn_id)
+        if state is None or not self.policy.knows(api_key, api_version):
+            return None
+        if self.inspects_requests:
+            refusal = self._kip1313_refusal(info, state, frame, api_key, api_version, correlation_id)
+            if refusal is not None:
+                return refusal
+        if (
+            api_key in self.admit_api_keys
+            and self.telemetry is not None
+            and self.telemetry.proxy_answers(state.broker_telemetry)
+        ):
+            return self.telemetry_hooks.answer(info, state, frame, api_key, api_version, correlation_id)
+        return None
+
+    def _kip1313_refusal(
+        self, info: ConnectionInfo, state: ConnState, frame: memoryview, api_key: int, api_version: int, correlation_id: int
+    ) -> bytes | None:
+        try:
+            header, header_version, _ = decode_request_header(frame, self.policy)
+            why = state.identity.kip1313.check(header_version, api_key, header.get("client_instance_id"))
+            note_header_id(state, header.get("client_instance_id"))
+            if why is None and api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
+                body = decode_request(frame, self.policy).body
+                why = telemetry_id_mismatch(state, body.get("client_instance_id"))
+        except DecodeError:
+            return None
+        if why is None:
+            return None
+        self.kip1313_violation(info, state, "rejected", why, api_key, api_version, correlation_id)
+        reply = error_response(api_key, api_version, correlation_id, INVALID_REQUEST, self.policy)
+        return reply if reply is not None else b""  # no top-level error code: close
+
+    def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        pending.token = self._observe_request(info, frame, pending)
+
+    def request_without_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        self.unanswered(info, pending, self._observe_request(info, frame, pending))
+
+    def unanswered(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
+        """The line of a request that gets no response (Produce with acks=0)."""
+        if self.log and self.log.wants(token.api, pending.api_key, False):
+            extra: dict[str, Any] = {"latency_ms": None, "response_bytes": None, "errors": []}
+            line = request_line(info, pending, token, self.states.get(info.conn_id), extra)
+            self.log.write("request_no_response", line)
+
+    def _observe_request(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> Token:
+        api = self.api_name(pending.api_key)
+        state = self.states.get(info.conn_id)
+        self.metrics.api(api).request(pending.api_version, pending.request_size)
+        if state is not None:
+            state.requests[api] = state.requests.get(api, 0) + 1
+        token = Token(api, pending.correlation_id, {})
+        key = None
+        if pending.api_key not in UNMEMOISED:
+            key = self.request_memo.key(pending.api_key, pending.api_version, frame)
+            known = self.request_memo.get(key) if key is not None else None
+            if known is not None:
+                request, token.fields = known
+                if state is not None:
+                    self._identify(info, state, request)
+                    if pending.api_key in self.lag_apis:
+                        self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
+                return token
+        try:
+            # A memoised request must not hold views of the chunk it came in: a copy.
+            request = decode_request(frame if key is None else frame.tobytes(), self.policy)
+        except UnknownApiError:
+            self.metrics.unknown_request("api_key" if api == UNKNOWN else "api_version")
+            token.decode_error = "unknown api key or version"
+            return token
+        except DecodeError as exc:
+            self.decode_failed(state, api, "request")
+            token.decode_error = str(exc)
+            return token
+        protocol_type = None
+        if state is not None:
+            self._identify(info, state, request)
+            protocol_type = state.groups.of_request(request, self.summary.max_string_length)
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+        if key is not None:
+            self.request_memo.put(key, (request, token.fields))
+        elif pending.api_key == PUSH_TELEMETRY:
+            self.telemetry_hooks.observe_push(info, state, token, request)
+        if state is not None and pending.api_key in self.lag_apis:
+            self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
+        return token
+
+    # -- for the parts that see a request whole before it is observed (telemetry answers,
+    # streamed frames): _observe_request's steps, one by one
+
+    def request_started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
+        api = self.api_name(pending.api_key)
+        state = self.states.get(info.conn_id)
+        self.metrics.api(api).request(pending.api_version, pending.request_size)
+        if state is not None:
+            state.requests[api] = state.requests.get(api, 0) + 1
+        return state, Token(api, pending.correlation_id, {})
+
+    def request_decoded(self, info: ConnectionInfo, state: ConnState | None, token: Token, request: Any) -> None:
+        protocol_type = None
+        if state is not None:
+            self._identify(info, state, request)
+            protocol_type = state.groups.of_request(request, self.summary.max_string_length)
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+        if state is not None and request.api_key in self.lag_apis:
+            self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
+
+    def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> Streamed:
+        return self.streamed.request_stream(pending, expects_response)
+
+    def response_stream(self, info: ConnectionInfo, pending: Pending, size: int) -> Streamed:
+        return self.streamed.response_stream(pending, size)
+
+    # -- identity and KIP-1313 ---------------------------------------------------
+
+    def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
+        identity = state.identity
+        if request.header_version >= 3 and state.header_id is None:
+            note_header_id(state, request.header.get("client_instance_id"))
+        if identity.observe_request(request) and info.metrics is not None:
+            info.metrics.identify(
+                identity.client_software_name or UNKNOWN, identity.client_software_version or UNKNOWN
+            )
+        if self.enforcement != "reject":
+            why = identity.kip1313.check(
+                request.header_version, request.api_key, request.header.get("client_instance_id")
+            )
+            if why is None and request.api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
+                why = telemetry_id_mismatch(state, request.body.get("client_instance_id"))
+            if why is not None:
+                self.kip1313_violation(
+                    info, state, "logged", why, request.api_key, request.api_version, request.correlation_id
+                )
+        self.refresh_identity(info, state)
+
+    def refresh_identity(self, info: ConnectionInfo, state: ConnState) -> None:
+        identity = state.identity
+        key = (
+            identity.client_id,
+            identity.client_instance_id,
+            identity.client_software_name,
+            identity.client_software_version,
+            identity.principal,
+            identity.sasl_mechanism,
+            len(identity.member_ids),
+        )
+        if key == state.identity_key:
+            return
+        state.identity_key = key
+        if self.lag is not None and identity.client_instance_id and identity.client_id:
+            self.lag.learn_instance(identity.client_id, info.client_host, identity.client_instance_id)
+        if identity.client_instance_id and not state.instance_reported and info.metrics is not None:
+            state.instance_reported = True
+            info.metrics.client_instance(identity.client_instance_id)
+        self.joining.update(info, state)
+        info.identity = identity.as_json()
+        state.log_fields = identity.log_fields()
+
+    def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
+        # A raw token after SaslHandshake v0: the principal, as SaslAuthenticate gives it.
+        state = self.states.get(info.conn_id)
+        if state is not None and state.identity.principal is None:
+            state.identity.observe_sasl_token(token)
+            self.refresh_identity(info, state)
+
+    def kip1313_violation(
+        self,
+        info: ConnectionInfo,
+        state: ConnState,
+        action: str,
+        why: str,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+    ) -> None:
+        self.metrics.kip1313_violation(action)
+        if self.log:
+            fields = connection_fields(info, state)
+            fields.update(
+                api_key=api_key,
+                api=self.api_name(api_key),
+                api_version=api_version,
+                correlation_id=correlation_id,
+                action=action,
+                reason=why,
+            )
+            self.log.warning("kip1313_violation", fields)
+
+    def decode_failed(self, state: ConnState | None, api: str, direction: str) -> None:
+        self.metrics.api(api).decode_error(direction)
+        if state is not None:
+            state.decode_errors += 1
+
+    def reopen_logs(self) -> None:
+        if self.log:
+            self.log.reopen()
+        if self.telemetry is not None:
+            self.telemetry.reopen()
+
+    def close(self) -> None:
+        if self.log:
+            self.log.close()
+        if self.telemetry is not None:
+            self.telemetry.close()
+
+    # -- responses -----------------------------------------------------------
+
+    def rewrite_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> bytes | None:
+        if pending.api_key == API_VERSIONS:
+            new_frame, decoded, broker_telemetry = self._capped(frame, pending.api_version)
+            state = self.states.get(info.conn_id)
+            if state is not None and decoded is not None:
+                state.broker_telemetry = broker_telemetry
+            if isinstance(pending.token, Token):
+                pending.token.response = decoded  # no bytes fields: safe to keep
+            return new_frame
+        return None
+
+    def _capped(self, frame: memoryview, version: int) -> tuple[bytes | None, Response | None, bool]:
+        """The ApiVersions cap (and, collect mode, KIP-714's apis added); a broker answers
+        every connection the same. Last: whether the broker itself lists KIP-714's apis."""
+        memo = self.api_versions_memo
+        key = memo.key(API_VERSIONS, version, frame)
+        known = memo.get(key) if key is not None else None
+        if known is None:
+            broker_apis: set[int] = set()
+            new_frame, decoded = cap_api_versions(frame, version, self.policy, self.added_api_versions, broker_apis)
+            broker_telemetry = {GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY} <= broker_apis
+            known = (None if new_frame is None else new_frame[4:], decoded, broker_telemetry)
+            if key is not None and decoded is not None:
+                memo.put(key, known)
+        tail, decoded, broker_telemetry = known
+        # the correlation id is the frame's own; the rest is the memoised rewrite
+        return (None if tail is None else frame[:4].tobytes() + tail), decoded, broker_telemetry
+
+    def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        latency = self.clock() - pending.started
+        token: Token | None = pending.token
+        if token is None:  # the request hook did not run (e.g. an answer the proxy made)
+            token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
+        state = self.states.get(info.conn_id)
+        if token.decode_error is None:
+            fields = self._observe_response(info, state, frame, pending, token)
+        else:
+            fields = {"errors": []}
+        self.responded(info, pending, token, state, latency, len(frame) + 4, fields)
+
+    def responded(
+        self, info: ConnectionInfo, pending: Pending, token: Token, state: ConnState | None,
+        latency: float, size: int, fields: dict[str, Any],
+    ) -> None:
+        """A response observed, whole or streamed: counted, its errors too, and logged.
+        (Shared with streamed responses. The whole-frame path, run for every response,
+        pays for this call with what it no longer does: build an error-free fields
+        dict it then drops, and, when it logs, look the connection's state up again.)"""
+        api_metrics = self.metrics.api(token.api)
+        api_metrics.response(latency, size)
+        if token.lag is not None and token.lag.__class__ is CommitAsk:
+            fields = self.lag_hooks.commit_fields(fields, token.lag)  # type: ignore[union-attr]
+        for error in fields["errors"]:
+            api_metrics.error(error)
+            if state is not None:
+                state.errors[error] = state.errors.get(error, 0) + 1
+        log = self.log
+        if log and log.wants(token.api, pending.api_key, bool(fields["errors"])):
+            extra: dict[str, Any] = {"latency_ms": round(latency * 1000, 3), "response_bytes": size}
+            line = request_line(info, pending, token, state, extra)
+            line.update(fields)
+            log.write("request", line)
+
+    def _observe_response(
+        self, info: ConnectionInfo, state: ConnState | None, frame: memoryview, pending: Pending, token: Token
+    ) -> dict[str, Any]:
+        version = pending.api_version
+        if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
+            version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
+        try:
+            if token.response is None and pending.api_key not in FULL_DECODE_RESPONSES:
+                return self._skimmed(frame, pending.api_key, version)
+            response = token.response or decode_response(frame, pending.api_key, version, self.policy)
+        except DecodeError as exc:
+            self.decode_failed(state, token.api, "response")
+            return {"errors": [], "response_decode_error": str(exc)}
+        if state is not None:
+            if pending.api_key == GET_TELEMETRY_SUBSCRIPTIONS:
+                self.telemetry_hooks.subscription_seen(info, state, pending, response)
+            state.identity.observe_response(response)
+            state.groups.learn(token.fields, response)
+            self.refresh_identity(info, state)
+        if token.lag.__class__ is FetchAsk:
+            return self.lag_hooks.fetch_fields(info, state, response, token.lag)  # type: ignore[union-attr]
+        protocol_type = token.fields.get("protocol_type")
+        return response_fields(response, self.summary, self.topic_ids, protocol_type)
+
+    def _skimmed(self, frame: memoryview, api_key: int, version: int) -> dict[str, Any]:
+        memo = self.response_memo
+        key = None if api_key in UNMEMOISED else memo.key(api_key, version, frame)
+        if key is not None:
+            known = memo.get(key)
+            if known is not None:
+                return known
+        _, found = skim_response(frame, api_key, version, self.policy)
+        fields = skimmed_response_fields(api_key, found, self.topic_ids)
+        if key is not None:
+            memo.put(key, fields)
+        return fields
