@@ -82,7 +82,9 @@ def sent(px: ObservedProxy) -> socket.socket:
 
 def exchange_lines(px: ObservedProxy) -> list[dict[str, object]]:
     px.wait_all_closed(10)
-    return [line for line in px.lines() if line["event"] != "connection_open" and line["event"] != "connection_close"]
+    return [
+        line for line in px.lines() if line["event"] not in ("connection_open", "connection_close")
+    ]
 
 
 def served(px: ObservedProxy) -> float:
@@ -142,5 +144,7 @@ def test_answer_after_the_client_reset_is_logged_as_not_delivered(tmp_path: Path
 
         holding_the_loop(px, client_resets_then_broker_answers)
         lines = exchange_lines(px)
-        assert [(line["event"], line["reason"]) for line in lines] == [("request_incomplete", "client_error")]
+        assert [(line["event"], line["reason"]) for line in lines] == [
+            ("request_incomplete", "client_error")
+        ]
         assert served(px) == 0
