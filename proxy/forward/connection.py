@@ -288,8 +288,15 @@ class Connection(asyncio.Protocol):
             self.client.resume_reading()
 
     def upstream_data(self, data: bytes) -> None:
-        if self.closed:
-            return  # the client already left: the response is dropped
+        client = self.client
+        assert client is not None
+        if self.closed or client.is_closing():
+            # The client left: the response is dropped, its request reported incomplete
+            # at close. (The transport closes at the client's EOF or reset, and calls
+            # connection_lost a pass of the loop later: an answer read in the same pass
+            # would be written to the closing transport, which drops it, and be logged
+            # as delivered.)
+            return
         self.last_active = time.monotonic()
         info = self.info
         assert info is not None
