@@ -323,6 +323,35 @@ def test_html_report(built: tuple) -> None:
     assert "http://" not in page and "https://" not in page  # self-contained
 
 
+def test_counts_and_shown_rows_are_the_written_tables(spark: SparkSession, built: tuple) -> None:
+    """What report.html says of each table (its row count, its first rows in the
+    table's order) is what was written, though the report never reads a table back."""
+    from pipeline.report import HTML_ROWS
+    from pipeline.tables import TABLE_ORDER, sort_columns
+
+    _, result, out = built
+    assert set(result.table_rows) == set(TABLE_ORDER)
+    for name in TABLE_ORDER:
+        written = spark.read.parquet(str(out / name))
+        assert result.table_rows[name] == written.count(), name
+        first = [r.asDict(recursive=True) for r in
+                 written.orderBy(*sort_columns(name)).limit(HTML_ROWS).collect()]
+        assert result.shown[name] == first, name
+
+
+def test_a_table_longer_than_shown_is_counted_whole(spark: SparkSession, tmp_path: Path) -> None:
+    """More rows than the html shows: the count is all of them (counted as the write
+    passes them), the rows shown the first HTML_ROWS in the table's order."""
+    from pipeline.report import HTML_ROWS, write_table
+
+    n = HTML_ROWS * 3 + 7
+    ranks = spark.range(n).select((F.lit(n) - F.col("id")).alias("rank"),
+                                  F.col("id").cast("string").alias("topic"))
+    total, shown = write_table(ranks.repartition(5), str(tmp_path), "top_topics")
+    assert total == n == spark.read.parquet(str(tmp_path / "top_topics")).count()
+    assert [r["rank"] for r in shown] == list(range(1, HTML_ROWS + 1))
+
+
 # The tables with rows (this input has no follower fetches and no telemetry lines:
 # tests/test_pipeline_fleet.py has them).
 TABLES_SHOWN = ("client_inventory", "api_usage", "kafka4_readiness", "latency_by_api",

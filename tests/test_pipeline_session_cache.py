@@ -54,3 +54,9 @@ def test_without_the_setting_the_cache_keeps_every_shuffle_partition(
         assert cached_partitions(spark) == SHUFFLE_PARTITIONS
     finally:
         spark.conf.set(CACHED_PLAN, "true")
+
+
+def test_a_tiny_cached_aggregation_is_one_partition(many_shuffle_partitions: Any) -> None:
+    """The report's small tables (a few kB each, cached): adaptive execution coalesces
+    them to one task per stage, whatever spark.sql.shuffle.partitions says."""
+    assert cached_partitions(many_shuffle_partitions) == 1
