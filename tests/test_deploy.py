@@ -746,3 +746,9 @@ def test_example_configs_pass_the_proxy_validator(
     monkeypatch.setattr(os.path, "isfile", lambda p: str(p).startswith(deployed) or real_isfile(p))
     monkeypatch.setattr(os, "access", lambda p, m: str(p).startswith(deployed) or real_access(p, m))
     config_module.parse_config(all_example_configs()[name])
+
+
+def test_the_deploy_readme_names_every_alert() -> None:
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    missing = [rule["alert"] for rule in alert_rules() if f"`{rule['alert']}`" not in readme]
+    assert not missing, f"deploy/README.md does not name {missing}"
