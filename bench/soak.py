@@ -95,9 +95,11 @@ class ProxyProcess:
         cmd = [sys.executable, "-m", "proxy.cli", "proxy", "--config", str(config)]
         with open(self.work / "proxy.log", "ab") as out:
             self.process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=out)
-        # the metrics endpoint opens after the listeners (proxy/runner.py): up means all up
+        # The metrics endpoint opens after the listeners (proxy/runner.py); both are
+        # checked, with the process alive, so that another process that happens to hold
+        # one of the free ports picked cannot pass for the proxy.
         deadline = time.monotonic() + timeout
-        while not _port_open(self.metrics_port):
+        while not (_port_open(self.port) and _port_open(self.metrics_port)) or self.process.poll() is not None:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"kafkalens proxy did not start: {self.log_tail()}")
             time.sleep(0.05)

@@ -83,6 +83,9 @@ async def hold(port: int, count: int, look: Callable[[], Figures]) -> tuple[int,
 
     opened = await asyncio.gather(*(one(n) for n in range(count)), return_exceptions=True)
     writers = [w for w in opened if isinstance(w, asyncio.StreamWriter)]
+    failures = {repr(e) for e in opened if isinstance(e, BaseException)}
+    if failures:
+        print(f"{count - len(writers)} connections failed: {sorted(failures)[:5]}")
     try:
         figures = await asyncio.get_running_loop().run_in_executor(None, look)
     finally:
@@ -95,7 +98,7 @@ async def hold(port: int, count: int, look: Callable[[], Figures]) -> tuple[int,
 def test_a_thousand_connections_held(proxy: ProxyProcess) -> None:
     idle_files = proxy.baseline()
     made, held = asyncio.run(hold(proxy.port, CONNECTIONS, proxy.figures))
-    assert made == CONNECTIONS
+    assert made == CONNECTIONS, proxy.log_tail()
     assert held.connections == CONNECTIONS and held.pending == 0
     assert held.open_files >= idle_files + 2 * CONNECTIONS  # each paired with the broker's
     assert held.rss_mb < RSS_BOUND_MB, held
