@@ -459,15 +459,14 @@ class CaptureDecoder:
         """As the proxy's exchange: whether a client frame is a raw SASL token."""
         phase = stream.raw_sasl
         assert phase is not None
-        if phase.tokens_left is None:
-            if sasl.looks_like_request(body[: sasl.MIN_PLAUSIBLE_HEAD], len(body)):
-                stream.raw_sasl = None
-                stream.raw_replies_due = 0
-                return False
-        else:
-            phase.tokens_left -= 1
+        counted = phase.next_frame(body[: sasl.MIN_PLAUSIBLE_HEAD], len(body))
+        if counted is None:
+            stream.raw_sasl = None
+            stream.raw_replies_due = 0
+            return False
+        if counted:
             stream.raw_replies_due += 1
-            if phase.tokens_left <= 0:
+            if phase.over:
                 stream.raw_sasl = None
         return True
 

@@ -250,17 +250,16 @@ class RequestSide(_Side):
         ex = self.ex
         phase = ex.raw_sasl
         assert phase is not None
-        if phase.tokens_left is None:
-            if len(head) < min(size, sasl.MIN_PLAUSIBLE_HEAD):
-                return NEED_MORE
-            if sasl.looks_like_request(head, size):
-                ex.raw_sasl = None
-                ex.raw_replies_due = 0
-                return None
-        else:
-            phase.tokens_left -= 1
+        if phase.tokens_left is None and len(head) < min(size, sasl.MIN_PLAUSIBLE_HEAD):
+            return NEED_MORE
+        counted = phase.next_frame(head, size)
+        if counted is None:
+            ex.raw_sasl = None
+            ex.raw_replies_due = 0
+            return None
+        if counted:
             ex.raw_replies_due += 1
-            if phase.tokens_left <= 0:
+            if phase.over:
                 ex.raw_sasl = None
         if size > ex.max_frame_before_auth:
             return self._refuse(size)

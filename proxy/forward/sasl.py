@@ -54,6 +54,20 @@ class RawSaslPhase:
         self.mechanism = mechanism
         self.tokens_left = client_token_count(mechanism)
 
+    def next_frame(self, head: bytes | memoryview, size: int) -> bool | None:
+        """The client's next frame (first bytes `head`, `size` long): None if it is a
+        request again (the phase is over), else whether it is a counted token, one the
+        broker answers. Shared by the proxy's exchange and `kafkalens decode`."""
+        if self.tokens_left is None:
+            return None if looks_like_request(head, size) else False
+        self.tokens_left -= 1
+        return True
+
+    @property
+    def over(self) -> bool:
+        """Every counted token went: the next frame is a request."""
+        return self.tokens_left is not None and self.tokens_left <= 0
+
 
 def looks_like_request(head: bytes | memoryview, size: int) -> bool:
     """Whether a client frame (first bytes `head`, `size` long) is a request header."""
