@@ -103,9 +103,11 @@ def _family(pid: int) -> list[int]:
     while todo:
         current = todo.pop()
         pids.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            with contextlib.suppress(OSError, ValueError):
-                todo += [int(c) for c in (task / "children").read_text().split()]
+        with contextlib.suppress(OSError):  # it may exit while we look
+            tasks = list(Path(f"/proc/{current}/task").iterdir())
+            for task in tasks:
+                with contextlib.suppress(OSError, ValueError):
+                    todo += [int(c) for c in (task / "children").read_text().split()]
     return pids
 
 

@@ -5,6 +5,8 @@ line, and no Python runs on the executors (so a stock Spark cluster runs the job
 from __future__ import annotations
 
 import ast
+import gzip
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -77,6 +79,26 @@ def test_an_existing_empty_directory_is_a_valid_empty_report(
     result = run_report(spark, [str(tmp_path / "logs")], str(tmp_path / "out"))
     assert result.counts.lines == 0 and set(result.table_rows.values()) == {0}
     assert spark.read.parquet(str(tmp_path / "out" / "latency_by_api")).count() == 0
+
+
+def test_the_terminal_shows_the_summary_and_real_warnings_only(tmp_path: Path) -> None:
+    """A user's terminal: no progress bar per stage, none of Spark's start-up notices,
+    a truncated .gz still warned of, in one line (log4j2.properties)."""
+    logs = tmp_path / "logs"
+    _log(logs / "requests.log")
+    whole = gzip.compress(_log(tmp_path / "whole.log", 3000).read_bytes())
+    (logs / "requests.log.1.gz").write_bytes(whole[: len(whole) // 2])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env.update(PYTHONPATH=str(ROOT), KAFKALENS_SPARK_CDS="0")
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", str(logs), "--out", str(tmp_path / "out")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("kafkalens report\n")
+    said = [line for line in done.stderr.splitlines() if "incubator modules" not in line]
+    assert len(said) == 1, done.stderr[-3000:]
+    assert " WARN " in said[0] and "requests.log.1.gz" in said[0]
+    assert "Unexpected end of input stream" in said[0]
 
 
 @pytest.mark.parametrize("args", [["report", "x.log", "--out", "out"], ["watch", "logs"]])
