@@ -42,7 +42,7 @@ if not __package__:  # spark-submit pipeline/watch.py: import the package, not i
 from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.streaming import StreamingQuery  # noqa: E402
-from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
 
 from pipeline.fsio import hadoop_file, is_local  # noqa: E402
 from pipeline.schema import CORRUPT, JSON_OPTIONS, LINE_SCHEMA, REQUEST_EVENTS  # noqa: E402
@@ -99,9 +99,8 @@ def _keys(dimension: str) -> list[Column]:
 
 
 def line_schema() -> StructType:
-    """The log contract's types for the fields the watch reads (max_wait_ms is newer)."""
-    known = {f.name: f for f in LINE_SCHEMA.fields}
-    return StructType([known.get(name) or StructField(name, LongType()) for name in FIELDS])
+    """The log contract's types for the fields the watch reads."""
+    return StructType([LINE_SCHEMA[name] for name in FIELDS])
 
 
 def waited_by_design() -> Column:
