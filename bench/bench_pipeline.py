@@ -21,7 +21,7 @@ Python without the project's packages unless --executor-python driver. Goals rep
 against (issue 19): at least 150,000 lines/s at 5M on 2 cores, at least 1.7x from one
 worker to two, and driver memory that does not grow with the input.
 
-Input: pipeline.synth logs (~660 bytes a line) written as the proxy rotates them:
+Input: bench.synth logs (~660 bytes a line) written as the proxy rotates them:
 100,000 lines a file, rotated files gzip-compressed (requests.log.N.gz), the active
 requests.log plain; one bad line in 100,003. Generated once per size into --dir and
 reused (two generator processes, one directory each). --lines scales every run (a
@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.synth import Synth, to_line, write_rotated
+from bench.synth import Synth, to_line, write_rotated
 
 ROOT = Path(__file__).resolve().parent.parent
 LINES_PER_FILE = 100_000

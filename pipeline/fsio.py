@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
@@ -23,12 +24,17 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
         return
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    stream = hadoop_path.getFileSystem(conf).create(hadoop_path, True)
+    fs, hadoop_path = hadoop_file(spark, path)
+    stream = fs.create(hadoop_path, True)
     try:
         stream.write(bytearray(text.encode("utf-8")))
     finally:
         stream.close()
+
+
+def hadoop_file(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem for `path` (hdfs://, s3a:// ...) and its Path, in the driver's JVM."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path

@@ -24,7 +24,6 @@ files once it has committed them; the ledger remembers their fingerprints.
 
 from __future__ import annotations
 
-import fnmatch
 import gzip
 import hashlib
 import os
@@ -60,10 +59,6 @@ def gzip_complete(f: BinaryIO) -> bool:
     return inflater.eof
 
 
-def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
 @dataclass
 class Spool:
     logdir: Path
@@ -88,9 +83,7 @@ class Spool:
     def _candidates(self) -> list[Path]:
         now = time.time()
         files = []
-        for path in self.logdir.iterdir():
-            if not fnmatch.fnmatch(path.name, self.pattern):
-                continue
+        for path in self.logdir.glob(self.pattern):
             try:
                 stat = path.stat()
             except FileNotFoundError:  # rotated away while listing
@@ -119,7 +112,7 @@ class Spool:
                 shutil.copyfileobj(f, out)
             os.utime(temporary, ns=(opened.st_atime_ns, opened.st_mtime_ns))
         else:
-            if not _same_file(os.stat(temporary), opened):
+            if not os.path.samestat(os.stat(temporary), opened):
                 temporary.unlink()
                 return False
         self._record(fingerprint)

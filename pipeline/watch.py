@@ -23,18 +23,16 @@ after a crash replaces its own output instead of adding to it.
 from __future__ import annotations
 
 import argparse
-import fnmatch
-import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 if not __package__:  # spark-submit pipeline/watch.py: import the package, not its files
     # (run as a file, this directory heads sys.path and pipeline/html.py would hide the
@@ -44,9 +42,11 @@ if not __package__:  # spark-submit pipeline/watch.py: import the package, not i
 from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.streaming import StreamingQuery  # noqa: E402
-from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
 
+from pipeline.fsio import hadoop_file, is_local  # noqa: E402
 from pipeline.schema import CORRUPT, JSON_OPTIONS, LINE_SCHEMA, REQUEST_EVENTS  # noqa: E402
+from pipeline.semantics import failed  # noqa: E402
 from pipeline.spool import LEDGER, Spool  # noqa: E402
 
 DEFAULT_PATTERN = "*.log.[0-9]*"  # rotated files: requests.log.1, requests.log.7.gz
@@ -56,7 +56,6 @@ WINDOW = "1 minute"
 POLL_SECONDS = 1  # how soon a stop request or a finished query is noticed
 STOP_PATIENCE_SECONDS = 60.0  # how long a stop waits for the running batch
 NOTICE_SECONDS = 30.0  # how often to say what the watch waits for while nothing arrives
-EXPECTED_ERRORS = Path(__file__).resolve().parent / "data" / "expected_errors.json"
 # The fields the watch reads, typed as the log's contract (LINE_SCHEMA) says.
 FIELDS = ("ts", "event", "api", "client_software_name", "client_software_version",
           "latency_ms", "errors", "max_wait_ms", CORRUPT)
@@ -100,24 +99,8 @@ def _keys(dimension: str) -> list[Column]:
 
 
 def line_schema() -> StructType:
-    """The log contract's types for the fields the watch reads (max_wait_ms is newer)."""
-    known = {f.name: f for f in LINE_SCHEMA.fields}
-    return StructType([known.get(name) or StructField(name, LongType()) for name in FIELDS])
-
-
-def expected_errors(path: Path = EXPECTED_ERRORS) -> dict[str, list[str]]:
-    """api -> the errors it returns by design, as a protocol step (not failures)."""
-    data = json.loads(path.read_text())
-    return {api: errors for api, errors in data.items() if not api.startswith("_")}
-
-
-def failed(expected: dict[str, list[str]]) -> Column:
-    """A request answered with an error that is not one of its api's protocol steps."""
-    by_api = F.create_map(*[c for api, errors in expected.items()
-                            for c in (F.lit(api), F.array(*map(F.lit, errors)))])
-    steps = F.coalesce(by_api[F.col("api")], F.array().cast("array<string>"))
-    return F.size(F.array_except(F.coalesce("errors", F.array().cast("array<string>")),
-                                 steps)) > 0
+    """The log contract's types for the fields the watch reads."""
+    return StructType([LINE_SCHEMA[name] for name in FIELDS])
 
 
 def waited_by_design() -> Column:
@@ -137,13 +120,13 @@ def windowed(lines: DataFrame, watermark: str) -> DataFrame:
                      for d in DIMENSIONS for k1, k2 in [_keys(d)]])
     waited = F.coalesce(waited_by_design(), F.lit(False))
     exploded = requests.select(
-        "ts", failed(expected_errors()).alias("failed"), waited.alias("waited"),
+        "ts", failed(F.col("errors"), F.col("api")).alias("failed"), waited.alias("waited"),
         F.when(~waited, F.col("latency_ms")).alias("service_ms"), F.explode(dims).alias("d"))
     agg = exploded.withWatermark("ts", watermark).groupBy(
         F.window("ts", WINDOW), "d.dimension", "d.key1", "d.key2"
     ).agg(
         F.count(F.lit(1)).alias("requests"),
-        F.sum(F.col("failed").cast("long")).alias("errors"),
+        F.sum("failed").alias("errors"),
         F.sum(F.col("waited").cast("long")).alias("waited"),
         F.avg("service_ms").alias("avg_latency_ms"),
         F.percentile_approx("service_ms", 0.99).alias("p99_latency_ms"),
@@ -205,16 +188,11 @@ def start(spark: SparkSession, o: WatchOptions) -> StreamingQuery:
     return writer.trigger(**trigger).queryName("kafkalens_watch").start()
 
 
-def is_local(path: str) -> bool:
-    return urlparse(path).scheme in ("", "file")
-
-
 class Stop:
     """SIGINT/SIGTERM ask the watch to stop between polls (PySpark's own SIGINT handler
     would raise KeyboardInterrupt inside a call to the JVM); a second one exits now."""
 
-    def __init__(self) -> None:
-        self.requested = False
+    requested = False
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.requested:
@@ -229,21 +207,14 @@ class Stop:
 @contextmanager
 def stop_on_signals() -> Iterator[Stop]:
     stop = Stop()
-    if not _main_thread():  # signal handlers belong to the main thread (tests run threads)
-        yield stop
-        return
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # Signal handlers belong to the main thread (tests run the watch in threads).
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM) if main}
     try:
         yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 @dataclass
@@ -286,7 +257,7 @@ class Waiting:
         o = self.o
         where = f"{o.pattern} in {o.logdir}"
         if o.use_spool:
-            matching = sum(fnmatch.fnmatch(p.name, o.pattern) for p in _listing(o.logdir))
+            matching = len(list(Path(o.logdir).glob(o.pattern)))
             ledger = Path(o.spool_dir) / LEDGER
             staged = len(ledger.read_text().splitlines()) if ledger.exists() else 0
             return (f"waiting for rotated files matching {where} ({matching} there now, "
@@ -306,20 +277,10 @@ def progress_since(query: StreamingQuery, last_batch: int) -> Sequence[dict[str,
     return query.recentProgress
 
 
-def _listing(directory: str) -> list[Path]:
-    try:
-        return list(Path(directory).iterdir())
-    except OSError:
-        return []
-
-
 def _hadoop_glob_count(spark: SparkSession, directory: str, pattern: str) -> int | str:
     """Files matching, through Hadoop's FileSystem (hdfs://, s3a:// ...), on the driver."""
     try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(f"{directory.rstrip('/')}/{pattern}")
-        fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        fs, path = hadoop_file(spark, f"{directory.rstrip('/')}/{pattern}")
         found = fs.globStatus(path)
         return 0 if found is None else len(found)
     except Exception as exc:  # the notice must not stop the watch: say why it cannot count

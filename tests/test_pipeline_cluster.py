@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 from support.spark_cluster import PROJECT_PACKAGES, SparkCluster, importable, standalone_cluster
 
+from bench.synth import Synth, to_line, write_rotated
 from pipeline.cli import report_main, watch_main
-from pipeline.synth import Synth, to_line, write_rotated
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 600

@@ -17,10 +17,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from support import fleet_oracle as oracle
 
+from bench.synth import Synth, to_line, write_rotated
+from bench.synth_fleet import PARTITIONS
 from pipeline.report import run_report
 from pipeline.summary import ReportResult
-from pipeline.synth import Synth, to_line, write_rotated
-from pipeline.synth_fleet import PARTITIONS
 
 BROKERS = 3
 REQUEST_EVENTS = ("request", "request_no_response")

@@ -18,11 +18,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType
 
+from bench.synth import Synth, to_line
 from pipeline import report
 from pipeline.cli import MISSING_PYSPARK, report_main
 from pipeline.read import InputError
 from pipeline.report import run_report
-from pipeline.synth import Synth, to_line
 
 ROOT = Path(__file__).resolve().parent.parent
 

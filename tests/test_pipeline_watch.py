@@ -25,8 +25,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from bench.synth import Synth, to_line, write_rotated
 from pipeline.spool import Spool
-from pipeline.synth import Synth, to_line, write_rotated
 from pipeline.watch import WatchOptions, run_watch
 
 WATERMARK = dt.timedelta(minutes=2)

@@ -22,8 +22,9 @@ from pyspark.sql import functions as F
 from support.clients import FETCH_MAX_WAIT_MS, run_workload
 from support.observed import observed_in_front_of
 
-from pipeline.synth import iso
-from pipeline.watch import WatchOptions, expected_errors, run_watch
+from bench.synth import iso
+from pipeline.semantics import expected_errors
+from pipeline.watch import WatchOptions, run_watch
 
 IDLE_POLL_S = 3.0
 

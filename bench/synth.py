@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.synth_fleet import Fleet
+from bench.synth_fleet import Fleet
 
 Event = dict[str, Any]
 
