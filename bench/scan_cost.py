@@ -80,6 +80,12 @@ def _event_only(spark: Any, paths: list[str]) -> Any:
     return read_logs(spark, paths).select("event")
 
 
+def _no_file(spark: Any, paths: list[str]) -> Any:
+    from pipeline.read import read_logs
+
+    return read_logs(spark, paths).drop("file")
+
+
 def _parsed(spark: Any, paths: list[str]) -> Any:
     from pipeline.read import parse_lines, read_logs
 
@@ -102,6 +108,7 @@ ARMS: dict[str, Arm] = {
     "text": _text,  # the lines read (gunzipped, split), nothing parsed
     "json-event": _event_only,  # every line tokenized, one field converted
     "json": _json(),  # the report's schema, every field converted
+    "json-no-file": _no_file,  # without the file's name (_metadata.file_path) on each row
     "json-ts-string": _json(lambda: _schema(_ts_string)),
     "json-no-record-stats": _json(lambda: _schema(drop=("record_stats",))),
     "json-no-positions": _json(lambda: _schema(drop=("positions", "committed"))),
