@@ -67,6 +67,8 @@ def topic(on: On, index: Column) -> Column:
 def _attributes() -> Column:
     """A telemetry point's attributes as one sorted "k=v,k=v" string: a map cannot be
     a grouping key, and the same attributes in another order are the same series."""
+    # sort_array, not array_sort: array_sort has no generated code and would split the
+    # scan's generated stage in two (tests/test_pipeline_scan_codegen.py).
     entries = F.sort_array(F.map_entries(F.col("attributes")))
     text = F.concat_ws(",", F.transform(entries, lambda e: F.concat(e["key"], F.lit("="),
                                                                     e["value"])))
