@@ -26,12 +26,9 @@ or `c` row per partition), so the aggregation sees two to four rows per line (mo
 for a Fetch of many partitions); its output is small next to the lines
 (but for inputs of many distinct bad lines: a row each), cached by the job that reads
 the files, and no other job reads the files.
-
-The read, the explode and the partial aggregation run as one whole-stage generated
-function, every method of it under HotSpot's 8,000-byte limit for JIT compilation
-(tests/test_pipeline_scan_codegen.py): split at an expression without generated code,
-or left interpreted, the scan cost 17.2 and 26.9 us a line instead of 13.5
-(pipeline/README.md, "Speed").
+Read, explode and partial aggregation are one generated stage, each method JIT-compiled
+(under 8,000 bytes); split, or interpreted, it cost 17.2 / 26.9 us a line, not 13.5
+(pipeline/README.md, "Speed"; tests/test_pipeline_scan_codegen.py).
 """
 
 from __future__ import annotations
@@ -56,10 +53,8 @@ def _api() -> Column:
                       F.lit(UNKNOWN_API))
 
 
-# A part as the explode carries it: its kind's number and an index (of the topic in
-# per_topic, of the position or committed offset). Numbers compare for nothing; the
-# kind as a string ("g", "t<topic>", "p<i>") cost ~80 string comparisons a row, and
-# the topic or index parsed back from it. The fine rows name the kind by its letter.
+# A part as exploded: its kind's number and the index of its topic in per_topic, its
+# position or committed offset (read directly, not parsed back from "t<topic>", "p<i>").
 KINDS = ("g", "l", "t", "b", "e", "m", "p", "c")
 
 
@@ -68,8 +63,7 @@ def part_of(kind: str, index: Column | None = None) -> Column:
                     (F.lit(0) if index is None else index).alias("i"))
 
 
-def none() -> Column:
-    """No parts (a function: a Column needs the running session)."""
+def none() -> Column:  # a function: a Column needs the running session
     return F.array().cast("array<struct<k:int,i:int>>")
 
 
@@ -100,8 +94,7 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
     api = _api()
     failure = semantics.failed(F.col("errors"), api)
     latency = F.col("latency_ms")
-    # A line's own values, computed once before the explode (in the same select, Spark
-    # computes them after it: for each of the line's parts).
+    # A line's own values before the explode (beside it, Spark computes them per part).
     lines = parsed.select(
         "*", api.alias("_api"), failure.alias("_failed"),
         semantics.expected_only(F.col("errors"), failure).alias("_expected"),

@@ -59,16 +59,14 @@ def _committed(on: On, index: Column) -> Column:
 
 
 def topic(on: On, index: Column) -> Column:
-    """The topic of a `p` or `c` row (fine.py takes a `t` row's from per_topic);
-    `on(*kinds)` is true on rows of those kinds, `index` the part's (1-based)."""
+    """A `p` or `c` row's topic; `on(*kinds)` is true on those kinds' rows."""
     return F.coalesce(_position(on, index)["topic"], _committed(on, index)["topic"])
 
 
 def _attributes() -> Column:
     """A telemetry point's attributes as one sorted "k=v,k=v" string: a map cannot be
     a grouping key, and the same attributes in another order are the same series."""
-    # sort_array, not array_sort: array_sort has no generated code and would split the
-    # scan's generated stage in two (tests/test_pipeline_scan_codegen.py).
+    # sort_array: array_sort has no generated code and would split the scan's stage.
     entries = F.sort_array(F.map_entries(F.col("attributes")))
     text = F.concat_ws(",", F.transform(entries, lambda e: F.concat(e["key"], F.lit("="),
                                                                     e["value"])))
