@@ -255,7 +255,7 @@ def run_jvm_arms(args: argparse.Namespace) -> list[dict[str, Any]]:
             name, _, options = spec.partition("=")
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
                 cmd = [sys.executable, "-m", "bench.scan_cost", "--rounds", "1",
-                       "--java-options", f"{args.java_options} {options}".strip(),
+                       f"--java-options={args.java_options} {options}".strip(),
                        "--json", out.name, "--data", str(args.data), "--lines", str(args.lines),
                        "--arms", *args.arms, *[x for c in args.conf for x in ("--conf", c)],
                        *(["--input", args.input] if args.input else [])]
