@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -229,6 +230,7 @@ def run_arms(args: argparse.Namespace, paths: list[str]) -> list[dict[str, Any]]
                   f"JIT {cpu['jit']:.1f} s, wall {wall:.1f} s", flush=True)
     spark.stop()
     by_job = task_cpu_by_job(events)
+    shutil.rmtree(events, ignore_errors=True)
     for r in results:
         r["tasks"] = by_job.get(r["job"], 0.0)
     return results
