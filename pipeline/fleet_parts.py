@@ -13,7 +13,7 @@ same aggregation, each keyed at its own grain:
 - `t` (the topics, fine.py) is keyed by connection and replica id as well, so the
   access map (fleet.topic_access) takes each connection's resolved identity.
 
-The arrays are exploded by Spark SQL: a request line makes a part "p<i>" / "c<i>"
+The arrays are exploded by Spark SQL: a request line makes a part of kind p / c
 for each element i, which is then read back with element_at. Every aggregate here
 is fixed-width (max, max_by of a number by a timestamp), so the aggregation stays
 a hash aggregation.
@@ -21,13 +21,10 @@ a hash aggregation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-
-
-def none() -> Column:
-    """An empty array of parts (a function: a Column needs the running session)."""
-    return F.array().cast("array<string>")
 
 # Existing keys of the `g` part that the fleet parts are keyed by too.
 KEYED_ALSO: dict[str, tuple[str, ...]] = {
@@ -39,65 +36,65 @@ KEYED_ALSO: dict[str, tuple[str, ...]] = {
 KEY_NAMES = ("consumer_group", "replica_id", "partition", "metric", "metric_type", "attributes")
 
 
-def _numbered(array: str, prefix: str) -> Column:
-    """"<prefix><i>" for each element i of the array column (none when it is null)."""
-    named = F.transform(F.col(array), lambda _, i: F.concat(F.lit(prefix), i.cast("string")))
-    return F.when(F.col(array).isNotNull(), named).otherwise(none())
+Part = Callable[[str, Column], Column]
+On = Callable[..., Column]
 
 
-def indexed() -> list[Column]:
-    """A request line's parts for its positions and committed offsets."""
-    return [_numbered("positions", "p"), _numbered("committed", "c")]
+def indexed(part_of: Part, none: Column) -> list[Column]:
+    """A request line's parts for its positions and committed offsets (`part_of`
+    makes a part of a kind and index, `none` is no parts)."""
+    def each(array: str, kind: str) -> Column:
+        parts = F.transform(F.col(array), lambda _, i: part_of(kind, i))
+        return F.when(F.col(array).isNotNull(), parts).otherwise(none)
+
+    return [each("positions", "p"), each("committed", "c")]
 
 
-def _element(array: str, kind: Column, letter: str) -> Column:
-    index = F.expr("try_cast(substring(part, 2) AS INT)") + 1
-    return F.when(kind == letter, F.element_at(F.col(array), index))
+def _position(on: On, index: Column) -> Column:
+    return F.when(on("p"), F.element_at(F.col("positions"), index))
 
 
-def _position(kind: Column) -> Column:
-    return _element("positions", kind, "p")
+def _committed(on: On, index: Column) -> Column:
+    return F.when(on("c"), F.element_at(F.col("committed"), index))
 
 
-def _committed(kind: Column) -> Column:
-    return _element("committed", kind, "c")
-
-
-def topic(kind: Column) -> Column:
-    """The topic of a `p` or `c` row (fine.py takes a `t` row's from its part)."""
-    return F.coalesce(_position(kind)["topic"], _committed(kind)["topic"])
+def topic(on: On, index: Column) -> Column:
+    """A `p` or `c` row's topic; `on(*kinds)` is true on those kinds' rows."""
+    return F.coalesce(_position(on, index)["topic"], _committed(on, index)["topic"])
 
 
 def _attributes() -> Column:
     """A telemetry point's attributes as one sorted "k=v,k=v" string: a map cannot be
     a grouping key, and the same attributes in another order are the same series."""
-    entries = F.array_sort(F.map_entries(F.col("attributes")))
+    # sort_array: array_sort has no generated code and would split the scan's stage.
+    entries = F.sort_array(F.map_entries(F.col("attributes")))
     text = F.concat_ws(",", F.transform(entries, lambda e: F.concat(e["key"], F.lit("="),
                                                                     e["value"])))
     return F.coalesce(text, F.lit(""))
 
 
-def keys(kind: Column) -> list[Column]:
-    on_m = kind == "m"
+def keys(on: On, index: Column) -> list[Column]:
+    on_m = on("m")
+    position, committed = _position(on, index), _committed(on, index)
     return [
-        F.when(kind == "p", F.col("consumer_group")).alias("consumer_group"),
-        F.when(kind.isin("p", "t"), F.col("replica_id")).alias("replica_id"),
-        F.coalesce(_position(kind)["partition"], _committed(kind)["partition"]).alias("partition"),
+        F.when(on("p"), F.col("consumer_group")).alias("consumer_group"),
+        F.when(on("p", "t"), F.col("replica_id")).alias("replica_id"),
+        F.coalesce(position["partition"], committed["partition"]).alias("partition"),
         F.when(on_m, F.col("metric")).alias("metric"),
         F.when(on_m, F.col("type")).alias("metric_type"),
         F.when(on_m, _attributes()).alias("attributes"),
     ]
 
 
-def values(kind: Column) -> list[Column]:
+def values(on: On, index: Column) -> list[Column]:
     """Per row, the values the fleet aggregates read (null outside their parts)."""
-    position, committed = _position(kind), _committed(kind)
+    position, committed = _position(on, index), _committed(on, index)
     return [
-        F.when(kind.isin("p", "c", "m"), F.col("ts")).alias("_fleet_ts"),
+        F.when(on("p", "c", "m"), F.col("ts")).alias("_fleet_ts"),
         F.coalesce(position["lag"], committed["lag"]).alias("_lag"),
         F.coalesce(position["next_offset"], committed["offset"]).alias("_offset"),
         F.coalesce(position["high_watermark"], committed["high_watermark"]).alias("_hwm"),
-        F.when(kind == "m", F.col("value")).alias("_value"),
+        F.when(on("m"), F.col("value")).alias("_value"),
     ]
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, report_schema
 
@@ -53,12 +54,13 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def read_logs(spark: SparkSession, paths: list[str]) -> DataFrame:
+def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None = None) -> DataFrame:
     """Every non-blank line parsed by Spark's JSON source with the report's schema,
     and the file it came from (`file`); a line Spark cannot parse keeps its text in
     `_corrupt_record`. (The JSON source parsed the benchmark's lines with half the CPU
-    of the text source + from_json: 300,000 lines, 6.3 against 12.3 s of JVM CPU.)"""
-    reader = spark.read.schema(report_schema()).options(**JSON_OPTIONS)
+    of the text source + from_json: 300,000 lines, 6.3 against 12.3 s of JVM CPU.)
+    `schema` is the report's unless given (bench.scan_cost measures others)."""
+    reader = spark.read.schema(schema or report_schema()).options(**JSON_OPTIONS)
     reader = reader.option("recursiveFileLookup", "true")
     # A truncated .gz (a crash mid-compression) keeps the lines before the damage
     # instead of failing the job (Spark logs the file it gave up on).

@@ -38,6 +38,8 @@ def local_driver_memory() -> str:
 # C2 costs ~10 % more, 58-62 against 66-68 s, compiling what a short job does not
 # repay). The serial GC: one heap, no parallel GC threads competing with the tasks.
 # The web UI is not looked at by a batch job.
+# No -XX:-DontCompileHugeMethods: the scan's generated methods stay under HotSpot's
+# 8,000 bytes (fine.py); with it the report at 1M cost the same (README, "Speed").
 LOCAL_JAVA_OPTIONS = "-XX:+UseSerialGC"
 LOCAL_CONF = {"spark.ui.enabled": "false"}
 # What a user of `kafkalens report`/`watch` reads on the terminal is the report's
