@@ -9,7 +9,7 @@ round by round, each written to Spark's `noop` sink, with the tasks' CPU per lin
     ... --conf spark.sql.codegen.hugeMethodLimit=8000                 # any Spark setting
     ... --input /tmp/kafkalens-bench/1000000                          # other input
 
-Input: by default `--lines` lines of the benchmark's generator (pipeline.synth with
+Input: by default `--lines` lines of the benchmark's generator (bench.synth with
 bench_pipeline's mix: fleet fields, telemetry, bad lines) written once as plain text
 (no gzip in the picture) into --data; `--input` reads any logs instead.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_pipeline import LINES_PER_FILE
-from pipeline.synth import Synth, to_line, write_rotated
+from bench.synth import Synth, to_line, write_rotated
 
 Arm = Callable[[Any, list[str]], Any]
 TICK = os.sysconf("SC_CLK_TCK")
