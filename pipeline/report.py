@@ -115,20 +115,18 @@ def _conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(key, old)
 
 
-def chart_series(tables: dict[str, DataFrame], usage: DataFrame, result: ReportResult) -> None:
-    """The charts' points, bounded: the busiest apis' buckets, the top software."""
-    apis = [row["api"] for row in result.shown["latency_by_api"][:CHART_APIS]]
-    over_time = tables["latency_over_time"]
+def software_bars(usage: DataFrame) -> DataFrame:
+    """The software chart's bars: requests per client software, the busiest first."""
     software = usage.groupBy("client_software_name", "client_software_version").agg(
         F.sum("requests").alias("requests"))
-    with ThreadPoolExecutor(2) as pool:
-        points = pool.submit(_rows, over_time.where(F.col("api").isin(apis))
-                             .orderBy("bucket", "api"))
-        bars = pool.submit(_rows, software.orderBy(
-            F.desc("requests"), "client_software_name", "client_software_version")
-            .limit(CHART_BARS))
-        result.series["latency_over_time"], result.series["software"] = (
-            points.result(), bars.result())
+    return software.orderBy(F.desc("requests"), "client_software_name",
+                            "client_software_version").limit(CHART_BARS)
+
+
+def latency_points(tables: dict[str, DataFrame], result: ReportResult) -> DataFrame:
+    """The latency chart's points: the busiest apis' buckets (bounded)."""
+    apis = [row["api"] for row in result.shown["latency_by_api"][:CHART_APIS]]
+    return tables["latency_over_time"].where(F.col("api").isin(apis)).orderBy("bucket", "api")
 
 
 def render_html(result: ReportResult) -> str:
@@ -169,7 +167,10 @@ def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts, int
         fine = fine_rows(parse_lines(read_logs(spark, found)))
         fine = fine.persist(StorageLevel.MEMORY_AND_DISK)
         seen = Observation("lines")
-        fine.observe(seen, *count_columns()).write.format("noop").mode("overwrite").save()
+        # The cached plan adapts its shuffle (planned by persist); reading it back does
+        # not need to: adaptive there, the cache was filled by a job of its own.
+        with _conf(spark, {"spark.sql.adaptive.enabled": "false"}):
+            fine.observe(seen, *count_columns()).write.format("noop").mode("overwrite").save()
         got = seen.get
         return fine, counts_of(got), int(got["rows"])
     except (Py4JJavaError, PySparkException) as e:
@@ -187,11 +188,13 @@ def _tables(fine: DataFrame, result: ReportResult, spread: bool) -> None:
     built = build_tables(fine, result.counts, used)
     try:
         with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
+            bars = pool.submit(_rows, software_bars(used))
             done = pool.map(lambda item: write_table(item[1], result.out, item[0], spread),
                             built.items())
             for name, (total, rows) in zip(built, done, strict=True):
                 result.table_rows[name], result.shown[name] = total, rows
-        chart_series(built, used, result)
+            result.series["software"] = bars.result()
+        result.series["latency_over_time"] = _rows(latency_points(built, result))
     finally:
         for df in (*built.values(), usage):
             df.unpersist()
