@@ -57,14 +57,11 @@ CHART_BARS = 15  # client software bars
 # per-job latency, and concurrent jobs keep the cores busy while another is scheduled.
 PARALLEL_JOBS = 4
 # Up to this many rows in the fine aggregation, every table is computed in one task
-# straight from its cache: no shuffle, so each table is one job of one task (a shuffle
-# is a job of its own under adaptive execution, and the ~20 tables' shuffles were ~80
-# small jobs, each waiting to be scheduled). Above it the tables' aggregations are
-# spread over the executors by shuffles.
+# from one partition of its cache: no shuffle (each a job under adaptive execution:
+# ~80 small jobs waiting to be scheduled), and then nothing to adapt or broadcast
+# (adaptive execution made reading a cache a job, a broadcast join one more). Above
+# it the tables are spread over the executors by shuffles.
 GATHER_ROWS = 2_000_000
-# ... and then nothing is left to adapt or broadcast: adaptive execution would make
-# reading each cache a job of its own, and a broadcast join a job to collect its small
-# side that the one task holds anyway.
 GATHERED_CONF = {"spark.sql.adaptive.enabled": "false",
                  "spark.sql.autoBroadcastJoinThreshold": "-1"}
 _ROW = "_kafkalens_row"
@@ -109,10 +106,7 @@ def _conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
         yield
     finally:
         for key, old in before.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
+            spark.conf.unset(key) if old is None else spark.conf.set(key, old)
 
 
 def software_bars(usage: DataFrame) -> DataFrame:
@@ -186,6 +180,7 @@ def _tables(fine: DataFrame, result: ReportResult, spread: bool) -> None:
     usage = connection_usage(groups_of(fine)).persist(StorageLevel.MEMORY_AND_DISK)
     used = usage if spread else usage.coalesce(1)
     built = build_tables(fine, result.counts, used)
+    built["latency_over_time"].persist(StorageLevel.MEMORY_AND_DISK)  # the chart reads it
     try:
         with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
             bars = pool.submit(_rows, software_bars(used))

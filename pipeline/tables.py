@@ -81,7 +81,7 @@ def bucket_seconds(c: Counts, points: int = 120) -> int:
 
 def build_tables(fine: DataFrame, c: Counts, usage: DataFrame) -> dict[str, DataFrame]:
     """`fine` is fine.fine_rows(parsed) and `usage` clients.connection_usage(groups),
-    which three tables share."""
+    which four tables share."""
     latency, groups = part(fine, "l"), clients.groups_of(fine)
     return {
         "client_inventory": clients.client_inventory(usage),
