@@ -115,22 +115,18 @@ def api_usage(usage: DataFrame) -> DataFrame:
     )
 
 
-def removed_versions_frame(usage: DataFrame) -> DataFrame:
-    """The removed (api_key, api_version) with the lowest version Kafka 4.0 accepts: a
-    literal table (no Python on the executors to build it)."""
+def _kafka4_min_version() -> Column:
+    """The lowest version Kafka 4.0 accepts of a removed (api_key, api_version), else
+    null: a literal map looked up per row (no join, no Python on the executors)."""
     rows = sorted({(key, version, minimum) for key, _, version, minimum in removed_versions()})
-    literal = F.array(*[F.struct(F.lit(k).cast("int").alias("api_key"),
-                                 F.lit(v).cast("int").alias("api_version"),
-                                 F.lit(m).cast("int").alias("kafka4_min_version"))
-                        for k, v, m in rows])
-    spark = usage.sparkSession
-    return spark.range(1).select(F.inline(literal))
+    removed = F.create_map(*[c for k, v, m in rows for c in (F.lit(f"{k}:{v}"), F.lit(m))])
+    return F.try_element_at(removed, F.concat_ws(":", "api_key", "api_version"))
 
 
 def kafka4_readiness(usage: DataFrame) -> DataFrame:
     """One row per client and (api, version) that a Kafka 4.0 broker no longer accepts."""
-    removed = F.broadcast(removed_versions_frame(usage))
-    hits = usage.join(removed, ["api_key", "api_version"])
+    hits = usage.withColumn("kafka4_min_version", _kafka4_min_version().cast("int")).where(
+        F.col("kafka4_min_version").isNotNull())
     return hits.groupBy("client_key", "api", "api_key", "api_version").agg(
         *_identity_aggs(),
         F.max("kafka4_min_version").alias("kafka4_min_version"),

@@ -8,7 +8,7 @@ single hash aggregation, into rows of a few parts, each keyed at its own grain:
 - `g` (request groups): a row per connection, api version, identity and group
   fields (the client tables, consumer groups);
 - `l` (latency): a row per minute, api, waits-by-design and latency bin: bins 1 %
-  wide (`LATENCY_BIN`), so percentiles are read from the histogram (hist_percentiles)
+  wide (`LATENCY_BIN`), so percentiles are read from the histogram (traffic.py)
   within 1 % of the exact value, and requests and errors per minute sum exactly;
 - `t` (topics): a row per topic and api (Produce, Fetch) with the record counts;
 - `b` (bad lines): a row per file, reason and distinct bad line (its first 200
@@ -33,7 +33,7 @@ Read, explode and partial aggregation are one generated stage, each method JIT-c
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline import fleet_parts, semantics
@@ -171,21 +171,3 @@ _KEY_NAMES = {"part", "minute", "api_key", "api", "api_version", "waits", *CONN,
 def part(fine: DataFrame, name: str) -> DataFrame:
     return fine.where(F.col("part") == name)
 
-
-def hist_percentiles(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
-                     prefix: str = "") -> DataFrame:
-    """Per `keys`, the latency at each quantile from `l` rows' histogram: the largest
-    latency in the bin holding rank ceil(q * n) (a latency that occurred, within 1 % of
-    the exact one at that rank); null when the keys have no latency."""
-    bins = latency.where(F.col("lat_bin").isNotNull()).groupBy(*keys, "lat_bin").agg(
-        F.sum("lat_n").alias("c"), F.max("lat_max").alias("v"))
-    ordered = Window.partitionBy(*keys).orderBy("lat_bin").rowsBetween(
-        Window.unboundedPreceding, Window.currentRow)
-    bins = bins.withColumn("cum", F.sum("c").over(ordered)).withColumn(
-        "total", F.sum("c").over(Window.partitionBy(*keys)))
-    picks = []
-    for q in quantiles:
-        rank = F.greatest(F.lit(1), F.ceil(F.col("total") * F.lit(q)))
-        reached = F.when(F.col("cum") >= rank, F.col("lat_bin"))
-        picks.append(F.min_by("v", reached).alias(f"{prefix}p{round(q * 100)}_ms"))
-    return bins.groupBy(*keys).agg(*picks)

@@ -10,6 +10,7 @@ wins). All are derived from the fine aggregation's `p`, `c`, `m` and `t` rows
 
 from __future__ import annotations
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -173,7 +174,8 @@ def client_telemetry_top(fine: DataFrame) -> DataFrame:
 
 
 def fleet_tables(fine: DataFrame, bucket_seconds: int, usage: DataFrame) -> dict[str, DataFrame]:
-    lag = consumer_lag(fine, bucket_seconds)
+    # The topic lag reads the partition lag's cache (an aggregate: small).
+    lag = consumer_lag(fine, bucket_seconds).persist(StorageLevel.MEMORY_AND_DISK)
     return {
         "consumer_lag": lag,
         "consumer_topic_lag": consumer_topic_lag(lag),

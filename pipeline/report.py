@@ -18,6 +18,7 @@ import contextlib
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ from pipeline.tables import (  # noqa: E402
     Counts,
     bucket_seconds,
     build_tables,
-    counts,
+    count_columns,
+    counts_of,
     sort_columns,
 )
 
@@ -54,6 +56,15 @@ CHART_BARS = 15  # client software bars
 # Tables are written from a few threads at once: each job is small next to Spark's
 # per-job latency, and concurrent jobs keep the cores busy while another is scheduled.
 PARALLEL_JOBS = 4
+# Up to this many rows in the fine aggregation, every table is computed in one task
+# from one partition of its cache: no shuffle (each a job under adaptive execution:
+# ~80 small jobs waiting to be scheduled), and then nothing to adapt or broadcast
+# (adaptive execution made reading a cache a job, a broadcast join one more). Above
+# it the tables are spread over the executors by shuffles.
+GATHER_ROWS = 2_000_000
+GATHERED_CONF = {"spark.sql.adaptive.enabled": "false",
+                 "spark.sql.autoBroadcastJoinThreshold": "-1"}
+_ROW = "_kafkalens_row"
 
 
 def table_path(out: str, name: str) -> str:
@@ -64,39 +75,52 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict(recursive=True) for row in df.collect()]
 
 
-def write_table(table: DataFrame, out: str, name: str) -> tuple[int, list[dict[str, Any]]]:
+def write_table(table: DataFrame, out: str, name: str,
+                spread: bool = False) -> tuple[int, list[dict[str, Any]]]:
     """Writes a table and gives back its row count and the first rows the html shows.
 
-    `table` is persisted (small: an aggregate). Its first action, the bounded top-N
-    collect, computes it from the fine aggregation's cache and fills its own; the write
-    then reads that cache in one task (coalesce: no shuffle) and counts the rows as
-    they pass (an observed metric: no count job, no reading the table back)."""
-    shown = _rows(table.orderBy(*sort_columns(name)).limit(HTML_ROWS))
-    rows = Observation(f"rows_{name}")
-    # One sorted file per table: the tables are aggregates, small next to the logs, and
-    # one file reads well downstream.
-    ordered = table.observe(rows, F.count(F.lit(1)).alias("n")).coalesce(1)
-    ordered.sortWithinPartitions(*sort_columns(name)).write.mode("overwrite").parquet(
-        table_path(out, name))
-    return int(rows.get["n"]), shown
+    One job: one task writes the table, sorted (one file reads well downstream; the
+    tables are aggregates, small next to the logs), and counts its rows and keeps the
+    first HTML_ROWS as they pass (observed metrics: no count job, no top-N job, no
+    reading the table back). A table computed by shuffles (`spread`) is shuffled to
+    that task; one computed in one task already (report.GATHER_ROWS) goes on in it."""
+    one = table.repartition(1) if spread else table.coalesce(1)
+    ordered = one.sortWithinPartitions(*sort_columns(name)).withColumn(
+        _ROW, F.monotonically_increasing_id())  # 0, 1, ... in the one task's order
+    seen = Observation(f"rows_{name}")
+    first = F.collect_list(F.when(F.col(_ROW) < HTML_ROWS, F.struct(_ROW, *table.columns)))
+    ordered.observe(seen, F.count(F.lit(1)).alias("n"), first.alias("first")).drop(
+        _ROW).write.mode("overwrite").parquet(table_path(out, name))
+    got = seen.get
+    shown = [row.asDict(recursive=True) for row in sorted(got["first"], key=lambda r: r[_ROW])]
+    return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]
 
 
-def chart_series(tables: dict[str, DataFrame], result: ReportResult) -> None:
-    """The charts' points, bounded: the busiest apis' buckets, the top software (from
-    the tables' caches, not read back from what was written)."""
-    apis = [row["api"] for row in result.shown["latency_by_api"][:CHART_APIS]]
-    over_time = tables["latency_over_time"]
-    usage = tables["api_usage"]
+@contextlib.contextmanager
+def _conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """The session with these SQL settings for a while, then as it was."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            spark.conf.unset(key) if old is None else spark.conf.set(key, old)
+
+
+def software_bars(usage: DataFrame) -> DataFrame:
+    """The software chart's bars: requests per client software, the busiest first."""
     software = usage.groupBy("client_software_name", "client_software_version").agg(
         F.sum("requests").alias("requests"))
-    with ThreadPoolExecutor(2) as pool:
-        points = pool.submit(_rows, over_time.where(F.col("api").isin(apis))
-                             .orderBy("bucket", "api"))
-        bars = pool.submit(_rows, software.orderBy(
-            F.desc("requests"), "client_software_name", "client_software_version")
-            .limit(CHART_BARS))
-        result.series["latency_over_time"], result.series["software"] = (
-            points.result(), bars.result())
+    return software.orderBy(F.desc("requests"), "client_software_name",
+                            "client_software_version").limit(CHART_BARS)
+
+
+def latency_points(tables: dict[str, DataFrame], result: ReportResult) -> DataFrame:
+    """The latency chart's points: the busiest apis' buckets (bounded)."""
+    apis = [row["api"] for row in result.shown["latency_by_api"][:CHART_APIS]]
+    return tables["latency_over_time"].where(F.col("api").isin(apis)).orderBy("bucket", "api")
 
 
 def render_html(result: ReportResult) -> str:
@@ -127,39 +151,62 @@ def preload_charts() -> None:
     threading.Thread(target=load, name="kafkalens-preload-charts", daemon=True).start()
 
 
-def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts]:
-    """The lines' one aggregation (fine.fine_rows), cached, and the line counts: the
-    only job that reads the files. A failure to read them (the cluster cannot see a
-    file, no permission) is an InputError: one line for the user, not a Java stack."""
+def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts, int]:
+    """The lines' one aggregation (fine.fine_rows), cached, the line counts and its
+    number of rows: one pass that fills the cache and observes the counts as they
+    pass (no count job), the only job that reads the files. A failure to read them (the
+    cluster cannot see a file, no permission) is an InputError: one line for the
+    user, not a Java stack."""
     try:
         fine = fine_rows(parse_lines(read_logs(spark, found)))
         fine = fine.persist(StorageLevel.MEMORY_AND_DISK)
-        return fine, counts(fine)  # fills the cache
+        seen = Observation("lines")
+        # The cached plan adapts its shuffle (planned by persist); reading it back does
+        # not need to: adaptive there, the cache was filled by a job of its own.
+        with _conf(spark, {"spark.sql.adaptive.enabled": "false"}):
+            fine.observe(seen, *count_columns()).write.format("noop").mode("overwrite").save()
+        got = seen.get
+        return fine, counts_of(got), int(got["rows"])
     except (Py4JJavaError, PySparkException) as e:
         raise InputError(f"cannot read the inputs: {first_line(e)}") from e
+
+
+def _tables(fine: DataFrame, result: ReportResult, spread: bool) -> None:
+    """Writes every table and fills `result` with what the html shows. `fine` is the
+    cache, or (not `spread`) one partition of it: coalesce(1) of a cache is one task
+    with no shuffle, and a plan over one partition needs none (its aggregations,
+    windows and joins run in that task)."""
+    # Four tables start from the connections' usage: computed once.
+    usage = connection_usage(groups_of(fine)).persist(StorageLevel.MEMORY_AND_DISK)
+    used = usage if spread else usage.coalesce(1)
+    built = build_tables(fine, result.counts, used)
+    built["latency_over_time"].persist(StorageLevel.MEMORY_AND_DISK)  # the chart reads it
+    try:
+        with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
+            bars = pool.submit(_rows, software_bars(used))
+            done = pool.map(lambda item: write_table(item[1], result.out, item[0], spread),
+                            built.items())
+            for name, (total, rows) in zip(built, done, strict=True):
+                result.table_rows[name], result.shown[name] = total, rows
+            result.series["software"] = bars.result()
+        result.series["latency_over_time"] = _rows(latency_points(built, result))
+    finally:
+        for df in (*built.values(), usage):
+            df.unpersist()
 
 
 def run_report(spark: SparkSession, inputs: list[str], out: str) -> ReportResult:
     started = time.monotonic()
     found = expand_inputs(spark, inputs)
-    fine, line_counts = _scan(spark, found)
-    # Three tables start from the connections' usage: computed once.
-    usage = connection_usage(groups_of(fine)).persist(StorageLevel.MEMORY_AND_DISK)
-    # Every table is cached before any runs: a table derived from another (the topic
-    # lag from the partition lag) and the charts read the cache, not the fine rows.
-    built = {name: df.persist(StorageLevel.MEMORY_AND_DISK)
-             for name, df in build_tables(fine, line_counts, usage).items()}
+    cached, line_counts, fine_rows_n = _scan(spark, found)
+    spread = fine_rows_n > GATHER_ROWS
     result = ReportResult(out, found, line_counts, 0.0)
     result.bucket_seconds = bucket_seconds(line_counts)
     try:
-        with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
-            done = pool.map(lambda item: write_table(item[1], out, item[0]), built.items())
-            for name, (total, rows) in zip(built, done, strict=True):
-                result.table_rows[name], result.shown[name] = total, rows
-        chart_series(built, result)
+        with _conf(spark, {} if spread else GATHERED_CONF):
+            _tables(cached if spread else cached.coalesce(1), result, spread)
     finally:
-        for df in (*built.values(), usage, fine):
-            df.unpersist()
+        cached.unpersist()
     result.seconds = time.monotonic() - started
     write_text(spark, f"{out.rstrip('/')}/report.html", render_html(result))
     return result

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -40,10 +41,10 @@ class Counts:
     last_ts: dt.datetime | None
 
 
-def counts(fine: DataFrame) -> Counts:
-    """The line counts and time span, from fine.fine_rows (cached: a small job)."""
+def count_columns() -> list[Column]:
+    """Over fine.fine_rows: the line counts, the time span and the number of rows."""
     part = F.col("part")
-    row = fine.agg(
+    return [
         F.sum(F.when(part.isin("g", "b", "e"), F.col("n"))).alias("lines"),
         F.sum(F.when(part == "b", F.col("n"))).alias("bad"),
         F.sum(F.when(part == "g", F.col("n"))).alias("requests"),
@@ -51,8 +52,12 @@ def counts(fine: DataFrame) -> Counts:
         .alias("conn"),
         F.min(F.when(part.isin("g", "e"), F.col("first_seen"))).alias("first_ts"),
         F.max(F.when(part.isin("g", "e"), F.col("last_seen"))).alias("last_ts"),
-    ).first()
-    assert row is not None
+        F.count(F.lit(1)).alias("rows"),
+    ]
+
+
+def counts_of(row: dict[str, Any]) -> Counts:
+    """Counts from count_columns' values."""
     lines, bad, requests, conn = (row[name] or 0 for name in ("lines", "bad", "requests", "conn"))
     return Counts(lines, bad, requests, conn, lines - bad - requests - conn,
                   row["first_ts"], row["last_ts"])
@@ -76,7 +81,7 @@ def bucket_seconds(c: Counts, points: int = 120) -> int:
 
 def build_tables(fine: DataFrame, c: Counts, usage: DataFrame) -> dict[str, DataFrame]:
     """`fine` is fine.fine_rows(parsed) and `usage` clients.connection_usage(groups),
-    which three tables share."""
+    which four tables share."""
     latency, groups = part(fine, "l"), clients.groups_of(fine)
     return {
         "client_inventory": clients.client_inventory(usage),

@@ -14,26 +14,53 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.fine import hist_percentiles
-
 PRODUCE, FETCH = 0, 1
 QUANTILES = (0.5, 0.95, 0.99)
 WAITING_QUANTILES = (0.5, 0.99)
+_OUTCOMES = ("requests", "errors", "expected_errors")
 
 
-def _outcomes() -> list[Column]:
-    return [F.sum("n").alias("requests"), F.sum("errors").alias("errors"),
-            F.sum("expected_errors").alias("expected_errors")]
+def _quantile(bins: Column, q: float) -> Column:
+    """The latency at quantile q of a histogram (an array of (lat_bin, c, v) in bin
+    order): the largest latency `v` in the first bin whose cumulative count reaches rank
+    ceil(q * total); null for no bins."""
+    total = F.aggregate(bins, F.lit(0).cast("bigint"), lambda acc, b: acc + b["c"])
+    rank = F.greatest(F.lit(1), F.ceil(total * F.lit(q)))
+    start = F.struct(F.lit(0).cast("bigint").alias("cum"), F.lit(None).cast("double").alias("v"))
+    return F.aggregate(bins, start, lambda acc, b: F.when(acc["cum"] >= rank, acc).otherwise(
+        F.struct((acc["cum"] + b["c"]).alias("cum"), b["v"].alias("v"))), lambda acc: acc["v"])
 
 
-def _joined(totals: DataFrame, keys: list[str], *percentiles: DataFrame) -> DataFrame:
-    # Null-safe: an api_key may be null (a request line naming no api key).
-    for p in percentiles:
-        renamed = p.select(*[F.col(k).alias(f"_key_{k}") for k in keys],
-                           *[c for c in p.columns if c not in keys])
-        condition = [F.col(k).eqNullSafe(F.col(f"_key_{k}")) for k in keys]
-        totals = totals.join(renamed, condition, "left").drop(*[f"_key_{k}" for k in keys])
-    return totals
+def _latency(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
+             waiting: tuple[float, ...]) -> DataFrame:
+    """Per `keys`, from fine.fine_rows' `l` rows: requests and failures, the service
+    latency's mean, maximum and percentiles and, for requests that wait by design,
+    their count, maximum and percentiles. Two aggregations, no join or window: the bins
+    per key (each bin's count and largest latency), then per key the totals and the
+    histograms as bounded arrays (one entry per bin 1 % wide) that the percentiles
+    are read from."""
+    bins = latency.groupBy(*keys, "waits", "lat_bin").agg(
+        *[F.sum(c).alias(c) for c in ("n", "errors", "expected_errors", "lat_n", "lat_sum")],
+        F.max("lat_max").alias("lat_max"))
+    service, waits = ~F.col("waits"), F.col("waits")
+
+    def histogram(side: Column) -> Column:
+        entry = F.struct("lat_bin", F.col("lat_n").alias("c"), F.col("lat_max").alias("v"))
+        return F.array_sort(F.collect_list(F.when(side & F.col("lat_bin").isNotNull(), entry)))
+
+    stats = bins.groupBy(*keys).agg(
+        F.sum("n").alias("requests"), F.sum("errors").alias("errors"),
+        F.sum("expected_errors").alias("expected_errors"),
+        (F.sum(F.when(service, F.col("lat_sum"))) / F.sum(F.when(service, F.col("lat_n"))))
+        .alias("avg_ms"),
+        F.max(F.when(service, F.col("lat_max"))).alias("max_ms"),
+        F.sum(F.when(waits, F.col("n")).otherwise(0)).alias("waiting_requests"),
+        F.max(F.when(waits, F.col("lat_max"))).alias("waiting_max_ms"),
+        histogram(service).alias("_service"), histogram(waits).alias("_waiting"))
+    return stats.select(
+        "*", *[_quantile(F.col("_service"), q).alias(f"p{round(q * 100)}_ms") for q in quantiles],
+        *[_quantile(F.col("_waiting"), q).alias(f"waiting_p{round(q * 100)}_ms")
+          for q in waiting])
 
 
 def latency_by_api(latency: DataFrame) -> DataFrame:
@@ -41,19 +68,8 @@ def latency_by_api(latency: DataFrame) -> DataFrame:
     latency percentiles, and the latency of requests that wait by design apart.
     `latency` is fine.fine_rows' `l` part."""
     keys = ["api", "api_key"]
-    service, waiting = latency.where(~F.col("waits")), latency.where(F.col("waits"))
-    totals = latency.groupBy(*keys).agg(
-        *_outcomes(),
-        (F.sum(F.when(~F.col("waits"), F.col("lat_sum")))
-         / F.sum(F.when(~F.col("waits"), F.col("lat_n")))).alias("avg_ms"),
-        F.max(F.when(~F.col("waits"), F.col("lat_max"))).alias("max_ms"),
-        F.sum(F.when(F.col("waits"), F.col("n")).otherwise(0)).alias("waiting_requests"),
-        F.max(F.when(F.col("waits"), F.col("lat_max"))).alias("waiting_max_ms"),
-    )
-    stats = _joined(totals, keys, hist_percentiles(service, keys, QUANTILES),
-                    hist_percentiles(waiting, keys, WAITING_QUANTILES, "waiting_"))
-    return stats.select(
-        *keys, "requests", "errors", "expected_errors",
+    return _latency(latency, keys, QUANTILES, WAITING_QUANTILES).select(
+        *keys, *_OUTCOMES,
         *[f"p{round(q * 100)}_ms" for q in QUANTILES], "avg_ms", "max_ms",
         "waiting_requests", *[f"waiting_p{round(q * 100)}_ms" for q in WAITING_QUANTILES],
         "waiting_max_ms", (F.col("errors") / F.col("requests")).alias("error_rate"))
@@ -65,12 +81,8 @@ def latency_over_time(latency: DataFrame, bucket_seconds: int) -> DataFrame:
     bucketed = latency.withColumn(
         "bucket", F.timestamp_seconds(epoch - epoch % bucket_seconds))
     keys = ["bucket", "api"]
-    totals = bucketed.groupBy(*keys).agg(*_outcomes())
-    stats = _joined(totals, keys,
-                    hist_percentiles(bucketed.where(~F.col("waits")), keys, (0.5, 0.95)),
-                    hist_percentiles(bucketed.where(F.col("waits")), keys, (0.95,), "waiting_"))
-    return stats.select(*keys, "requests", "errors", "expected_errors", "p50_ms", "p95_ms",
-                        "waiting_p95_ms")
+    return _latency(bucketed, keys, (0.5, 0.95), (0.95,)).select(
+        *keys, *_OUTCOMES, "p50_ms", "p95_ms", "waiting_p95_ms")
 
 
 def _sum_where(api_key: int, field: str) -> Column:

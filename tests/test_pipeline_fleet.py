@@ -58,12 +58,22 @@ def _is_metric(e: Any) -> bool:
     return isinstance(e, dict) and e["event"] == "client_metric"
 
 
+JOBS: dict[str, int] = {}  # Spark jobs a report ran, by how its tables were computed
+
+
+def last_job(spark: SparkSession) -> int:
+    """The newest Spark job's id (ids count up: the difference is the jobs run)."""
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1)
+
+
 @pytest.fixture(scope="module")
 def built(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
           ) -> tuple[Fleet, ReportResult, Path]:
     root = tmp_path_factory.mktemp("fleet")
     fleet = Fleet(root)
+    before = last_job(spark)
     result = run_report(spark, [str(d) for d in fleet.dirs], str(root / "out"))
+    JOBS["gathered"] = last_job(spark) - before
     return fleet, result, root / "out"
 
 
@@ -229,3 +239,38 @@ def test_html_shows_the_fleet_tables(built: tuple) -> None:
                  "topic_access", "client_telemetry", "client_telemetry_top"):
         assert f"<h2>{name}</h2>" in page, name
     assert "org.apache.kafka.producer.record.queue.time.avg" in page
+
+
+def _rounded(value: Any) -> Any:
+    """A row's value with floats to 9 digits (sums of doubles in another order)."""
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, dict):
+        return sorted((k, _rounded(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def test_tables_computed_by_shuffles_are_the_same(spark: SparkSession, built: tuple,
+                                                  tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small fine aggregation is gathered: every table one job of one task, no
+    shuffle. Above report.GATHER_ROWS the tables are spread over the executors by
+    shuffles (each a job of its own), with the same rows."""
+    from pipeline import report
+    from pipeline.tables import TABLE_ORDER
+
+    fleet, result, out = built
+    monkeypatch.setattr(report, "GATHER_ROWS", 0)
+    before = last_job(spark)
+    spread = run_report(spark, [str(d) for d in fleet.dirs], str(tmp_path / "out"))
+    JOBS["spread"] = last_job(spark) - before
+    # The scan, a job per table, the two charts' queries (and a few of Spark's own).
+    assert JOBS["gathered"] <= len(TABLE_ORDER) + 6, JOBS
+    assert JOBS["spread"] > 2 * len(TABLE_ORDER), JOBS
+    assert spread.table_rows == result.table_rows and spread.series == result.series
+    for name in TABLE_ORDER:
+        rows = [sorted(map(repr, map(_rounded, table(spark, path, name)))) for path in
+                (out, tmp_path / "out")]
+        assert rows[0] == rows[1], name
