@@ -97,7 +97,7 @@ def write_table(table: DataFrame, out: str, name: str,
 
 
 @contextlib.contextmanager
-def _conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     """The session with these SQL settings for a while, then as it was."""
     before = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():
@@ -163,7 +163,7 @@ def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts, int
         seen = Observation("lines")
         # The cached plan adapts its shuffle (planned by persist); reading it back does
         # not need to: adaptive there, the cache was filled by a job of its own.
-        with _conf(spark, {"spark.sql.adaptive.enabled": "false"}):
+        with session_conf(spark, {"spark.sql.adaptive.enabled": "false"}):
             fine.observe(seen, *count_columns()).write.format("noop").mode("overwrite").save()
         got = seen.get
         return fine, counts_of(got), int(got["rows"])
@@ -203,7 +203,7 @@ def run_report(spark: SparkSession, inputs: list[str], out: str) -> ReportResult
     result = ReportResult(out, found, line_counts, 0.0)
     result.bucket_seconds = bucket_seconds(line_counts)
     try:
-        with _conf(spark, {} if spread else GATHERED_CONF):
+        with session_conf(spark, {} if spread else GATHERED_CONF):
             _tables(cached if spread else cached.coalesce(1), result, spread)
     finally:
         cached.unpersist()

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from bench.synth import Synth, to_line, write_rotated
 from pipeline.fine import fine_rows
 from pipeline.read import parse_lines, read_logs
+from pipeline.report import session_conf
 
 HUGE_METHOD_BYTES = 8000  # HotSpot's HugeMethodLimit: larger methods stay interpreted
 WRONG_TYPE = {"ts": "2025-03-01T12:00:02Z", "event": "request", "api_key": 1, "api": "Fetch",
@@ -38,33 +39,22 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(root)
 
 
-def _settings(spark: SparkSession, **conf: str) -> Iterator[None]:
-    before = {key: spark.conf.get(key) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            spark.conf.set(key, value)
+WHOLE_STAGE = {"spark.sql.codegen.wholeStage": "true"}
 
 
 @pytest.fixture
 def whole_stage(spark: SparkSession) -> Iterator[SparkSession]:
-    yield from (spark for _ in _settings(spark, **{"spark.sql.codegen.wholeStage": "true"}))
+    with session_conf(spark, WHOLE_STAGE):
+        yield spark
 
 
 def subtrees(spark: SparkSession, df: Any) -> list[tuple[int, list[str], list[str]]]:
     """Each whole-stage generated subtree of the static plan: its largest method's
     bytecode size, its own operators (marked `*(id)`) and the operators below it that
     feed it rows (a scan, an exchange, an operator without generated code)."""
-    with_static_plan = _settings(spark, **{"spark.sql.adaptive.enabled": "false"})
-    next(with_static_plan)
-    try:
+    with session_conf(spark, {"spark.sql.adaptive.enabled": "false"}):
         text = spark.sparkContext._jvm.PythonSQLUtils.explainString(
             df._jdf.queryExecution(), "codegen")
-    finally:
-        next(with_static_plan, None)
     found = []
     for size, tree in re.findall(
             r"== Subtree \d+ / \d+ \(maxMethodCodeSize:(\d+);.*?==\n(.*?)\n\n", text, re.S):
@@ -109,8 +99,7 @@ def _rows(spark: SparkSession, logs: str) -> list[tuple[Any, ...]]:
 
 def test_generated_code_folds_as_the_interpreted_one(spark: SparkSession, logs: str) -> None:
     interpreted = _rows(spark, logs)
-    generated = None
-    for _ in _settings(spark, **{"spark.sql.codegen.wholeStage": "true"}):
+    with session_conf(spark, WHOLE_STAGE):
         generated = _rows(spark, logs)
     assert generated == interpreted
     parts = {row[0] for row in interpreted}
