@@ -13,6 +13,8 @@ Runs, side by side in one invocation (each a fresh driver through the command li
     local-5M      5M lines on local[*]
     cluster1-5M   the same 5M lines on a Spark standalone cluster, one worker, 1 core
     cluster2-5M   ... two workers, 1 core each
+    read-5M       the floor: the same 5M lines only read and parsed with the report's
+                  schema by a fresh local driver (bench.read_floor), no table
 
 The standalone cluster is a real one, started from the pyspark package's own scripts
 (tests/support/spark_cluster.py: a master and the workers on loopback, each worker
@@ -57,11 +59,13 @@ from bench.synth import Synth, to_line, write_rotated
 ROOT = Path(__file__).resolve().parent.parent
 LINES_PER_FILE = 100_000
 GENERATORS = 2
-RUNS = {  # name -> (millions of lines, master: "local" or workers on a standalone cluster)
+RUNS: dict[str, tuple[int, str | int]] = {  # name -> (millions of lines, "local",
+    # workers on a standalone cluster, or "read": bench.read_floor)
     "local-1M": (1, "local"),
     "local-5M": (5, "local"),
     "cluster1-5M": (5, 1),
     "cluster2-5M": (5, 2),
+    "read-5M": (5, "read"),
 }
 GOAL_LINES_PER_S = 150_000
 GOAL_SPEEDUP = 1.7
@@ -230,6 +234,9 @@ def run_one(name: str, lines: int, logs: Path, work: Path, executor_python: str,
     if where == "local":
         return measure(name, lines, report_cmd(logs, out, "local[*]"),
                        with_conf(base_env(), conf))
+    if where == "read":
+        floor = [sys.executable, "-m", "bench.read_floor", str(logs), "--master", "local[*]"]
+        return measure(name, lines, floor, with_conf(base_env(), conf))
     with cluster_of(int(where), work / f"cluster-{name}", executor_python) as env:
         master = env.pop("_MASTER")
         return measure(name, lines, report_cmd(logs, out, master), with_conf(env, conf))
@@ -243,6 +250,10 @@ def summary(runs: list[Run]) -> list[str]:
         verdict = "met" if r.lines_per_s >= GOAL_LINES_PER_S else "missed"
         lines.append(f"5M on local[*], {os.cpu_count()} cores: {r.lines_per_s:,.0f} lines/s "
                      f"(goal {GOAL_LINES_PER_S:,}: {verdict})")
+    if "read-5M" in by:
+        r = by["read-5M"]
+        lines.append(f"5M only read and parsed on local[*] (the floor): {r.lines_per_s:,.0f} "
+                     f"lines/s")
     if "cluster1-5M" in by and "cluster2-5M" in by:
         speedup = by["cluster2-5M"].lines_per_s / by["cluster1-5M"].lines_per_s
         verdict = "met" if speedup >= GOAL_SPEEDUP else "missed"
