@@ -10,7 +10,7 @@ tree (a fresh driver and JVM, as a user runs it) with Spark's event log on. Meas
 wall time; CPU = user+system seconds of the driver's Python and JVM from /proc
 (bench_pipeline's sampling); from the event log, jobs, tasks, the tasks' CPU
 (executorCpuTime) and of it the scan's (the tasks that read input records); per line.
-`--java-options` appends JVM options to an arm's local JVM (NAME=TREE:OPTIONS).
+`--tree NAME=TREE:OPTIONS` appends JVM options to that arm's local JVM.
 """
 
 from __future__ import annotations
