@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, report_schema
+from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, LINE_SCHEMA
 
 SAMPLE_CHARS = 200
 
@@ -60,7 +60,7 @@ def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None =
     `_corrupt_record`. (The JSON source parsed the benchmark's lines with half the CPU
     of the text source + from_json: 300,000 lines, 6.3 against 12.3 s of JVM CPU.)
     `schema` is the report's unless given (bench.scan_cost measures others)."""
-    reader = spark.read.schema(schema or report_schema()).options(**JSON_OPTIONS)
+    reader = spark.read.schema(schema or LINE_SCHEMA).options(**JSON_OPTIONS)
     reader = reader.option("recursiveFileLookup", "true")
     # A truncated .gz (a crash mid-compression) keeps the lines before the damage
     # instead of failing the job (Spark logs the file it gave up on).
@@ -82,9 +82,8 @@ def parse_lines(logs: DataFrame) -> DataFrame:
     """The report's fields of each line (read_logs), plus `bad_reason`, and `line`
     (its first characters: the text Spark could not parse, else the fields it read)
     and `file` kept only on bad lines (most rows are good: null costs nothing)."""
-    schema = report_schema()
-    reason = bad_reason(F.struct(*[F.col(f.name) for f in schema.fields]))
-    read = [f.name for f in schema.fields if f.name not in (CORRUPT, "record_stats")]
+    reason = bad_reason(F.struct(*LINE_SCHEMA.fieldNames()))
+    read = [name for name in LINE_SCHEMA.fieldNames() if name not in (CORRUPT, "record_stats")]
     text = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*read)))
     return logs.select(
         *read,
