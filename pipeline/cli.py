@@ -40,7 +40,7 @@ def _watch_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="DIR", help="default: OUT/_checkpoint")
     p.add_argument("--spool", metavar="DIR",
                    help="where rotated files are staged (default: OUT/_spool)")
-    p.add_argument("--no-spool", action="store_true",
+    p.add_argument("--no-spool", dest="use_spool", action="store_false",
                    help="read LOGDIR directly: only for rotation to unique, never reused names")
     p.add_argument("--pattern", default=watch.DEFAULT_PATTERN,
                    help="glob of the rotated files in LOGDIR (default %(default)s)")
@@ -117,7 +117,7 @@ def watch_main(argv: list[str]) -> int:
     args = _watch_parser().parse_args(argv)
     from pipeline.watch import WatchOptions, run_watch
 
-    options = WatchOptions.from_args(args)
+    options = WatchOptions(**{k: v for k, v in vars(args).items() if k != "master"})
     try:
         return _run("kafkalens-watch", args.master, lambda spark: run_watch(spark, options))
     except KeyboardInterrupt:  # before the watch's own handler (Spark starting) or after
