@@ -1,34 +1,16 @@
 """One aggregation over the parsed lines, at the grain every table is derived from.
 
-Parsing is most of the report's cost, and a cache of the parsed lines cost as much
-again to build (1M lines: ~25 s of JVM CPU to parse, ~15 s more to cache, then every
-table scanned the cache). So each line is parsed once and folded at once, in a
-single hash aggregation, into rows of a few parts, each keyed at its own grain:
-
-- `g` (request groups): a row per connection, api version, identity and group
-  fields (the client tables, consumer groups);
-- `l` (latency): a row per minute, api, waits-by-design and latency bin: bins 1 %
-  wide (`LATENCY_BIN`), so percentiles are read from the histogram (traffic.py)
-  within 1 % of the exact value, and requests and errors per minute sum exactly;
-- `t` (topics): a row per topic and api (Produce, Fetch) with the record counts;
-- `b` (bad lines): a row per file, reason and distinct bad line (its first 200
-  characters), with the count;
-- `e` (other good lines): a row per event, for the line counts and time span;
-- the fleet tables' parts (fleet.py): `t` rows are also keyed by connection and
-  replica id (the topic access map); `p` a row per minute, group, client, replica,
-  topic and partition of a Fetch line's `positions` (lag: max and latest); `c` a row
-  per group, topic and partition of an OffsetCommit line's `committed`; `m` (a
-  telemetry line also makes an `e` row) a row per client instance, metric and
-  attributes with its latest value.
-
-A request line makes a `g` and an `l` row (and a `t` row per topic it carries, a `p`
-or `c` row per partition), so the aggregation sees two to four rows per line (more
-for a Fetch of many partitions); its output is small next to the lines
-(but for inputs of many distinct bad lines: a row each), cached by the job that reads
-the files, and no other job reads the files.
-Read, explode and partial aggregation are one generated stage, each method JIT-compiled
-(under 8,000 bytes); split, or interpreted, it cost 17.2 / 26.9 us a line, not 13.5
-(pipeline/README.md, "Speed"; tests/test_pipeline_scan_codegen.py).
+Parsing is most of the report's cost, so each line is parsed once and folded at once,
+in a single hash aggregation, into rows of a few parts, each keyed at its own grain
+(pipeline/README.md, "Plan"): `g` request groups (the client tables, consumer groups),
+`l` latency histograms (bins 1 % wide, `LATENCY_BIN`: percentiles within 1 % of the
+exact value, traffic.py), `t` topics, `b` bad lines (a row per file, reason and
+distinct line), `e` other good lines (a telemetry line makes an `m` row too), and the
+fleet tables' parts (fleet_parts.py). A request line makes two to four rows (more for
+a Fetch of many partitions); the result, small next to the lines, is cached by the
+one job that reads the files. Read, explode and partial aggregation are one generated
+stage, each method JIT-compiled (under 8,000 bytes): README, "The scan's CPU per line";
+tests/test_pipeline_scan_codegen.py.
 """
 
 from __future__ import annotations

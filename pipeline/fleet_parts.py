@@ -1,22 +1,11 @@
 """The fleet tables' share of the one fine aggregation (fine.fine_rows).
 
 Rather than a second pass over the lines, the fleet tables (fleet.py) add parts to the
-same aggregation, each keyed at its own grain:
-
-- `p`: a Fetch line's `positions` (#21), one row per minute, consumer group, client,
-  replica id, topic and partition: the largest lag in the minute and the latest lag,
-  position and high watermark (the values at the newest line);
-- `c`: an OffsetCommit line's `committed` (#21), one row per group, topic and
-  partition: the latest committed offset, high watermark and lag, and the largest lag;
-- `m`: a telemetry line (#20), one row per client instance, metric and attributes:
-  its latest value;
-- `t` (the topics, fine.py) is keyed by connection and replica id as well, so the
-  access map (fleet.topic_access) takes each connection's resolved identity.
-
-The arrays are exploded by Spark SQL: a request line makes a part of kind p / c
-for each element i, which is then read back with element_at. Every aggregate here
-is fixed-width (max, max_by of a number by a timestamp), so the aggregation stays
-a hash aggregation.
+same aggregation: `p` (a Fetch line's positions), `c` (an OffsetCommit line's committed
+offsets), `m` (a telemetry point), and `t` keyed by connection and replica id too; each
+at its grain, exploded by Spark SQL and read back with element_at (pipeline/README.md,
+the fleet tables, "How it stays one scan"). Every aggregate here is fixed-width (max,
+max_by of a number by a timestamp), so the aggregation stays a hash aggregation.
 """
 
 from __future__ import annotations

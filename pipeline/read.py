@@ -1,10 +1,7 @@
 """The logs in: inputs checked, every non-blank line parsed once by Spark, good or bad.
 
-Spark's JSON source reads the files (any Hadoop path: local, `file://`, `hdfs://`,
-`s3a://`; plain or any Hadoop codec by extension; directories recursively; globs) and
-parses each line with the explicit schema, so a malformed or truncated line becomes a
-row flagged with why it is bad (`_corrupt_record`), never a failure and never a row
-the driver collects. Nothing here runs Python on the executors.
+A malformed or truncated line becomes a row flagged with why it is bad, never a failure
+and never a row the driver collects (pipeline/README.md, "Reading", "Bad lines").
 """
 
 from __future__ import annotations
@@ -57,8 +54,7 @@ def first_line(error: BaseException) -> str:
 def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None = None) -> DataFrame:
     """Every non-blank line parsed by Spark's JSON source with the report's schema,
     and the file it came from (`file`); a line Spark cannot parse keeps its text in
-    `_corrupt_record`. (The JSON source parsed the benchmark's lines with half the CPU
-    of the text source + from_json: 300,000 lines, 6.3 against 12.3 s of JVM CPU.)
+    `_corrupt_record` (the JSON source: half the CPU of text + from_json, README).
     `schema` is the report's unless given (bench.scan_cost measures others)."""
     reader = spark.read.schema(schema or LINE_SCHEMA).options(**JSON_OPTIONS)
     reader = reader.option("recursiveFileLookup", "true")

@@ -1,12 +1,9 @@
 """What the traffic looks like: latency, errors, topics and consumer groups.
 
-Percentiles are read from the latency histograms of fine.fine_rows (bins 1 % wide):
-each is a latency that occurred, within 1 % of the exact one at its rank. They are
-service latency: requests that wait by design (long polls,
-JoinGroup, semantics.waits_by_design) are counted in `requests` but their latency
-goes to the `waiting_*` columns, so the slowest api is a slow broker, not a consumer
-with nothing to read. `errors` are failures; errors that are protocol steps
-(semantics.expected_errors) are `expected_errors`, left out of `error_rate`.
+Percentiles are service latency, read from fine.fine_rows' histograms (bins 1 % wide:
+a latency that occurred, within 1 % of the exact one at its rank); requests that wait by
+design and errors that are protocol steps are counted apart (semantics.py;
+pipeline/README.md, "What the numbers mean for Kafka").
 """
 
 from __future__ import annotations
@@ -35,10 +32,8 @@ def _latency(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
              waiting: tuple[float, ...]) -> DataFrame:
     """Per `keys`, from fine.fine_rows' `l` rows: requests and failures, the service
     latency's mean, maximum and percentiles and, for requests that wait by design,
-    their count, maximum and percentiles. Two aggregations, no join or window: the bins
-    per key (each bin's count and largest latency), then per key the totals and the
-    histograms as bounded arrays (one entry per bin 1 % wide) that the percentiles
-    are read from."""
+    their count, maximum and percentiles. Two aggregations, no join or window: per bin,
+    then per key with the histograms as arrays (one entry per bin) read by _quantile."""
     bins = latency.groupBy(*keys, "waits", "lat_bin").agg(
         *[F.sum(c).alias(c) for c in ("n", "errors", "expected_errors", "lat_n", "lat_sum")],
         F.max("lat_max").alias("lat_max"))
