@@ -57,10 +57,6 @@ GATHERED_CONF = {"spark.sql.adaptive.enabled": "false",
 _ROW = "_kafkalens_row"
 
 
-def table_path(out: str, name: str) -> str:
-    return f"{out.rstrip('/')}/{name}"
-
-
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict(recursive=True) for row in df.collect()]
 
@@ -77,7 +73,7 @@ def write_table(table: DataFrame, out: str, name: str,
     seen = Observation(f"rows_{name}")
     first = F.collect_list(F.when(F.col(_ROW) < HTML_ROWS, F.struct(_ROW, *table.columns)))
     ordered.observe(seen, F.count(F.lit(1)).alias("n"), first.alias("first")).drop(
-        _ROW).write.mode("overwrite").parquet(table_path(out, name))
+        _ROW).write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
     got = seen.get
     shown = [row.asDict(recursive=True) for row in sorted(got["first"], key=lambda r: r[_ROW])]
     return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]

@@ -17,13 +17,6 @@ DEFAULT_MASTER = "local[*]"
 SPLIT_BYTES = 32 * 2**20
 
 
-def default_master() -> str | None:
-    """local[*], unless spark-submit launched us: then it has already chosen the master."""
-    # spark-submit starts the JVM first and hands PySpark its gateway port; forcing a
-    # master here would override --master given to spark-submit.
-    return None if os.environ.get("PYSPARK_GATEWAY_PORT") else DEFAULT_MASTER
-
-
 def local_driver_memory() -> str:
     """A quarter of the machine's memory, 1 to 8 GiB: in local mode the driver's heap
     holds every task (Spark's default 1g failed at ~10M lines when Spark built the
@@ -107,16 +100,16 @@ def _user_conf_keys() -> str:
 
 def build_session(app_name: str, master: str | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
-    chosen = master or default_master()
+    # local[*], unless spark-submit launched us: it starts the JVM first and hands PySpark
+    # its gateway port; forcing a master here would override its --master.
+    chosen = master or (None if os.environ.get("PYSPARK_GATEWAY_PORT") else DEFAULT_MASTER)
     if chosen:
         builder = builder.master(chosen)
-    # Only when this call starts the JVM, and nobody chose a size already.
-    launching = SparkSession.getActiveSession() is None
-    sized = "driver-memory" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
-    if launching and not sized and (chosen or "").startswith("local"):
-        builder = builder.config("spark.driver.memory", local_driver_memory())
     local = (chosen or "").startswith("local")
+    launching = SparkSession.getActiveSession() is None  # this call starts the JVM
     if launching and local:
+        if "driver-memory" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):  # not sized yet
+            builder = builder.config("spark.driver.memory", local_driver_memory())
         # The report runs no Python on the executors; should anything start a
         # Python worker locally, it gets this interpreter, not the first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
