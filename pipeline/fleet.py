@@ -14,7 +14,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.clients import CONN, IDENTITY
+from pipeline.clients import CONN, IDENTITY, span, sums
 from pipeline.fine import part
 
 TOP_INSTANCES = 5  # client_telemetry_top: instances per metric
@@ -104,8 +104,7 @@ def committed_lag(fine: DataFrame) -> DataFrame:
         _newest("latest_lag", "lag"),
         F.max("max_lag").alias("max_lag"),
         F.sum("n").alias("commits"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"))
+        *span())
     newest_hwm = part(fine, "p").groupBy("topic", "partition").agg(
         _newest("latest_hwm", "fleet_high_watermark"))
     joined = commits.join(newest_hwm, ["topic", "partition"], "left")
@@ -136,11 +135,8 @@ def topic_access(fine: DataFrame, usage: DataFrame) -> DataFrame:
         F.slice(F.array_sort(F.collect_set("client_key")), 1, ACCESS_CLIENTS)
         .alias("client_keys"),
         F.sum("n").alias("requests"),
-        F.sum("records").alias("records"),
-        F.sum("bytes").alias("bytes"),
-        F.sum("batches").alias("batches"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"))
+        *sums("records", "bytes", "batches"),
+        *span())
 
 
 def _telemetry(fine: DataFrame) -> DataFrame:

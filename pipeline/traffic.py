@@ -11,10 +11,11 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from pipeline.clients import OUTCOMES, span, sums
+
 PRODUCE, FETCH = 0, 1
 QUANTILES = (0.5, 0.95, 0.99)
 WAITING_QUANTILES = (0.5, 0.99)
-_OUTCOMES = ("requests", "errors", "expected_errors")
 
 
 def _quantile(bins: Column, q: float) -> Column:
@@ -35,7 +36,7 @@ def _latency(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
     their count, maximum and percentiles. Two aggregations, no join or window: per bin,
     then per key with the histograms as arrays (one entry per bin) read by _quantile."""
     bins = latency.groupBy(*keys, "waits", "lat_bin").agg(
-        *[F.sum(c).alias(c) for c in ("n", "errors", "expected_errors", "lat_n", "lat_sum")],
+        *sums("n", "errors", "expected_errors", "lat_n", "lat_sum"),
         F.max("lat_max").alias("lat_max"))
     service, waits = ~F.col("waits"), F.col("waits")
 
@@ -44,8 +45,7 @@ def _latency(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
         return F.array_sort(F.collect_list(F.when(side & F.col("lat_bin").isNotNull(), entry)))
 
     stats = bins.groupBy(*keys).agg(
-        F.sum("n").alias("requests"), F.sum("errors").alias("errors"),
-        F.sum("expected_errors").alias("expected_errors"),
+        F.sum("n").alias("requests"), *sums("errors", "expected_errors"),
         (F.sum(F.when(service, F.col("lat_sum"))) / F.sum(F.when(service, F.col("lat_n"))))
         .alias("avg_ms"),
         F.max(F.when(service, F.col("lat_max"))).alias("max_ms"),
@@ -64,7 +64,7 @@ def latency_by_api(latency: DataFrame) -> DataFrame:
     `latency` is fine.fine_rows' `l` part."""
     keys = ["api", "api_key"]
     return _latency(latency, keys, QUANTILES, WAITING_QUANTILES).select(
-        *keys, *_OUTCOMES,
+        *keys, *OUTCOMES,
         *[f"p{round(q * 100)}_ms" for q in QUANTILES], "avg_ms", "max_ms",
         "waiting_requests", *[f"waiting_p{round(q * 100)}_ms" for q in WAITING_QUANTILES],
         "waiting_max_ms", (F.col("errors") / F.col("requests")).alias("error_rate"))
@@ -77,7 +77,7 @@ def latency_over_time(latency: DataFrame, bucket_seconds: int) -> DataFrame:
         "bucket", F.timestamp_seconds(epoch - epoch % bucket_seconds))
     keys = ["bucket", "api"]
     return _latency(bucketed, keys, (0.5, 0.95), (0.95,)).select(
-        *keys, *_OUTCOMES, "p50_ms", "p95_ms", "waiting_p95_ms")
+        *keys, *OUTCOMES, "p50_ms", "p95_ms", "waiting_p95_ms")
 
 
 def _sum_where(api_key: int, field: str) -> Column:
@@ -118,12 +118,9 @@ def consumer_groups(groups: DataFrame) -> DataFrame:
         F.count_distinct(member).alias("distinct_member_ids"),
         F.max("members").alias("max_members"),
         F.max("generation_id").alias("generation_id"),
-        F.sum("requests").alias("requests"),
-        F.sum("errors").alias("errors"),
-        F.sum("expected_errors").alias("expected_errors"),
+        *sums(*OUTCOMES),
         F.array_sort(F.collect_set(F.when(software != "", software))).alias("client_software"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"),
+        *span(),
     )
     # JoinGroup's member list is the group's size at a rebalance; member ids seen over
     # the whole log also count members that have since left, so they are the fallback.
