@@ -153,3 +153,9 @@ _KEY_NAMES = {"part", "minute", "api_key", "api", "api_version", "waits", *CONN,
 def part(fine: DataFrame, name: str) -> DataFrame:
     return fine.where(F.col("part") == name)
 
+
+def bucketed(rows: DataFrame, bucket_seconds: int) -> DataFrame:
+    """Fine rows with their minute's time bucket (`bucket`, whole minutes)."""
+    epoch = F.unix_seconds("minute")
+    return rows.withColumn("bucket", F.timestamp_seconds(epoch - epoch % bucket_seconds))
+

@@ -10,13 +10,15 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline import clients, fleet, traffic
 from pipeline.fine import part
 
-# Each table is written (and shown) in this order; the sort is for people reading it.
+# Each table is written (and shown) in this order; the sort is for people reading it
+# (the fleet's: newest buckets first, the largest lag first).
 TABLE_ORDER: dict[str, list[str]] = {
     "client_inventory": ["requests:desc", "client_key"],
     "api_usage": ["api_key", "api_version", "client_software_name", "client_software_version"],
@@ -25,7 +27,14 @@ TABLE_ORDER: dict[str, list[str]] = {
     "latency_over_time": ["bucket", "api"],
     "top_topics": ["rank"],
     "consumer_groups": ["group_id"],
-    **fleet.TABLE_ORDER,
+    "consumer_lag": ["bucket:desc", "latest_lag:desc", "group_id", "topic", "partition"],
+    "consumer_topic_lag": ["bucket:desc", "total_lag:desc", "group_id", "topic"],
+    "committed_lag": ["lag:desc", "group_id", "topic", "partition"],
+    "replication_lag": ["bucket:desc", "latest_lag:desc", "replica_id", "topic", "partition"],
+    "topic_access": ["topic", "direction", "bytes:desc", "principal", "client_software_name",
+                     "client_software_version"],
+    "client_telemetry": ["client_software_name", "client_software_version", "metric"],
+    "client_telemetry_top": ["metric", "rank"],
     "bad_lines": ["bad_lines:desc", "file", "reason"],
 }
 
@@ -83,6 +92,8 @@ def build_tables(fine: DataFrame, c: Counts, usage: DataFrame) -> dict[str, Data
     """`fine` is fine.fine_rows(parsed) and `usage` clients.connection_usage(groups),
     which four tables share."""
     latency, groups = part(fine, "l"), clients.groups_of(fine)
+    # The topic lag reads the partition lag's cache (an aggregate: small).
+    lag = fleet.consumer_lag(fine, bucket_seconds(c)).persist(StorageLevel.MEMORY_AND_DISK)
     return {
         "client_inventory": clients.client_inventory(usage),
         "api_usage": clients.api_usage(usage),
@@ -91,7 +102,13 @@ def build_tables(fine: DataFrame, c: Counts, usage: DataFrame) -> dict[str, Data
         "latency_over_time": traffic.latency_over_time(latency, bucket_seconds(c)),
         "top_topics": traffic.top_topics(part(fine, "t")),
         "consumer_groups": traffic.consumer_groups(groups),
-        **fleet.fleet_tables(fine, bucket_seconds(c), usage),
+        "consumer_lag": lag,
+        "consumer_topic_lag": fleet.consumer_topic_lag(lag),
+        "committed_lag": fleet.committed_lag(fine),
+        "replication_lag": fleet.replication_lag(fine, bucket_seconds(c)),
+        "topic_access": fleet.topic_access(fine, usage),
+        "client_telemetry": fleet.client_telemetry(fine),
+        "client_telemetry_top": fleet.client_telemetry_top(fine),
         "bad_lines": bad_lines(fine),
     }
 

@@ -12,6 +12,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipeline.clients import OUTCOMES, span, sums
+from pipeline.fine import bucketed
 
 PRODUCE, FETCH = 0, 1
 QUANTILES = (0.5, 0.95, 0.99)
@@ -72,11 +73,8 @@ def latency_by_api(latency: DataFrame) -> DataFrame:
 
 def latency_over_time(latency: DataFrame, bucket_seconds: int) -> DataFrame:
     """Per api and time bucket (whole minutes): the series behind the latency chart."""
-    epoch = F.unix_seconds("minute")
-    bucketed = latency.withColumn(
-        "bucket", F.timestamp_seconds(epoch - epoch % bucket_seconds))
     keys = ["bucket", "api"]
-    return _latency(bucketed, keys, (0.5, 0.95), (0.95,)).select(
+    return _latency(bucketed(latency, bucket_seconds), keys, (0.5, 0.95), (0.95,)).select(
         *keys, *OUTCOMES, "p50_ms", "p95_ms", "waiting_p95_ms")
 
 
