@@ -92,11 +92,8 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
     topic_t = F.when(on("t"), F.element_at(F.map_keys(F.col("per_topic")), index))
     topic = F.coalesce(topic_t, fleet_parts.topic(on, index))
 
-    def key(column: str | Column, *parts: str, name: str | None = None) -> Column:
-        value = F.col(column) if isinstance(column, str) else column
-        alias = name or (column if isinstance(column, str) else None)
-        assert alias is not None
-        return F.when(on(*parts), value).alias(alias)
+    def key(column: str, *parts: str, name: str | None = None) -> Column:
+        return F.when(on(*parts), F.col(column)).alias(name or column)
 
     counts = F.when(on("t"), F.element_at(F.map_values(F.col("per_topic")), index))
     keys = [

@@ -162,7 +162,7 @@ def _tables(fine: DataFrame, result: ReportResult, spread: bool) -> None:
     # Four tables start from the connections' usage: computed once.
     usage = connection_usage(groups_of(fine)).persist(StorageLevel.MEMORY_AND_DISK)
     used = usage if spread else usage.coalesce(1)
-    built = build_tables(fine, result.counts, used)
+    built = build_tables(fine, result.bucket_seconds, used)
     built["latency_over_time"].persist(StorageLevel.MEMORY_AND_DISK)  # the chart reads it
     try:
         with ThreadPoolExecutor(PARALLEL_JOBS) as pool:

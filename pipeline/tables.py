@@ -88,24 +88,24 @@ def bucket_seconds(c: Counts, points: int = 120) -> int:
     return max(1, int(span // (60 * points)) + 1) * 60
 
 
-def build_tables(fine: DataFrame, c: Counts, usage: DataFrame) -> dict[str, DataFrame]:
-    """`fine` is fine.fine_rows(parsed) and `usage` clients.connection_usage(groups),
-    which four tables share."""
+def build_tables(fine: DataFrame, bucket: int, usage: DataFrame) -> dict[str, DataFrame]:
+    """`fine` is fine.fine_rows(parsed), `bucket` the time buckets' seconds and `usage`
+    clients.connection_usage(groups), which four tables share."""
     latency, groups = part(fine, "l"), clients.groups_of(fine)
     # The topic lag reads the partition lag's cache (an aggregate: small).
-    lag = fleet.consumer_lag(fine, bucket_seconds(c)).persist(StorageLevel.MEMORY_AND_DISK)
+    lag = fleet.consumer_lag(fine, bucket).persist(StorageLevel.MEMORY_AND_DISK)
     return {
         "client_inventory": clients.client_inventory(usage),
         "api_usage": clients.api_usage(usage),
         "kafka4_readiness": clients.kafka4_readiness(usage),
         "latency_by_api": traffic.latency_by_api(latency),
-        "latency_over_time": traffic.latency_over_time(latency, bucket_seconds(c)),
+        "latency_over_time": traffic.latency_over_time(latency, bucket),
         "top_topics": traffic.top_topics(part(fine, "t")),
         "consumer_groups": traffic.consumer_groups(groups),
         "consumer_lag": lag,
         "consumer_topic_lag": fleet.consumer_topic_lag(lag),
         "committed_lag": fleet.committed_lag(fine),
-        "replication_lag": fleet.replication_lag(fine, bucket_seconds(c)),
+        "replication_lag": fleet.replication_lag(fine, bucket),
         "topic_access": fleet.topic_access(fine, usage),
         "client_telemetry": fleet.client_telemetry(fine),
         "client_telemetry_top": fleet.client_telemetry_top(fine),
