@@ -1,4 +1,4 @@
-"""Writing report.html wherever the tables go (the tables Spark's executors write)."""
+"""Paths local or through Hadoop's FileSystem (hdfs://, s3a:// ...), from the driver."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from pipeline.fsio import hadoop_file
 from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, LINE_SCHEMA
 
 SAMPLE_CHARS = 200
@@ -25,15 +26,12 @@ class InputError(Exception):
 def expand_inputs(spark: SparkSession, inputs: Iterable[str]) -> list[str]:
     """The inputs, each checked to match something through Hadoop's FileSystem (what
     the job's file listing uses). Raises InputError naming those that match nothing."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
     found: list[str] = []
     missing: list[str] = []
     for raw in inputs:
         try:
-            path = jvm.org.apache.hadoop.fs.Path(raw)
-            matches = path.getFileSystem(hadoop_conf).globStatus(path)
+            fs, path = hadoop_file(spark, raw)
+            matches = fs.globStatus(path)
         except Exception as e:  # noqa: BLE001 - a bad scheme or host: say which input
             raise InputError(f"cannot list {raw}: {first_line(e)}") from e
         (found if matches else missing).append(raw)
