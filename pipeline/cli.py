@@ -74,20 +74,20 @@ def _run(app: str, master: str | None, job: Callable[[SparkSession], int]) -> in
             spark.stop()
 
 
-def pipeline_missing() -> str | None:
-    """The one line to print when the `pipeline` extra is not installed, else None."""
+def pipeline_missing() -> bool:
+    """Whether the `pipeline` extra is not installed (then says so in one line)."""
     try:
         import matplotlib  # noqa: F401
         import pyspark  # noqa: F401
     except ImportError:
-        return MISSING_PYSPARK
-    return None
+        print(MISSING_PYSPARK, file=sys.stderr)
+        return True
+    return False
 
 
 def report_main(argv: list[str]) -> int:
     args = _report_parser().parse_args(argv)
-    if missing := pipeline_missing():
-        print(missing, file=sys.stderr)
+    if pipeline_missing():
         return 2
     from pipeline.read import InputError
     from pipeline.report import preload_charts, run_report
@@ -111,8 +111,7 @@ def report_main(argv: list[str]) -> int:
 
 
 def watch_main(argv: list[str]) -> int:
-    if missing := pipeline_missing():  # before the parser: it takes defaults from the watch
-        print(missing, file=sys.stderr)
+    if pipeline_missing():  # before the parser: it takes defaults from the watch
         return 2
     args = _watch_parser().parse_args(argv)
     from pipeline.watch import WatchOptions, run_watch

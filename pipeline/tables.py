@@ -114,8 +114,5 @@ def build_tables(fine: DataFrame, bucket: int, usage: DataFrame) -> dict[str, Da
 
 
 def sort_columns(name: str) -> list[Column]:
-    cols = []
-    for spec in TABLE_ORDER[name]:
-        column, _, direction = spec.partition(":")
-        cols.append(F.desc_nulls_last(column) if direction == "desc" else F.asc(column))
-    return cols
+    return [F.desc_nulls_last(spec.removesuffix(":desc")) if spec.endswith(":desc")
+            else F.asc(spec) for spec in TABLE_ORDER[name]]
