@@ -38,11 +38,8 @@ def _lag_stats(position: str) -> list[Column]:
 
 
 def consumer_lag(fine: DataFrame, bucket_seconds: int) -> DataFrame:
-    """Per time bucket, consumer group, topic and partition: the latest and largest lag
-    (high watermark, or last stable offset for read_committed, minus the consumer's
-    position), the position and high watermark of the newest Fetch. A Fetch whose
-    client's group the proxy did not know counts under the client (instance id, else
-    client id), `group_known` false."""
+    """Per time bucket, consumer group (else client, `group_known` false), topic and
+    partition: the latest and largest lag, position and high watermark (README)."""
     rows = part(fine, "p").where(F.col("replica_id").isNull())
     client = F.coalesce("client_instance_id", "client_id")
     group = F.when(F.col("consumer_group") != "", F.col("consumer_group"))
@@ -75,10 +72,9 @@ def replication_lag(fine: DataFrame, bucket_seconds: int) -> DataFrame:
 
 
 def committed_lag(fine: DataFrame) -> DataFrame:
-    """Per group, topic and partition: the latest committed offset and its lag as the
-    committing sidecar saw it (null when it had not seen the high watermark), and
-    `fleet_lag`: the newest high watermark any sidecar saw for the partition (on any
-    Fetch, a follower's included) minus that offset, as kafka-consumer-groups shows."""
+    """Per group, topic and partition: the latest committed offset, its lag as the
+    committing sidecar saw it, and `fleet_lag` from the newest high watermark any
+    sidecar saw, as kafka-consumer-groups shows (README)."""
     commits = part(fine, "c").groupBy("group_id", "topic", "partition").agg(
         _newest("latest_offset", "committed_offset"),
         _newest("latest_hwm", "high_watermark"),
