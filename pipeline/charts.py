@@ -39,7 +39,8 @@ def with_gaps(points: list[tuple[Any, float]], step_seconds: int) -> tuple[list,
 
 def latency_chart(series: list[Row], apis: list[str], step_seconds: int) -> str | None:
     """p95 service latency over time for `apis` (the busiest, report.CHART_APIS); None
-    when there is nothing to draw. `series` rows are latency_over_time's, buckets `step_seconds` apart."""
+    when there is nothing to draw. `series` rows are latency_over_time's, buckets
+    `step_seconds` apart."""
     points: dict[str, list[tuple[Any, float]]] = defaultdict(list)
     for row in series:
         if row["api"] in apis and row["p95_ms"] is not None:
