@@ -5,7 +5,7 @@ Each sidecar sees only its broker's partitions: its Fetch lines' `positions` nam
 those, so the union of all sidecars' lines holds every partition once (a partition
 whose leader moved is in two sidecars' logs, each for its own time: the newest line
 wins). All are derived from the fine aggregation's `p`, `c`, `m` and `t` rows
-(fleet_parts.py), never from the lines themselves.
+(fine.py), never from the lines themselves.
 """
 
 from __future__ import annotations
