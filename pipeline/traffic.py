@@ -12,9 +12,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipeline.clients import OUTCOMES, span, sums
-from pipeline.fine import bucketed
+from pipeline.fine import FETCH, PRODUCE, bucketed
 
-PRODUCE, FETCH = 0, 1
 QUANTILES = (0.5, 0.95, 0.99)
 WAITING_QUANTILES = (0.5, 0.99)
 
@@ -78,19 +77,15 @@ def latency_over_time(latency: DataFrame, bucket_seconds: int) -> DataFrame:
         *keys, *OUTCOMES, "p50_ms", "p95_ms", "waiting_p95_ms")
 
 
-def _sum_where(api_key: int, field: str) -> Column:
-    return F.sum(F.when(F.col("api_key") == api_key, F.col(field)).otherwise(0))
-
-
 def top_topics(topics: DataFrame) -> DataFrame:
     """Bytes, records and batches produced (Produce requests) and fetched (Fetch
     responses) per topic; `topics` is fine.fine_rows' `t` part."""
-    sums = [
-        _sum_where(key, field).alias(f"{verb}_{field}")
+    directed = [
+        F.sum(F.when(F.col("api_key") == key, F.col(field)).otherwise(0)).alias(f"{verb}_{field}")
         for key, verb in ((PRODUCE, "produced"), (FETCH, "fetched"))
         for field in ("bytes", "records", "batches")
     ]
-    totals = topics.groupBy("topic").agg(*sums).withColumn(
+    totals = topics.groupBy("topic").agg(*directed).withColumn(
         "total_bytes", F.col("produced_bytes") + F.col("fetched_bytes")
     )
     # One partition for the rank: a row per topic, few next to the lines.
