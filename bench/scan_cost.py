@@ -51,9 +51,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 def _schema(change: Callable[[Any], Any] | None = None, drop: tuple[str, ...] = ()) -> Any:
     from pyspark.sql.types import StructType
 
-    from pipeline.schema import report_schema
+    from pipeline.schema import LINE_SCHEMA
 
-    fields = [f for f in report_schema().fields if f.name not in drop]
+    fields = [f for f in LINE_SCHEMA.fields if f.name not in drop]
     return StructType([change(f) if change else f for f in fields])
 
 

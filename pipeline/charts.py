@@ -14,8 +14,6 @@ matplotlib.use("Agg")  # no display on servers or in spark-submit drivers
 import matplotlib.pyplot as plt  # noqa: E402
 
 Row = dict[str, Any]
-MAX_SERIES = 6
-MAX_BARS = 15
 
 
 def _png(fig: Any) -> str:
@@ -40,16 +38,17 @@ def with_gaps(points: list[tuple[Any, float]], step_seconds: int) -> tuple[list,
 
 
 def latency_chart(series: list[Row], apis: list[str], step_seconds: int) -> str | None:
-    """p95 service latency over time for the busiest apis; None when there is nothing
-    to draw. `series` rows are latency_over_time's, buckets `step_seconds` apart."""
+    """p95 service latency over time for `apis` (the busiest, report.CHART_APIS); None
+    when there is nothing to draw. `series` rows are latency_over_time's, buckets
+    `step_seconds` apart."""
     points: dict[str, list[tuple[Any, float]]] = defaultdict(list)
     for row in series:
-        if row["api"] in apis[:MAX_SERIES] and row["p95_ms"] is not None:
+        if row["api"] in apis and row["p95_ms"] is not None:
             points[row["api"]].append((row["bucket"], row["p95_ms"]))
     if not points:
         return None
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    for api in apis[:MAX_SERIES]:
+    for api in apis:
         if points.get(api):
             xs, ys = with_gaps(points[api], step_seconds)
             ax.plot(xs, ys, marker=".", label=api)
@@ -63,11 +62,11 @@ def latency_chart(series: list[Row], apis: list[str], step_seconds: int) -> str 
 
 def software_chart(totals: list[Row]) -> str | None:
     """Requests by client software name/version, busiest first (`totals`: name,
-    version, requests)."""
+    version, requests; report.CHART_BARS rows at most)."""
     if not totals:
         return None
     top = [(f"{r['client_software_name'] or 'unknown'} {r['client_software_version'] or ''}"
-            .strip(), r["requests"]) for r in totals[:MAX_BARS]]
+            .strip(), r["requests"]) for r in totals]
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(top) + 1))
     ax.barh([k for k, _ in reversed(top)], [v for _, v in reversed(top)])
     ax.set_xlabel("requests")

@@ -40,7 +40,7 @@ def _watch_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="DIR", help="default: OUT/_checkpoint")
     p.add_argument("--spool", metavar="DIR",
                    help="where rotated files are staged (default: OUT/_spool)")
-    p.add_argument("--no-spool", action="store_true",
+    p.add_argument("--no-spool", dest="use_spool", action="store_false",
                    help="read LOGDIR directly: only for rotation to unique, never reused names")
     p.add_argument("--pattern", default=watch.DEFAULT_PATTERN,
                    help="glob of the rotated files in LOGDIR (default %(default)s)")
@@ -74,20 +74,20 @@ def _run(app: str, master: str | None, job: Callable[[SparkSession], int]) -> in
             spark.stop()
 
 
-def pipeline_missing() -> str | None:
-    """The one line to print when the `pipeline` extra is not installed, else None."""
+def pipeline_missing() -> bool:
+    """Whether the `pipeline` extra is not installed (then says so in one line)."""
     try:
         import matplotlib  # noqa: F401
         import pyspark  # noqa: F401
     except ImportError:
-        return MISSING_PYSPARK
-    return None
+        print(MISSING_PYSPARK, file=sys.stderr)
+        return True
+    return False
 
 
 def report_main(argv: list[str]) -> int:
     args = _report_parser().parse_args(argv)
-    if missing := pipeline_missing():
-        print(missing, file=sys.stderr)
+    if pipeline_missing():
         return 2
     from pipeline.read import InputError
     from pipeline.report import preload_charts, run_report
@@ -111,13 +111,12 @@ def report_main(argv: list[str]) -> int:
 
 
 def watch_main(argv: list[str]) -> int:
-    if missing := pipeline_missing():  # before the parser: it takes defaults from the watch
-        print(missing, file=sys.stderr)
+    if pipeline_missing():  # before the parser: it takes defaults from the watch
         return 2
     args = _watch_parser().parse_args(argv)
     from pipeline.watch import WatchOptions, run_watch
 
-    options = WatchOptions.from_args(args)
+    options = WatchOptions(**{k: v for k, v in vars(args).items() if k != "master"})
     try:
         return _run("kafkalens-watch", args.master, lambda spark: run_watch(spark, options))
     except KeyboardInterrupt:  # before the watch's own handler (Spark starting) or after

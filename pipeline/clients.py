@@ -15,16 +15,11 @@ from pyspark.sql import functions as F
 from pipeline.readiness_data import removed_versions
 
 CONN = ["listener", "client_address", "conn"]
-IDENTITY = [
-    "client_id",
-    "client_instance_id",
-    "client_software_name",
-    "client_software_version",
-    "principal",
-]
+IDENTITY = ["client_id", "client_instance_id", "client_software_name",
+            "client_software_version", "principal"]
 # Of a consumer group's requests, what consumer_groups (pipeline.traffic) needs.
 GROUP_KEYS = ["group_id", "member_id", "protocol_type", "protocol_name"]
-_OUTCOMES = ["requests", "errors", "expected_errors"]
+OUTCOMES = ["requests", "errors", "expected_errors"]
 
 
 def client_host(address: Column) -> Column:
@@ -45,8 +40,13 @@ def groups_of(fine: DataFrame) -> DataFrame:
         "last_seen", "members", "generation_id")
 
 
-def _outcome_sums() -> list[Column]:
-    return [F.sum(name).alias(name) for name in _OUTCOMES]
+def sums(*names: str) -> list[Column]:
+    return [F.sum(name).alias(name) for name in names]
+
+
+def span() -> list[Column]:
+    """When first and last seen, of rows with first_seen and last_seen."""
+    return [F.min("first_seen").alias("first_seen"), F.max("last_seen").alias("last_seen")]
 
 
 def connection_usage(groups: DataFrame) -> DataFrame:
@@ -56,16 +56,15 @@ def connection_usage(groups: DataFrame) -> DataFrame:
     """
     usage = groups.groupBy(*CONN, "api_key", "api", "api_version").agg(
         *[F.max(name).alias(name) for name in IDENTITY],
-        *_outcome_sums(),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"),
+        *sums(*OUTCOMES),
+        *span(),
     )
     # A field learnt on any of the connection's apis then applies to all of them.
     per_conn = Window.partitionBy(*CONN)
     resolved = usage.select(
         *CONN,
         *[F.max(name).over(per_conn).alias(name) for name in IDENTITY],
-        "api_key", "api", "api_version", *_OUTCOMES, "first_seen", "last_seen",
+        "api_key", "api", "api_version", *OUTCOMES, "first_seen", "last_seen",
     )
     host = client_host(F.col("client_address"))
     fallback = F.concat_ws(
@@ -78,17 +77,10 @@ def connection_usage(groups: DataFrame) -> DataFrame:
 
 
 def _identity_aggs() -> list[Column]:
-    return [
-        F.max("client_instance_id").alias("client_instance_id"),
-        F.max("client_id").alias("client_id"),
-        F.max("client_software_name").alias("client_software_name"),
-        F.max("client_software_version").alias("client_software_version"),
-        F.array_sort(F.collect_set("client_host")).alias("client_hosts"),
-    ]
-
-
-def _span() -> list[Column]:
-    return [F.min("first_seen").alias("first_seen"), F.max("last_seen").alias("last_seen")]
+    names = ("client_instance_id", "client_id", "client_software_name",
+             "client_software_version")
+    return [*[F.max(name).alias(name) for name in names],
+            F.array_sort(F.collect_set("client_host")).alias("client_hosts")]
 
 
 def client_inventory(usage: DataFrame) -> DataFrame:
@@ -99,8 +91,8 @@ def client_inventory(usage: DataFrame) -> DataFrame:
     clients = usage.groupBy("client_key").agg(
         *_identity_aggs(),
         F.array_sort(F.collect_set("principal")).alias("principals"),
-        *_span(),
-        *_outcome_sums(),
+        *span(),
+        *sums(*OUTCOMES),
         F.count_distinct(F.struct(*CONN)).alias("connections"),
     )
     return clients.join(api_map, "client_key")
@@ -109,9 +101,9 @@ def client_inventory(usage: DataFrame) -> DataFrame:
 def api_usage(usage: DataFrame) -> DataFrame:
     keys = ["api", "api_key", "api_version", "client_software_name", "client_software_version"]
     return usage.groupBy(*keys).agg(
-        *_outcome_sums(),
+        *sums(*OUTCOMES),
         F.count_distinct("client_key").alias("clients"),
-        *_span(),
+        *span(),
     )
 
 
@@ -131,5 +123,5 @@ def kafka4_readiness(usage: DataFrame) -> DataFrame:
         *_identity_aggs(),
         F.max("kafka4_min_version").alias("kafka4_min_version"),
         F.sum("requests").alias("requests"),
-        *_span(),
+        *span(),
     )

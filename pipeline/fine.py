@@ -1,34 +1,19 @@
 """One aggregation over the parsed lines, at the grain every table is derived from.
 
-Parsing is most of the report's cost, and a cache of the parsed lines cost as much
-again to build (1M lines: ~25 s of JVM CPU to parse, ~15 s more to cache, then every
-table scanned the cache). So each line is parsed once and folded at once, in a
-single hash aggregation, into rows of a few parts, each keyed at its own grain:
-
-- `g` (request groups): a row per connection, api version, identity and group
-  fields (the client tables, consumer groups);
-- `l` (latency): a row per minute, api, waits-by-design and latency bin: bins 1 %
-  wide (`LATENCY_BIN`), so percentiles are read from the histogram (traffic.py)
-  within 1 % of the exact value, and requests and errors per minute sum exactly;
-- `t` (topics): a row per topic and api (Produce, Fetch) with the record counts;
-- `b` (bad lines): a row per file, reason and distinct bad line (its first 200
-  characters), with the count;
-- `e` (other good lines): a row per event, for the line counts and time span;
-- the fleet tables' parts (fleet.py): `t` rows are also keyed by connection and
-  replica id (the topic access map); `p` a row per minute, group, client, replica,
-  topic and partition of a Fetch line's `positions` (lag: max and latest); `c` a row
-  per group, topic and partition of an OffsetCommit line's `committed`; `m` (a
-  telemetry line also makes an `e` row) a row per client instance, metric and
-  attributes with its latest value.
-
-A request line makes a `g` and an `l` row (and a `t` row per topic it carries, a `p`
-or `c` row per partition), so the aggregation sees two to four rows per line (more
-for a Fetch of many partitions); its output is small next to the lines
-(but for inputs of many distinct bad lines: a row each), cached by the job that reads
-the files, and no other job reads the files.
-Read, explode and partial aggregation are one generated stage, each method JIT-compiled
-(under 8,000 bytes); split, or interpreted, it cost 17.2 / 26.9 us a line, not 13.5
-(pipeline/README.md, "Speed"; tests/test_pipeline_scan_codegen.py).
+Parsing is most of the report's cost, so each line is parsed once and folded at once,
+in a single hash aggregation, into rows of a few parts, each keyed at its own grain
+(pipeline/README.md, "Plan"): `g` request groups (the client tables, consumer groups),
+`l` latency histograms (bins 1 % wide, `LATENCY_BIN`: percentiles within 1 % of the
+exact value, traffic.py), `t` topics, `b` bad lines (a row per file, reason and
+distinct line), `e` other good lines, and the fleet tables' parts (fleet.py): `p` a
+Fetch line's positions, `c` an OffsetCommit line's committed offsets, `m` a telemetry
+point, and `t` keyed by connection and replica id too (README, the fleet tables, "How
+it stays one scan"). A request line makes two to four rows (more for a Fetch of many
+partitions); the result, small next to the lines, is cached by the one job that reads
+the files. Every aggregate is fixed-width (a string one would make it a sort-based
+aggregation). Read, explode and partial aggregation are one generated
+stage, each method JIT-compiled (under 8,000 bytes): README, "The scan's CPU per line";
+tests/test_pipeline_scan_codegen.py.
 """
 
 from __future__ import annotations
@@ -36,7 +21,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipeline import fleet_parts, semantics
+from pipeline import semantics
 from pipeline.clients import CONN, GROUP_KEYS, IDENTITY
 from pipeline.schema import REQUEST_EVENTS, TELEMETRY_EVENT
 
@@ -45,6 +30,13 @@ MIN_LATENCY_MS = 0.001  # 0 ms and below share the lowest bin
 PRODUCE, FETCH = 0, 1
 UNKNOWN_API = "unknown"
 _COUNT_FIELDS = ("bytes", "records", "batches")
+# Keys of the `g` part that other parts are keyed by too.
+KEYED_ALSO: dict[str, tuple[str, ...]] = {
+    "listener": ("t",), "client_address": ("t",), "conn": ("t",),
+    "client_id": ("p", "m"), "client_instance_id": ("p", "m"),
+    "client_software_name": ("m",), "client_software_version": ("m",), "principal": ("m",),
+    "group_id": ("c",),
+}
 
 
 def _api() -> Column:
@@ -73,9 +65,14 @@ def _parts(is_request: Column, good: Column) -> Column:
     for another good one."""
     carries = F.col("api_key").isin(PRODUCE, FETCH) & F.col("per_topic").isNotNull()
     topics = F.transform(F.map_keys(F.col("per_topic")), lambda _, i: part_of("t", i))
+
+    def each(array: str, kind: str) -> Column:
+        parts = F.transform(F.col(array), lambda _, i: part_of(kind, i))
+        return F.when(F.col(array).isNotNull(), parts).otherwise(none())
+
     request = F.concat(F.array(part_of("g"), part_of("l")),
                        F.when(carries, topics).otherwise(none()),
-                       *fleet_parts.indexed(part_of, none()))
+                       each("positions", "p"), each("committed", "c"))
     other = F.when(F.col("event") == TELEMETRY_EVENT,
                    F.array(part_of("e"), part_of("m"))).otherwise(F.array(part_of("e")))
     return F.when(is_request, request).when(good, other).otherwise(F.array(part_of("b")))
@@ -107,14 +104,13 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
     def on(*parts: str) -> Column:
         return kind.isin(*[KINDS.index(p) for p in parts])
 
+    position = F.when(on("p"), F.element_at(F.col("positions"), index))
+    committed = F.when(on("c"), F.element_at(F.col("committed"), index))
     topic_t = F.when(on("t"), F.element_at(F.map_keys(F.col("per_topic")), index))
-    topic = F.coalesce(topic_t, fleet_parts.topic(on, index))
+    topic = F.coalesce(topic_t, F.coalesce(position["topic"], committed["topic"]))
 
-    def key(column: str | Column, *parts: str, name: str | None = None) -> Column:
-        value = F.col(column) if isinstance(column, str) else column
-        alias = name or (column if isinstance(column, str) else None)
-        assert alias is not None
-        return F.when(on(*parts), value).alias(alias)
+    def key(column: str, *parts: str, name: str | None = None) -> Column:
+        return F.when(on(*parts), F.col(column)).alias(name or column)
 
     counts = F.when(on("t"), F.element_at(F.map_values(F.col("per_topic")), index))
     keys = [
@@ -124,7 +120,7 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
         key("_api", "g", "l", name="api"),
         key("api_version", "g"),
         key("_waits", "l", name="waits"),
-        *[key(name, *fleet_parts.KEYED_ALSO.get(name, ()), "g")
+        *[key(name, *KEYED_ALSO.get(name, ()), "g")
           for name in (*CONN, *IDENTITY, *GROUP_KEYS)],
         key("_lat_bin", "l", name="lat_bin"),
         topic.alias("topic"),
@@ -135,10 +131,20 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
         # of hashing them; bad_lines takes the samples from these few rows.
         key("line", "b", name="sample"),
         key("event", "e"),
-        *fleet_parts.keys(on, index),
+        key("consumer_group", "p"),
+        key("replica_id", "p", "t"),
+        F.coalesce(position["partition"], committed["partition"]).alias("partition"),
+        key("metric", "m"),
+        key("type", "m", name="metric_type"),
+        F.when(on("m"), _attributes()).alias("attributes"),
     ]
     return lines.select(
-        *keys, "ts", "members", "generation_id", *fleet_parts.values(on, index),
+        *keys, "ts", "members", "generation_id",
+        key("ts", "p", "c", "m", name="_fleet_ts"),
+        F.coalesce(position["lag"], committed["lag"]).alias("_lag"),
+        F.coalesce(position["next_offset"], committed["offset"]).alias("_offset"),
+        F.coalesce(position["high_watermark"], committed["high_watermark"]).alias("_hwm"),
+        key("value", "m", name="_value"),
         F.when(on("g", "l"), F.col("_failed")).alias("failed"),
         F.when(on("g", "l"), F.col("_expected")).alias("expected"),
         F.when(on("l"), latency).alias("latency"),
@@ -159,15 +165,35 @@ def aggregate(keyed: DataFrame) -> DataFrame:
         F.sum("latency").alias("lat_sum"),
         F.max("latency").alias("lat_max"),
         *[F.sum(field).alias(field) for field in _COUNT_FIELDS],
-        *fleet_parts.aggregates(),
+        F.max("_lag").alias("max_lag"),  # the fleet parts: the largest lag, the newest values
+        F.max_by("_lag", "_fleet_ts").alias("latest_lag"),
+        F.max_by("_offset", "_fleet_ts").alias("latest_offset"),
+        F.max_by("_hwm", "_fleet_ts").alias("latest_hwm"),
+        F.max_by("_value", "_fleet_ts").alias("latest_value"),
     )
 
 
 _KEY_NAMES = {"part", "minute", "api_key", "api", "api_version", "waits", *CONN, *IDENTITY,
               *GROUP_KEYS, "lat_bin", "topic", "file", "reason", "sample", "event",
-              *fleet_parts.KEY_NAMES}
+              "consumer_group", "replica_id", "partition", "metric", "metric_type", "attributes"}
+
+
+def _attributes() -> Column:
+    """A telemetry point's attributes as one sorted "k=v,k=v" string: a map cannot be
+    a grouping key, and the same attributes in another order are the same series."""
+    # sort_array: array_sort has no generated code and would split the scan's stage.
+    entries = F.sort_array(F.map_entries(F.col("attributes")))
+    text = F.concat_ws(",", F.transform(entries, lambda e: F.concat(e["key"], F.lit("="),
+                                                                    e["value"])))
+    return F.coalesce(text, F.lit(""))
 
 
 def part(fine: DataFrame, name: str) -> DataFrame:
     return fine.where(F.col("part") == name)
+
+
+def bucketed(rows: DataFrame, bucket_seconds: int) -> DataFrame:
+    """Fine rows with their minute's time bucket (`bucket`, whole minutes)."""
+    epoch = F.unix_seconds("minute")
+    return rows.withColumn("bucket", F.timestamp_seconds(epoch - epoch % bucket_seconds))
 

@@ -5,38 +5,19 @@ Each sidecar sees only its broker's partitions: its Fetch lines' `positions` nam
 those, so the union of all sidecars' lines holds every partition once (a partition
 whose leader moved is in two sidecars' logs, each for its own time: the newest line
 wins). All are derived from the fine aggregation's `p`, `c`, `m` and `t` rows
-(fleet_parts.py), never from the lines themselves.
+(fine.py), never from the lines themselves.
 """
 
 from __future__ import annotations
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.clients import CONN, IDENTITY
-from pipeline.fine import part
+from pipeline.clients import CONN, IDENTITY, span, sums
+from pipeline.fine import bucketed, part
 
 TOP_INSTANCES = 5  # client_telemetry_top: instances per metric
 ACCESS_CLIENTS = 20  # topic_access: client keys listed per row (all are counted)
-
-# Sort for people reading the tables (written and shown in this order after the
-# consumer groups): newest buckets first, the largest lag first.
-TABLE_ORDER: dict[str, list[str]] = {
-    "consumer_lag": ["bucket:desc", "latest_lag:desc", "group_id", "topic", "partition"],
-    "consumer_topic_lag": ["bucket:desc", "total_lag:desc", "group_id", "topic"],
-    "committed_lag": ["lag:desc", "group_id", "topic", "partition"],
-    "replication_lag": ["bucket:desc", "latest_lag:desc", "replica_id", "topic", "partition"],
-    "topic_access": ["topic", "direction", "bytes:desc", "principal", "client_software_name",
-                     "client_software_version"],
-    "client_telemetry": ["client_software_name", "client_software_version", "metric"],
-    "client_telemetry_top": ["metric", "rank"],
-}
-
-
-def _bucketed(rows: DataFrame, bucket_seconds: int) -> DataFrame:
-    epoch = F.unix_seconds("minute")
-    return rows.withColumn("bucket", F.timestamp_seconds(epoch - epoch % bucket_seconds))
 
 
 def _newest(column: str, name: str) -> Column:
@@ -57,15 +38,12 @@ def _lag_stats(position: str) -> list[Column]:
 
 
 def consumer_lag(fine: DataFrame, bucket_seconds: int) -> DataFrame:
-    """Per time bucket, consumer group, topic and partition: the latest and largest lag
-    (high watermark, or last stable offset for read_committed, minus the consumer's
-    position), the position and high watermark of the newest Fetch. A Fetch whose
-    client's group the proxy did not know counts under the client (instance id, else
-    client id), `group_known` false."""
+    """Per time bucket, consumer group (else client, `group_known` false), topic and
+    partition: the latest and largest lag, position and high watermark (README)."""
     rows = part(fine, "p").where(F.col("replica_id").isNull())
     client = F.coalesce("client_instance_id", "client_id")
     group = F.when(F.col("consumer_group") != "", F.col("consumer_group"))
-    rows = _bucketed(rows, bucket_seconds).drop("group_id").select(
+    rows = bucketed(rows, bucket_seconds).drop("group_id").select(
         "*", F.coalesce(group, client).alias("group_id"), group.isNotNull().alias("group_known"),
         client.alias("client"))
     return rows.groupBy("bucket", "group_id", "group_known", "topic", "partition").agg(
@@ -88,24 +66,22 @@ def replication_lag(fine: DataFrame, bucket_seconds: int) -> DataFrame:
     """Per time bucket, follower (replica id), topic and partition: the follower's lag
     behind the leader's high watermark, from its Fetch lines (never counted as a
     consumer)."""
-    rows = _bucketed(part(fine, "p").where(F.col("replica_id").isNotNull()), bucket_seconds)
+    rows = bucketed(part(fine, "p").where(F.col("replica_id").isNotNull()), bucket_seconds)
     return rows.groupBy("bucket", "replica_id", "topic", "partition").agg(
         *_lag_stats("position"))
 
 
 def committed_lag(fine: DataFrame) -> DataFrame:
-    """Per group, topic and partition: the latest committed offset and its lag as the
-    committing sidecar saw it (null when it had not seen the high watermark), and
-    `fleet_lag`: the newest high watermark any sidecar saw for the partition (on any
-    Fetch, a follower's included) minus that offset, as kafka-consumer-groups shows."""
+    """Per group, topic and partition: the latest committed offset, its lag as the
+    committing sidecar saw it, and `fleet_lag` from the newest high watermark any
+    sidecar saw, as kafka-consumer-groups shows (README)."""
     commits = part(fine, "c").groupBy("group_id", "topic", "partition").agg(
         _newest("latest_offset", "committed_offset"),
         _newest("latest_hwm", "high_watermark"),
         _newest("latest_lag", "lag"),
         F.max("max_lag").alias("max_lag"),
         F.sum("n").alias("commits"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"))
+        *span())
     newest_hwm = part(fine, "p").groupBy("topic", "partition").agg(
         _newest("latest_hwm", "fleet_high_watermark"))
     joined = commits.join(newest_hwm, ["topic", "partition"], "left")
@@ -136,11 +112,8 @@ def topic_access(fine: DataFrame, usage: DataFrame) -> DataFrame:
         F.slice(F.array_sort(F.collect_set("client_key")), 1, ACCESS_CLIENTS)
         .alias("client_keys"),
         F.sum("n").alias("requests"),
-        F.sum("records").alias("records"),
-        F.sum("bytes").alias("bytes"),
-        F.sum("batches").alias("batches"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"))
+        *sums("records", "bytes", "batches"),
+        *span())
 
 
 def _telemetry(fine: DataFrame) -> DataFrame:
@@ -171,17 +144,3 @@ def client_telemetry_top(fine: DataFrame) -> DataFrame:
     return ranked.where(F.col("rank") <= TOP_INSTANCES).select(
         "metric", "rank", "instance", "client_id", "client_software_name",
         "client_software_version", "principal", "attributes", "latest_value", "last_seen")
-
-
-def fleet_tables(fine: DataFrame, bucket_seconds: int, usage: DataFrame) -> dict[str, DataFrame]:
-    # The topic lag reads the partition lag's cache (an aggregate: small).
-    lag = consumer_lag(fine, bucket_seconds).persist(StorageLevel.MEMORY_AND_DISK)
-    return {
-        "consumer_lag": lag,
-        "consumer_topic_lag": consumer_topic_lag(lag),
-        "committed_lag": committed_lag(fine),
-        "replication_lag": replication_lag(fine, bucket_seconds),
-        "topic_access": topic_access(fine, usage),
-        "client_telemetry": client_telemetry(fine),
-        "client_telemetry_top": client_telemetry_top(fine),
-    }

@@ -1,4 +1,4 @@
-"""Writing report.html wherever the tables go (the tables Spark's executors write)."""
+"""Paths local or through Hadoop's FileSystem (hdfs://, s3a:// ...), from the driver."""
 
 from __future__ import annotations
 
@@ -13,14 +13,10 @@ def is_local(path: str) -> bool:
     return urlparse(path).scheme in ("", "file")
 
 
-def _local(path: str) -> Path:
-    return Path(unquote(urlparse(path).path) if path.startswith("file:") else path)
-
-
 def write_text(spark: SparkSession, path: str, text: str) -> None:
     """Write a text file at `path`: locally, or through Hadoop for hdfs://, s3a:// ..."""
     if is_local(path):
-        target = _local(path)
+        target = Path(unquote(urlparse(path).path) if path.startswith("file:") else path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
         return

@@ -1,10 +1,7 @@
 """The logs in: inputs checked, every non-blank line parsed once by Spark, good or bad.
 
-Spark's JSON source reads the files (any Hadoop path: local, `file://`, `hdfs://`,
-`s3a://`; plain or any Hadoop codec by extension; directories recursively; globs) and
-parses each line with the explicit schema, so a malformed or truncated line becomes a
-row flagged with why it is bad (`_corrupt_record`), never a failure and never a row
-the driver collects. Nothing here runs Python on the executors.
+A malformed or truncated line becomes a row flagged with why it is bad, never a failure
+and never a row the driver collects (pipeline/README.md, "Reading", "Bad lines").
 """
 
 from __future__ import annotations
@@ -15,7 +12,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, report_schema
+from pipeline.fsio import hadoop_file
+from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, LINE_SCHEMA
 
 SAMPLE_CHARS = 200
 
@@ -28,15 +26,12 @@ class InputError(Exception):
 def expand_inputs(spark: SparkSession, inputs: Iterable[str]) -> list[str]:
     """The inputs, each checked to match something through Hadoop's FileSystem (what
     the job's file listing uses). Raises InputError naming those that match nothing."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
     found: list[str] = []
     missing: list[str] = []
     for raw in inputs:
         try:
-            path = jvm.org.apache.hadoop.fs.Path(raw)
-            matches = path.getFileSystem(hadoop_conf).globStatus(path)
+            fs, path = hadoop_file(spark, raw)
+            matches = fs.globStatus(path)
         except Exception as e:  # noqa: BLE001 - a bad scheme or host: say which input
             raise InputError(f"cannot list {raw}: {first_line(e)}") from e
         (found if matches else missing).append(raw)
@@ -57,10 +52,9 @@ def first_line(error: BaseException) -> str:
 def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None = None) -> DataFrame:
     """Every non-blank line parsed by Spark's JSON source with the report's schema,
     and the file it came from (`file`); a line Spark cannot parse keeps its text in
-    `_corrupt_record`. (The JSON source parsed the benchmark's lines with half the CPU
-    of the text source + from_json: 300,000 lines, 6.3 against 12.3 s of JVM CPU.)
+    `_corrupt_record` (the JSON source: half the CPU of text + from_json, README).
     `schema` is the report's unless given (bench.scan_cost measures others)."""
-    reader = spark.read.schema(schema or report_schema()).options(**JSON_OPTIONS)
+    reader = spark.read.schema(schema or LINE_SCHEMA).options(**JSON_OPTIONS)
     reader = reader.option("recursiveFileLookup", "true")
     # A truncated .gz (a crash mid-compression) keeps the lines before the damage
     # instead of failing the job (Spark logs the file it gave up on).
@@ -82,9 +76,8 @@ def parse_lines(logs: DataFrame) -> DataFrame:
     """The report's fields of each line (read_logs), plus `bad_reason`, and `line`
     (its first characters: the text Spark could not parse, else the fields it read)
     and `file` kept only on bad lines (most rows are good: null costs nothing)."""
-    schema = report_schema()
-    reason = bad_reason(F.struct(*[F.col(f.name) for f in schema.fields]))
-    read = [f.name for f in schema.fields if f.name not in (CORRUPT, "record_stats")]
+    reason = bad_reason(F.struct(*LINE_SCHEMA.fieldNames()))
+    read = [name for name in LINE_SCHEMA.fieldNames() if name not in (CORRUPT, "record_stats")]
     text = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*read)))
     return logs.select(
         *read,

@@ -11,9 +11,6 @@ DATA_FILE = Path(__file__).with_name("data") / "kafka4_removed_versions.json"
 
 def removed_versions() -> list[tuple[int, str, int, int]]:
     """(api_key, api, removed api_version, kafka4_min_version), one per removed version."""
-    text = DATA_FILE.read_text(encoding="utf-8")
-    rows = []
-    for api in json.loads(text)["apis"]:
-        for version in api["removed_versions"]:
-            rows.append((api["api_key"], api["api"], version, api["kafka4_min_version"]))
-    return rows
+    apis = json.loads(DATA_FILE.read_text(encoding="utf-8"))["apis"]
+    return [(api["api_key"], api["api"], version, api["kafka4_min_version"])
+            for api in apis for version in api["removed_versions"]]

@@ -1,15 +1,7 @@
-"""The batch report: log files in, Parquet tables + report.html out.
-
-Runs the same locally and on a cluster:
-    kafkalens report LOGS... --out DIR [--master URL]
-    python -m pipeline.report LOGS... --out DIR
-    spark-submit --master spark://host:7077 pipeline/report.py LOGS... --out DIR
-(run as a file, this module makes its package importable itself.) Spark does the
-work: its text source reads the logs, from_json parses each line once, one hash
-aggregation folds the lines at a fine grain (fine.py, cached), DataFrame operations
-derive every table from it and the executors write them. No
-Python runs on the executors (no UDFs, no RDD functions, no Arrow maps), so a stock
-cluster runs it; the driver collects only the rows report.html shows.
+"""The batch report: log files in, Parquet tables + report.html out, the same locally and
+on a cluster (`kafkalens report`, `python -m pipeline.report`, or `spark-submit
+pipeline/report.py`: run as a file, it makes its package importable itself). Spark does
+the work, with no Python on the executors: pipeline/README.md, "Report".
 """
 
 from __future__ import annotations
@@ -56,19 +48,13 @@ CHART_BARS = 15  # client software bars
 # Tables are written from a few threads at once: each job is small next to Spark's
 # per-job latency, and concurrent jobs keep the cores busy while another is scheduled.
 PARALLEL_JOBS = 4
-# Up to this many rows in the fine aggregation, every table is computed in one task
-# from one partition of its cache: no shuffle (each a job under adaptive execution:
-# ~80 small jobs waiting to be scheduled), and then nothing to adapt or broadcast
-# (adaptive execution made reading a cache a job, a broadcast join one more). Above
-# it the tables are spread over the executors by shuffles.
+# Up to this many rows in the fine aggregation, every table is computed in one task from
+# one partition of its cache: no shuffle, nothing to adapt or broadcast, each a job of
+# its own otherwise (README, "One job per table"). Above it, shuffles spread the tables.
 GATHER_ROWS = 2_000_000
 GATHERED_CONF = {"spark.sql.adaptive.enabled": "false",
                  "spark.sql.autoBroadcastJoinThreshold": "-1"}
 _ROW = "_kafkalens_row"
-
-
-def table_path(out: str, name: str) -> str:
-    return f"{out.rstrip('/')}/{name}"
 
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
@@ -77,20 +63,17 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
 
 def write_table(table: DataFrame, out: str, name: str,
                 spread: bool = False) -> tuple[int, list[dict[str, Any]]]:
-    """Writes a table and gives back its row count and the first rows the html shows.
-
-    One job: one task writes the table, sorted (one file reads well downstream; the
-    tables are aggregates, small next to the logs), and counts its rows and keeps the
-    first HTML_ROWS as they pass (observed metrics: no count job, no top-N job, no
-    reading the table back). A table computed by shuffles (`spread`) is shuffled to
-    that task; one computed in one task already (report.GATHER_ROWS) goes on in it."""
+    """Writes a table, sorted, from one task (one file; the tables are aggregates), and
+    gives back its row count and first HTML_ROWS rows, observed as they pass (no count
+    or top-N job). A table computed by shuffles (`spread`) is shuffled to that task; one
+    computed in one task already (GATHER_ROWS) goes on in it."""
     one = table.repartition(1) if spread else table.coalesce(1)
     ordered = one.sortWithinPartitions(*sort_columns(name)).withColumn(
         _ROW, F.monotonically_increasing_id())  # 0, 1, ... in the one task's order
     seen = Observation(f"rows_{name}")
     first = F.collect_list(F.when(F.col(_ROW) < HTML_ROWS, F.struct(_ROW, *table.columns)))
     ordered.observe(seen, F.count(F.lit(1)).alias("n"), first.alias("first")).drop(
-        _ROW).write.mode("overwrite").parquet(table_path(out, name))
+        _ROW).write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
     got = seen.get
     shown = [row.asDict(recursive=True) for row in sorted(got["first"], key=lambda r: r[_ROW])]
     return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]
@@ -179,7 +162,7 @@ def _tables(fine: DataFrame, result: ReportResult, spread: bool) -> None:
     # Four tables start from the connections' usage: computed once.
     usage = connection_usage(groups_of(fine)).persist(StorageLevel.MEMORY_AND_DISK)
     used = usage if spread else usage.coalesce(1)
-    built = build_tables(fine, result.counts, used)
+    built = build_tables(fine, result.bucket_seconds, used)
     built["latency_over_time"].persist(StorageLevel.MEMORY_AND_DISK)  # the chart reads it
     try:
         with ThreadPoolExecutor(PARALLEL_JOBS) as pool:

@@ -1,11 +1,8 @@
 """What a request's outcome and latency mean for Kafka, as Spark column expressions.
 
-Some error codes are protocol steps, not failures (a first JoinGroup is answered
-MEMBER_ID_REQUIRED, members are told REBALANCE_IN_PROGRESS while a group rebalances):
-`pipeline/data/expected_errors.json` lists them per api, and the alert rules read the
-same file. Some requests wait by design: a Fetch long-polls up to its max_wait_ms
-when there is nothing to read, a JoinGroup is answered when the rebalance completes;
-their latency is the client's wait, not the broker's service time.
+Some error codes are protocol steps, not failures (`data/expected_errors.json`, which
+the alert rules read too), and some requests wait by design: pipeline/README.md, "What
+the numbers mean for Kafka".
 """
 
 from __future__ import annotations

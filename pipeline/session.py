@@ -17,13 +17,6 @@ DEFAULT_MASTER = "local[*]"
 SPLIT_BYTES = 32 * 2**20
 
 
-def default_master() -> str | None:
-    """local[*], unless spark-submit launched us: then it has already chosen the master."""
-    # spark-submit starts the JVM first and hands PySpark its gateway port; forcing a
-    # master here would override --master given to spark-submit.
-    return None if os.environ.get("PYSPARK_GATEWAY_PORT") else DEFAULT_MASTER
-
-
 def local_driver_memory() -> str:
     """A quarter of the machine's memory, 1 to 8 GiB: in local mode the driver's heap
     holds every task (Spark's default 1g failed at ~10M lines when Spark built the
@@ -33,13 +26,9 @@ def local_driver_memory() -> str:
 
 
 # The driver's JVM. Locally it is also the executor: the tasks' code (Spark's JSON
-# parser, generated code) needs the C2 compiler; C1 alone made the scan of 5M lines
-# cost 174 s of CPU instead of 56 s (the whole report 215 against 122 s; at 1M lines
-# C2 costs ~10 % more, 58-62 against 66-68 s, compiling what a short job does not
-# repay). The serial GC: one heap, no parallel GC threads competing with the tasks.
-# The web UI is not looked at by a batch job.
-# No -XX:-DontCompileHugeMethods: the scan's generated methods stay under HotSpot's
-# 8,000 bytes (fine.py); with it the report at 1M cost the same (README, "Speed").
+# parser, generated code) needs the C2 compiler (C1 alone tripled the scan's CPU at 5M
+# lines: README, "Speed"). The serial GC: one heap, no parallel GC threads competing
+# with the tasks. The web UI is not looked at by a batch job.
 LOCAL_JAVA_OPTIONS = "-XX:+UseSerialGC"
 LOCAL_CONF = {"spark.ui.enabled": "false"}
 # What a user of `kafkalens report`/`watch` reads on the terminal is the report's
@@ -47,17 +36,13 @@ LOCAL_CONF = {"spark.ui.enabled": "false"}
 # stages) nor Spark's start-up notices (log4j2.properties says which are quietened).
 QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
 LOG4J2_FILE = Path(__file__).with_name("log4j2.properties")
-# A cluster's driver runs no tasks: it plans and schedules. C1 alone and the serial GC
-# cut its CPU (1M lines on one worker: 41 -> 25 s; with class-data sharing 18 s). The
-# executors keep the JVM's defaults: they run the tasks that C2 pays off on.
+# A cluster's driver runs no tasks: C1 alone and the serial GC cut its CPU (README,
+# "Speed"). The executors keep the JVM's defaults: they run the tasks C2 pays off on.
 CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # Class-data sharing: the JVM maps the classes a former run loaded from an archive
-# instead of loading and verifying them from Spark's jars again (session start, measured
-# back to back: 10.6-13.3 -> 5.9-6.6 s wall, JVM CPU 8.7-10.0 -> 4.5-5.0 s). The first
-# run pays for it once: its JVM records what it loads (slower) and writes the archive
-# at its exit (~160 MB in the user's cache; a 1M-line report took 68 s instead of
-# ~28 s). A JVM that finds the archive stale (another classpath or JDK) or damaged
-# ignores it, silently.
+# instead of loading and verifying them from Spark's jars again; the first run records
+# them, once (README, "Report": what it costs and saves). A JVM that finds the archive
+# stale (another classpath or JDK) or damaged ignores it, silently.
 _QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 CDS_ENV = "KAFKALENS_SPARK_CDS"  # "0": neither write nor use an archive
 _PROMOTE_AFTER_S = 60  # an archive being written is this young at most
@@ -115,16 +100,16 @@ def _user_conf_keys() -> str:
 
 def build_session(app_name: str, master: str | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
-    chosen = master or default_master()
+    # local[*], unless spark-submit launched us: it starts the JVM first and hands PySpark
+    # its gateway port; forcing a master here would override its --master.
+    chosen = master or (None if os.environ.get("PYSPARK_GATEWAY_PORT") else DEFAULT_MASTER)
     if chosen:
         builder = builder.master(chosen)
-    # Only when this call starts the JVM, and nobody chose a size already.
-    launching = SparkSession.getActiveSession() is None
-    sized = "driver-memory" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
-    if launching and not sized and (chosen or "").startswith("local"):
-        builder = builder.config("spark.driver.memory", local_driver_memory())
     local = (chosen or "").startswith("local")
+    launching = SparkSession.getActiveSession() is None  # this call starts the JVM
     if launching and local:
+        if "driver-memory" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):  # not sized yet
+            builder = builder.config("spark.driver.memory", local_driver_memory())
         # The report runs no Python on the executors; should anything start a
         # Python worker locally, it gets this interpreter, not the first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -148,18 +133,13 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
     if (spark.sparkContext.master or "").startswith("local"):
         # 200 shuffle partitions is a cluster default; on one machine it only adds tasks.
         _default(spark, conf, "spark.sql.shuffle.partitions", "8")
-    # The report caches its one aggregation of the lines (fine.py) and derives every
-    # table from it. Spark keeps a cached plan's shuffle partitions as they are unless
-    # this is on: the cache then had 200 partitions of a few kB on a cluster, every
-    # table scanned it with 200 tasks (1M lines on one worker: 4,073 tasks, 159 s) and
-    # the driver was busy scheduling them. With it, adaptive execution coalesces the
-    # cache's partitions by size like any other shuffle's (103 tasks, 67 s).
+    # Spark keeps a cached plan's shuffle partitions as they are unless this is on: the
+    # fine aggregation's cache then had 200 partitions of a few kB on a cluster, each
+    # scanned by every table (4,073 tasks for 1M lines: README, "Speed").
     _default(spark, conf, "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
     # Spark packs small files into one task by their size on disk, but a rotated .gz
-    # holds ~19x more lines than its size says: with the defaults (128 MiB, 4 MiB per
-    # file) a task got a dozen .gz files while another had one plain file, and the
-    # cores sat idle at the end. Opening a file now costs as much as a whole split, so
-    # each .gz is a task of its own and a plain file is cut into 32 MiB splits.
+    # holds ~19x more lines than its size says: opening a file now costs as much as a
+    # whole split, so each .gz is a task of its own (README, "Report").
     _default(spark, conf, "spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
     _default(spark, conf, "spark.sql.files.openCostInBytes", str(SPLIT_BYTES))
     return spark

@@ -1,13 +1,10 @@
 """Staging rotated log files under names that are never reused.
 
-Spark's file source remembers the files it has read by path. The proxy rotates by
-renaming: requests.log -> requests.log.1, and on the next rotation .1 -> .2 and a new
-.1. Read directly, every shift looks like a new file (.2 is "new": counted twice) and
-the reused name .1 looks old (never read again: lost). The spool fixes both: a rotated
-file is named by its content (a hash of its first line, which carries a microsecond
-timestamp and a connection id), so a renamed file is recognised as already staged and
-new content always gets a new name. Staging is a hard link when the spool shares the
-log directory's file system (no copy), else a copy.
+Spark's file source remembers the files it has read by path, and the proxy rotates by
+renaming (pipeline/README.md, "Watch"), so a rotated file is named by its content: a
+hash of its first line, which carries a microsecond timestamp and a connection id.
+Staging is a hard link when the spool shares the log directory's file system, else a
+copy.
 
 A name in the log directory may change files at any moment (the proxy rotates while
 we stage), so a file is opened once and everything is decided on that open file: its

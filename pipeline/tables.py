@@ -10,13 +10,15 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline import clients, fleet, traffic
 from pipeline.fine import part
 
-# Each table is written (and shown) in this order; the sort is for people reading it.
+# Each table is written (and shown) in this order; the sort is for people reading it
+# (the fleet's: newest buckets first, the largest lag first).
 TABLE_ORDER: dict[str, list[str]] = {
     "client_inventory": ["requests:desc", "client_key"],
     "api_usage": ["api_key", "api_version", "client_software_name", "client_software_version"],
@@ -25,7 +27,14 @@ TABLE_ORDER: dict[str, list[str]] = {
     "latency_over_time": ["bucket", "api"],
     "top_topics": ["rank"],
     "consumer_groups": ["group_id"],
-    **fleet.TABLE_ORDER,
+    "consumer_lag": ["bucket:desc", "latest_lag:desc", "group_id", "topic", "partition"],
+    "consumer_topic_lag": ["bucket:desc", "total_lag:desc", "group_id", "topic"],
+    "committed_lag": ["lag:desc", "group_id", "topic", "partition"],
+    "replication_lag": ["bucket:desc", "latest_lag:desc", "replica_id", "topic", "partition"],
+    "topic_access": ["topic", "direction", "bytes:desc", "principal", "client_software_name",
+                     "client_software_version"],
+    "client_telemetry": ["client_software_name", "client_software_version", "metric"],
+    "client_telemetry_top": ["metric", "rank"],
     "bad_lines": ["bad_lines:desc", "file", "reason"],
 }
 
@@ -79,26 +88,31 @@ def bucket_seconds(c: Counts, points: int = 120) -> int:
     return max(1, int(span // (60 * points)) + 1) * 60
 
 
-def build_tables(fine: DataFrame, c: Counts, usage: DataFrame) -> dict[str, DataFrame]:
-    """`fine` is fine.fine_rows(parsed) and `usage` clients.connection_usage(groups),
-    which four tables share."""
+def build_tables(fine: DataFrame, bucket: int, usage: DataFrame) -> dict[str, DataFrame]:
+    """`fine` is fine.fine_rows(parsed), `bucket` the time buckets' seconds and `usage`
+    clients.connection_usage(groups), which four tables share."""
     latency, groups = part(fine, "l"), clients.groups_of(fine)
+    # The topic lag reads the partition lag's cache (an aggregate: small).
+    lag = fleet.consumer_lag(fine, bucket).persist(StorageLevel.MEMORY_AND_DISK)
     return {
         "client_inventory": clients.client_inventory(usage),
         "api_usage": clients.api_usage(usage),
         "kafka4_readiness": clients.kafka4_readiness(usage),
         "latency_by_api": traffic.latency_by_api(latency),
-        "latency_over_time": traffic.latency_over_time(latency, bucket_seconds(c)),
+        "latency_over_time": traffic.latency_over_time(latency, bucket),
         "top_topics": traffic.top_topics(part(fine, "t")),
         "consumer_groups": traffic.consumer_groups(groups),
-        **fleet.fleet_tables(fine, bucket_seconds(c), usage),
+        "consumer_lag": lag,
+        "consumer_topic_lag": fleet.consumer_topic_lag(lag),
+        "committed_lag": fleet.committed_lag(fine),
+        "replication_lag": fleet.replication_lag(fine, bucket),
+        "topic_access": fleet.topic_access(fine, usage),
+        "client_telemetry": fleet.client_telemetry(fine),
+        "client_telemetry_top": fleet.client_telemetry_top(fine),
         "bad_lines": bad_lines(fine),
     }
 
 
 def sort_columns(name: str) -> list[Column]:
-    cols = []
-    for spec in TABLE_ORDER[name]:
-        column, _, direction = spec.partition(":")
-        cols.append(F.desc_nulls_last(column) if direction == "desc" else F.asc(column))
-    return cols
+    return [F.desc_nulls_last(spec.removesuffix(":desc")) if spec.endswith(":desc")
+            else F.asc(spec) for spec in TABLE_ORDER[name]]

@@ -1,12 +1,9 @@
 """What the traffic looks like: latency, errors, topics and consumer groups.
 
-Percentiles are read from the latency histograms of fine.fine_rows (bins 1 % wide):
-each is a latency that occurred, within 1 % of the exact one at its rank. They are
-service latency: requests that wait by design (long polls,
-JoinGroup, semantics.waits_by_design) are counted in `requests` but their latency
-goes to the `waiting_*` columns, so the slowest api is a slow broker, not a consumer
-with nothing to read. `errors` are failures; errors that are protocol steps
-(semantics.expected_errors) are `expected_errors`, left out of `error_rate`.
+Percentiles are service latency, read from fine.fine_rows' histograms (bins 1 % wide:
+a latency that occurred, within 1 % of the exact one at its rank); requests that wait by
+design and errors that are protocol steps are counted apart (semantics.py;
+pipeline/README.md, "What the numbers mean for Kafka").
 """
 
 from __future__ import annotations
@@ -14,10 +11,11 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-PRODUCE, FETCH = 0, 1
+from pipeline.clients import OUTCOMES, span, sums
+from pipeline.fine import FETCH, PRODUCE, bucketed
+
 QUANTILES = (0.5, 0.95, 0.99)
 WAITING_QUANTILES = (0.5, 0.99)
-_OUTCOMES = ("requests", "errors", "expected_errors")
 
 
 def _quantile(bins: Column, q: float) -> Column:
@@ -35,12 +33,10 @@ def _latency(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
              waiting: tuple[float, ...]) -> DataFrame:
     """Per `keys`, from fine.fine_rows' `l` rows: requests and failures, the service
     latency's mean, maximum and percentiles and, for requests that wait by design,
-    their count, maximum and percentiles. Two aggregations, no join or window: the bins
-    per key (each bin's count and largest latency), then per key the totals and the
-    histograms as bounded arrays (one entry per bin 1 % wide) that the percentiles
-    are read from."""
+    their count, maximum and percentiles. Two aggregations, no join or window: per bin,
+    then per key with the histograms as arrays (one entry per bin) read by _quantile."""
     bins = latency.groupBy(*keys, "waits", "lat_bin").agg(
-        *[F.sum(c).alias(c) for c in ("n", "errors", "expected_errors", "lat_n", "lat_sum")],
+        *sums("n", "errors", "expected_errors", "lat_n", "lat_sum"),
         F.max("lat_max").alias("lat_max"))
     service, waits = ~F.col("waits"), F.col("waits")
 
@@ -49,8 +45,7 @@ def _latency(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
         return F.array_sort(F.collect_list(F.when(side & F.col("lat_bin").isNotNull(), entry)))
 
     stats = bins.groupBy(*keys).agg(
-        F.sum("n").alias("requests"), F.sum("errors").alias("errors"),
-        F.sum("expected_errors").alias("expected_errors"),
+        F.sum("n").alias("requests"), *sums("errors", "expected_errors"),
         (F.sum(F.when(service, F.col("lat_sum"))) / F.sum(F.when(service, F.col("lat_n"))))
         .alias("avg_ms"),
         F.max(F.when(service, F.col("lat_max"))).alias("max_ms"),
@@ -69,7 +64,7 @@ def latency_by_api(latency: DataFrame) -> DataFrame:
     `latency` is fine.fine_rows' `l` part."""
     keys = ["api", "api_key"]
     return _latency(latency, keys, QUANTILES, WAITING_QUANTILES).select(
-        *keys, *_OUTCOMES,
+        *keys, *OUTCOMES,
         *[f"p{round(q * 100)}_ms" for q in QUANTILES], "avg_ms", "max_ms",
         "waiting_requests", *[f"waiting_p{round(q * 100)}_ms" for q in WAITING_QUANTILES],
         "waiting_max_ms", (F.col("errors") / F.col("requests")).alias("error_rate"))
@@ -77,27 +72,20 @@ def latency_by_api(latency: DataFrame) -> DataFrame:
 
 def latency_over_time(latency: DataFrame, bucket_seconds: int) -> DataFrame:
     """Per api and time bucket (whole minutes): the series behind the latency chart."""
-    epoch = F.unix_seconds("minute")
-    bucketed = latency.withColumn(
-        "bucket", F.timestamp_seconds(epoch - epoch % bucket_seconds))
     keys = ["bucket", "api"]
-    return _latency(bucketed, keys, (0.5, 0.95), (0.95,)).select(
-        *keys, *_OUTCOMES, "p50_ms", "p95_ms", "waiting_p95_ms")
-
-
-def _sum_where(api_key: int, field: str) -> Column:
-    return F.sum(F.when(F.col("api_key") == api_key, F.col(field)).otherwise(0))
+    return _latency(bucketed(latency, bucket_seconds), keys, (0.5, 0.95), (0.95,)).select(
+        *keys, *OUTCOMES, "p50_ms", "p95_ms", "waiting_p95_ms")
 
 
 def top_topics(topics: DataFrame) -> DataFrame:
     """Bytes, records and batches produced (Produce requests) and fetched (Fetch
     responses) per topic; `topics` is fine.fine_rows' `t` part."""
-    sums = [
-        _sum_where(key, field).alias(f"{verb}_{field}")
+    directed = [
+        F.sum(F.when(F.col("api_key") == key, F.col(field)).otherwise(0)).alias(f"{verb}_{field}")
         for key, verb in ((PRODUCE, "produced"), (FETCH, "fetched"))
         for field in ("bytes", "records", "batches")
     ]
-    totals = topics.groupBy("topic").agg(*sums).withColumn(
+    totals = topics.groupBy("topic").agg(*directed).withColumn(
         "total_bytes", F.col("produced_bytes") + F.col("fetched_bytes")
     )
     # One partition for the rank: a row per topic, few next to the lines.
@@ -123,12 +111,9 @@ def consumer_groups(groups: DataFrame) -> DataFrame:
         F.count_distinct(member).alias("distinct_member_ids"),
         F.max("members").alias("max_members"),
         F.max("generation_id").alias("generation_id"),
-        F.sum("requests").alias("requests"),
-        F.sum("errors").alias("errors"),
-        F.sum("expected_errors").alias("expected_errors"),
+        *sums(*OUTCOMES),
         F.array_sort(F.collect_set(F.when(software != "", software))).alias("client_software"),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"),
+        *span(),
     )
     # JoinGroup's member list is the group's size at a rebalance; member ids seen over
     # the whole log also count members that have since left, so they are the fallback.

@@ -1,28 +1,11 @@
 """`kafkalens watch`: one-minute aggregates by api and by client software, streaming.
 
-What the watch sees. Spark's file source reads whole files and only files it has not
-seen (by path). So the watch never reads the active requests.log, which is still
-growing: a line is counted once its file has been rotated. With the proxy's default
-rotation (requests.log -> .1 -> .2 ..., gzip optional) names are reused and renamed,
-so rotated files are first staged in a spool under content-derived names (see
-spool.py); each line is then counted exactly once, across restarts too. For results
-within a minute or two, rotate often (request_log.max_bytes of a few MB): the watch
-lags by one file. A proxy that rotates to unique, never-reused names (and writes them
-atomically) can be read directly with --no-spool --pattern GLOB; that also works for
-a log directory on hdfs:// or s3a://, where the spool (a local directory) cannot.
-
-Windows are emitted once final: when the watermark (latest event time seen minus
---watermark) passes their end. Lines later than that are dropped, and the newest
-windows appear only after later lines arrive.
-
-Each micro-batch's finished windows are written to OUT/by_api/batch_id=N and
-OUT/by_software/batch_id=N, overwriting that batch's directory: a batch that is re-run
-after a crash replaces its own output instead of adding to it.
+What it reads (rotated files, staged in a spool: spool.py), when a window is emitted
+and what it says while it runs: pipeline/README.md, "Watch".
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -77,11 +60,6 @@ class WatchOptions:
     max_files_per_trigger: int = MAX_FILES_PER_TRIGGER
     notice_every: float = NOTICE_SECONDS
 
-    @classmethod
-    def from_args(cls, a: argparse.Namespace) -> WatchOptions:
-        return cls(a.logdir, a.out, a.checkpoint, a.spool, not a.no_spool, a.pattern, a.once,
-                   a.interval, a.watermark, a.max_files_per_trigger, a.notice_every)
-
     @property
     def checkpoint_dir(self) -> str:
         return self.checkpoint or f"{self.out.rstrip('/')}/_checkpoint"
@@ -98,11 +76,6 @@ def _keys(dimension: str) -> list[Column]:
     return [F.coalesce("client_software_name", F.lit("unknown")), F.col("client_software_version")]
 
 
-def line_schema() -> StructType:
-    """The log contract's types for the fields the watch reads."""
-    return StructType([LINE_SCHEMA[name] for name in FIELDS])
-
-
 def waited_by_design() -> Column:
     """A JoinGroup (answered when the rebalance completes) or a Fetch that ran out its
     long poll (max_wait_ms): their latency is the protocol waiting, not the broker."""
@@ -113,7 +86,8 @@ def waited_by_design() -> Column:
 def windowed(lines: DataFrame, watermark: str) -> DataFrame:
     """Per one-minute window, dimension and key: requests, failed requests, requests
     that waited by design, and the latency (avg, p99) of the others."""
-    j = lines.select(F.from_json("value", line_schema(), JSON_OPTIONS).alias("j")).select("j.*")
+    schema = StructType([LINE_SCHEMA[name] for name in FIELDS])
+    j = lines.select(F.from_json("value", schema, JSON_OPTIONS).alias("j")).select("j.*")
     requests = j.where(F.col("event").isin(*REQUEST_EVENTS) & F.col("ts").isNotNull()
                        & F.col(CORRUPT).isNull())
     dims = F.array(*[F.struct(F.lit(d).alias("dimension"), k1.alias("key1"), k2.alias("key2"))
@@ -154,8 +128,8 @@ def _print_batch(batch_id: int, rows: list) -> None:
 
 
 def batch_writer(out: str) -> Callable[[DataFrame, int], None]:
-    """Runs on the driver; every step on the batch's rows is a Spark job (no Python on
-    the executors): the batch is cached, written twice, and its rows printed."""
+    """Writes a batch's finished windows to OUT/TABLE/batch_id=N, overwriting it: a
+    batch re-run after a crash replaces its own output instead of adding to it."""
     def write(batch: DataFrame, batch_id: int) -> None:
         batch.persist()
         try:

@@ -124,8 +124,7 @@ def _env() -> dict[str, str]:
 
 # The report's code path (watch.py is held to the same by its own tests).
 REPORT_MODULES = ("report", "read", "tables", "clients", "traffic", "semantics", "schema",
-                  "session", "fsio", "summary", "readiness_data", "cli", "fine", "fleet",
-                  "fleet_parts")
+                  "session", "fsio", "summary", "readiness_data", "cli", "fine", "fleet")
 # What would ship Python code to the executors.
 FORBIDDEN = {"udf", "pandas_udf", "udtf", "mapInArrow", "mapInPandas", "applyInPandas",
              "applyInArrow", "applyInPandasWithState", "rdd", "parallelize", "createDataFrame",
