@@ -60,3 +60,25 @@ def test_a_tiny_cached_aggregation_is_one_partition(many_shuffle_partitions: Any
     """The report's small tables (a few kB each, cached): adaptive execution coalesces
     them to one task per stage, whatever spark.sql.shuffle.partitions says."""
     assert cached_partitions(many_shuffle_partitions) == 1
+
+
+def test_the_reports_aggregation_is_cached_on_disk_not_in_the_heap(
+    spark: Any, tmp_path: Any
+) -> None:
+    """The fine aggregation has a row per distinct bad line: built in the heap, 3M of
+    them kept a 1g driver collecting garbage for 12+ minutes (pipeline/README). The
+    report keeps it on disk only: none of its blocks in memory, all on disk."""
+    from bench.synth import Synth, to_line
+    from pipeline.report import _scan
+
+    logs = tmp_path / "requests.log"
+    lines = [to_line(e) for e in Synth(seed=7).events(500)]
+    logs.write_text("\n".join([*lines, *(f"not json {i}" for i in range(500))]) + "\n")
+    fine, counts, rows = _scan(spark, [str(logs)])
+    try:
+        assert counts.bad == 500 and rows > 500  # a row per distinct bad line, at least
+        (info,) = [i for i in spark.sparkContext._jsc.sc().getRDDStorageInfo()
+                   if i.numCachedPartitions() > 0]
+        assert info.memSize() == 0 and info.diskSize() > 0
+    finally:
+        fine.unpersist()
