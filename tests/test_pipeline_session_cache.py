@@ -74,11 +74,15 @@ def test_the_reports_aggregation_is_cached_on_disk_not_in_the_heap(
     logs = tmp_path / "requests.log"
     lines = [to_line(e) for e in Synth(seed=7).events(500)]
     logs.write_text("\n".join([*lines, *(f"not json {i}" for i in range(500))]) + "\n")
+    def cached() -> dict[int, Any]:  # an earlier test's cache may still be there
+        infos = spark.sparkContext._jsc.sc().getRDDStorageInfo()
+        return {i.id(): i for i in infos if i.numCachedPartitions() > 0}
+
+    before = cached()
     fine, counts, rows = _scan(spark, [str(logs)])
     try:
         assert counts.bad == 500 and rows > 500  # a row per distinct bad line, at least
-        (info,) = [i for i in spark.sparkContext._jsc.sc().getRDDStorageInfo()
-                   if i.numCachedPartitions() > 0]
+        (info,) = [info for rdd, info in cached().items() if rdd not in before]
         assert info.memSize() == 0 and info.diskSize() > 0
     finally:
         fine.unpersist()
