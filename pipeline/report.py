@@ -144,7 +144,7 @@ def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts, int
         fine = fine_rows(parse_lines(read_logs(spark, found)))
         # On disk only: the aggregation is small for most logs but as large as the input
         # for logs of distinct bad lines (a row each), and built in the heap it made a
-        # 1g driver collect garbage for 12+ minutes on 3M of them (on disk: 5 minutes).
+        # 1g driver collect garbage for 12+ minutes on 3M of them (on disk: 159-314 s).
         fine = fine.persist(StorageLevel.DISK_ONLY)
         seen = Observation("lines")
         # The cached plan adapts its shuffle (planned by persist); reading it back does

@@ -74,6 +74,7 @@ def test_the_reports_aggregation_is_cached_on_disk_not_in_the_heap(
     logs = tmp_path / "requests.log"
     lines = [to_line(e) for e in Synth(seed=7).events(500)]
     logs.write_text("\n".join([*lines, *(f"not json {i}" for i in range(500))]) + "\n")
+
     def cached() -> dict[int, Any]:  # an earlier test's cache may still be there
         infos = spark.sparkContext._jsc.sc().getRDDStorageInfo()
         return {i.id(): i for i in infos if i.numCachedPartitions() > 0}
