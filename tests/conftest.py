@@ -1,4 +1,5 @@
-"""Shared fixtures: a tansu broker, one behind a recording relay, librdkafka's mock cluster.
+"""Shared fixtures: a tansu broker, one behind a recording relay, librdkafka's mock cluster,
+Apache Kafka (one node per session for each version, a 3-node cluster on demand).
 
 `tests/` is on sys.path (pytest's rootdir-relative insertion for this conftest), so
 helpers import as `support.*`.
@@ -12,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.kafka import NEWEST, OLDEST, SharedKafka, kafka_cluster, shared_kafka
 from support.mock_cluster import mock_cluster as _mock_cluster
 from support.relay import RecordingRelay
 
+from proxy.apache_kafka import KafkaCluster
 from proxy.tansu import TansuBroker, free_port
 
 TansuFactory = Callable[..., TansuBroker]
@@ -79,3 +82,37 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedKafka]:
+    """One Apache Kafka node (the newest version of tests/peers/kafka-versions) for the
+    whole session, started when a test first asks for it. Tests share it: each uses
+    topics and groups of its own names. See support.kafka.SharedKafka for the sidecar's
+    address it advertises."""
+    with shared_kafka(tmp_path_factory.mktemp("kafka-newest"), NEWEST) as kafka:
+        yield kafka
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_oldest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedKafka]:
+    """As apache_kafka, at the oldest version of tests/peers/kafka-versions."""
+    with shared_kafka(tmp_path_factory.mktemp("kafka-oldest"), OLDEST) as kafka:
+        yield kafka
+
+
+@pytest.fixture(params=[NEWEST, OLDEST], ids=lambda v: f"kafka-{v}")
+def apache_kafka_each(request: pytest.FixtureRequest) -> SharedKafka:
+    """The session's Apache Kafka node at each version in turn."""
+    name = "apache_kafka" if request.param == NEWEST else "apache_kafka_oldest"
+    kafka: SharedKafka = request.getfixturevalue(name)
+    return kafka
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A 3-node KRaft cluster (replication factor 3, min.insync.replicas=2), newest
+    version, for the gateway and fault tests. A test that stops or kills a node starts
+    it again before it ends (KafkaCluster.start_node)."""
+    with kafka_cluster(tmp_path_factory.mktemp("kafka-cluster"), nodes=3) as cluster:
+        yield cluster
