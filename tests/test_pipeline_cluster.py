@@ -10,7 +10,6 @@ Spark session (one JVM start less each).
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -18,8 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
+from support.logs import age_like_proxy
+from support.parquet_tables import tables
 from support.spark_cluster import PROJECT_PACKAGES, SparkCluster, importable, standalone_cluster
 
 from bench.synth import Synth, to_line, write_rotated
@@ -44,8 +44,6 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     synth = Synth(seed=21, rate=5, bad_every=97)
     write_rotated(directory, (to_line(e) for e in synth.events(3000)), 1000)
     write_rotated(directory, (to_line(e) for e in synth.events(2000)), 1000, gz=True)
-    from tests.test_pipeline_watch import age_like_proxy
-
     age_like_proxy(directory)
     return directory
 
@@ -92,33 +90,6 @@ def test_executors_run_a_python_without_the_projects_packages(
     # Python functions run there, in the bare interpreter; one that needs pyarrow cannot.
     assert said["EXECUTOR"] == str(cluster.python)
     assert said["PYARROW"] == "True", done.stderr[-3000:]
-
-
-def rows(directory: Path) -> list[tuple[Any, ...]]:
-    """A Parquet table's rows, sorted, floats to 6 significant digits (sums of floats
-    in another order differ in the last bits)."""
-    table = pq.read_table(directory)
-    out = []
-    for row in table.to_pylist():
-        out.append(tuple(sorted((k, _comparable(v)) for k, v in row.items())))
-    return sorted(out, key=repr)
-
-
-def _comparable(value: Any) -> Any:
-    if isinstance(value, float) and math.isfinite(value) and value:
-        return float(f"{value:.6g}")
-    if isinstance(value, list):
-        return [_comparable(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _comparable(v) for k, v in value.items()}
-    return value
-
-
-def tables(out: Path) -> dict[str, list[tuple[Any, ...]]]:
-    found = {p.name: rows(p) for p in sorted(out.iterdir())
-             if p.is_dir() and not p.name.startswith(("_", "."))}
-    assert found, f"no tables in {out}"
-    return found
 
 
 def test_report_on_the_cluster_equals_local(

@@ -24,6 +24,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from support.logs import age_like_proxy, file_lines
 
 from bench.synth import Synth, to_line, write_rotated
 from pipeline.spool import Spool
@@ -34,25 +35,11 @@ WATERMARK = dt.timedelta(minutes=2)
 
 
 
-def _lines(path: Path) -> list[str]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
-
-
-def age_like_proxy(logdir: Path, pattern: str = "requests.log*") -> None:
-    """Give each file the mtime of its last line, as if written in real time."""
-    for path in logdir.glob(pattern):
-        last = json.loads(_lines(path)[-1])["ts"]
-        t = dt.datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp()
-        os.utime(path, (t, t))
-
-
 def rotated_requests(logdir: Path) -> list[dict]:
     """The request lines of every rotated file now in logdir (not the active file)."""
     out = []
     for path in logdir.glob("requests.log.*"):
-        for line in _lines(path):
+        for line in file_lines(path):
             try:
                 e = json.loads(line)
             except ValueError:
@@ -135,7 +122,7 @@ def test_unique_names_without_spool(spark: SparkSession, tmp_path: Path) -> None
     options = WatchOptions(str(logs), out=str(out), once=True, use_spool=False,
                            pattern="requests-*.log")
     assert run_watch(spark, options) == 0
-    requests = [json.loads(x) for p in sorted(logs.glob("requests-*.log")) for x in _lines(p)]
+    requests = [json.loads(x) for p in sorted(logs.glob("requests-*.log")) for x in file_lines(p)]
     requests = [e for e in requests if e["event"].startswith("request")]
     assert output(spark, out) == expected_windows(requests)
 
@@ -211,8 +198,8 @@ def test_spool_stages_each_file_once_when_rotated_while_staging(
     spool.collect()
     spool.collect()
     assert rotations
-    staged = {p.name.removesuffix(".log"): _lines(p) for p in spool_dir.glob("*.log")}
-    rotated = sorted(_lines(p) for p in logs.glob("requests.log.*"))
+    staged = {p.name.removesuffix(".log"): file_lines(p) for p in spool_dir.glob("*.log")}
+    rotated = sorted(file_lines(p) for p in logs.glob("requests.log.*"))
     assert sorted(staged.values()) == rotated and len(rotated) == 2
     for fingerprint, lines in staged.items():  # each under its own content's name
         assert hashlib.sha256((lines[0] + "\n").encode()).hexdigest()[:32] == fingerprint
