@@ -18,6 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ingest_run import (
+    ingest_args,
+    kill_after_first_batch,
+    lines_per_file,
+    rotated_logs,
+    run_to_the_end,
+)
 from support.logs import age_like_proxy
 from support.parquet_tables import tables
 from support.spark_cluster import PROJECT_PACKAGES, SparkCluster, importable, standalone_cluster
@@ -116,9 +123,24 @@ def test_watch_on_the_cluster_equals_local(
     driver([*watch, "--out", str(remote), "--master", cluster.master_url],
            cluster.driver_env(local_env()), tmp_path)
     want, got = tables(local), tables(remote)
-    assert set(want) == {"by_api", "by_software"} == set(got)
+    assert set(want) == {"by_api", "by_software", "input_files", "bad_lines"} == set(got)
     assert want["by_api"] and want["by_software"]
     for name in want:
         assert got[name] == want[name], name
     apps = [a["name"] for a in cluster.applications()]
     assert "kafkalens-watch" in apps  # it did run on the cluster
+
+
+def test_ingest_killed_on_the_cluster_and_restarted_keeps_every_line_once(
+    cluster: SparkCluster, tmp_path: Path, spark: Any
+) -> None:
+    """As tests/test_pipeline_ingest.py on local[*]: the executors write the table's
+    files; the driver is killed after the first batch and started again."""
+    logs, table = tmp_path / "logs", tmp_path / "table"
+    want = rotated_logs(logs, files=4, lines_per_file=150, seed=41)
+    env = cluster.driver_env(local_env())
+    args = ingest_args(logs, table, "--master", cluster.master_url)
+    kill_after_first_batch(args, env, table, tmp_path, len(want))
+    run_to_the_end(args, env, tmp_path)
+    assert lines_per_file(spark, table) == want
+    assert "kafkalens-ingest" in [a["name"] for a in cluster.applications()]
