@@ -10,7 +10,6 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from pipeline.read import (  # noqa: E402
     read_failure,
     read_logs,
 )
+from pipeline.session import session_conf  # noqa: E402
 from pipeline.summary import ReportResult, summary_lines  # noqa: E402
 from pipeline.tables import (  # noqa: E402
     FAMILIES,
@@ -90,19 +90,6 @@ def write_table(table: DataFrame, out: str, name: str) -> tuple[int, list[dict[s
     got = seen.get
     shown = [row.asDict(recursive=True) for row in sorted(got["first"], key=lambda r: r[_ROW])]
     return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]
-
-
-@contextlib.contextmanager
-def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
-    """The session with these SQL settings for a while, then as it was."""
-    before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, old in before.items():
-            spark.conf.unset(key) if old is None else spark.conf.set(key, old)
 
 
 def software_bars(usage: DataFrame) -> DataFrame:

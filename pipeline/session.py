@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -201,3 +202,16 @@ def _default(spark: SparkSession, conf: SparkConf, key: str, value: str) -> None
     """Set a SQL option unless whoever launched Spark chose it."""
     if not conf.contains(key):
         spark.conf.set(key, value)
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """The session with these SQL settings for a while, then as it was."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            spark.conf.unset(key) if old is None else spark.conf.set(key, old)

@@ -100,7 +100,7 @@ def test_retention_drops_old_files_from_the_table(spark: SparkSession, tmp_path:
     of the first three were written more than 1 ms before the third compacted), so they
     can be deleted and the table still reads (`spark.read.parquet` reads what the log
     lists)."""
-    from pipeline.report import session_conf
+    from pipeline.session import session_conf
 
     logs, table = tmp_path / "logs", tmp_path / "table"
     want = rotated_logs(logs, files=3, lines_per_file=100, seed=3)

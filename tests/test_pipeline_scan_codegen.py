@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from bench.synth import Synth, to_line, write_rotated
 from pipeline.fine import fine_rows
 from pipeline.read import parse_lines, read_logs
-from pipeline.report import session_conf
+from pipeline.session import session_conf
 
 HUGE_METHOD_BYTES = 8000  # HotSpot's HugeMethodLimit: larger methods stay interpreted
 WRONG_TYPE = {"ts": "2025-03-01T12:00:02Z", "event": "request", "api_key": 1, "api": "Fetch",
