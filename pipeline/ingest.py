@@ -31,6 +31,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType  
 from pipeline import follow, fsio  # noqa: E402
 from pipeline.read import PARSED_EXTRA, PARSED_FIELDS, normal_path, parse_lines  # noqa: E402
 from pipeline.schema import LINE_SCHEMA  # noqa: E402
+from pipeline.session import session_conf  # noqa: E402
 from pipeline.spool import Unreadable  # noqa: E402
 
 PARTITIONS = ["kind", "date", "hour"]
@@ -39,6 +40,10 @@ UNREADABLE_FILES = "_unreadable_files.jsonl"  # files the ingest left out, and w
 # A batch run reads several rotated files per micro-batch: fewer, larger Parquet files.
 FILES_PER_TRIGGER = 8
 INTERVAL_SECONDS = 60.0
+# A task's lines span a few partitions (kind, date, hour): a Parquet writer open for
+# each as its rows come, instead of Spark's default of sorting every row of the task
+# by partition before writing (up to this many open at once; more: it sorts).
+WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "16"}
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,9 @@ def start(spark: SparkSession, o: IngestOptions) -> StreamingQuery:
         writer = writer.option("retention", o.retention)
     trigger: dict[str, Any] = ({"availableNow": True} if o.once
                                else {"processingTime": f"{o.interval} seconds"})
-    return writer.trigger(**trigger).queryName("kafkalens_ingest").start()
+    # The query takes the session's settings as they are when it starts.
+    with session_conf(spark, WRITE_CONF):
+        return writer.trigger(**trigger).queryName("kafkalens_ingest").start()
 
 
 def announce(o: IngestOptions) -> None:
