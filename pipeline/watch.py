@@ -90,17 +90,19 @@ class WatchOptions:
         return self.table
 
 
-_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(second|minute|hour|day)s?\s*$", re.I)
-_UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:(sec|second|min|minute|hour|day)s?|(s|m|h|d))\s*$",
+                    re.I)
+_UNIT = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600,
+         "hour": 3600, "d": 86400, "day": 86400}
 
 
 def delay_seconds(text: str) -> float:
-    """`--watermark` as seconds: "2 minutes", "10 seconds", "1 hour"."""
+    """`--watermark` as seconds: "2 minutes", "10 seconds", "90s", "1 hour"."""
     match = _DELAY.match(text)
     if not match:
         raise ValueError(f"--watermark: {text!r} is not a number of seconds, minutes, "
                          "hours or days (e.g. '2 minutes')")
-    return float(match.group(1)) * _UNIT[match.group(2).lower()]
+    return float(match.group(1)) * _UNIT[(match.group(2) or match.group(3)).lower()]
 
 
 def per_line(parsed: DataFrame) -> DataFrame:

@@ -510,3 +510,19 @@ def test_a_batch_run_again_after_a_crash_writes_what_it_wrote(
         done.unlink()
     assert run_watch(spark, options) == 0
     assert written(out) == files and output(spark, out) == windows
+
+
+def test_the_watermark_is_a_duration_or_one_line_and_exit_2(
+    spark: SparkSession, tmp_path: Path, capsys: Any
+) -> None:
+    from pipeline.watch import delay_seconds
+
+    assert [delay_seconds(t) for t in ("2 minutes", "10 seconds", "90s", "1 hour", "1.5 min")
+            ] == [120, 10, 90, 3600, 90]
+    (tmp_path / "logs").mkdir()
+    for bad in ("soon", "1ms"):  # not a minute for "m" and "s"
+        o = WatchOptions(str(tmp_path / "logs"), out=str(tmp_path / "out"), watermark=bad)
+        assert run_watch(spark, o) == 2
+        assert capsys.readouterr().err == (
+            f"kafkalens watch: --watermark: {bad!r} is not a number of seconds, minutes, "
+            "hours or days (e.g. '2 minutes')\n")
