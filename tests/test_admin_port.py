@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from proxy_harness import LOCAL, FakeBroker, echo_broker
-from test_hostile_support import ObservedProxy, eventually
+from support.hostile import ObservedProxy, eventually
 from test_proxy_tls import issue, openssl
 
 from proxy.config import Config, ConfigError, parse_config

@@ -39,7 +39,7 @@ from proxy_harness import (
 )
 from support import ck_client
 from support.clients import make_records, sort_records
-from test_hostile_support import (
+from support.hostile import (
     MIB,
     ObservedProxy,
     PeakGrowth,

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 from structlog.testing import capture_logs
-from test_hostile_support import (
+from support.hostile import (
     ObservedProxy,
     ScriptedBroker,
     Sentinel,

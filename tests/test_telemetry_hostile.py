@@ -25,9 +25,9 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ScopeMetrics,
 )
 from proxy_harness import LOCAL, read_frame
+from support.hostile import MIB, PeakGrowth, compressed_zeros, connect
 from support.observed import eventually
 from support.telemetry import TelemetryProxy, metrics_data
-from test_hostile_support import MIB, PeakGrowth, compressed_zeros, connect
 
 from codec import Request, decode_response, encode_request
 from proxy.config import Address
