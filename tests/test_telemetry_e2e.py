@@ -258,7 +258,7 @@ def test_gateway_collect_mode_answers_in_place_of_brokers_that_ask_for_nothing(
     import dataclasses
 
     from proxy_harness import ProxyThread
-    from test_gateway import brokers_of, gateway_config
+    from support.gateway import brokers_of, gateway_config
 
     from proxy.config import TelemetryConfig
     from proxy.metrics import Metrics
