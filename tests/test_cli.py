@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from proxy_harness import (
@@ -24,30 +20,17 @@ from proxy_harness import (
     read_frame,
     write_frame,
 )
+from support.cli import (
+    children_of,
+    http_get,
+    http_json,
+    http_status,
+    kafkalens,
+    run,
+    workers_config,
+)
 
 from proxy.tansu import free_port, wait_for_port
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def kafkalens(*args: str, **kwargs: object) -> subprocess.Popen[str]:
-    # the checkout first on the path, whatever the working directory (the demo runs in tmp)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", *args],
-        cwd=kwargs.pop("cwd", REPO),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kwargs,  # type: ignore[call-overload]
-    )
-
-
-def run(*args: str, cwd: Path = REPO) -> tuple[int, str, str]:
-    proc = kafkalens(*args, cwd=cwd)
-    out, err = proc.communicate(timeout=30)
-    return proc.returncode, out, err
 
 
 def test_check_config() -> None:
@@ -305,60 +288,6 @@ def test_a_dead_worker_is_started_again(tmp_path: Path) -> None:
         finally:
             proc.kill()
             proc.communicate()
-
-
-def workers_config(
-    tmp_path: Path, port: int, metrics_port: int, upstream: str, log: Path | str, clients_port: int = 0
-) -> Path:
-    config = tmp_path / "k.yaml"
-    clients = f", clients_listen: '{LOCAL}:{clients_port}'" if clients_port else ""
-    config.write_text(
-        f"workers: 2\n"
-        f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{upstream}'}}]\n"
-        f"metrics: {{listen: '{LOCAL}:{metrics_port}'{clients}}}\n"
-        f"request_log: {{path: '{log}'}}\n"
-    )
-    return config
-
-
-def children_of(pid: int) -> list[int]:
-    """Live (not zombie) child processes of `pid`, from /proc."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(stat.parent.name))
-    return sorted(found)
-
-
-def http_get(port: int, path: str) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://{LOCAL}:{port}{path}", timeout=5) as response:
-        return str(response.read().decode())
-
-
-def http_status(port: int, path: str) -> int:
-    import urllib.error
-
-    try:
-        http_get(port, path)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    return 200
-
-
-def http_json(
-    port: int, path: str, wait_for: Callable[[list[dict[str, Any]]], bool]
-) -> list[dict[str, Any]]:
-    """The JSON at `path`, polled until `wait_for(value)` (workers write every second)."""
-    deadline = time.monotonic() + 5
-    while True:
-        value: list[dict[str, Any]] = json.loads(http_get(port, path))
-        if wait_for(value) or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
 
 
 def test_help_names_the_built_in_defaults() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 from proxy_harness import LOCAL, FakeBroker, echo_broker
+from support.cli import http_get, http_json, kafkalens
 from support.telemetry import metrics_data
-from test_cli import http_get, http_json, kafkalens
 from test_telemetry_hostile import RawClient
 
 from proxy.tansu import free_port, wait_for_port
