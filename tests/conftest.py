@@ -116,3 +116,11 @@ def apache_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K
     it again before it ends (KafkaCluster.start_node)."""
     with kafka_cluster(tmp_path_factory.mktemp("kafka-cluster"), nodes=3) as cluster:
         yield cluster
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The compatibility rows the run recorded (support.compat), for the README's table."""
+    from support import compat
+    from support.kafka import BUILD
+
+    compat.write(BUILD / "compat.json")
