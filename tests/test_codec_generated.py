@@ -16,6 +16,10 @@ REPO = Path(__file__).resolve().parent.parent
     not generate.DEFAULT_SCHEMAS.is_dir(),
     reason=f"schema folder {generate.DEFAULT_SCHEMAS} absent (it sits beside the repo in ../shared)",
 )
+@pytest.mark.skipif(
+    not generate.DEFAULT_RELEASE_JAR.is_file(),
+    reason=f"{generate.DEFAULT_RELEASE_JAR} absent (tests/peers/install fetches it)",
+)
 def test_generated_code_is_up_to_date(tmp_path: Path) -> None:
     generate.write_outputs(generate.DEFAULT_SCHEMAS, tmp_path / "gen", tmp_path / "ready.json")
     for name in ("schemas.py", "__init__.py"):
@@ -40,6 +44,15 @@ def test_every_message_and_version_is_covered() -> None:
     # KRaft, share-group and streams-group APIs are all there.
     for api in ("Vote", "BeginQuorumEpoch", "ShareFetch", "ShareGroupHeartbeat", "StreamsGroupHeartbeat"):
         assert api in names.values(), api
+    # The share-group apis as Kafka 4.1+ speak them (v0 was early access, then removed),
+    # and the share-group offset admin apis 4.1 added.
+    messages = api_messages()
+    assert sorted(messages[78][0].versions) == [0, 1, 2]  # ShareFetch
+    assert sorted(messages[79][1].versions) == [0, 1, 2]  # ShareAcknowledge
+    assert sorted(messages[76][0].versions) == [0, 1]  # ShareGroupHeartbeat
+    assert {names[90], names[91], names[92]} == {
+        "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets"
+    }
     request, response = api_messages()[0]
     assert min(request.versions) == 0 and max(request.versions) == 12  # v0-2 from before KIP-896
     assert set(request.versions) == set(response.versions)
