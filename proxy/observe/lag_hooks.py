@@ -1,5 +1,6 @@
-"""Consumer lag and topic traffic as the observer feeds them (lag.py, traffic.py):
-what Produce, Fetch, ListOffsets and OffsetCommit requests ask, and their answers."""
+"""Consumer lag, share groups and topic traffic as the observer feeds them (lag.py,
+share.py, traffic.py): what Produce, Fetch, ShareFetch, ShareAcknowledge, group
+heartbeat and OffsetCommit requests ask, and their answers."""
 
 from __future__ import annotations
 
@@ -9,26 +10,44 @@ from codec import Response
 from proxy.hooks import ConnectionInfo
 from proxy.observe.conn_state import ConnState, Token
 from proxy.observe.lag import LAG_APIS, CommitAsk, FetchAsk, LagTracker
+from proxy.observe.share import (
+    CONSUMER_GROUP_HEARTBEAT,
+    HEARTBEAT_APIS,
+    SHARE_APIS,
+    HeartbeatAsk,
+    ShareAsk,
+    ShareTracker,
+)
 from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
 from proxy.observe.traffic import TopicTraffic
 
 UNKNOWN = "unknown"
 PRODUCE = 0
-APIS = LAG_APIS | {PRODUCE}  # the requests the two look at
+APIS = LAG_APIS | SHARE_APIS | HEARTBEAT_APIS | {PRODUCE}  # the requests they look at
 
 
 class LagHooks:
-    def __init__(self, lag: LagTracker, traffic: TopicTraffic, summary: SummaryOptions, topic_ids: TopicIds) -> None:
+    def __init__(
+        self, lag: LagTracker, traffic: TopicTraffic, summary: SummaryOptions, topic_ids: TopicIds, share: ShareTracker
+    ) -> None:
         self.lag = lag
         self.traffic = traffic
         self.summary = summary
         self.topic_ids = topic_ids
+        self.share = share
 
     def request(self, info: ConnectionInfo, state: ConnState, request: Any, token: Token) -> None:
-        if request.api_key == PRODUCE:
+        api_key = request.api_key
+        if api_key == PRODUCE:
             stats = token.fields.get("record_stats")
             if stats:
                 self._traffic(info, state, stats, "produce")
+        elif api_key in SHARE_APIS:
+            token.lag = self.share.request(request, token.fields)
+        elif api_key in HEARTBEAT_APIS:
+            if api_key == CONSUMER_GROUP_HEARTBEAT:  # its member's group, for lag
+                self.lag.request(request, token.fields, state.identity, info.client_host)
+            token.lag = self.share.heartbeat(request)
         else:
             token.lag = self.lag.request(request, token.fields, state.identity, info.client_host)
 
@@ -36,6 +55,23 @@ class LagHooks:
         name, version = info.metrics.software if info.metrics is not None else (UNKNOWN, UNKNOWN)
         principal = state.identity.principal or UNKNOWN
         self.traffic.add(stats["per_topic"], direction, f"{name}/{version}", principal)
+
+    def answer_fields(
+        self, info: ConnectionInfo, state: ConnState | None, response: Response, ask: Any, protocol_type: str | None
+    ) -> dict[str, Any]:
+        """The line fields of an answer whose request left an ask (but an OffsetCommit's:
+        commit_fields, which works on skimmed answers)."""
+        if ask.__class__ is FetchAsk:
+            return self.fetch_fields(info, state, response, ask)
+        fields = response_fields(response, self.summary, self.topic_ids, protocol_type)
+        if ask.__class__ is ShareAsk:
+            self.share.answered(ask, response, fields)
+            stats = fields.get("record_stats")
+            if stats and state is not None:
+                self._traffic(info, state, stats, "fetch")
+        elif ask.__class__ is HeartbeatAsk:
+            self.share.heartbeat_answered(ask, response, fields)
+        return fields
 
     def fetch_fields(
         self, info: ConnectionInfo, state: ConnState | None, response: Response, ask: FetchAsk

@@ -34,12 +34,13 @@ from proxy.observe.conn_state import ConnState, Token, note_header_id, telemetry
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
-from proxy.observe.lag import CommitAsk, FetchAsk, LagTracker
+from proxy.observe.lag import CommitAsk, LagTracker
 from proxy.observe.lag_hooks import APIS as LAG_HOOK_APIS
 from proxy.observe.lag_hooks import LagHooks
 from proxy.observe.memo import FrameMemo
 from proxy.observe.request_line import connection_fields, request_line
 from proxy.observe.request_log import RequestLog
+from proxy.observe.share import ShareTracker
 from proxy.observe.streamed import Streamed, StreamedFrames
 from proxy.observe.summary import (
     FULL_DECODE_RESPONSES,
@@ -110,10 +111,11 @@ class ObservingHooks(Hooks):
         self.lag_hooks: LagHooks | None = None
         self.lag_apis: frozenset[int] = frozenset()  # requests lag_hooks looks at
 
-    def track_lag(self, lag: LagTracker, traffic: TopicTraffic) -> None:
-        """Consumer lag and topic traffic (lag.enabled), published on metrics flushes."""
+    def track_lag(self, lag: LagTracker, traffic: TopicTraffic, share: ShareTracker) -> None:
+        """Consumer lag, share groups and topic traffic (lag.enabled), published on
+        metrics flushes."""
         self.lag, self.traffic = lag, traffic
-        self.lag_hooks = LagHooks(lag, traffic, self.summary, self.topic_ids)
+        self.lag_hooks = LagHooks(lag, traffic, self.summary, self.topic_ids, share)
         self.lag_apis = LAG_HOOK_APIS
 
     def api_name(self, api_key: int) -> str:
@@ -453,9 +455,10 @@ class ObservingHooks(Hooks):
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self.refresh_identity(info, state)
-        if token.lag.__class__ is FetchAsk:
-            return self.lag_hooks.fetch_fields(info, state, response, token.lag)  # type: ignore[union-attr]
+        ask = token.lag
         protocol_type = token.fields.get("protocol_type")
+        if ask is not None and ask.__class__ is not CommitAsk:  # Fetch, share, heartbeats
+            return self.lag_hooks.answer_fields(info, state, response, ask, protocol_type)  # type: ignore[union-attr]
         return response_fields(response, self.summary, self.topic_ids, protocol_type)
 
     def _skimmed(self, frame: memoryview, api_key: int, version: int) -> dict[str, Any]:

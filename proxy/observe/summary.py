@@ -25,7 +25,7 @@ MAX_LISTED = 100
 MAX_DETAIL_RECORDS = 10_000  # topics, groups or config names listed in one line; the rest are counted
 
 PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS = 0, 1, 3, 22, 67
-JOIN_GROUP, SYNC_GROUP, API_VERSIONS, SHARE_FETCH = 11, 14, 18, 78
+JOIN_GROUP, SYNC_GROUP, API_VERSIONS, SHARE_FETCH, SHARE_ACKNOWLEDGE = 11, 14, 18, 78, 79
 CONFIG_APIS = {19: "topics", 33: "resources", 44: "resources"}  # CreateTopics, AlterConfigs...
 
 
@@ -162,6 +162,7 @@ def request_fields(
 FULL_DECODE_RESPONSES = frozenset({
     FETCH, JOIN_GROUP, SYNC_GROUP, API_VERSIONS, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS,
     68, 71, 76, 88,  # Consumer/Share/StreamsGroupHeartbeat (member ids), telemetry (instance id)
+    SHARE_FETCH, SHARE_ACKNOWLEDGE,  # records, acquired records, acknowledgement errors
 })
 
 
@@ -416,6 +417,7 @@ _REQUEST_EXTRAS: dict[int, Any] = {
 }
 _RESPONSE_EXTRAS: dict[int, Any] = {
     FETCH: _fetch_response,
+    SHARE_FETCH: _fetch_response,  # the same record batches, topics by id
     METADATA: _metadata_response,
     JOIN_GROUP: _join_group_response,
     SYNC_GROUP: _sync_group_response,
