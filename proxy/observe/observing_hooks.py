@@ -442,8 +442,13 @@ class ObservingHooks(Hooks):
         version = pending.api_version
         if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
             version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
+        ask = token.lag
         try:
-            if token.response is None and pending.api_key not in FULL_DECODE_RESPONSES:
+            if (
+                token.response is None
+                and pending.api_key not in FULL_DECODE_RESPONSES
+                and (ask is None or ask.__class__ is CommitAsk)  # a share ask reads the answer whole
+            ):
                 return self._skimmed(frame, pending.api_key, version)
             response = token.response or decode_response(frame, pending.api_key, version, self.policy)
         except DecodeError as exc:
@@ -455,7 +460,6 @@ class ObservingHooks(Hooks):
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self.refresh_identity(info, state)
-        ask = token.lag
         protocol_type = token.fields.get("protocol_type")
         if ask is not None and ask.__class__ is not CommitAsk:  # Fetch, share, heartbeats
             return self.lag_hooks.answer_fields(info, state, response, ask, protocol_type)  # type: ignore[union-attr]

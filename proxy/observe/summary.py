@@ -25,7 +25,7 @@ MAX_LISTED = 100
 MAX_DETAIL_RECORDS = 10_000  # topics, groups or config names listed in one line; the rest are counted
 
 PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS = 0, 1, 3, 22, 67
-JOIN_GROUP, SYNC_GROUP, API_VERSIONS, SHARE_FETCH, SHARE_ACKNOWLEDGE = 11, 14, 18, 78, 79
+JOIN_GROUP, SYNC_GROUP, API_VERSIONS, SHARE_FETCH = 11, 14, 18, 78
 CONFIG_APIS = {19: "topics", 33: "resources", 44: "resources"}  # CreateTopics, AlterConfigs...
 
 
@@ -159,10 +159,11 @@ def request_fields(
 
 # Responses a log line needs whole (record batches, group payloads, identity); the
 # others are skimmed (codec/skim.py): parsed fully, materialising only names and errors.
+# (ShareFetch and ShareAcknowledge answers are decoded whole when share groups are
+# tracked, lag.enabled: proxy/observe/share.py reads them.)
 FULL_DECODE_RESPONSES = frozenset({
     FETCH, JOIN_GROUP, SYNC_GROUP, API_VERSIONS, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS,
     68, 71, 76, 88,  # Consumer/Share/StreamsGroupHeartbeat (member ids), telemetry (instance id)
-    SHARE_FETCH, SHARE_ACKNOWLEDGE,  # records, acquired records, acknowledgement errors
 })
 
 
