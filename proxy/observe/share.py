@@ -87,13 +87,6 @@ class Budget:
         self.ranges = options.max_logged_ranges
         self.ranges_dropped = 0
 
-    def take_range(self) -> bool:
-        if self.ranges > 0:
-            self.ranges -= 1
-            return True
-        self.ranges_dropped += 1
-        return False
-
 
 class PartitionAcks:
     """One partition's acknowledgement batches of one request."""
@@ -104,7 +97,7 @@ class PartitionAcks:
         self.topic = topic
         self.partition = partition
         self.counts = [0, 0, 0, 0, 0]  # by AckType
-        self.ranges: list[tuple[int, int, int]] = []  # (first, last, type), logged ones
+        self.ranges: list[list[list[int]]] = [[], [], [], [], []]  # logged [first, last], by AckType
         self.fault: Fault | None = None
         self.error: str | None = None  # the broker's, for this partition's acknowledgements
         self.confirmed = False  # answered without error
@@ -114,10 +107,7 @@ class PartitionAcks:
         out: dict[str, Any] = {"topic": self.topic, "partition": self.partition}
         for ack_type in (*COUNTED_TYPES, AckType.GAP):
             out[ACK_NAMES[ack_type]] = self.counts[ack_type]
-        by_type: dict[str, list[list[int]]] = {}
-        for first, last, kind in self.ranges:
-            by_type.setdefault(ACK_NAMES[kind], []).append([first, last])
-        out["ranges"] = by_type
+        out["ranges"] = {ACK_NAMES[kind]: ranges for kind, ranges in enumerate(self.ranges) if ranges}
         if self.fault is not None:
             out["invalid"] = self.fault.value
         out["confirmed"] = self.confirmed
@@ -125,64 +115,79 @@ class PartitionAcks:
         return out
 
 
+_MAX_TYPE = int(AckType.RENEW)
+
+
 def read_batches(acks: PartitionAcks, batches: list[dict[str, Any]], max_offsets: int, budget: Budget) -> None:
-    """Checks and counts one partition's acknowledgement batches, in one pass."""
+    """Checks and counts one partition's acknowledgement batches, in one pass. (The Java
+    client sends a batch per run of one type, often one per record: this loop runs for
+    each, so the well-formed path is one chained comparison, the fault named after.)"""
     previous_last = -1
     counts, ranges = acks.counts, acks.ranges
+    room, dropped = budget.ranges, 0
+    fault = None
     for batch in batches:
-        first, last = batch.get("first_offset", -1), batch.get("last_offset", -1)
-        types: list[int] = batch.get("acknowledge_types") or []
-        fault = _range_fault(first, last, previous_last, max_offsets)
-        if fault is None:
-            length = last - first + 1
-            if len(types) == 1:
-                ack_type = types[0]
-                if 0 <= ack_type <= AckType.RENEW:
-                    counts[ack_type] += length
-                    if budget.take_range():
-                        ranges.append((first, last, ack_type))
-                else:
-                    fault = Fault.UNKNOWN_TYPE
-            elif len(types) == length:
-                fault = _per_offset(first, types, counts, ranges, budget)
+        first, last, types = batch["first_offset"], batch["last_offset"], batch["acknowledge_types"]
+        if not (previous_last < first <= last and first >= 0 and last - first < max_offsets):
+            fault = _range_fault(first, last, previous_last, max_offsets)
+            break
+        if len(types) == 1:
+            ack_type = types[0]
+            if not 0 <= ack_type <= _MAX_TYPE:
+                fault = Fault.UNKNOWN_TYPE
+                break
+            counts[ack_type] += last - first + 1
+            if room:
+                room -= 1
+                ranges[ack_type].append([first, last])
             else:
-                fault = Fault.TYPES
-        if fault is not None:
-            acks.fault = fault
-            return
+                dropped += 1
+        elif len(types) == last - first + 1:
+            runs = _per_offset(first, types, counts)
+            if runs is None:
+                fault = Fault.UNKNOWN_TYPE
+                break
+            taken = min(room, len(runs))
+            for start, end, ack_type in runs[:taken]:
+                ranges[ack_type].append([start, end])
+            room -= taken
+            dropped += len(runs) - taken
+        else:
+            fault = Fault.TYPES
+            break
         previous_last = last
+    acks.fault = fault
+    budget.ranges, budget.ranges_dropped = room, budget.ranges_dropped + dropped
 
 
-def _range_fault(first: int, last: int, previous_last: int, max_offsets: int) -> Fault | None:
+def _range_fault(first: int, last: int, previous_last: int, max_offsets: int) -> Fault:
+    """What is wrong with a range that failed the well-formed check."""
     if first < 0 or last < 0:
         return Fault.NEGATIVE
     if last < first:
         return Fault.REVERSED
     if first <= previous_last:
         return Fault.OVERLAPPING
-    if last - first + 1 > max_offsets:
-        return Fault.TOO_LONG
-    return None
+    return Fault.TOO_LONG
 
 
-def _per_offset(
-    first: int, types: list[int], counts: list[int], ranges: list[tuple[int, int, int]], budget: Budget
-) -> Fault | None:
-    """A batch with a type per offset: counted, and folded into runs of one type."""
+def _per_offset(first: int, types: list[int], counts: list[int]) -> list[tuple[int, int, int]] | None:
+    """A batch with a type per offset: counted, folded into runs of one type; None for
+    an unknown type."""
+    runs: list[tuple[int, int, int]] = []
     run_start, run_type = first, types[0]
     offset = first
     for ack_type in types:
-        if not 0 <= ack_type <= AckType.RENEW:
-            return Fault.UNKNOWN_TYPE
-        counts[ack_type] += 1
         if ack_type != run_type:
-            if budget.take_range():
-                ranges.append((run_start, offset - 1, run_type))
+            runs.append((run_start, offset - 1, run_type))
             run_start, run_type = offset, ack_type
         offset += 1
-    if budget.take_range():
-        ranges.append((run_start, offset - 1, run_type))
-    return None
+    runs.append((run_start, offset - 1, run_type))
+    if not all(0 <= run[2] <= _MAX_TYPE for run in runs):
+        return None
+    for start, end, ack_type in runs:
+        counts[ack_type] += end - start + 1
+    return runs
 
 
 class HeartbeatAsk:
@@ -350,21 +355,26 @@ class ShareTracker:
         fault = None
         previous_last = -1
         max_offsets = self.options.max_range_offsets
+        room, dropped = budget.ranges, 0
         for acquired in ranges:
-            first, last = acquired.get("first_offset", -1), acquired.get("last_offset", -1)
-            delivery = acquired.get("delivery_count", 0)
-            fault = _range_fault(first, last, previous_last, max_offsets)
-            if fault is None and delivery < 1:
+            first, last, delivery = acquired["first_offset"], acquired["last_offset"], acquired["delivery_count"]
+            if not (previous_last < first <= last and first >= 0 and last - first < max_offsets):
+                fault = _range_fault(first, last, previous_last, max_offsets)
+                break
+            if delivery < 1:
                 fault = Fault.DELIVERY_COUNT
-            if fault is not None:
                 break
             length = last - first + 1
             records += length
             if delivery > 1:
                 redelivered += length
-            if budget.take_range():
+            if room:
+                room -= 1
                 logged.append([first, last, delivery])
+            else:
+                dropped += 1
             previous_last = last
+        budget.ranges, budget.ranges_dropped = room, budget.ranges_dropped + dropped
         point: dict[str, Any] = {"topic": name, "partition": index}
         if fault is not None:
             point["invalid"] = fault.value
