@@ -6,18 +6,23 @@ sidecar: it releases some records twice before accepting them (delivered three
 times), rejects some, renews some (KIP-1222) before accepting them, and accepts the
 rest, acknowledging with ShareFetch and ShareAcknowledge alike. What the request log
 and /metrics say must be what the program received (records, delivery counts) and did
-(acknowledgements), and what the broker says (Admin describeShareGroups:
-member and assignment; listShareGroupOffsets: nothing left to deliver).
+(acknowledgements), and what the broker says (Admin describeShareGroups: member and
+assignment; listShareGroupOffsets: nothing left to deliver); the report lists the
+group as a share group with the broker's members.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pytest
 from support import compat
-from support.kafka import SharedKafka, observed_sidecar
+from support.kafka import NEWEST, SharedKafka, observed_sidecar
+from support.observed import Samples
 from support.share import (
     COUNTED,
     ShareDriver,
@@ -33,7 +38,7 @@ PARTITIONS = 2
 
 
 def test_share_consumer_as_the_program_and_the_broker_see_it(
-    apache_kafka_each: SharedKafka, tmp_path: Path
+    apache_kafka_each: SharedKafka, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     kafka = apache_kafka_each
     topic, group = f"share-{uuid.uuid4().hex[:8]}", f"sg-{uuid.uuid4().hex[:8]}"
@@ -54,60 +59,91 @@ def test_share_consumer_as_the_program_and_the_broker_see_it(
             after = driver.must("describe", kafka.direct, group)
             metrics = px.metrics()
             lines = px.lines()
-
         deliveries = consumed["deliveries"]
-        logged = share_lines(lines, group)
-        # The program's plan happened: released twice, renewed, rejected, accepted.
-        did = Counter(d["action"] for d in deliveries)
-        assert did["release"] == 2 * (RECORDS // 10) and did["renew"] == RECORDS // 10
-        assert max(d["delivery_count"] for d in deliveries) == 3
-
-        # Every record the broker delivered, with its delivery count, is in the log's
-        # acquired ranges, and nothing else is.
-        assert logged_deliveries(logged, topic) == broker_deliveries(deliveries)
-        # Every acknowledgement the program made, and only those, the broker confirmed.
-        assert logged_actions(logged, topic) == actions(deliveries)
-        assert {line["api"] for line in logged if line.get("acknowledgements")} == {
-            "ShareFetch", "ShareAcknowledge"
-        }  # both carried acknowledgements
-        assert all(line["member_id"] == logged[0]["member_id"] for line in logged)
-
-        # The metrics say the same per group and topic.
-        labels = {"group": group, "topic": topic}
-        delivered = broker_deliveries(deliveries)
-        assert metrics.value("kafkalens_share_records_delivered_total", **labels) == sum(delivered.values())
-        redelivered = sum(n for (_, _, count), n in delivered.items() if count > 1)
-        assert metrics.value("kafkalens_share_records_redelivered_total", **labels) == redelivered
-        for kind in COUNTED:
-            assert metrics.value("kafkalens_share_records_acknowledged_total", type=kind, **labels) == did[kind]
-        assert metrics.total("kafkalens_share_ranges_invalid_total") == 0
-
-        # The broker's view: the member the log names, with the assignment its last
-        # heartbeat answer gave, and every record done with (accepted or rejected).
-        (member,) = while_member["members"]
-        assert member["member_id"] == logged[0]["member_id"]
-        beats = [
-            line for line in lines
-            if line.get("api") == "ShareGroupHeartbeat" and line.get("member_id") == member["member_id"]
-            and "assignment" in line
-        ]  # fmt: skip
-        last = beats[-1]["assignment"]
-        assert {(a["topic"], p) for a in last for p in a["partitions"]} == {tuple(tp) for tp in member["assignment"]}
-        assert after["state"] == "Empty" and after["members"] == []
-        per_partition = Counter(p["partition"] for p in produced)
-        finished = Counter(d["partition"] for d in deliveries if d["action"] in ("accept", "reject"))
-        assert finished == per_partition
-        for partition, count in per_partition.items():
-            offsets = after["offsets"][f"{topic}:{partition}"]
-            assert offsets["lag"] in (0, None), offsets  # nothing left to deliver
-            confirmed = sum(
-                n for (p, _, kind), n in logged_actions(logged, topic).items()
-                if p == partition and kind in ("accept", "reject")
-            )  # fmt: skip
-            assert confirmed == count
+        check_the_log(lines, deliveries, topic, group)
+        check_the_metrics(metrics, deliveries, topic, group)
+        check_the_brokers_view(lines, deliveries, produced, while_member, after, topic, group)
+        if kafka.version == NEWEST:  # the report once: Spark takes its time
+            check_the_report(request.getfixturevalue("spark"), tmp_path, deliveries, while_member, topic, group)
         passed = True
     finally:
         compat.record(
             f"Apache Kafka {kafka.version}", "Java (kafka-clients)", kafka.version, "sidecar",
             "KIP-932 share consumer, explicit acknowledgement", passed,
         )
+
+
+def check_the_log(lines: list[dict[str, Any]], deliveries: list[dict[str, Any]], topic: str, group: str) -> None:
+    logged = share_lines(lines, group)
+    # The program's plan happened: released twice, renewed, rejected, accepted.
+    did = Counter(d["action"] for d in deliveries)
+    assert did["release"] == 2 * (RECORDS // 10) and did["renew"] == RECORDS // 10
+    assert max(d["delivery_count"] for d in deliveries) == 3
+    # Every record the broker delivered, with its delivery count, is in the log's
+    # acquired ranges, and nothing else is.
+    assert logged_deliveries(logged, topic) == broker_deliveries(deliveries)
+    # Every acknowledgement the program made, and only those, the broker confirmed.
+    assert logged_actions(logged, topic) == actions(deliveries)
+    assert {line["api"] for line in logged if line.get("acknowledgements")} == {
+        "ShareFetch", "ShareAcknowledge"
+    }  # both carried acknowledgements
+    assert all(line["member_id"] == logged[0]["member_id"] for line in logged)
+
+
+def check_the_metrics(metrics: Samples, deliveries: list[dict[str, Any]], topic: str, group: str) -> None:
+    labels = {"group": group, "topic": topic}
+    delivered = broker_deliveries(deliveries)
+    assert metrics.value("kafkalens_share_records_delivered_total", **labels) == sum(delivered.values())
+    redelivered = sum(n for (_, _, count), n in delivered.items() if count > 1)
+    assert metrics.value("kafkalens_share_records_redelivered_total", **labels) == redelivered
+    did = Counter(d["action"] for d in deliveries)
+    for kind in COUNTED:
+        assert metrics.value("kafkalens_share_records_acknowledged_total", type=kind, **labels) == did[kind]
+    assert metrics.total("kafkalens_share_ranges_invalid_total") == 0
+
+
+def check_the_brokers_view(
+    lines: list[dict[str, Any]], deliveries: list[dict[str, Any]], produced: list[dict[str, Any]],
+    while_member: dict[str, Any], after: dict[str, Any], topic: str, group: str,
+) -> None:
+    """The member the log names, with the assignment its last heartbeat answer gave,
+    and every record done with (accepted or rejected) as the broker's offsets say."""
+    logged = share_lines(lines, group)
+    (member,) = while_member["members"]
+    assert member["member_id"] == logged[0]["member_id"]
+    beats = [
+        line for line in lines
+        if line.get("api") == "ShareGroupHeartbeat" and line.get("member_id") == member["member_id"]
+        and "assignment" in line
+    ]  # fmt: skip
+    last = beats[-1]["assignment"]
+    assert {(a["topic"], p) for a in last for p in a["partitions"]} == {tuple(tp) for tp in member["assignment"]}
+    assert after["state"] == "Empty" and after["members"] == []
+    per_partition = Counter(p["partition"] for p in produced)
+    finished = Counter(d["partition"] for d in deliveries if d["action"] in ("accept", "reject"))
+    assert finished == per_partition
+    done = Counter(p for (p, _, kind), n in logged_actions(logged, topic).items() for _ in range(n)
+                   if kind in ("accept", "reject"))  # fmt: skip
+    assert done == per_partition
+    for partition in per_partition:
+        offsets = after["offsets"][f"{topic}:{partition}"]
+        assert offsets["lag"] in (0, None), offsets  # nothing left to deliver
+
+
+def check_the_report(
+    spark: Any, tmp_path: Path, deliveries: list[dict[str, Any]], while_member: dict[str, Any], topic: str, group: str
+) -> None:
+    """The report's consumer_groups table has the group as a share group with the
+    members the broker knew; the share consumer's fetches are its topic's traffic."""
+    from pipeline.report import run_report
+
+    out = tmp_path / "report"
+    run_report(spark, [str(tmp_path / "requests.log")], str(out))
+    (row,) = [r.asDict() for r in spark.read.parquet(str(out / "consumer_groups")).collect() if r["group_id"] == group]
+    assert row["group_type"] == "share"
+    assert row["distinct_member_ids"] == len(while_member["members"])
+    (topics,) = [r.asDict() for r in spark.read.parquet(str(out / "top_topics")).collect() if r["topic"] == topic]
+    # every delivery came in a ShareFetch answer holding its record's batch
+    assert topics["share_fetched_records"] >= sum(broker_deliveries(deliveries).values())
+    access = [json.loads(r) for r in spark.read.parquet(str(out / "topic_access")).toJSON().collect()]
+    assert any(a["topic"] == topic and a["direction"] == "fetch" for a in access)
