@@ -323,7 +323,7 @@ def test_a_kip714_instance_id_learnt_on_one_connection_labels_the_clients_others
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
 def test_the_readme_access_map_recipe(tmp_path: Path) -> None:
-    from tests.test_readme_recipes import recipe
+    from support.readme import recipe
 
     per_topic = {"batches": 1, "records": 1, "bytes": 70}
     lines = [
