@@ -214,6 +214,12 @@ def test_caps_fold_into_other_and_the_topic_sum_stays_whole(tmp_path: Path) -> N
     h.exchange(fetch_request({0: 0, 1: 0, 2: 0}), fetch_response({0: (5, 5, None), 1: (6, 6, None), 2: (7, 7, None)}))
     (line,) = h.lines("Fetch")
     assert len(line["positions"]) == 1 and line["positions_dropped"] == 2
+    h.exchange(commit("billing", {0: 1, 1: 1}), commit_answer([0, 1]))
+    (line,) = h.lines("OffsetCommit")
+    assert len(line["committed"]) == 1 and line["committed_dropped"] == 1
+    assert h.samples("kafkalens_log_lists_truncated_total") == {
+        labels(field="positions"): 1, labels(field="committed"): 1
+    }
     lag = h.samples("kafkalens_consumer_lag_records")
     assert lag == {
         labels(group="", client="app-1", topic="orders", partition="0"): 5,

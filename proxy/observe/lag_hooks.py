@@ -80,6 +80,8 @@ class LagHooks:
         partition_stats: dict[tuple[str, int], Any] = {}
         fields = response_fields(response, self.summary, self.topic_ids, None, partition_stats)
         self.lag.fetch_done(ask, response.body, partition_stats, fields)
+        if "positions_dropped" in fields:
+            self.share.truncated.labels(field="positions").inc()
         stats = fields.get("record_stats")
         if stats and ask.replica < 0 and state is not None:
             self._traffic(info, state, stats, "fetch")
@@ -89,4 +91,6 @@ class LagHooks:
         fields = dict(fields)  # a skimmed response's fields may be memoised: not changed
         accepted = not fields["errors"] and "response_decode_error" not in fields
         self.lag.commit_done(ask, accepted, fields)
+        if "committed_dropped" in fields:
+            self.share.truncated.labels(field="committed").inc()
         return fields
