@@ -6,6 +6,9 @@ in what a frame holds."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -13,6 +16,7 @@ from typing import Any
 
 import pytest
 from support.hooks_harness import Harness, labels
+from support.readme import recipe
 
 from proxy.config import LagConfig
 
@@ -276,3 +280,30 @@ def test_the_work_is_linear_in_the_frame(tmp_path: Path) -> None:
     listed = sum(len(r) for a in line["acknowledgements"] for r in a["ranges"].values())
     listed += sum(len(a["ranges"]) for a in line["acquired"])
     assert listed == LagConfig().max_logged_ranges
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+def test_the_readme_recipe_for_records_delivered_three_times(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    h.exchange(share_fetch({}), fetch_answer({0: [(0, 4, 1), (5, 5, 3)], 1: [(9, 10, 4)]}))
+    h.exchange(share_acknowledge({0: [(0, 4, [ACCEPT])]}), acknowledge_answer({0: 0}))
+    h.log.flush()
+    out = subprocess.run(
+        ["bash", "-c", recipe("records delivered three times or more")], cwd=tmp_path,
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"group": GROUP, "topic": "orders", "partition": 0, "offsets": [5, 5], "delivery_count": 3},
+        {"group": GROUP, "topic": "orders", "partition": 1, "offsets": [9, 10], "delivery_count": 4},
+    ]
+
+
+def test_the_share_bounds_are_config_keys() -> None:
+    from proxy.config import ConfigError, parse_config
+
+    lag = parse_config({"lag": {"max_logged_ranges": 0, "max_range_offsets": 5}}).lag
+    assert (lag.max_logged_ranges, lag.max_range_offsets) == (0, 5)
+    for bad in ({"max_logged_ranges": -1}, {"max_range_offsets": 0}, {"max_range_offsets": 2**31},
+                {"max_logged_ranges": 10**7}):
+        with pytest.raises(ConfigError):
+            parse_config({"lag": bad})
