@@ -25,6 +25,7 @@ from support.kafka import NEWEST, SharedKafka, observed_sidecar
 from support.observed import Samples
 from support.share import (
     COUNTED,
+    RawShareMember,
     ShareDriver,
     actions,
     broker_deliveries,
@@ -147,3 +148,62 @@ def check_the_report(
     assert topics["share_fetched_records"] >= sum(broker_deliveries(deliveries).values())
     access = [json.loads(r) for r in spark.read.parquet(str(out / "topic_access")).toJSON().collect()]
     assert any(a["topic"] == topic and a["direction"] == "fetch" for a in access)
+
+
+# Acknowledgement batches no client of Kafka's would send, each in a ShareFetch of its
+# own (first offset, last offset, types), and what kafkalens calls them.
+MALFORMED = (
+    ([(0, 5, [1]), (3, 9, [1])], "overlapping"),
+    ([(9, 0, [1])], "reversed"),
+    ([(0, 9, [1, 2])], "types_length"),
+    ([(0, 9, [7])], "unknown_type"),
+    ([(0, 2**40, [1])], "too_long"),
+    ([(-3, 2, [1])], "negative_offset"),
+)
+# then a well-formed one: accept 0-1, then a type per offset (a gap at 2, a reject at 4,
+# a release at 9)
+WELL_FORMED = [(0, 1, [1]), (2, 9, [0, 1, 3, 1, 1, 1, 1, 2])]
+
+
+def test_malformed_acknowledgements_the_broker_refuses_too(apache_kafka: SharedKafka, tmp_path: Path) -> None:
+    """A member speaking the protocol itself acknowledges ten acquired records with
+    malformed batches through the sidecar: Apache Kafka refuses each (INVALID_REQUEST),
+    kafkalens names each fault and counts none; the well-formed batches after them the
+    broker confirms, and kafkalens counts exactly those."""
+    kafka = apache_kafka
+    topic, group = f"raw-{uuid.uuid4().hex[:8]}", f"rg-{uuid.uuid4().hex[:8]}"
+    with ShareDriver(kafka.version) as driver:
+        driver.must("topic", kafka.direct, topic, 1)
+        driver.must("produce", kafka.direct, topic, 10)
+        driver.must("earliest", kafka.direct, group)
+    with observed_sidecar(kafka, tmp_path / "requests.log") as px:
+        member = RawShareMember(kafka.sidecar_address, group)
+        try:
+            topic_id = member.topic_id(topic)
+            assert member.join(topic) == [0]
+            first = member.share_fetch(0, topic_id, 0, [])
+            (acquired,) = [p["acquired_records"] for t in first["responses"] for p in t["partitions"]]
+            assert acquired == [{"first_offset": 0, "last_offset": 9, "delivery_count": 1}]
+            verdicts = []
+            for epoch, (batches, _) in enumerate((*MALFORMED, (WELL_FORMED, None)), start=1):
+                answer = member.share_fetch(epoch, topic_id, 0, batches, max_wait_ms=0)
+                assert answer["error_code"] == 0
+                verdicts.append(answer["responses"][0]["partitions"][0]["acknowledge_error_code"])
+        finally:
+            member.close()
+        metrics = px.metrics()
+        lines = [line for line in px.lines() if line.get("api") == "ShareFetch" and line.get("group_id") == group]
+    assert verdicts == [42] * len(MALFORMED) + [0]  # INVALID_REQUEST, then none
+    logged = [line["acknowledgements"][0] for line in lines if line.get("acknowledgements")]
+    assert [(a.get("invalid"), a["confirmed"], a["error"]) for a in logged] == [
+        *((fault, False, "INVALID_REQUEST") for _, fault in MALFORMED), (None, True, None)
+    ]
+    assert {k: logged[-1][k] for k in ("accept", "release", "reject", "renew", "gap")} == {
+        "accept": 7, "release": 1, "reject": 1, "renew": 0, "gap": 1
+    }
+    labels = {"group": group, "topic": topic}
+    counted = {kind: metrics.value("kafkalens_share_records_acknowledged_total", type=kind, **labels)
+               for kind in COUNTED}  # fmt: skip
+    assert counted == {"accept": 7, "release": 1, "reject": 1, "renew": None}
+    for _, fault in MALFORMED:
+        assert metrics.value("kafkalens_share_ranges_invalid_total", what="acknowledgement", reason=fault) == 1

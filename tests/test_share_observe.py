@@ -170,6 +170,7 @@ def test_malformed_acknowledgement_batches_are_named_and_not_counted(tmp_path: P
     (line,) = h.lines("ShareFetch")
     first, second = line["acknowledgements"]
     assert first["invalid"] == REASON[case] and "invalid" not in second
+    assert (first["accept"], first["ranges"]) == (0, {})  # none of it stands
     assert acked(h) == {"accept": 3}
     assert h.samples(INVALID) == {labels(what="acknowledgement", reason=REASON[case]): 1}
 

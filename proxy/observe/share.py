@@ -62,6 +62,7 @@ class AckType(enum.IntEnum):
 ACK_NAMES = tuple(t.name.lower() for t in AckType)  # by value
 # The types the metrics count (a gap is offsets without a record: in the line only).
 COUNTED_TYPES = (AckType.ACCEPT, AckType.RELEASE, AckType.REJECT, AckType.RENEW)
+LINE_ORDER = (*COUNTED_TYPES, AckType.GAP)
 
 
 class Fault(enum.Enum):
@@ -105,9 +106,9 @@ class PartitionAcks:
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.topic, "partition": self.partition}
-        for ack_type in (*COUNTED_TYPES, AckType.GAP):
+        for ack_type in LINE_ORDER:
             out[ACK_NAMES[ack_type]] = self.counts[ack_type]
-        out["ranges"] = {ACK_NAMES[kind]: ranges for kind, ranges in enumerate(self.ranges) if ranges}
+        out["ranges"] = {ACK_NAMES[kind]: self.ranges[kind] for kind in LINE_ORDER if self.ranges[kind]}
         if self.fault is not None:
             out["invalid"] = self.fault.value
         out["confirmed"] = self.confirmed
@@ -156,7 +157,12 @@ def read_batches(acks: PartitionAcks, batches: list[dict[str, Any]], max_offsets
             fault = Fault.TYPES
             break
         previous_last = last
-    acks.fault = fault
+    if fault is not None:  # none of a malformed partition's acknowledgements stands
+        acks.fault = fault
+        acks.counts = [0, 0, 0, 0, 0]
+        for ranges_of_type in ranges:
+            room += len(ranges_of_type)
+            ranges_of_type.clear()
     budget.ranges, budget.ranges_dropped = room, budget.ranges_dropped + dropped
 
 

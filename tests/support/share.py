@@ -9,11 +9,18 @@ request log and the metrics are checked against.
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
 import subprocess
+import time
+import uuid
 from collections import Counter
 from typing import Any
 
+from proxy_harness import read_frame, write_frame
+
+from codec import Request, decode_response, encode_request
 from support.java import start_java
 
 # Acknowledgement types the metrics count, as the line and the driver name them.
@@ -114,3 +121,69 @@ def logged_actions(lines: list[dict[str, Any]], topic: str) -> Counter[tuple[int
                     for offset in range(first, last + 1):
                         found[(part["partition"], offset, kind)] += 1
     return found
+
+
+# --- a share-group member speaking the protocol itself ---------------------------------
+
+
+class RawShareMember:
+    """A share-group member written with the codec over one socket, to send what Kafka's
+    clients never would (malformed acknowledgement batches) to a real broker."""
+
+    def __init__(self, address: str, group: str, client_id: str = "raw-share") -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.group, self.client_id = group, client_id
+        self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")  # KIP-1082
+        self.epoch = 0
+        self.correlation = 0
+
+    def call(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        self.correlation += 1
+        header = {"correlation_id": self.correlation, "client_id": self.client_id}
+        write_frame(self.sock, encode_request(Request(api_key, version, header, body)))
+        answer: dict[str, Any] = decode_response(read_frame(self.sock), api_key, version).body
+        return answer
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        body = {"topics": [{"topic_id": uuid.UUID(int=0), "name": topic}], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False}  # fmt: skip
+        found: uuid.UUID = self.call(3, 12, body)["topics"][0]["topic_id"]
+        return found
+
+    def join(self, topic: str, timeout: float = 60.0) -> list[int]:
+        """FindCoordinator (which also makes the broker load the group's coordinator),
+        then heartbeats until the broker assigns partitions of `topic`."""
+        self.call(10, 6, {"key": "", "key_type": 0, "coordinator_keys": [self.group]})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            answer = self.call(76, 1, {
+                "group_id": self.group, "member_id": self.member_id, "member_epoch": self.epoch,
+                "rack_id": None, "subscribed_topic_names": [topic] if self.epoch == 0 else None,
+            })  # fmt: skip
+            if not answer["error_code"]:
+                self.epoch = answer["member_epoch"]
+                assigned = (answer["assignment"] or {}).get("topic_partitions") or []
+                partitions = [p for entry in assigned for p in entry["partitions"]]
+                if partitions:
+                    return partitions
+            time.sleep(0.2)  # the coordinator loading, or the assignment not made yet
+        raise AssertionError(f"no assignment of {topic} within {timeout} s")
+
+    def share_fetch(
+        self, session_epoch: int, topic_id: uuid.UUID, partition: int, batches: list[tuple[int, int, list[int]]],
+        max_wait_ms: int = 5000,
+    ) -> dict[str, Any]:
+        """`max_wait_ms`: how long the broker may wait for records to hand out (a fetch
+        that only acknowledges, with nothing left to fetch, waits that long)."""
+        return self.call(78, 1, {
+            "group_id": self.group, "member_id": self.member_id, "share_session_epoch": session_epoch,
+            "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 500, "batch_size": 500,
+            "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": partition, "acknowledgement_batches": [
+                {"first_offset": first, "last_offset": last, "acknowledge_types": types}
+                for first, last, types in batches]}]}],
+            "forgotten_topics_data": [],
+        })  # fmt: skip
+
+    def close(self) -> None:
+        self.sock.close()
