@@ -82,3 +82,14 @@ def cap_api_versions(
         return None, response
     response.body["api_keys"] = capped
     return encode_response(response, policy), response
+
+
+def unreadable_version_body() -> dict[str, object]:
+    """The v0 body of KIP-511's answer to an ApiVersions version one cannot read:
+    UNSUPPORTED_VERSION and the ApiVersions range one reads (the codec's)."""
+    request, _ = api_messages()[API_VERSIONS]
+    newest = request.max_version
+    return {
+        "error_code": UNSUPPORTED_VERSION,
+        "api_keys": [{"api_key": API_VERSIONS, "min_version": min(request.versions), "max_version": newest}],
+    }

@@ -20,8 +20,9 @@ from codec import (
     UnknownApiError,
     decode_request,
     decode_response,
+    encode_response,
 )
-from codec.error_codes import INVALID_REQUEST
+from codec.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION, error_name
 from codec.error_response import error_response
 from codec.messages import decode_request_header
 from codec.schema import api_names
@@ -29,7 +30,7 @@ from codec.skim import skim_response
 from codec.stream import StreamLimits
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 from proxy.metrics import Metrics
-from proxy.observe.api_versions import API_VERSIONS, cap_api_versions
+from proxy.observe.api_versions import API_VERSIONS, cap_api_versions, unreadable_version_body
 from proxy.observe.conn_state import ConnState, Token, note_header_id, telemetry_id_mismatch
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
 from proxy.observe.instance_join import InstanceJoins
@@ -83,9 +84,11 @@ class ObservingHooks(Hooks):
         self.telemetry = telemetry
         self.telemetry_hooks = TelemetryHooks(self, telemetry)
         collect = telemetry is not None and telemetry.answers is not None
-        # Collect mode: only KIP-714's requests are held for admit_request (who answers
-        # them is known once the broker's ApiVersions was seen), not every request.
-        self.admit_api_keys = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY}) if collect else frozenset()
+        # Held for admit_request: ApiVersions (a version the codec cannot read is answered
+        # here, see _unreadable_api_versions) and, collect mode, KIP-714's requests (who
+        # answers them is known once the broker's ApiVersions was seen); not every request.
+        self.answered_api_keys = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY} if collect else ())
+        self.admit_api_keys = frozenset({API_VERSIONS, *self.answered_api_keys})
         self.added_api_versions = ADDED_API_VERSIONS if collect else ()
         self.joining = Joining(self, InstanceJoins(max_keys=4 * (telemetry.config.max_instances if telemetry else 1000)))
         self.log = request_log
@@ -163,6 +166,8 @@ class ObservingHooks(Hooks):
     def admit_request(
         self, info: ConnectionInfo, frame: memoryview, api_key: int, api_version: int, correlation_id: int
     ) -> bytes | None:
+        if api_key == API_VERSIONS and not self.policy.knows(api_key, api_version):
+            return self._unreadable_api_versions(info, frame, api_version, correlation_id)
         state = self.states.get(info.conn_id)
         if state is None or not self.policy.knows(api_key, api_version):
             return None
@@ -171,12 +176,43 @@ class ObservingHooks(Hooks):
             if refusal is not None:
                 return refusal
         if (
-            api_key in self.admit_api_keys
+            api_key in self.answered_api_keys
             and self.telemetry is not None
             and self.telemetry.proxy_answers(state.broker_telemetry)
         ):
             return self.telemetry_hooks.answer(info, state, frame, api_key, api_version, correlation_id)
         return None
+
+    def _unreadable_api_versions(
+        self, info: ConnectionInfo, frame: memoryview, api_version: int, correlation_id: int
+    ) -> bytes:
+        """An ApiVersions version newer than the codec's is answered here as KIP-511 has a
+        broker answer one it does not know: UNSUPPORTED_VERSION, a v0 body, and the
+        ApiVersions range the codec reads; the client asks again within it (Kafka's own
+        clients, franz-go and librdkafka do). Forwarded, the broker's answer could be
+        neither read nor capped, and the client would go on to use every version the
+        broker has, those the codec cannot decode included (franz-go 1.22 sends
+        ApiVersions v5, KIP-1242, to Kafka 4.4: its Produce v13 and Fetch v18 then went
+        through undecoded, its software name unknown)."""
+        pending = Pending(correlation_id, API_VERSIONS, api_version, self.clock(), len(frame) + 4)
+        state, token = self.request_started(info, pending)
+        reply = encode_response(
+            Response(API_VERSIONS, 0, {"correlation_id": correlation_id}, unreadable_version_body()),
+            self.policy,
+        )
+        error = error_name(UNSUPPORTED_VERSION)
+        api_metrics = self.metrics.api(token.api)
+        api_metrics.error(error)
+        if state is not None:
+            state.errors[error] = state.errors.get(error, 0) + 1
+        latency = self.clock() - pending.started
+        api_metrics.response(latency, len(reply) + 4)
+        if self.log and self.log.wants(token.api, API_VERSIONS, True):
+            extra: dict[str, Any] = {"latency_ms": round(latency * 1000, 3), "response_bytes": len(reply) + 4}
+            line = request_line(info, pending, token, state, extra)
+            line.update(answered_by="proxy", errors=[error])
+            self.log.write("request", line)
+        return reply
 
     def _kip1313_refusal(
         self, info: ConnectionInfo, state: ConnState, frame: memoryview, api_key: int, api_version: int, correlation_id: int
