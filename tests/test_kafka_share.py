@@ -14,6 +14,7 @@ group as a share group with the broker's members.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -61,6 +62,10 @@ def test_share_consumer_as_the_program_and_the_broker_see_it(
             metrics = px.metrics()
             lines = px.lines()
         deliveries = consumed["deliveries"]
+        # No broker setting turned share groups on: `kafka-storage format` finalizes the
+        # share.version feature (1 on 4.2, 2 on 4.4); 4.0's group.share.enable is gone.
+        log = kafka.cluster.node(1).log_path.read_text(errors="replace")
+        assert re.search(r"share\.version=[12]\b", log), "share.version not finalized"
         check_the_log(lines, deliveries, topic, group)
         check_the_metrics(metrics, deliveries, topic, group)
         check_the_brokers_view(lines, deliveries, produced, while_member, after, topic, group)
@@ -118,7 +123,12 @@ def check_the_brokers_view(
         and "assignment" in line
     ]  # fmt: skip
     last = beats[-1]["assignment"]
-    assert {(a["topic"], p) for a in last for p in a["partitions"]} == {tuple(tp) for tp in member["assignment"]}
+    assigned = {tuple(tp) for tp in member["assignment"]}
+    assert {(a["topic"], p) for a in last for p in a["partitions"]} == assigned
+    # the partitions its ShareFetch requests put in their share session (one broker:
+    # every partition's leader)
+    fetched = {(e["topic"], p) for line in logged for e in line.get("fetch_partitions") or () for p in e["partitions"]}
+    assert fetched == assigned
     assert after["state"] == "Empty" and after["members"] == []
     per_partition = Counter(p["partition"] for p in produced)
     finished = Counter(d["partition"] for d in deliveries if d["action"] in ("accept", "reject"))

@@ -102,10 +102,14 @@ def test_a_share_fetch_line_and_the_counters(tmp_path: Path, pieces: int) -> Non
         0: [(0, 4, [ACCEPT]), (5, 9, [ACCEPT, RELEASE, REJECT, GAP, RENEW])],
         1: [(20, 21, [REJECT])],
     })  # fmt: skip
+    request[2]["topics"][0]["partitions"].append({"partition_index": 2, "acknowledgement_batches": []})
+    request[2]["forgotten_topics_data"] = [{"topic_id": OTHER_ID, "partitions": [3, 4]}]
     answer = fetch_answer({0: [(10, 14, 1), (15, 15, 3)], 2: [(7, 7, 2)]}, ack_errors={1: 0})
     h.exchange(request, answer, pieces=pieces)
     (line,) = h.lines("ShareFetch")
     assert line["group_id"] == GROUP and line["member_id"] == "m-1" and line["share_session_epoch"] == 3
+    assert line["fetch_partitions"] == [{"topic": "orders", "partitions": [0, 1, 2]}]
+    assert line["forgotten_partitions"] == [{"topic": "audit", "partitions": [3, 4]}]
     assert line["acknowledgements"] == [
         {"topic": "orders", "partition": 0, "accept": 6, "release": 1, "reject": 1, "renew": 1, "gap": 1,
          "ranges": {"accept": [[0, 4], [5, 5]], "release": [[6, 6]], "reject": [[7, 7]], "gap": [[8, 8]],
@@ -201,8 +205,11 @@ def test_lists_are_capped_and_what_they_left_out_counted(tmp_path: Path) -> None
     assert logged == 3 and line["ranges_dropped"] == 4 * 4 + 3 * 2 - 3
     # the counts are whole whatever the caps
     assert line["delivered_records"] == 6 and acked(h) == {"accept": 8, "release": 4, "reject": 4}
+    assert line["fetch_partitions"] == [{"topic": "orders", "partitions": [0, 1]}]
+    assert (line["fetch_partitions_partitions"], line["fetch_partitions_dropped"]) == (4, 2)
     assert h.samples(TRUNCATED) == {
         labels(field="acknowledgements"): 1, labels(field="acquired"): 1, labels(field="ranges"): 1,
+        labels(field="fetch_partitions"): 1,
     }
 
 

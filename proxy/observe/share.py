@@ -249,9 +249,14 @@ class ShareTracker:
         ask.fields["share_session_epoch"] = body.get("share_session_epoch")
         max_offsets = self.options.max_range_offsets
         faults: dict[Fault, int] = {}
+        fetch = request.api_key == SHARE_FETCH
+        named: list[dict[str, Any]] = []  # a ShareFetch's partitions, as heartbeats list theirs
         for topic in body.get("topics") or ():
             name = clean(self.topic_ids.name(topic), self.limit)
-            for partition in topic.get("partitions") or ():
+            partitions = topic.get("partitions") or ()
+            if fetch:
+                named.append({"topic": name, "partitions": [p.get("partition_index", -1) for p in partitions]})
+            for partition in partitions:
                 batches = partition.get("acknowledgement_batches")
                 if not batches:
                     continue
@@ -262,6 +267,13 @@ class ShareTracker:
                 ask.acks[(name, acks.partition)] = acks
         for fault, count in faults.items():
             self.invalid.labels(what="acknowledgement", reason=fault.value).inc(count)
+        if fetch:
+            # The partitions the request adds to its share session or acknowledges (a
+            # session's later requests leave out those it holds), and those it drops.
+            if named:
+                self.assignment(named, "fetch_partitions", ask.fields)
+            if body.get("forgotten_topics_data"):
+                self.assignment(body["forgotten_topics_data"], "forgotten_partitions", ask.fields)
         return ask
 
     def heartbeat(self, request: Any) -> HeartbeatAsk:
@@ -445,8 +457,9 @@ def assignment_fields(
     limit: int,
     truncated: Any,
 ) -> None:
-    """A heartbeat's topic partitions (by topic id) as `field`: [{topic, partitions}],
-    at most `cap` partitions listed; `<field>_partitions` counts them all."""
+    """A heartbeat's topic partitions (by topic id, or named) as `field`: [{topic,
+    partitions}], at most `cap` partitions listed; `<field>_partitions` counts them all.
+    Nothing for None (a heartbeat answer without an assignment: unchanged)."""
     if topic_partitions is None:
         return
     listed: list[dict[str, Any]] = []
