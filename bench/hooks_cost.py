@@ -8,8 +8,10 @@ stage. Run from the repository root: .venv/bin/python -m bench.hooks_cost
 `--share` adds a ShareFetch and a ShareAcknowledge pair of Kafka's own share consumer
 (tests/peers/java/share/ShareDriver.java: accepts, releases, rejects and renews),
 captured in front of Apache Kafka from tests/peers (needs Java and the installed
-peers). For them "lag off" is the observation before share groups were tracked (the
-answers skimmed, no acknowledgement or acquired-record fields), "log on" the one with.
+peers), and the ShareFetch re-encoded with its acknowledgements and acquired records
+contiguous. For them "lag off" is the observation before share groups were tracked
+(the answers skimmed, no acknowledgement or acquired-record fields), "log on" the one
+with.
 
 Replaying a frame repeats it byte for byte, which the observer memoises
 (proxy/observe/memo.py): "all hooks, log on" is the cost of such a repeat, "first seen" that
@@ -96,10 +98,40 @@ def capture_share(records: int = 2000) -> dict[str, Pair]:
             pairs = [(q, r) for q, r in relay.pairs() if r is not None]
     fetches = [p for p in pairs if p[0].api_key == 78 and _acknowledges(p[0]) and _acquires(p[1])]
     acks = [p for p in pairs if p[0].api_key == 79]
+    fetch = max(fetches, key=lambda p: len(p[0].data) + len(p[1].data))
     return {
-        "ShareFetch (Java, acks + records)": max(fetches, key=lambda p: len(p[0].data) + len(p[1].data)),
+        "ShareFetch (Java, acks + records)": fetch,
+        "ShareFetch, the same contiguous": _contiguous(fetch),
         "ShareAcknowledge (Java)": max(acks, key=lambda p: len(p[0].data)),
     }
+
+
+def _contiguous(pair: Pair) -> Pair:
+    """`pair` re-encoded with each partition's acknowledgement batches merged into one
+    batch of accepts and its acquired ranges into one first delivery: what a consumer
+    accepting everything exchanges."""
+    from codec import Request, Response, encode_request, encode_response
+
+    request, response = pair
+    asked = decode_request(request.data)
+    for topic in asked.body["topics"]:
+        for partition in topic["partitions"]:
+            batches = partition["acknowledgement_batches"]
+            if batches:
+                partition["acknowledgement_batches"] = [{
+                    "first_offset": batches[0]["first_offset"], "last_offset": batches[-1]["last_offset"],
+                    "acknowledge_types": [1]}]  # fmt: skip
+    answer = decode_response(response.data, response.api_key, response.api_version)
+    for topic in answer.body["responses"]:
+        for partition in topic["partitions"]:
+            ranges = partition["acquired_records"]
+            if ranges:
+                partition["acquired_records"] = [{
+                    "first_offset": ranges[0]["first_offset"], "last_offset": ranges[-1]["last_offset"],
+                    "delivery_count": 1}]  # fmt: skip
+    data = encode_request(Request(request.api_key, request.api_version, asked.header, asked.body))
+    body = encode_response(Response(response.api_key, response.api_version, answer.header, answer.body))
+    return dataclasses.replace(request, data=data), dataclasses.replace(response, data=body)
 
 
 def _acknowledges(request: Frame) -> bool:
