@@ -18,12 +18,14 @@ What a line says and what is counted:
   were delivered before (delivery count above 1). "Records" are offsets acquired: a gap
   in the log (compacted away, transaction markers) is acquired too, and the member
   acknowledges it as `gap`.
-* ConsumerGroupHeartbeat and ShareGroupHeartbeat answers' assignment, and the
-  partitions a ConsumerGroupHeartbeat says its member owns, as topic names and
+* The partitions a ShareFetch puts in its share session (or acknowledges) and those it
+  drops; ConsumerGroupHeartbeat and ShareGroupHeartbeat answers' assignment, and the
+  partitions a ConsumerGroupHeartbeat says its member owns: as topic names and
   partitions.
 
 Bounded: a line lists at most `lag.max_logged_partitions` partitions in each of
-`acquired`, `acknowledgements`, `assignment` and `owned_partitions`, and at most
+`acquired`, `acknowledgements`, `fetch_partitions`, `forgotten_partitions`,
+`assignment` and `owned_partitions`, and at most
 `lag.max_logged_ranges` offset ranges over the line; what is left out is counted in the
 line (`*_dropped`) and in kafkalens_log_lists_truncated_total{field}. The work is one
 pass over the batches, types and ranges the frame holds (no offset range is ever
