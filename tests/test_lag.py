@@ -21,6 +21,7 @@ from codec import HeaderPolicy, Request, Response, encode_request, encode_respon
 from proxy.config import LagConfig
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
+from proxy.observe.identity import kafka_uuid_text
 from proxy.observe.lag import FetchAsk
 from proxy.observe.observer import ObservingHooks, enable_lag
 from proxy.observe.request_log import LineSink, RequestLog
@@ -394,7 +395,7 @@ def test_a_kip714_instance_id_learnt_on_one_connection_labels_the_clients_others
     h.conn("elsewhere", host="10.9.9.9")
     h.exchange(fetch_request({1: 1}), fetch_response({1: (3, 3, None)}), conn="elsewhere")
     assert h.samples("kafkalens_consumer_lag_records") == {
-        labels(group="", client=str(instance), topic="orders", partition="0"): 2,
+        labels(group="", client=kafka_uuid_text(instance), topic="orders", partition="0"): 2,
         labels(group="", client="app-1", topic="orders", partition="1"): 2,
     }
 

@@ -35,6 +35,7 @@ from codec import HeaderPolicy, Request, decode_response, encode_request
 from proxy.config import TelemetryConfig
 from proxy.hooks import ConnectionInfo
 from proxy.metrics import Metrics
+from proxy.observe.identity import kafka_uuid, kafka_uuid_text
 from proxy.observe.otlp import PushError, decode, payload, prometheus_name
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import SummaryOptions
@@ -323,7 +324,7 @@ def test_collect_mode_hands_out_the_header_id_and_keeps_a_clients_own(tmp_path: 
         "PushTelemetry"
     ]
     assert answered[-1]["telemetry_metrics"] == 2
-    assert all(line["client_instance_id"] == str(HEADER_ID) for line in answered)
+    assert all(line["client_instance_id"] == kafka_uuid_text(HEADER_ID) for line in answered)
 
 
 def test_a_fresh_client_gets_a_random_id(tmp_path: Path) -> None:
@@ -429,13 +430,21 @@ def test_a_clients_other_connections_take_its_id_and_a_telemetry_exchange_keeps_
     frame = memoryview(encode_request(metadata))
     h.hooks.request_forwarded(other, frame, Pending(1, 3, 1, time.perf_counter(), 0))
     body = decode_response(h.admit(subscriptions(2, uuid.UUID(int=0))) or b"", 71, 0).body
-    first = str(body["client_instance_id"])
+    first = kafka_uuid_text(body["client_instance_id"])
     assert other.identity["client_instance_id"] == first  # joined at once, no line needed
     # the other connection then asks for a subscription of its own: it keeps what it gets
     own = h.hooks.admit_request(
         other, memoryview(encode_request(subscriptions(3, uuid.UUID(int=0)))), 71, 0, 3
     )
-    second = str(decode_response(own or b"", 71, 0).body["client_instance_id"])
+    second = kafka_uuid_text(decode_response(own or b"", 71, 0).body["client_instance_id"])
     assert second != first and other.identity["client_instance_id"] == second
     assert h.info.identity["client_instance_id"] == first
 
+
+def test_instance_ids_are_written_as_kafka_writes_a_uuid() -> None:
+    """Uuid.toString(): URL-safe base64 of the 16 bytes, no padding. The pair is one Java
+    client's clientInstanceId() and the uuid kafkalens decoded for it from the wire."""
+    instance = uuid.UUID("0995a9b1-392f-4610-af8e-63b23394e7ea")
+    assert kafka_uuid_text(instance) == "CZWpsTkvRhCvjmOyM5Tn6g"
+    assert kafka_uuid(kafka_uuid_text(instance)) == instance
+    assert kafka_uuid_text(uuid.UUID(int=2**128 - 1)) == "_____________________w"  # "-" and "_", not "+" and "/"
