@@ -14,19 +14,26 @@ Held: each client's own `clientInstanceId()` is the id on every request line of 
 connections from its telemetry exchange on, in /clients and on its telemetry series
 (and the id the broker's receiver got); the software name and version are what the
 client's ApiVersions carries (KIP-511: "apache-kafka-java" and its AppInfoParser
-version); the metrics on /metrics are the client's own `metrics()`. Counters move
-between a push and a read of /metrics, so each is read from the client before and
-after two pushes that came after the first read: the pushed value lies between the two
-(within 1e-9 relative: a delta the client subtracts and kafkalens adds back may differ
-in its last bit). A gauge that held still across the two reads is pushed as that value
-exactly. Observe mode is also held push by push to the broker's receiver: each push's
-gauges as the broker got them, each sum the total of the deltas the broker got.
+version); the metrics on /metrics are the client's own `metrics()`, every one of them
+(the subscription asks for all). Counters move between a push and a read of
+/metrics, so the client's metrics are read every 250 ms from before until two more
+pushes came (the second was collected after the first read: a client collects a push
+only once the last one was answered, and the proxy logs a push as it answers), then
+/metrics, then the client once more: a counter's pushed value lies between the first
+and last reads (within 1e-9 relative: a delta the client subtracts and kafkalens adds
+back may differ in its last bit); a gauge that read the same every time is pushed as
+that value exactly (one that cycles, as last-heartbeat-seconds-ago does every 3 s,
+is not compared: two reads alone could catch it at the same value on either side of
+a push that saw another). Observe mode is also held push by push to the broker's
+receiver: each push's gauges as the broker got them, each sum the total of the deltas
+the broker got.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,6 +60,8 @@ PUSH_INTERVAL_MS = 1000
 RECORDS = 30
 KINDS = {"producer": "producer-", "consumer": "consumer-", "admin": "admin-client-"}
 RELATIVE = 1e-9  # a sum of deltas against the client's total: the last bit may differ
+SAMPLE_EVERY_S = 0.25
+Key = tuple[str, tuple[tuple[str, str], ...]]  # a series: its name, its labels but the three
 MIN_COMPARED = 30  # per client (an Admin client has ~60 metrics): many series, not a handful
 
 
@@ -145,20 +154,22 @@ def _pushes(px: TelemetryProxy, instance: str) -> int:
 
 
 def _metrics_agree(java: JavaDriver, px: TelemetryProxy, ids: dict[str, str]) -> dict[str, dict[str, int]]:
-    """Each client's metrics() before and after two pushes of each, /metrics between."""
-    before = {kind: _java_metrics(java, kind) for kind in ids}
+    """Each client's metrics(), read every SAMPLE_EVERY_S until two more pushes of each
+    came, /metrics read before the last client read."""
     pushed = {kind: _pushes(px, instance) for kind, instance in ids.items()}
-
-    def two_more() -> bool:
-        return all(_pushes(px, ids[kind]) >= pushed[kind] + 2 for kind in ids)
-
-    assert eventually(two_more, timeout=30), pushed
+    reads: dict[str, list[dict[Key, float]]] = {kind: [] for kind in ids}
+    deadline = time.monotonic() + 30
+    while True:
+        for kind in ids:
+            reads[kind].append(_java_metrics(java, kind))
+        if all(_pushes(px, ids[kind]) >= pushed[kind] + 2 for kind in ids):
+            break
+        assert time.monotonic() < deadline, pushed
+        time.sleep(SAMPLE_EVERY_S)
     text = px.metrics().text
-    after = {kind: _java_metrics(java, kind) for kind in ids}
-    return {kind: _agree(kind, before[kind], after[kind], _series(text, ids[kind])) for kind in ids}
-
-
-Key = tuple[str, tuple[tuple[str, str], ...]]
+    for kind in ids:
+        reads[kind].append(_java_metrics(java, kind))
+    return {kind: _agree(kind, reads[kind], _series(text, ids[kind])) for kind in ids}
 
 
 def _series(text: str, instance: str) -> dict[Key, tuple[str, float]]:
@@ -173,21 +184,23 @@ def _series(text: str, instance: str) -> dict[Key, tuple[str, float]]:
     return found
 
 
-def _agree(kind: str, before: dict[Key, float], after: dict[Key, float], shown: dict[Key, tuple[str, float]]) -> dict[str, int]:
+def _agree(kind: str, reads: list[dict[Key, float]], shown: dict[Key, tuple[str, float]]) -> dict[str, int]:
     counted = {"counters": 0, "gauges": 0, "moving gauges": 0}
     missing = []
-    for (name, attributes), low in before.items():
-        high = after.get((name, attributes))
+    for key, low in reads[0].items():
+        name, attributes = key
+        seen = [read.get(key) for read in reads]
         found = [shown[(n, attributes)] for n in (name, name + "_total") if (n, attributes) in shown]
         if not found:
-            missing.append((name, attributes))
+            missing.append(key)
             continue
         kind_of, value = found[0]
+        high = seen[-1]
         if kind_of == "counter":
-            assert high is not None and low * (1 - RELATIVE) <= value <= high * (1 + RELATIVE), (name, attributes, low, value, high)
+            assert high is not None and low * (1 - RELATIVE) <= value <= high * (1 + RELATIVE), (key, low, value, high)
             counted["counters"] += 1
-        elif high == low and not math.isnan(low):
-            assert value == low, (name, attributes, low, value)
+        elif len(set(seen)) == 1 and not math.isnan(low):
+            assert value == low, (key, low, value)
             counted["gauges"] += 1
         else:
             counted["moving gauges"] += 1
@@ -196,7 +209,7 @@ def _agree(kind: str, before: dict[Key, float], after: dict[Key, float], shown: 
     return counted
 
 
-def _java_metrics(java: JavaDriver, kind: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def _java_metrics(java: JavaDriver, kind: str) -> dict[Key, float]:
     """The client's own metrics of its kind, keyed as kafkalens names their series:
     KIP-714's metric name made a Prometheus name, the tags but client-id as labels."""
     found = {}
