@@ -90,7 +90,8 @@ def test_lag_agrees_with_the_brokers_offsets_and_the_java_consumers_position(
     topic, group, client_id = f"truth-lag-{name}", f"truth-lag-{name}", f"truth-consumer-{name}"
     passed = False
     try:
-        with JavaDriver(kafka.version) as java, observed_sidecar(kafka, tmp_path / "requests.log") as px:
+        # the driver (and its consumer) closes first: through the sidecar, not past its end
+        with observed_sidecar(kafka, tmp_path / "requests.log") as px, JavaDriver(kafka.version) as java:
             java.call("admin", name="broker", props={"bootstrap.servers": kafka.direct})
             java.call("create_topic", name="broker", topic=topic, partitions=len(PARTITIONS))
             java.call("producer", name="producer", props={"bootstrap.servers": kafka.direct})
