@@ -297,7 +297,7 @@ class AdminRefusals:
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(
             "kafkalens_admin_refused",
-            "Admin port requests refused, by reason (too_many_connections, clients_off, "
+            "Admin port requests refused, by reason (too_many_connections, per_address_limit, clients_off, "
             "unauthorized, host, bad_request, method, header_too_large, header_timeout).",
             labels=("reason",),
         )
