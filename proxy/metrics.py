@@ -31,7 +31,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from codec.error_codes import ERROR_CODES, error_name
@@ -306,6 +306,37 @@ class AdminRefusals:
         yield family
 
 
+class UpstreamReachability:
+    """Whether each upstream accepted the last TCP connection of the background probe
+    (proxy/admin/readiness.py, what /readyz reports): a collector of its own, so that
+    the parent of workers, which has no Metrics, exports it too. A broker that is down
+    shows here whether or not clients are trying it. At most MAX_SERIES upstreams get a
+    series of their own; the rest are one series "other", 1 only if all are reachable."""
+
+    MAX_SERIES = 64
+
+    def __init__(self) -> None:
+        self.results: dict[str, bool] = {}  # replaced whole by each probe round
+
+    def update(self, results: dict[str, bool]) -> None:
+        self.results = results
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kafkalens_upstream_reachable",
+            "1 if the upstream broker accepted the background probe's last TCP connection"
+            " (every 2 s), else 0.",
+            labels=("upstream",),
+        )
+        results = sorted(self.results.items())
+        for upstream, ok in results[: self.MAX_SERIES]:
+            family.add_metric((sanitize_label(upstream),), 1.0 if ok else 0.0)
+        rest = results[self.MAX_SERIES :]
+        if rest:
+            family.add_metric((OTHER,), 1.0 if all(ok for _, ok in rest) else 0.0)
+        yield family
+
+
 class Metrics:
     """Every kafkalens metric, registered in `self.registry` (not the global registry)."""
 
@@ -319,6 +350,8 @@ class Metrics:
         self.registry.register(_Flusher(self))  # first: collected before the series
         self.admin_refusals = AdminRefusals()
         self.registry.register(self.admin_refusals)
+        self.upstream_reachability = UpstreamReachability()
+        self.registry.register(self.upstream_reachability)
         self._apis: dict[str, ApiMetrics] = {}
         self._instances: RefCounts[Hashable] = RefCounts()
         self._render_thread = threading.local()  # .flushed: the loop flushed already
