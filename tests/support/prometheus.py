@@ -1,0 +1,334 @@
+"""A real Prometheus for the tests: Debian's `prometheus` server and `promtool`.
+
+`PrometheusServer` starts a server on a free loopback port that scrapes the targets it
+is given (job `kafkalens`, as deploy/prometheus/alerts.yml expects) and evaluates a rule
+file, both every second, with its storage in a directory of the test's; it stops when
+the `with` block ends (and dies with the test process if that dies first). Tests ask it
+questions only through its own HTTP API: `/api/v1/query`, `query_range`, `alerts`,
+`series` and label values, the same answers an operator's Grafana and Alertmanager get.
+
+`rules_for_tests()` is the shipped rule file with every alert's `for:` shortened and
+nothing else changed; `shipped_rules()` is the file as it ships, parsed, so a test can
+prove the two differ in `for:` only.
+
+When the binaries are missing a test is skipped with the reason, unless
+`KAFKALENS_REQUIRE_PEERS=1` (CI, whose .ci/run installs them) makes it fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy.tansu import free_port
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
+DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+JOB = "kafkalens"
+# Scrapes and rule evaluations every second; `for:` of every alert in the tests' copy
+# of the rules: three evaluations in a row, so a one-off blip cannot fire an alert.
+INTERVAL_SECONDS = 1
+FOR_IN_TESTS = "2s"
+
+
+def require(*tools: str) -> None:
+    """Skip (or, under KAFKALENS_REQUIRE_PEERS=1, fail) when a binary is not on PATH."""
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if not missing:
+        return
+    reason = f"{', '.join(missing)} not installed (Debian's `prometheus` package; .ci/run installs it)"
+    if os.environ.get("KAFKALENS_REQUIRE_PEERS") == "1":
+        pytest.fail(f"KAFKALENS_REQUIRE_PEERS=1 but {reason}")
+    pytest.skip(reason)
+
+
+# --- the rules ---------------------------------------------------------------------------
+
+
+def shipped_rules() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(RULES.read_text())
+    return loaded
+
+
+def alert_rules(rules: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
+
+
+def rules_for_tests(for_: str = FOR_IN_TESTS) -> dict[str, Any]:
+    """The shipped rules, every alert's non-zero `for:` replaced by `for_`."""
+    rules = copy.deepcopy(shipped_rules())
+    for rule in alert_rules(rules).values():
+        if parse_duration(str(rule.get("for", "0s"))) > 0:
+            rule["for"] = for_
+    return rules
+
+
+def without_for(rules: dict[str, Any]) -> dict[str, Any]:
+    stripped = copy.deepcopy(rules)
+    for rule in alert_rules(stripped).values():
+        rule.pop("for", None)
+    return stripped
+
+
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def parse_duration(text: str) -> float:
+    """A Prometheus duration ("1h30m", "2s", "0m") in seconds."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+# --- the server --------------------------------------------------------------------------
+
+
+_prctl: Callable[..., int] | None
+try:  # loaded before forking: dlopen in the child could wait on a lock forever
+    _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except OSError:
+    _prctl = None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    os.setsid()
+    if _prctl is not None:
+        _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no Prometheus outlives a dead run
+
+
+class PrometheusError(AssertionError):
+    pass
+
+
+class PrometheusServer:
+    """One Prometheus process; see the module docstring. `targets` are host:port of
+    kafkalens admin ports, scraped as job "kafkalens" (instance = host:port)."""
+
+    def __init__(self, work_dir: Path, targets: list[str], rules: dict[str, Any] | None = None) -> None:
+        self.work_dir = work_dir
+        self.targets = targets
+        self.rules = rules_for_tests() if rules is None else rules
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = work_dir / "prometheus.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> PrometheusServer:
+        require("prometheus")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        rule_file = self.work_dir / "alerts.yml"
+        rule_file.write_text(yaml.safe_dump(self.rules, sort_keys=False))
+        interval = f"{INTERVAL_SECONDS}s"
+        config = {
+            "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+            "rule_files": [str(rule_file)],
+            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": self.targets}]}],
+        }
+        config_file = self.work_dir / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    "prometheus",
+                    f"--config.file={config_file}",
+                    f"--storage.tsdb.path={self.work_dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise PrometheusError(f"prometheus exited: {self.log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
+                    if answer.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise PrometheusError(f"prometheus not ready within {timeout:.0f}s")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def __enter__(self) -> PrometheusServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- the HTTP API ------------------------------------------------------------------
+
+    def api(self, path: str, **params: Any) -> Any:
+        """`data` of a /api/v1 answer; PrometheusError with Prometheus's message otherwise."""
+        query = urllib.parse.urlencode(
+            [(k.rstrip("_"), v) for k, vs in params.items() for v in (vs if isinstance(vs, list) else [vs])]
+        )
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=30) as answer:
+                body = json.load(answer)
+        except urllib.error.HTTPError as exc:
+            body = json.loads(exc.read() or b"{}")
+            raise PrometheusError(f"{path} {params}: {body.get('error', exc)}") from None
+        if body.get("status") != "success":
+            raise PrometheusError(f"{path} {params}: {body}")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's vector: [{"metric": {...}, "value": [ts, "v"]}, ...]."""
+        params: dict[str, Any] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self.api("query", **params)
+        if data["resultType"] != "vector":
+            raise PrometheusError(f"{expr}: a {data['resultType']}, not a vector")
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def value(self, expr: str, at: float | None = None) -> float | None:
+        """The one sample an instant query returns; None if it returns none."""
+        result = self.query(expr, at)
+        if not result:
+            return None
+        if len(result) > 1:
+            raise PrometheusError(f"{expr}: {len(result)} series, expected one: {result}")
+        return float(result[0]["value"][1])
+
+    def query_range(self, expr: str, start: float, end: float, step: float = INTERVAL_SECONDS) -> list[dict[str, Any]]:
+        """A range query's matrix: [{"metric": {...}, "values": [[ts, "v"], ...]}, ...]."""
+        data = self.api("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{step}s")
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        """What Grafana's label_values(match, label) lists."""
+        values: list[str] = self.api(f"label/{label}/values", match_=[match])
+        return values
+
+    def alerts(self, name: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+        """/api/v1/alerts: [{"labels", "annotations", "state", "activeAt", "value"}, ...]."""
+        found: list[dict[str, Any]] = self.api("alerts")["alerts"]
+        return [
+            a for a in found
+            if (name is None or a["labels"]["alertname"] == name) and (state is None or a["state"] == state)
+        ]
+
+    def targets_up(self) -> bool:
+        """Every target scraped at least once, and up."""
+        active = self.api("targets")["activeTargets"]
+        return len(active) == len(self.targets) and all(t["health"] == "up" for t in active)
+
+    def wait(self, check: Callable[[], Any], timeout: float, what: str) -> Any:
+        """`check()` once true, polled every half second; PrometheusError naming `what`
+        (and the alerts Prometheus holds then) after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise PrometheusError(f"not within {timeout:.0f}s: {what}; alerts: {self.alerts()}")
+            time.sleep(0.5)
+
+    def wait_firing(self, name: str, timeout: float, **labels: str) -> dict[str, Any]:
+        """The firing alert `name` whose labels include `labels`, once Prometheus has it."""
+
+        def firing() -> dict[str, Any] | None:
+            for alert in self.alerts(name, "firing"):
+                if labels.items() <= alert["labels"].items():
+                    return alert
+            return None
+
+        found: dict[str, Any] = self.wait(firing, timeout, f"{name} {labels} firing")
+        return found
+
+    def wait_resolved(self, name: str, timeout: float, **labels: str) -> None:
+        """Until no alert `name` with `labels` is pending or firing."""
+
+        def gone() -> bool:
+            return not [a for a in self.alerts(name) if labels.items() <= a["labels"].items()]
+
+        self.wait(gone, timeout, f"{name} {labels} resolved")
+
+
+@contextmanager
+def prometheus(work_dir: Path, targets: list[str], rules: dict[str, Any] | None = None) -> Iterator[PrometheusServer]:
+    """A started PrometheusServer that has scraped every target once (up)."""
+    with PrometheusServer(work_dir, targets, rules) as server:
+        # Prometheus hands its first targets to the scrapers after its discovery
+        # manager's 5 s throttle: the first scrape comes 5-6 s after the start.
+        server.wait(server.targets_up, 60, f"targets {targets} scraped and up")
+        yield server
+
+
+# --- the dashboard ---------------------------------------------------------------------
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    return {path.name: json.loads(path.read_text()) for path in sorted(DASHBOARDS.glob("*.json"))}
+
+
+def grafana_regex_escape(value: str) -> str:
+    """A variable's value as Grafana's Prometheus datasource puts it in a `=~` matcher
+    (its prometheusRegularEscape): regex metacharacters escaped, the backslashes doubled
+    for the PromQL string."""
+    escaped = re.sub(r"([\\$^*{}\[\]'+?.()|])", r"\\\1", value)
+    return escaped.replace("\\", "\\\\")
+
+
+def rate_interval(step: float, scrape_interval: float = INTERVAL_SECONDS) -> str:
+    """Grafana's $__rate_interval: max($__interval + scrape interval, 4 x scrape interval)."""
+    return f"{int(max(step + scrape_interval, 4 * scrape_interval))}s"
+
+
+def resolve(expr: str, variables: dict[str, str], step: float) -> str:
+    """`expr` with Grafana's variables replaced: `$name` and `${name}` by the (already
+    escaped) values given, $__rate_interval and $__interval as Grafana computes them."""
+    expr = expr.replace("$__rate_interval", rate_interval(step)).replace("$__interval", f"{int(step)}s")
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in variables:
+            raise KeyError(f"dashboard variable ${name} has no value in {expr!r}")
+        return variables[name]
+
+    resolved = re.sub(r"\$\{(\w+)\}|\$(\w+)", value, expr)
+    return resolved
