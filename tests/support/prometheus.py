@@ -17,14 +17,19 @@ When the binaries are missing a test is skipped with the reason, unless
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
+import http.client
 import json
 import os
 import re
+import selectors
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -32,7 +37,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -332,3 +337,75 @@ def resolve(expr: str, variables: dict[str, str], step: float) -> str:
 
     resolved = re.sub(r"\$\{(\w+)\}|\$(\w+)", value, expr)
     return resolved
+
+
+# --- the admin port under a flood --------------------------------------------------------
+
+
+def open_idle(source: str, port: int, count: int) -> list[socket.socket]:
+    """`count` connections to 127.0.0.1:`port` from `source` (another loopback address),
+    opened without waiting for each handshake and left idle: the caller closes them."""
+    socks = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind((source, 0))
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            sock.connect(("127.0.0.1", port))
+        socks.append(sock)
+    return socks
+
+
+def churn(source: str, port: int, count: int, seconds: float) -> None:
+    """Keep `count` connections from `source` open for `seconds`, opening a new one the
+    moment one is closed (a flood that reconnects as fast as it is turned away). Prints
+    how many it opened. Run in a process of its own (see `churning`)."""
+    selector = selectors.DefaultSelector()
+    opened = 0
+
+    def open_one() -> None:
+        nonlocal opened
+        (sock,) = open_idle(source, port, 1)
+        selector.register(sock, selectors.EVENT_READ)
+        opened += 1
+
+    for _ in range(count):
+        open_one()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for key, _ in selector.select(0.05):
+            sock = cast(socket.socket, key.fileobj)
+            try:
+                data = sock.recv(4096)
+            except OSError:
+                data = b""
+            if not data:  # closed by the port (after its 503): come back at once
+                selector.unregister(sock)
+                sock.close()
+                open_one()
+    print(opened, flush=True)
+
+
+def churning(source: str, port: int, count: int, seconds: float) -> subprocess.Popen[str]:
+    """`churn` in a process of its own; its stdout says how many connections it opened."""
+    code = f"from support.prometheus import churn; churn({source!r}, {port}, {count}, {seconds})"
+    tests = str(ROOT / "tests")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, str(ROOT)])}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+
+
+def timed_get(port: int, path: str, timeout: float = 10.0) -> tuple[int | str, float]:
+    """(HTTP status, or the exception's name; seconds taken) of GET `path` from 127.0.0.1."""
+    started = time.perf_counter()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            answer = conn.getresponse()
+            answer.read()
+            status: int | str = answer.status
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException) as exc:
+        status = type(exc).__name__
+    return status, time.perf_counter() - started
