@@ -157,7 +157,9 @@ class LagConfig:
     max_clients: int = 1000  # client label values of per-partition lag; principals of traffic
     max_tracked: int = 200000  # entries of each lag table kept in memory
     max_logged_partitions: int = 1000  # "positions"/"committed" elements of one log line
-    idle_expiry_seconds: float = 300.0  # a consumer's series goes this long after its last fetch
+    # a consumer's (and a commit's) series goes this long after its last fetch (commit): past
+    # the lag alerts' 20-30 minutes, so a consumer that stopped altogether is alerted on
+    idle_expiry_seconds: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -843,7 +845,7 @@ def _lag(s: _Section) -> LagConfig:
         max_clients=s.integer("max_clients", 1000),
         max_tracked=s.integer("max_tracked", 200000),
         max_logged_partitions=s.integer("max_logged_partitions", 1000, minimum=0),
-        idle_expiry_seconds=s.seconds("idle_expiry_seconds", 300.0),
+        idle_expiry_seconds=s.seconds("idle_expiry_seconds", 1800.0),
     )
     s.done()
     return lag
