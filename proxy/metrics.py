@@ -449,7 +449,9 @@ class Metrics:
         c = self._counter
         self.upstream_failures = c(
             "kafkalens_upstream_failures_total",
-            "Failed or lost upstream broker connections.",
+            "Upstream broker connections that could not be opened (connect_refused, timeout,"
+            " tls), were reset (reset), or that the broker closed with requests unanswered"
+            " (closed); not those it closed idle.",
             ("upstream", "reason"),
         )
         self.gateway_listener_errors = c(
