@@ -42,7 +42,9 @@ from typing import Any, cast
 import pytest
 import yaml
 
+from proxy.apache_kafka import KafkaCluster, KafkaNode
 from proxy.tansu import free_port
+from support.kafka import kafka_libs
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -409,3 +411,218 @@ def timed_get(port: int, path: str, timeout: float = 10.0) -> tuple[int | str, f
     except (OSError, http.client.HTTPException) as exc:
         status = type(exc).__name__
     return status, time.perf_counter() - started
+
+
+# --- a broker to alert on ---------------------------------------------------------------
+
+SASL_USERS = {"admin": "admin-secret", "alice": "alice-secret"}  # alice: no ACL at all
+
+
+class AlertingKafka:
+    """One Apache Kafka node for the alert scenarios: topics are never created on first
+    use (a client producing to a topic that does not exist is answered
+    UNKNOWN_TOPIC_OR_PARTITION), ACLs are enforced (StandardAuthorizer; the PLAINTEXT
+    listeners' ANONYMOUS and SASL's `admin` are super users, `alice` may do nothing), and
+    idle connections are closed after 10 s (connections.max.idle.ms). Three listeners
+    advertise a sidecar each, so that scenarios can watch separate kafkalens instances
+    of one broker: PROXIED and OTHER (PLAINTEXT) and SASL (SASL_PLAINTEXT, PLAIN).
+    `direct` is the CLIENT listener, which no sidecar fronts."""
+
+    def __init__(self, cluster: KafkaCluster, listeners: dict[str, tuple[int, int]]) -> None:
+        self.cluster = cluster
+        self.listeners = listeners  # name -> (the broker's port, the sidecar's it advertises)
+
+    @property
+    def direct(self) -> str:
+        return str(self.cluster.bootstrap)
+
+    def upstream(self, listener: str = "PROXIED") -> str:
+        return f"127.0.0.1:{self.listeners[listener][0]}"
+
+    def sidecar_address(self, listener: str = "PROXIED") -> str:
+        return f"127.0.0.1:{self.listeners[listener][1]}"
+
+
+IDLE_CLOSE_MS = 10_000
+
+
+@contextmanager
+def alerting_kafka(work_dir: Path) -> Iterator[AlertingKafka]:
+    host = "127.0.0.1"
+    node = KafkaNode(
+        node_id=1,
+        host=host,
+        port=free_port(host),
+        controller_port=free_port(host),
+        proxied_port=free_port(host),
+        data_dir=work_dir / "node-1" / "data",
+        log_path=work_dir / "node-1" / "kafka.log",
+    )
+    listeners = {
+        "PROXIED": (node.proxied_port or 0, free_port(host)),
+        "OTHER": (free_port(host), free_port(host)),
+        "SASL": (free_port(host), free_port(host)),
+    }
+    users = " ".join(f'user_{name}="{password}"' for name, password in SASL_USERS.items())
+    bound = ",".join(f"{name}://{host}:{broker}" for name, (broker, _) in listeners.items())
+    advertised = ",".join(f"{name}://{host}:{sidecar}" for name, (_, sidecar) in listeners.items())
+    cluster = KafkaCluster(
+        libs=kafka_libs(),
+        work_dir=work_dir,
+        members=[node],
+        advertise_proxied={1: f"{host}:{listeners['PROXIED'][1]}"},
+        properties={
+            "listeners": f"CLIENT://{host}:{node.port},{bound},CONTROLLER://{host}:{node.controller_port}",
+            "advertised.listeners": f"CLIENT://{host}:{node.port},{advertised}",
+            "listener.security.protocol.map": (
+                "CLIENT:PLAINTEXT,PROXIED:PLAINTEXT,OTHER:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
+            "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            ),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS;User:admin",
+            "auto.create.topics.enable": "false",
+            "connections.max.idle.ms": str(IDLE_CLOSE_MS),
+        },
+    )
+    with cluster:
+        yield AlertingKafka(cluster, listeners)
+
+
+# --- kafkalens in front of it -------------------------------------------------------------
+
+
+class Sidecar:
+    """`kafkalens proxy` in a process of its own, as users run it: `listeners` are
+    (name, listen, upstream), its admin port a free loopback port (`target`, what
+    Prometheus scrapes), `sections` more of its config file (limits, lag, ...)."""
+
+    def __init__(self, work_dir: Path, listeners: list[tuple[str, str, str]], **sections: Any) -> None:
+        self.work_dir = work_dir
+        self.admin = free_port()
+        limits = {"shutdown_grace_seconds": 1, **sections.pop("limits", {})}
+        self.config: dict[str, Any] = {
+            "listeners": [{"name": n, "listen": listen, "upstream": up} for n, listen, up in listeners],
+            "metrics": {"listen": f"127.0.0.1:{self.admin}"},
+            "request_log": {"path": str(work_dir / "requests.log")},
+            "limits": limits,
+            **sections,
+        }
+        self.process: subprocess.Popen[str] | None = None
+        self.stderr = ""  # what it wrote, once stopped
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.admin}"
+
+    def status(self, path: str) -> int | str:
+        return timed_get(self.admin, path, 5)[0]
+
+    def start(self) -> Sidecar:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        config = self.work_dir / "kafkalens.yaml"
+        config.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        # Its output to a file: a pipe nobody reads fills, and then its writes block.
+        with open(self.output, "ab") as output:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "proxy.cli", "proxy", "--config", str(config)],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + 60
+        while self.status("/healthz") != 200:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"kafkalens did not start: {self.stderr}")
+            time.sleep(0.1)
+        return self
+
+    @property
+    def output(self) -> Path:
+        return self.work_dir / "kafkalens.out"
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self.stderr = self.output.read_text(errors="replace")[-5000:]
+
+    def __enter__(self) -> Sidecar:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --- the dashboard's queries, as Grafana sends them ----------------------------------------
+
+
+def variable_query(variable: dict[str, Any]) -> tuple[str, str]:
+    """(metric selector, label) of a `label_values(selector, label)` variable."""
+    query = variable["query"]
+    text = query["query"] if isinstance(query, dict) else query
+    found = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", text.strip())
+    assert found, f"variable {variable['name']}: not label_values(...): {text}"
+    return found.group(1), found.group(2)
+
+
+def resolve_variables(
+    prom: PrometheusServer, board: dict[str, Any], chosen: dict[str, str], step: float
+) -> dict[str, str]:
+    """Each variable's value as Grafana would put it in the queries: the `chosen` value
+    (which the variable's own query must list, the way Grafana offers it), else its
+    "All" value. Variables are resolved in order, each query with the earlier ones."""
+    values: dict[str, str] = {}
+    for variable in board["templating"]["list"]:
+        name = variable["name"]
+        selector, label = variable_query(variable)
+        offered = prom.label_values(label, resolve(selector, values, step))
+        if name in chosen:
+            assert chosen[name] in offered, f"${name}: {chosen[name]!r} not among {offered}"
+            values[name] = grafana_regex_escape(chosen[name])
+        else:
+            assert variable.get("includeAll"), f"${name} has no All value: choose one"
+            values[name] = variable.get("allValue") or ".*"
+    return values
+
+
+def panel_targets(board: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """("<panel id>: <title>", refId, expr) of every query of every panel."""
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            yield f"{panel['id']}: {panel['title']}", target["refId"], target["expr"]
+
+
+def evaluate_dashboards(
+    prom: PrometheusServer, chosen: dict[str, str], start: float, end: float, step: float = INTERVAL_SECONDS
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every query of every dashboard, its variables resolved, as a range query over
+    [start, end]: {(panel title, refId): the matrix Prometheus returned}. A query
+    Prometheus refuses raises."""
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for board in dashboards().values():
+        variables = resolve_variables(prom, board, chosen, step)
+        for title, ref, expr in panel_targets(board):
+            results[(title, ref)] = prom.query_range(resolve(expr, variables, step), start, end, step)
+    return results
+
+
+def filled(matrix: list[dict[str, Any]]) -> bool:
+    """A panel shows something: a sample that is a number and not 0."""
+    for series in matrix:
+        for _, value in series["values"]:
+            number = float(value)
+            if number == number and number != 0:  # NaN: histogram_quantile of nothing
+                return True
+    return False
