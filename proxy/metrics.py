@@ -136,6 +136,11 @@ class ApiMetrics:
         self.duration = m.request_duration.labels(api=name)
         self.request_bytes = m.request_bytes.labels(api=name)
         self.response_bytes = m.response_bytes.labels(api=name)
+        # At 0 from this api's first request: a counter series that appears at 1 has no
+        # increase to show, so rate() and the alerts would miss its first burst.
+        for direction in ("request", "response"):
+            m.decode_errors.labels(api=name, direction=direction)
+        m.request_timeouts.labels(api=name)
         # Not yet added to the series above (see `flush`).
         self._requests: dict[int, int] = {}  # api version -> count
         self._request_bytes = 0
@@ -284,12 +289,19 @@ class ConnectionMetrics:
         self._m.connections_closed.labels(listener=self.listener, reason=reason).inc()
 
 
+ADMIN_REFUSALS = (
+    "too_many_connections", "per_address_limit", "clients_off", "unauthorized", "host",
+    "bad_request", "method", "header_too_large", "header_timeout",
+)  # fmt: skip
+
+
 class AdminRefusals:
     """Requests the admin port (proxy/admin/http.py) refused, by reason: a collector of
-    its own, so that the parent of workers, which has no Metrics, exports it too."""
+    its own, so that the parent of workers, which has no Metrics, exports it too. Every
+    reason is at 0 from the start, so that the first refusals show in rate() too."""
 
     def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, int] = dict.fromkeys(ADMIN_REFUSALS, 0)
 
     def note(self, reason: str) -> None:
         self.counts[reason] = self.counts.get(reason, 0) + 1
@@ -420,6 +432,11 @@ class Metrics:
             "KIP-1313 client instance id violations.",
             ("action",),
         )
+        # at 0 from the start: the first ones show in rate() too
+        for reason in ("api_key", "api_version"):
+            self.unknown_requests.labels(reason=reason)
+        for action in ("logged", "rejected"):
+            self.kip1313_violations.labels(action=action)
 
     def _define_connection_metrics(self) -> None:
         c = self._counter
@@ -612,6 +629,12 @@ class Metrics:
 
     def connection_opened(self, listener: str) -> ConnectionMetrics:
         return ConnectionMetrics(self, listener)
+
+    def listener_added(self, listener: str) -> None:
+        """A listener opened: its rejection series at 0, so that a first burst of
+        rejections shows in rate() (and the alert) too."""
+        for reason in ("max_connections", "per_ip_limit", "fd_limit"):
+            self.connections_rejected.labels(listener=listener, reason=reason)
 
     def connection_rejected(self, listener: str, reason: str) -> None:
         """`reason`: max_connections, per_ip_limit, fd_limit, tls_handshake, ..."""
