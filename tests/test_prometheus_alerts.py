@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -34,6 +36,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic, OffsetSpec
 from kafka.errors import KafkaError
+from proxy_harness import request_frame
 from support.prometheus import (
     SASL_USERS,
     AlertingKafka,
@@ -45,6 +48,7 @@ from support.prometheus import (
     filled,
     prometheus,
     shipped_rules,
+    small_tmpfs,
 )
 
 # What each scenario must fill, by (panel title, refId).
@@ -447,3 +451,62 @@ def test_a_stuck_then_killed_broker_fires_the_upstream_alerts_and_readyz_follows
         # the failures alert stays until the failures leave its 5-minute window (promtool
         # unit tests: alerts_test.yml); the unreachable one resolved already
         check_dashboard(prom, "broker", {"instance": proxy.target}, started)
+
+
+# --- the proxy's own trouble -------------------------------------------------------------
+
+FILLS["trouble"] = {
+    ("11: Decode errors", "A"),
+    ("11: Decode errors", "B"),
+    ("14: Connections opened, closed and rejected", "C"),
+}
+METADATA, UNKNOWN_API_KEY = 3, 999
+
+
+def test_a_full_log_disk_bad_frames_and_refused_connections_fire_their_alerts_and_a_stop_is_down(
+    kafka: AlertingKafka, tmp_path: Path
+) -> None:
+    topic = create_topic(kafka)
+    config = {
+        "request_log": {"path": str(tmp_path / "disk" / "requests.log")},
+        "limits": {"max_connections_per_ip": 4},  # the clients below come from 127.0.0.1
+    }
+    with (
+        small_tmpfs(tmp_path / "disk", "64k"),
+        sidecar(kafka, tmp_path / "sidecar", **config) as proxy,
+        prometheus(tmp_path / "prometheus", [proxy.target]) as prom,
+    ):
+        started = time.time()
+        sidecar_port = kafka.listeners["PROXIED"][1]
+        producer = KafkaProducer(bootstrap_servers=kafka.sidecar_address(), linger_ms=5)
+        with contextlib.closing(producer), Loop(lambda: producer.send(topic, b"z" * 100).get(10) and time.sleep(0.01)):
+            # 64 KiB of request log lines: the disk is full within seconds
+            lost = prom.wait_firing("KafkalensRequestLogLosingLines", 60, reason="write_failed")
+            # undecodable and unknown requests (a Metadata v0 declaring 54 million
+            # topics in 8 bytes; api key 999), forwarded to the broker, which hangs up
+            for frame in (
+                request_frame(METADATA, 0, 1, struct.pack(">i", 54_000_000)),
+                request_frame(UNKNOWN_API_KEY, 0, 2),
+            ):
+                with socket.create_connection(("127.0.0.1", sidecar_port), 10, ("127.0.0.4", 0)) as sock:
+                    sock.sendall(frame)
+                    with contextlib.suppress(OSError):
+                        sock.recv(1)  # until the broker's close comes through
+            # connections past limits.max_connections_per_ip from another address
+            crowd = [socket.socket() for _ in range(8)]
+            for sock in crowd:
+                sock.bind(("127.0.0.3", 0))
+                sock.connect(("127.0.0.1", sidecar_port))
+            decode = prom.wait_firing("KafkalensDecodeErrors", 60, instance=proxy.target)
+            rejected = prom.wait_firing("KafkalensConnectionsRejected", 60, reason="per_ip_limit")
+            for sock in crowd:
+                sock.close()
+        unknown = prom.value(f'sum(kafkalens_unknown_requests_total{{instance="{proxy.target}"}})')
+        check_dashboard(prom, "trouble", {"instance": proxy.target}, started)
+        proxy.stop()  # and then it is gone
+        down = prom.wait_firing("KafkalensDown", 30, instance=proxy.target)
+    print(
+        f"\nfull disk: {lost['annotations']['summary']}; bad frames: {decode['labels']}, {unknown:.0f} unknown;"
+        f" {rejected['annotations']['summary']}; stopped: {down['annotations']['summary']}"
+    )
+    assert "No space left on device" in proxy.stderr or "ENOSPC" in proxy.stderr

@@ -15,8 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from support.cli import kafkalens
-from support.prometheus import churning, open_idle, prometheus, timed_get
+from support.prometheus import Sidecar, churning, open_idle, prometheus, timed_get
 
 from proxy.tansu import free_port
 
@@ -59,18 +58,14 @@ def all_answered(answers: dict[str, list[tuple[int | str, float]]]) -> None:
 
 def test_a_flood_from_one_address_denies_no_probe_or_scrape_from_another(tmp_path: Path) -> None:
     broker = socket.create_server(("127.0.0.1", 0))  # accepts: all /readyz looks at
-    port, admin = free_port(), free_port()
-    config = tmp_path / "kafkalens.yaml"
-    config.write_text(
-        f"listeners: [{{name: main, listen: '127.0.0.1:{port}', upstream: '127.0.0.1:{broker.getsockname()[1]}'}}]\n"
-        f"metrics: {{listen: '127.0.0.1:{admin}'}}\n"  # max_connections, per address: defaults
-        f"request_log: {{path: '{tmp_path / 'requests.log'}'}}\n"
-    )
-    proc = kafkalens("proxy", "--config", str(config))
+    upstream = f"127.0.0.1:{broker.getsockname()[1]}"
+    # the admin limits (max_connections, max_connections_per_address) as shipped
+    proc = Sidecar(tmp_path / "kafkalens", [("main", f"127.0.0.1:{free_port()}", upstream)]).start()
+    admin = proc.admin
     try:
         deadline = time.monotonic() + 30
-        while timed_get(admin, "/readyz", 1)[0] != 200:
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
+        while proc.status("/readyz") != 200:
+            assert time.monotonic() < deadline, proc.output.read_text()
             time.sleep(0.1)
         with prometheus(tmp_path / "prometheus", [f"127.0.0.1:{admin}"]) as prom:
             started = time.time()
@@ -105,8 +100,7 @@ def test_a_flood_from_one_address_denies_no_probe_or_scrape_from_another(tmp_pat
                 f'sum(increase(kafkalens_admin_refused_total{{reason="per_address_limit"}}[{window}]))'
             )
     finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
+        proc.stop()
         broker.close()
     print(
         f"\n1,000 idle connections held from 127.0.0.2: {summary(held)}"

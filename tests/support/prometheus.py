@@ -626,3 +626,21 @@ def filled(matrix: list[dict[str, Any]]) -> bool:
             if number == number and number != 0:  # NaN: histogram_quantile of nothing
                 return True
     return False
+
+
+@contextmanager
+def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (as mount's size= takes it) mounted at `path`: a disk that fills.
+    Needs root with the right to mount; skipped, with the reason, where mount is refused
+    (an unprivileged container)."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (a full disk is needed): {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
