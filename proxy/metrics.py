@@ -631,8 +631,10 @@ class Metrics:
         return ConnectionMetrics(self, listener)
 
     def listener_added(self, listener: str) -> None:
-        """A listener opened: its rejection series at 0, so that a first burst of
-        rejections shows in rate() (and the alert) too."""
+        """A listener opened: its connection and rejection counters at 0, so that the
+        first connections and a first burst of rejections show in rate() (and the
+        alert) too."""
+        self.connections_opened.labels(listener=listener)
         for reason in ("max_connections", "per_ip_limit", "fd_limit"):
             self.connections_rejected.labels(listener=listener, reason=reason)
 
