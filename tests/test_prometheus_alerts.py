@@ -14,8 +14,8 @@ on first use, a SASL listener enforces ACLs, idle connections are closed after 1
 Each scenario starts its own kafkalens and Prometheus. After each, every query of the
 dashboards is evaluated over the scenario with its variables resolved as Grafana would
 (`$instance` the scenario's kafkalens, `$group`/`$topic` its group and topic), and the
-panels the scenario must fill (FILLS) must show a non-zero number; the ones no scenario
-can fill are in UNFILLABLE, with why.
+panels the scenario must fill (support.prometheus.DASHBOARD_FILLS) must show a non-zero
+number; the ones no scenario can fill are in UNFILLABLE there, with why.
 """
 
 from __future__ import annotations
@@ -44,27 +44,11 @@ from support.prometheus import (
     Sidecar,
     alert_rules,
     alerting_kafka,
-    evaluate_dashboards,
-    filled,
+    check_dashboard,
     prometheus,
     shipped_rules,
     small_tmpfs,
 )
-
-# What each scenario must fill, by (panel title, refId).
-FILLS: dict[str, set[tuple[str, str]]] = {}
-# What no scenario here can fill, and why.
-UNFILLABLE = {
-    ("19: Follower (replication) lag", "A"): (
-        "replication is not proxied: a follower fetches from the leader's inter-broker"
-        " listener, which no sidecar fronts (as in deploy/kubernetes), and this broker is alone"
-    ),
-    ("14: Connections opened, closed and rejected", "D"): (
-        "KIP-1313 violations: no Kafka client sends request header v3 yet"
-    ),
-}
-# Which scenario filled what, for the check after the last one.
-SEEN: dict[str, set[tuple[str, str]]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -114,25 +98,12 @@ class Loop:
         self.thread.join(60)
 
 
-def check_dashboard(prom: PrometheusServer, scenario: str, chosen: dict[str, str], start: float) -> None:
-    results = evaluate_dashboards(prom, chosen, start, time.time())
-    shown = {key for key, matrix in results.items() if filled(matrix)}
-    SEEN[scenario] = shown
-    missing = FILLS[scenario] - shown
-    assert not missing, f"{scenario}: panels without data: {sorted(missing)}"
-
-
 def quiet(prom: PrometheusServer, name: str, instance: str) -> bool:
     return not [a for a in prom.alerts(name) if a["labels"].get("instance") == instance]
 
 
 # --- the error-rate alert ------------------------------------------------------------------
 
-FILLS["errors"] = {
-    ("6: Errors by api and error", "A"),
-    ("14: Connections opened, closed and rejected", "B"),
-}
-FILLS["errors-sasl"] = {("23: Topic bytes/s by principal", "A"), ("6: Errors by api and error", "A")}
 
 
 def churn_group(bootstrap: str, topic: str, group: str) -> Callable[[], None]:
@@ -265,18 +236,6 @@ def test_a_rebalancing_group_keeps_the_error_rate_alert_silent_failures_fire_it(
 
 # --- consumer lag -----------------------------------------------------------------------------
 
-FILLS["lag"] = {
-    ("1: Requests/s", "A"), ("2: Open connections", "A"), ("3: Client instances", "A"),
-    ("5: Request rate by api", "A"), ("7: Latency p50 by api", "A"), ("8: Latency p99 by api", "A"),
-    ("9: Open connections by client software", "A"), ("10: Client instances", "A"),
-    ("13: Throughput by api", "A"), ("13: Throughput by api", "B"),
-    ("14: Connections opened, closed and rejected", "A"),
-    ("16: Consumer lag by group and topic", "A"), ("17: Consumer lag by partition", "A"),
-    ("18: Committed lag by partition", "A"), ("20: Records/s by topic", "A"), ("21: Bytes/s by topic", "A"),
-    ("22: Topic bytes/s by client software", "A"), ("23: Topic bytes/s by principal", "A"),
-    ("24: Lag series folded by the caps", "A"),
-    ("26: Producer record queue time (client-reported)", "A"), ("27: Request latency as clients see it", "A"),
-}  # fmt: skip
 
 
 def broker_lag(kafka: AlertingKafka, group: str, topic: str) -> int:
@@ -379,11 +338,6 @@ def test_a_consumer_that_stops_fires_the_lag_alerts_which_resolve_when_it_catche
 
 # --- the broker behind the sidecar -------------------------------------------------------------
 
-FILLS["broker"] = {
-    ("4: Pending requests", "A"),
-    ("12: Upstream failures", "A"),
-    ("14: Connections opened, closed and rejected", "B"),
-}
 
 
 def test_a_stuck_then_killed_broker_fires_the_upstream_alerts_and_readyz_follows_it(
@@ -455,11 +409,6 @@ def test_a_stuck_then_killed_broker_fires_the_upstream_alerts_and_readyz_follows
 
 # --- the proxy's own trouble -------------------------------------------------------------
 
-FILLS["trouble"] = {
-    ("11: Decode errors", "A"),
-    ("11: Decode errors", "B"),
-    ("14: Connections opened, closed and rejected", "C"),
-}
 METADATA, UNKNOWN_API_KEY = 3, 999
 
 

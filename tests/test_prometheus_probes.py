@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from support.prometheus import Sidecar, churning, open_idle, prometheus, timed_get
+from support.prometheus import Sidecar, check_dashboard, churning, open_idle, prometheus, timed_get
 
 from proxy.tansu import free_port
 
@@ -99,6 +99,7 @@ def test_a_flood_from_one_address_denies_no_probe_or_scrape_from_another(tmp_pat
             replaced = prom.value(
                 f'sum(increase(kafkalens_admin_refused_total{{reason="per_address_limit"}}[{window}]))'
             )
+            check_dashboard(prom, "flood", {"instance": f"127.0.0.1:{admin}"}, started)
     finally:
         proc.stop()
         broker.close()

@@ -6,14 +6,20 @@ only."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+from pathlib import Path
 
 import yaml
 from support.prometheus import (
+    DASHBOARD_FILLS,
     FOR_IN_TESTS,
     RULE_TESTS,
     RULES,
+    UNFILLABLE,
     alert_rules,
+    dashboards,
+    panel_targets,
     parse_duration,
     require,
     rules_for_tests,
@@ -63,3 +69,21 @@ def test_the_end_to_end_rules_differ_from_the_shipped_ones_in_for_only() -> None
     for name, rule in alert_rules(tests).items():
         original = parse_duration(str(alert_rules(shipped)[name]["for"]))
         assert rule["for"] == (FOR_IN_TESTS if original > 0 else alert_rules(shipped)[name]["for"]), name
+
+
+def test_every_alert_is_fired_end_to_end_by_some_scenario() -> None:
+    """Each alert of the shipped rules is waited for firing on a real Prometheus by
+    one of the end-to-end modules (test_prometheus_alerts, test_prometheus_probes)."""
+    sources = "".join(p.read_text() for p in sorted(Path(__file__).parent.glob("test_prometheus_*.py")))
+    waited = set(re.findall(r'wait_firing\(\s*"(\w+)"', sources))
+    waited |= set(re.findall(r'alerts\(\s*"(\w+)",\s*"firing"\)', sources))
+    missing = set(alert_rules(shipped_rules())) - waited
+    assert not missing, f"alerts no end-to-end scenario fires: {sorted(missing)}"
+
+
+def test_every_dashboard_query_is_filled_by_a_scenario_or_says_why_not() -> None:
+    queries = {(title, ref) for board in dashboards().values() for title, ref, _ in panel_targets(board)}
+    declared = set().union(*DASHBOARD_FILLS.values())
+    assert queries - declared - set(UNFILLABLE) == set(), "queries no scenario fills"
+    assert declared <= queries and set(UNFILLABLE) <= queries, "declared queries that are not there"
+    assert not declared & set(UNFILLABLE)
