@@ -10,7 +10,7 @@ How long each alert takes to fire and to resolve with the real `for:` is held by
 promtool unit tests beside the rules.
 
 One broker for the module (support.prometheus.alerting_kafka): topics are not created
-on first use, a SASL listener enforces ACLs, idle connections are closed after 10 s.
+on first use, a SASL listener enforces ACLs, idle connections are closed after 5 s.
 Each scenario starts its own kafkalens and Prometheus. After each, every query of the
 dashboards is evaluated over the scenario with its variables resolved as Grafana would
 (`$instance` the scenario's kafkalens, `$group`/`$topic` its group and topic), and the
@@ -185,13 +185,18 @@ def test_a_rebalancing_group_keeps_the_error_rate_alert_silent_failures_fire_it(
                 stack.enter_context(Loop(step))
                 time.sleep(0.2)  # members join one after another
             fired: dict[str, dict[str, Any]] = {}
-            deadline = time.monotonic() + 120
-            while len(fired) < 2 or time.monotonic() < deadline - 90:  # 30 s of rebalancing at least
+            # Until both fired, and the rebalances were enough to fire a rule that counted
+            # their protocol steps (300 in 5 minutes: half a minute of it here)
+            naive_true: set[str] = set()
+            deadline = time.monotonic() + 150
+            while len(fired) < 2 or not naive_true:
                 # the rebalancing group: silent all along, neither pending nor firing
                 assert quiet(prom, "KafkalensErrorRateSpike", rebalancing.target), prom.alerts()
                 for alert in prom.alerts("KafkalensErrorRateSpike", "firing"):
                     fired.setdefault(alert["labels"]["instance"], alert)
-                assert time.monotonic() < deadline, f"fired only for {list(fired)}"
+                naive_true |= {s["metric"]["api"] for s in prom.query(naive) if
+                               s["metric"]["instance"] == rebalancing.target}  # fmt: skip
+                assert time.monotonic() < deadline, f"fired only for {list(fired)}, naive for {naive_true}"
                 time.sleep(0.5)
         for client in (producer, lost, admin):
             client.close()
@@ -203,8 +208,6 @@ def test_a_rebalancing_group_keeps_the_error_rate_alert_silent_failures_fire_it(
                 f'sum by (api, error) (increase(kafkalens_request_errors_total{{instance="{rebalancing.target}"}}[{window}]))'
             )
         }
-        naive_true = {s["metric"]["api"] for s in prom.query_range(naive, started, ended) if
-                      s["metric"]["instance"] == rebalancing.target}  # fmt: skip
         failures = {
             (s["metric"]["instance"], s["metric"]["api"], s["metric"]["error"]): round(float(s["value"][1]), 2)
             for s in prom.query("kafkalens:request_failures:rate5m > 0")
@@ -218,7 +221,6 @@ def test_a_rebalancing_group_keeps_the_error_rate_alert_silent_failures_fire_it(
         # that counted them: what keeps the shipped rule silent is its list of protocol steps
         assert errors.get(("JoinGroup", "MEMBER_ID_REQUIRED")), errors
         assert any(e == "REBALANCE_IN_PROGRESS" for _, e in errors), errors
-        assert naive_true, "the rebalance was not enough to fire a rule that counted its protocol steps"
         assert not [s for s in prom.query_range(spike, started, ended) if s["metric"]["instance"] == rebalancing.target]
         assert fired[missing.target]["labels"]["api"] == "Metadata"
         assert fired[missing.target]["annotations"]["summary"].startswith("Metadata error rate ")

@@ -423,7 +423,7 @@ class AlertingKafka:
     use (a client producing to a topic that does not exist is answered
     UNKNOWN_TOPIC_OR_PARTITION), ACLs are enforced (StandardAuthorizer; the PLAINTEXT
     listeners' ANONYMOUS and SASL's `admin` are super users, `alice` may do nothing), and
-    idle connections are closed after 10 s (connections.max.idle.ms). Three listeners
+    idle connections are closed after 5 s (connections.max.idle.ms). Three listeners
     advertise a sidecar each, so that scenarios can watch separate kafkalens instances
     of one broker: PROXIED and OTHER (PLAINTEXT) and SASL (SASL_PLAINTEXT, PLAIN).
     `direct` is the CLIENT listener, which no sidecar fronts."""
@@ -443,7 +443,7 @@ class AlertingKafka:
         return f"127.0.0.1:{self.listeners[listener][1]}"
 
 
-IDLE_CLOSE_MS = 10_000
+IDLE_CLOSE_MS = 5_000
 
 
 @contextmanager
