@@ -273,14 +273,14 @@ def busy_answer(sock: socket.socket) -> bytes:
 
 def test_a_connection_past_max_connections_replaces_the_oldest_idle_one(tmp_path: Path) -> None:
     """At metrics.max_connections, a newcomer takes the place of the oldest connection
-    still waiting for its request, of the address holding the most connections."""
+    still waiting for its request."""
     config = admin_config(f"{LOCAL}:{free_port()}", tmp_path, max_connections=3)
     with ObservedProxy(config) as px:
         port = px.http_port
         crowd = [connect_from("127.0.0.2", port) for _ in range(2)]
         lone = connect_from("127.0.0.3", port)
         assert eventually(lambda: admin_open(px) == 3, 5)  # the proxy took all three in
-        # the newcomer from a third address: 127.0.0.2's oldest makes room
+        # the newcomer from a third address: the oldest (127.0.0.2's first) makes room
         assert raw(port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
         answer = busy_answer(crowd[0])
         assert answer.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1" in answer

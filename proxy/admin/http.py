@@ -8,11 +8,11 @@ Whoever floods the port must not deny the kubelet's probes or Prometheus's scrap
 (a liveness probe turned away restarts the pod). Each listener holds at most
 `metrics.max_connections` connections, and one client address (an IPv6 /64) at most
 `metrics.max_connections_per_address`. A connection that would pass a limit makes room
-instead: the oldest connection still waiting for its request, of its own address at the
-per-address limit, else of the address holding the most connections, is answered 503
-and closed. A probe or scrape sends its request within a millisecond of connecting, so
-it is never the oldest waiting; idle connections are. Only when every connection it
-could replace is already being answered is the newcomer itself answered 503. Every
+instead: the oldest connection still waiting for its request (of its own address, at
+the per-address limit) is answered 503 and closed. A probe or scrape sends its request
+within a millisecond of connecting, so it is never the oldest waiting; idle connections
+are. Only when every connection it could replace is already being answered is the
+newcomer itself answered 503. Every
 refused or replaced connection is counted by reason in `kafkalens_admin_refused_total`
 (`per_address_limit`, `too_many_connections`, and the reasons of refused requests).
 
@@ -218,35 +218,37 @@ def address_key(peername: Any) -> str:
 
 @dataclass(eq=False)
 class Gate:
-    """The connections one listener has open, by client address, against its limits."""
+    """The connections one listener has open, by client address, against its limits.
+    (Dicts keep insertion order: oldest first. Finding the oldest waiting connection
+    passes only the older ones being answered, which are done within milliseconds.)"""
 
     limit: int = 32
     per_address: int = 8
-    open: int = 0
-    # address -> its open connections, oldest first (a dict keeps insertion order)
+    conns: dict[HttpProtocol, None] = field(default_factory=dict)  # every open one
     by_address: dict[str, dict[HttpProtocol, None]] = field(default_factory=dict)
+
+    @property
+    def open(self) -> int:
+        return len(self.conns)
 
     def admit(self, newcomer: HttpProtocol) -> str | None:
         """Takes `newcomer` in, replacing an idle connection if a limit says so; the
         reason it is refused instead, if every connection it could replace is busy."""
-        mine = self.by_address.get(newcomer.address)
-        full = mine is not None and len(mine) >= self.per_address
-        if full and not self._replace_oldest_waiting(mine or {}, PER_ADDRESS_LIMIT):
+        mine = self.by_address.get(newcomer.address, {})
+        if len(mine) >= self.per_address and not self._replace_oldest_waiting(mine, PER_ADDRESS_LIMIT):
             return PER_ADDRESS_LIMIT
-        if self.open >= self.limit:
-            crowded = sorted(self.by_address.values(), key=len, reverse=True)
-            if not any(self._replace_oldest_waiting(c, TOO_MANY_CONNECTIONS) for c in crowded):
-                return TOO_MANY_CONNECTIONS
+        if len(self.conns) >= self.limit and not self._replace_oldest_waiting(self.conns, TOO_MANY_CONNECTIONS):
+            return TOO_MANY_CONNECTIONS
         self.by_address.setdefault(newcomer.address, {})[newcomer] = None
-        self.open += 1
+        self.conns[newcomer] = None
         return None
 
     def release(self, conn: HttpProtocol) -> None:
-        mine = self.by_address.get(conn.address)
-        if mine is None or conn not in mine:
+        if conn not in self.conns:
             return  # refused, or released already
+        del self.conns[conn]
+        mine = self.by_address[conn.address]
         del mine[conn]
-        self.open -= 1
         if not mine:
             del self.by_address[conn.address]
 
