@@ -533,6 +533,7 @@ class Sidecar:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,  # gone with the test run, however it ends
             )
         deadline = time.monotonic() + 60
         while self.status("/healthz") != 200:
