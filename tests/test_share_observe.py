@@ -91,6 +91,11 @@ def acknowledge_answer(errors: dict[int, int], top_error: int = 0) -> dict[str, 
     }  # fmt: skip
 
 
+def counted(h: Harness, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of `name` above 0 (its known label values start at 0)."""
+    return {labels: value for labels, value in h.samples(name).items() if value}
+
+
 def acked(h: Harness) -> dict[str, float]:
     return {dict(k)["type"]: v for k, v in h.samples(ACKED).items()}
 
@@ -176,7 +181,7 @@ def test_malformed_acknowledgement_batches_are_named_and_not_counted(tmp_path: P
     assert first["invalid"] == REASON[case] and "invalid" not in second
     assert (first["accept"], first["ranges"]) == (0, {})  # none of it stands
     assert acked(h) == {"accept": 3}
-    assert h.samples(INVALID) == {labels(what="acknowledgement", reason=REASON[case]): 1}
+    assert counted(h, INVALID) == {labels(what="acknowledgement", reason=REASON[case]): 1}
 
 
 def test_malformed_acquired_ranges_are_named_and_not_counted(tmp_path: Path) -> None:
@@ -186,7 +191,7 @@ def test_malformed_acquired_ranges_are_named_and_not_counted(tmp_path: Path) -> 
     (line,) = h.lines("ShareFetch")
     assert [p.get("invalid") for p in line["acquired"]] == ["overlapping", "too_long", "delivery_count", None]
     assert line["delivered_records"] == 2
-    assert h.samples(INVALID) == {
+    assert counted(h, INVALID) == {
         labels(what="acquired", reason="overlapping"): 1, labels(what="acquired", reason="too_long"): 1,
         labels(what="acquired", reason="delivery_count"): 1,
     }
@@ -207,7 +212,7 @@ def test_lists_are_capped_and_what_they_left_out_counted(tmp_path: Path) -> None
     assert line["delivered_records"] == 6 and acked(h) == {"accept": 8, "release": 4, "reject": 4}
     assert line["fetch_partitions"] == [{"topic": "orders", "partitions": [0, 1]}]
     assert (line["fetch_partitions_partitions"], line["fetch_partitions_dropped"]) == (4, 2)
-    assert h.samples(TRUNCATED) == {
+    assert counted(h, TRUNCATED) == {
         labels(field="acknowledgements"): 1, labels(field="acquired"): 1, labels(field="ranges"): 1,
         labels(field="fetch_partitions"): 1,
     }
@@ -263,7 +268,7 @@ def test_heartbeat_assignments_and_owned_partitions(tmp_path: Path) -> None:
     assert line["owned_partitions"] == [{"topic": "orders", "partitions": [0, 1, 2]}]
     assert (line["owned_partitions_partitions"], line["owned_partitions_dropped"]) == (5, 2)
     assert line["assignment"] == [{"topic": "orders", "partitions": [0, 1, 2]}] and line["assignment_dropped"] == 3
-    assert h.samples(TRUNCATED) == {labels(field="owned_partitions"): 1, labels(field="assignment"): 1}
+    assert counted(h, TRUNCATED) == {labels(field="owned_partitions"): 1, labels(field="assignment"): 1}
 
 
 # One pass over what a frame holds: 60,000 per-offset types, 20,000 batches and 20,000

@@ -10,7 +10,7 @@ from codec import Response
 from proxy.hooks import ConnectionInfo
 from proxy.observe.identity import ZERO_UUID, Identity
 from proxy.observe.instance_join import JoinKey
-from proxy.observe.lag import CommitAsk, FetchAsk
+from proxy.observe.lag import CommitAsk, FetchAsk, ProduceAsk
 from proxy.observe.share import HeartbeatAsk, ShareAsk
 from proxy.observe.summary import GroupProtocols
 
@@ -47,7 +47,7 @@ class Token:
     decode_error: str | None = None
     response: Response | None = None  # already decoded by rewrite_response
     # what the lag or share-group tracker reads the response against
-    lag: FetchAsk | CommitAsk | ShareAsk | HeartbeatAsk | None = None
+    lag: FetchAsk | CommitAsk | ProduceAsk | ShareAsk | HeartbeatAsk | None = None
 
 
 def note_header_id(state: ConnState, header_id: UUID | None) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from codec import Response
 from proxy.hooks import ConnectionInfo
 from proxy.observe.conn_state import ConnState, Token
-from proxy.observe.lag import LAG_APIS, CommitAsk, FetchAsk, LagTracker
+from proxy.observe.lag import LAG_APIS, PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
 from proxy.observe.share import (
     CONSUMER_GROUP_HEARTBEAT,
     HEARTBEAT_APIS,
@@ -22,7 +22,6 @@ from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
 from proxy.observe.traffic import TopicTraffic
 
 UNKNOWN = "unknown"
-PRODUCE = 0
 APIS = LAG_APIS | SHARE_APIS | HEARTBEAT_APIS | {PRODUCE}  # the requests they look at
 
 
@@ -36,12 +35,23 @@ class LagHooks:
         self.topic_ids = topic_ids
         self.share = share
 
-    def request(self, info: ConnectionInfo, state: ConnState, request: Any, token: Token) -> None:
+    def request(
+        self,
+        info: ConnectionInfo,
+        state: ConnState,
+        request: Any,
+        token: Token,
+        partition_stats: dict[tuple[str, int], Any] | None = None,
+    ) -> None:
+        """`partition_stats`: a Produce request's RecordStats by (topic, partition), when
+        its fields were made with them (see request_fields)."""
         api_key = request.api_key
         if api_key == PRODUCE:
             stats = token.fields.get("record_stats")
             if stats:
                 self._traffic(info, state, stats, "produce")
+            if partition_stats and request.body.get("acks"):  # acks=0: no answer to read
+                token.lag = self.lag.produce_request(partition_stats)
         elif api_key in SHARE_APIS:
             token.lag = self.share.request(request, token.fields)
         elif api_key in HEARTBEAT_APIS:
@@ -60,9 +70,11 @@ class LagHooks:
         self, info: ConnectionInfo, state: ConnState | None, response: Response, ask: Any, protocol_type: str | None
     ) -> dict[str, Any]:
         """The line fields of an answer whose request left an ask (but an OffsetCommit's:
-        commit_fields, which works on skimmed answers)."""
+        commit_fields, which works on skimmed answers); a Produce's base offsets read."""
         if ask.__class__ is FetchAsk:
             return self.fetch_fields(info, state, response, ask)
+        if ask.__class__ is ProduceAsk:
+            self.produce_done(response, ask)
         fields = response_fields(response, self.summary, self.topic_ids, protocol_type)
         if ask.__class__ is ShareAsk:
             self.share.answered(ask, response, fields)
@@ -86,6 +98,9 @@ class LagHooks:
         if stats and ask.replica < 0 and state is not None:
             self._traffic(info, state, stats, "fetch")
         return fields
+
+    def produce_done(self, response: Response, ask: ProduceAsk) -> None:
+        self.lag.produce_done(ask, response.body)
 
     def commit_fields(self, fields: dict[str, Any], ask: CommitAsk) -> dict[str, Any]:
         fields = dict(fields)  # a skimmed response's fields may be memoised: not changed

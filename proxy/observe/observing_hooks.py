@@ -40,7 +40,7 @@ from proxy.observe.conn_state import ConnState, Token, note_header_id, telemetry
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
-from proxy.observe.lag import CommitAsk, LagTracker
+from proxy.observe.lag import PRODUCE, CommitAsk, LagTracker
 from proxy.observe.lag_hooks import APIS as LAG_HOOK_APIS
 from proxy.observe.lag_hooks import LagHooks
 from proxy.observe.memo import FrameMemo
@@ -310,13 +310,14 @@ class ObservingHooks(Hooks):
         if state is not None:
             self._identify(info, state, request)
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
-        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+        produced: dict[tuple[str, int], Any] | None = {} if pending.api_key == PRODUCE and self.lag else None
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, produced)
         if key is not None:
             self.request_memo.put(key, (request, token.fields))
         elif pending.api_key == PUSH_TELEMETRY:
             self.telemetry_hooks.observe_push(info, state, token, request)
         if state is not None and pending.api_key in self.lag_apis:
-            self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
+            self.lag_hooks.request(info, state, request, token, produced)  # type: ignore[union-attr]
         return token
 
     # -- for the parts that see a request whole before it is observed (telemetry answers,
@@ -335,9 +336,10 @@ class ObservingHooks(Hooks):
         if state is not None:
             self._identify(info, state, request)
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
-        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+        produced: dict[tuple[str, int], Any] | None = {} if request.api_key == PRODUCE and self.lag else None
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, produced)
         if state is not None and request.api_key in self.lag_apis:
-            self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
+            self.lag_hooks.request(info, state, request, token, produced)  # type: ignore[union-attr]
 
     def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> Streamed:
         return self.streamed.request_stream(pending, expects_response)
@@ -517,11 +519,10 @@ class ObservingHooks(Hooks):
             version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
         ask = token.lag
         try:
-            if (
-                token.response is None
-                and pending.api_key not in FULL_DECODE_RESPONSES
-                and (ask is None or ask.__class__ is CommitAsk)  # a share ask reads the answer whole
-            ):
+            # an answer a request's ask reads (Fetch, a Produce's base offsets, share
+            # groups, heartbeats) is decoded whole; an OffsetCommit's is read skimmed
+            skim = pending.api_key not in FULL_DECODE_RESPONSES and (ask is None or ask.__class__ is CommitAsk)
+            if token.response is None and skim:
                 return self._skimmed(frame, pending.api_key, version)
             response = token.response or decode_response(frame, pending.api_key, version, self.policy)
         except DecodeError as exc:

@@ -80,6 +80,18 @@ class Fault(enum.Enum):
     DELIVERY_COUNT = "delivery_count"  # an acquired range delivered fewer than once
 
 
+# The lists a line may cut at their caps (kafkalens_log_lists_truncated_total{field}):
+# the lag tracker's, then these.
+TRUNCATED_FIELDS = (
+    "positions", "committed", "acquired", "acknowledgements", "ranges", "fetch_partitions",
+    "forgotten_partitions", "assignment", "owned_partitions",
+)
+FAULTS_OF = {
+    "acknowledgement": tuple(f for f in Fault if f is not Fault.DELIVERY_COUNT),
+    "acquired": (Fault.NEGATIVE, Fault.REVERSED, Fault.OVERLAPPING, Fault.TOO_LONG, Fault.DELIVERY_COUNT),
+}
+
+
 class Budget:
     """What one line may still list."""
 
@@ -239,6 +251,13 @@ class ShareTracker:
         self.tracked_dropped = metrics.lag_series_dropped.labels(kind="tracked")
         self.truncated = metrics.log_lists_truncated
         self.invalid = metrics.share_ranges_invalid
+        # at 0 from the start, as the counters alerts take rates of (a series that first
+        # appears at 1 hides its first increase from rate())
+        for field in TRUNCATED_FIELDS:
+            self.truncated.labels(field=field)
+        for what, faults in FAULTS_OF.items():
+            for fault in faults:
+                self.invalid.labels(what=what, reason=fault.value)
 
     # -- requests ------------------------------------------------------------------
 
