@@ -28,6 +28,8 @@ class ConnState:
     identity_key: tuple[Any, ...] = ()
     log_fields: dict[str, Any] = field(default_factory=dict)
     broker_telemetry: bool = False  # the broker's ApiVersions lists KIP-714's apis
+    # The broker's ApiVersions ranges, api key -> (min, max), once it answered one here.
+    broker_ranges: dict[int, tuple[int, int]] | None = None
     join_key: JoinKey | None = None  # waiting under this key for its client's instance id
     joined: bool = False  # its instance id came from another connection
     joinable: bool = True  # False once it has a telemetry exchange of its own
