@@ -13,7 +13,6 @@ group as a share group with the broker's members.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections import Counter
@@ -44,8 +43,8 @@ def test_share_consumer_as_the_program_and_the_broker_see_it(
 ) -> None:
     kafka = apache_kafka_each
     topic, group = f"share-{uuid.uuid4().hex[:8]}", f"sg-{uuid.uuid4().hex[:8]}"
-    passed = False
-    try:
+    with compat.checking(compat.apache_kafka(kafka.version), "Java (kafka-clients)", kafka.version, "sidecar",
+                         "share groups as kafkalens reports them: deliveries, acknowledgements, members"):
         with observed_sidecar(kafka, tmp_path / "requests.log") as px, ShareDriver(kafka.version) as driver:
             driver.must("topic", kafka.direct, topic, PARTITIONS)
             produced = driver.must("produce", kafka.sidecar_address, topic, RECORDS)["produced"]
@@ -71,12 +70,6 @@ def test_share_consumer_as_the_program_and_the_broker_see_it(
         check_the_brokers_view(lines, deliveries, produced, while_member, after, topic, group)
         if kafka.version == NEWEST:  # the report once: Spark takes its time
             check_the_report(request.getfixturevalue("spark"), tmp_path, deliveries, while_member, topic, group)
-        passed = True
-    finally:
-        compat.record(
-            f"Apache Kafka {kafka.version}", "Java (kafka-clients)", kafka.version, "sidecar",
-            "KIP-932 share consumer, explicit acknowledgement", passed,
-        )
 
 
 def check_the_log(lines: list[dict[str, Any]], deliveries: list[dict[str, Any]], topic: str, group: str) -> None:
@@ -156,7 +149,7 @@ def check_the_report(
     (topics,) = [r.asDict() for r in spark.read.parquet(str(out / "top_topics")).collect() if r["topic"] == topic]
     # every delivery came in a ShareFetch answer holding its record's batch
     assert topics["share_fetched_records"] >= sum(broker_deliveries(deliveries).values())
-    access = [json.loads(r) for r in spark.read.parquet(str(out / "topic_access")).toJSON().collect()]
+    access = [r.asDict() for r in spark.read.parquet(str(out / "topic_access")).collect()]
     assert any(a["topic"] == topic and a["direction"] == "fetch" for a in access)
 
 
