@@ -140,8 +140,10 @@ def rotate_log(sink: Any, backups: int) -> None:
 
 
 async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every: float) -> int:
-    from proxy.runner import start_proxy, wait_for_stop_signal
+    from proxy.runner import start_proxy
+    from proxy.signals import stop_signal
 
+    stop = stop_signal()  # before the listeners open
     running = await start_proxy(config)
     try:
         await asyncio.to_thread(broker.start)
@@ -153,7 +155,7 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
     rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
     try:
         _banner(config, log_path, running.clients_address, rotate_every)
-        await wait_for_stop_signal()
+        await stop.wait()
         print("stopping...", flush=True)
         rotating.cancel()
         await running.stop(config.limits.shutdown_grace_seconds)

@@ -142,6 +142,24 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
             proc.communicate()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_as_soon_as_the_port_answers_is_a_clean_stop(tmp_path: Path, workers: int) -> None:
+    """An orchestrator may stop a proxy the moment its port answers: that is a graceful
+    stop (exit 0), not the default action of SIGTERM during the rest of start-up."""
+    port, metrics_port = free_port(), free_port()
+    config = workers_config(tmp_path, port, metrics_port, f"{LOCAL}:1", tmp_path / "requests.log")
+    if workers == 1:
+        config.write_text(config.read_text().replace("workers: 2", "workers: 1"))
+    proc = kafkalens("proxy", "--config", str(config))
+    try:
+        assert wait_for_port(LOCAL, port, 30), proc.stderr
+        proc.send_signal(signal.SIGTERM)  # before: the default action, 10 times in 10
+        assert proc.wait(30) == 0, proc.communicate()[1]
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
 def test_sigterm_cuts_off_after_the_grace_period(tmp_path: Path) -> None:
     slow = SlowBroker(delay=5)
     with FakeBroker(slow) as broker:
