@@ -1,4 +1,5 @@
-"""What the README tells an operator to run or open exists and does what it says."""
+"""What the README tells an operator to run or open exists and does what it says, and
+leaves a checkout as clean as it was."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -63,3 +65,43 @@ def test_the_defaults_the_readme_states_are_the_configs() -> None:
             value = getattr(value, part)
         number = float(match[2].rstrip(".,").replace(",", "")) * UNITS[match[3]]
         assert value == number, f"README: {match[0]!r}; the default is {value}"
+
+
+def git_checkout(tmp_path: Path) -> Path:
+    """An empty git work tree with the repository's .gitignore."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True, timeout=30)
+    shutil.copy(REPO / ".gitignore", checkout / ".gitignore")
+    subprocess.run(["git", "-C", str(checkout), "add", ".gitignore"], check=True, timeout=30)
+    return checkout
+
+
+def untracked(checkout: Path) -> list[str]:
+    status = subprocess.run(
+        ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    return [line for line in status.splitlines() if not line.endswith(".gitignore")]
+
+
+def test_what_kafkalens_watch_writes_by_default_is_ignored_by_git(tmp_path: Path) -> None:
+    """`kafkalens watch kafkalens-demo` run from the checkout, as the README has it."""
+    from pipeline.cli import _watch_parser
+    from pipeline.watch import WatchOptions
+
+    args: Any = _watch_parser().parse_args(["kafkalens-demo"])
+    options = WatchOptions(logdir=args.logdir, out=args.out)
+    checkout = git_checkout(tmp_path)
+    for written in (
+        f"{options.checkpoint_dir}/offsets/0",
+        f"{options.checkpoint_dir}/sources/0/.0.crc",
+        f"{options.spool_dir}/167e4d48017dd7115396e0ace4396eb7.log",
+        f"{options.spool_dir}/_ledger.txt",
+        f"{options.out}/by_api/part-00000.snappy.parquet",
+    ):
+        (checkout / written).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / written).write_text("x")
+    assert untracked(checkout) == []
