@@ -30,9 +30,11 @@ DEMO_GRACE_SECONDS = 5.0
 # A laptop's broker for trying clients out: 10,000 connections (the proxy's default)
 # need more open files than many shells allow, and the warning would only alarm.
 DEMO_MAX_CONNECTIONS = 1000
-# `kafkalens watch` reads a log once it is rotated: the demo rotates it often, by time,
-# since its traffic is too light for size-based rotation.
-DEMO_ROTATE_SECONDS = 60.0
+# The request log rotates by size (request_log.max_bytes), as the proxy's does, so that
+# `tail -f` and `tail -n` on it show the latest lines however long the demo has run.
+# `kafkalens watch` reads a log once it is rotated, and the demo's traffic is too light
+# for size-based rotation: --rotate-every rotates it by time too, for the watch.
+WATCH_ROTATE_SECONDS = 60  # what the banner and the README suggest for the watch
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,8 +52,9 @@ def _parser() -> argparse.ArgumentParser:
         help="request log (default %(default)s)",
     )
     parser.add_argument(
-        "--rotate-every", type=float, default=DEMO_ROTATE_SECONDS, metavar="SECONDS",
-        help="rotate the request log this often, for `kafkalens watch` (default %(default)s)",
+        "--rotate-every", type=float, default=None, metavar="SECONDS",
+        help="also rotate the request log this often, so that `kafkalens watch` beside the"
+        " demo has rotated files to read (default: by size only, as the proxy does)",
     )
     return parser
 
@@ -68,7 +71,7 @@ def port_taken(port: int) -> bool:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if not args.rotate_every > 0:
+    if args.rotate_every is not None and not args.rotate_every > 0:
         fail(f"--rotate-every: must be > 0, got {args.rotate_every}")
     for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
         if not 1 <= port <= 65535:
@@ -139,7 +142,9 @@ def rotate_log(sink: Any, backups: int) -> None:
     sink.reopen()  # the writer thread reopens after the lines queued so far
 
 
-async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every: float) -> int:
+async def _run(
+    config: Config, broker: TansuBroker, log_path: Path, rotate_every: float | None
+) -> int:
     from proxy.runner import start_proxy
     from proxy.signals import stop_signal
 
@@ -151,27 +156,44 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
         print(f"kafkalens: error: {exc}", file=sys.stderr)
         await running.stop(0)
         return 1
-    backups = config.request_log.backups
-    rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
+    rotating: asyncio.Task[None] | None = None
+    if rotate_every is not None:
+        backups = config.request_log.backups
+        rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
     try:
         _banner(config, log_path, running.clients_address, rotate_every)
         await stop.wait()
         print("stopping...", flush=True)
-        rotating.cancel()
+        if rotating is not None:
+            rotating.cancel()
         await running.stop(config.limits.shutdown_grace_seconds)
     finally:
-        rotating.cancel()
+        if rotating is not None:
+            rotating.cancel()
         await asyncio.to_thread(broker.stop)
     return 0
 
 
-def _banner(config: Config, log_path: Path, clients: Address | None, rotate_every: float) -> None:
+def _banner(
+    config: Config, log_path: Path, clients: Address | None, rotate_every: float | None
+) -> None:
     listen = config.listeners[0].listen
+    if rotate_every is None:
+        size = config.request_log.max_bytes
+        shown = f"{size // 2**20} MiB" if size % 2**20 == 0 else f"{size} bytes"
+        follow = f"tail -f {log_path} | jq ."
+        rotation = (
+            f"rotated at {shown}; for kafkalens watch {log_path.parent},"
+            f" run the demo with --rotate-every {WATCH_ROTATE_SECONDS}"
+        )
+    else:  # follow the name, not the file: it is renamed at each rotation
+        follow = f"tail -F {log_path} | jq ."
+        rotation = f"rotated every {rotate_every:g} s (kafkalens watch {log_path.parent})"
     lines = [
         "kafkalens demo: a tansu broker behind the proxy",
         f"  bootstrap servers: {listen}",
-        f"  request log:       {log_path}   (tail -f {log_path} | jq .)",
-        f"                     rotated every {rotate_every:g} s (kafkalens watch {log_path.parent})",
+        f"  request log:       {log_path}   ({follow})",
+        f"                     {rotation}",
         f"  metrics:           http://{config.metrics.listen}/metrics",
         f"  clients:           http://{clients}/clients",
         "  Ctrl-C to stop",

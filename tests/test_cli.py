@@ -198,7 +198,7 @@ def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
             banner.append(line)
         text = "".join(banner)
         assert banner[0].startswith("kafkalens demo:"), text  # the title first
-        assert f"rotated every 60 s (kafkalens watch {log.parent})" in text
+        assert f"rotated at 100 MiB; for kafkalens watch {log.parent}, run the demo with --rotate-every 60" in text
         assert f"bootstrap servers: 127.0.0.1:{port}" in text
         assert f"tail -f {log} | jq ." in text
         assert f"http://127.0.0.1:{metrics_port}/metrics" in text

@@ -3,9 +3,13 @@ leaves a checkout as clean as it was."""
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +109,71 @@ def test_what_kafkalens_watch_writes_by_default_is_ignored_by_git(tmp_path: Path
         (checkout / written).parent.mkdir(parents=True, exist_ok=True)
         (checkout / written).write_text("x")
     assert untracked(checkout) == []
+
+
+def demo_recipe(port: int, metrics_port: int) -> str:
+    """The README's commands to try the demo with ("Try it from another terminal"), for a
+    demo on these ports and this test's Python."""
+    block = README.split("Try it from another terminal:", 1)[1].split("```sh\n", 1)[1]
+    block = block.split("```", 1)[0]
+    for readme, here in (
+        (".venv/bin/python", sys.executable),
+        ("127.0.0.1:9092", f"127.0.0.1:{port}"),
+        ("127.0.0.1:9180", f"127.0.0.1:{metrics_port}"),
+    ):
+        assert readme in block, readme
+        block = block.replace(readme, here)
+    return block
+
+
+@pytest.mark.skipif(
+    shutil.which("jq") is None or shutil.which("curl") is None, reason="needs jq and curl"
+)
+def test_the_demo_recipe_shows_its_requests_and_leaves_the_checkout_clean(tmp_path: Path) -> None:
+    """The README's first commands, as a new user runs them from a checkout: `kafkalens
+    demo` with its defaults, then the recipe. `tail -n 5` on the request log shows the
+    recipe's requests however long the demo has run: the log rotates by size (a timer
+    would leave it empty a minute later, the lines in requests.log.1)."""
+    from support.cli import kafkalens
+
+    from proxy.demo import WATCH_ROTATE_SECONDS
+    from proxy.tansu import free_port
+
+    checkout = git_checkout(tmp_path)
+    port, metrics_port = free_port(), free_port()
+    demo = kafkalens("demo", "--port", str(port), "--metrics-port", str(metrics_port), cwd=checkout)
+    try:
+        assert demo.stdout is not None
+        banner = ""
+        while "Ctrl-C" not in banner:
+            line = demo.stdout.readline()
+            assert line, demo.stderr.read() if demo.stderr else ""
+            banner += line
+        assert "(tail -f kafkalens-demo/requests.log | jq .)" in banner
+        assert (
+            "rotated at 100 MiB; for kafkalens watch kafkalens-demo,"
+            f" run the demo with --rotate-every {WATCH_ROTATE_SECONDS}" in banner
+        ), banner
+        assert f"`kafkalens demo --rotate-every {WATCH_ROTATE_SECONDS}`" in README
+        recipe = subprocess.run(
+            ["bash", "-c", "set -eo pipefail\n" + demo_recipe(port, metrics_port)],
+            cwd=checkout, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert recipe.returncode == 0, recipe.stderr
+        printed = recipe.stdout.splitlines()
+        consumed = ast.literal_eval(printed[0])  # in order per partition, of several
+        assert sorted(consumed) == [b"hello %d" % i for i in range(5)], printed[0]
+        tail = [json.loads(line) for line in printed[1:6]]
+        assert all(set(line) == {"event", "api", "api_version", "client_software_name",
+                                 "topics", "latency_ms"} for line in tail), tail  # fmt: skip
+        assert any(line["client_software_name"] == "kafka-python" for line in tail), tail
+        assert any(line.startswith("kafkalens_requests_total{") for line in printed[6:]), printed
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(30) == 0
+        # the request log and the broker's log, and nothing else, are where git ignores them
+        assert (checkout / "kafkalens-demo" / "requests.log").stat().st_size > 0
+        assert (checkout / "kafkalens-demo-tansu.log").exists()
+        assert untracked(checkout) == []
+    finally:
+        demo.kill()
+        demo.communicate()
