@@ -123,9 +123,15 @@ def _kafka_broker(libs_arg: str | None, log_path: Path, port: int) -> KafkaBroke
             f"--broker {APACHE_KAFKA}: {where}; give the libs/ directory of a Kafka download"
             " with --kafka-libs DIR (or set KAFKA_HOME)"
         )
-    # Beside the log directory, not in it, as tansu's log.
-    work_dir = log_path.parent.with_name(f"{log_path.parent.name}-kafka")
-    return KafkaBroker(libs, work_dir, port)
+    return KafkaBroker(libs, broker_output(log_path, APACHE_KAFKA), port)
+
+
+def broker_output(log_path: Path, broker: str) -> Path:
+    """Where the broker writes (tansu its log, Apache Kafka its data and log): beside the
+    request log's directory, not in it, since `kafkalens report`/`watch` on that
+    directory read every file there and the broker's own output is no request log."""
+    folder = log_path.parent
+    return folder.with_name(f"{folder.name}-tansu.log" if broker == TANSU else f"{folder.name}-kafka")
 
 
 def port_taken(port: int) -> bool:
@@ -156,9 +162,7 @@ def main(argv: list[str]) -> int:
         if args.kafka_libs:
             fail(f"--kafka-libs is for --broker {APACHE_KAFKA}")
         internal = free_port(HOST)
-        # Beside the log directory, not in it: `kafkalens report`/`watch` on that
-        # directory read every file there, and the broker's own log is not a request log.
-        broker_log = log_path.parent.with_name(f"{log_path.parent.name}-tansu.log")
+        broker_log = broker_output(log_path, TANSU)
         broker = TansuBroker(host=HOST, port=internal, advertised_port=args.port, log_path=broker_log)
         upstream = f"{HOST}:{internal}"
     try:

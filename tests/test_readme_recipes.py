@@ -91,15 +91,22 @@ def untracked(checkout: Path) -> list[str]:
     return [line for line in status.splitlines() if not line.endswith(".gitignore")]
 
 
-def test_what_kafkalens_watch_writes_by_default_is_ignored_by_git(tmp_path: Path) -> None:
-    """`kafkalens watch kafkalens-demo` run from the checkout, as the README has it."""
+def test_what_the_demo_and_watch_write_by_default_is_ignored_by_git(tmp_path: Path) -> None:
+    """`kafkalens demo` (either broker) and `kafkalens watch kafkalens-demo` run from the
+    checkout, as the README has them (the tansu demo is also run, below)."""
     from pipeline.cli import _watch_parser
     from pipeline.watch import WatchOptions
+    from proxy import demo
 
-    args: Any = _watch_parser().parse_args(["kafkalens-demo"])
+    log = Path(demo._parser().parse_args([]).log)
+    args: Any = _watch_parser().parse_args([str(log.parent)])
     options = WatchOptions(logdir=args.logdir, out=args.out)
     checkout = git_checkout(tmp_path)
     for written in (
+        f"{log}",
+        f"{log}.1",
+        f"{demo.broker_output(log, demo.TANSU)}",
+        f"{demo.broker_output(log, demo.APACHE_KAFKA)}/node-1/kafka.log",
         f"{options.checkpoint_dir}/offsets/0",
         f"{options.checkpoint_dir}/sources/0/.0.crc",
         f"{options.spool_dir}/167e4d48017dd7115396e0ace4396eb7.log",
