@@ -340,7 +340,7 @@ def is_a_key(key: str) -> bool:
 
 
 def test_the_table_names_keys() -> None:
-    """A misspelt key in MAXIMA would leave the real key at DEFAULT_MAXIMUM."""
+    """MAXIMA, a view of the declarations, names declared keys by their paths."""
     assert [key for key in MAXIMA if not is_a_key(key)] == []
 
 
@@ -360,7 +360,7 @@ def test_every_number_has_a_finite_maximum_with_its_reason(key: str) -> None:
 
 
 def test_every_numeric_key_is_in_the_table() -> None:
-    """A key added without its line in MAXIMA would only get DEFAULT_MAXIMUM."""
+    """Every number declares its maximum (integer() and seconds() require at_most)."""
     missing = []
     for section, schema in SECTION_SCHEMAS.items():
         hints = get_type_hints(schema)
