@@ -33,9 +33,11 @@ DEMO_GRACE_SECONDS = 5.0
 # A laptop's broker for trying clients out: 10,000 connections (the proxy's default)
 # need more open files than many shells allow, and the warning would only alarm.
 DEMO_MAX_CONNECTIONS = 1000
-# `kafkalens watch` reads a log once it is rotated: the demo rotates it often, by time,
-# since its traffic is too light for size-based rotation.
-DEMO_ROTATE_SECONDS = 60.0
+# The request log rotates by size (request_log.max_bytes), as the proxy's does, so that
+# `tail -f` and `tail -n` on it show the latest lines however long the demo has run.
+# `kafkalens watch` reads a log once it is rotated, and the demo's traffic is too light
+# for size-based rotation: --rotate-every rotates it by time too, for the watch.
+WATCH_ROTATE_SECONDS = 60  # what the banner and the README suggest for the watch
 TANSU, APACHE_KAFKA = "tansu", "apache-kafka"
 # A source checkout's jars, as `bash tests/peers/install` puts them (newest version first
 # in kafka-versions).
@@ -57,8 +59,9 @@ def _parser() -> argparse.ArgumentParser:
         help="request log (default %(default)s)",
     )
     parser.add_argument(
-        "--rotate-every", type=float, default=DEMO_ROTATE_SECONDS, metavar="SECONDS",
-        help="rotate the request log this often, for `kafkalens watch` (default %(default)s)",
+        "--rotate-every", type=float, default=None, metavar="SECONDS",
+        help="also rotate the request log this often, so that `kafkalens watch` beside the"
+        " demo has rotated files to read (default: by size only, as the proxy does)",
     )
     parser.add_argument(
         "--broker", choices=(TANSU, APACHE_KAFKA), default=TANSU,
@@ -120,9 +123,15 @@ def _kafka_broker(libs_arg: str | None, log_path: Path, port: int) -> KafkaBroke
             f"--broker {APACHE_KAFKA}: {where}; give the libs/ directory of a Kafka download"
             " with --kafka-libs DIR (or set KAFKA_HOME)"
         )
-    # Beside the log directory, not in it, as tansu's log.
-    work_dir = log_path.parent.with_name(f"{log_path.parent.name}-kafka")
-    return KafkaBroker(libs, work_dir, port)
+    return KafkaBroker(libs, broker_output(log_path, APACHE_KAFKA), port)
+
+
+def broker_output(log_path: Path, broker: str) -> Path:
+    """Where the broker writes (tansu its log, Apache Kafka its data and log): beside the
+    request log's directory, not in it, since `kafkalens report`/`watch` on that
+    directory read every file there and the broker's own output is no request log."""
+    folder = log_path.parent
+    return folder.with_name(f"{folder.name}-tansu.log" if broker == TANSU else f"{folder.name}-kafka")
 
 
 def port_taken(port: int) -> bool:
@@ -137,7 +146,7 @@ def port_taken(port: int) -> bool:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if not args.rotate_every > 0:
+    if args.rotate_every is not None and not args.rotate_every > 0:
         fail(f"--rotate-every: must be > 0, got {args.rotate_every}")
     for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
         if not 1 <= port <= 65535:
@@ -153,9 +162,7 @@ def main(argv: list[str]) -> int:
         if args.kafka_libs:
             fail(f"--kafka-libs is for --broker {APACHE_KAFKA}")
         internal = free_port(HOST)
-        # Beside the log directory, not in it: `kafkalens report`/`watch` on that
-        # directory read every file there, and the broker's own log is not a request log.
-        broker_log = log_path.parent.with_name(f"{log_path.parent.name}-tansu.log")
+        broker_log = broker_output(log_path, TANSU)
         broker = TansuBroker(host=HOST, port=internal, advertised_port=args.port, log_path=broker_log)
         upstream = f"{HOST}:{internal}"
     try:
@@ -217,10 +224,12 @@ def rotate_log(sink: Any, backups: int) -> None:
 
 
 async def _run(
-    config: Config, broker: TansuBroker | KafkaBroker, log_path: Path, rotate_every: float
+    config: Config, broker: TansuBroker | KafkaBroker, log_path: Path, rotate_every: float | None
 ) -> int:
-    from proxy.runner import start_proxy, wait_for_stop_signal
+    from proxy.runner import start_proxy
+    from proxy.signals import stop_signal
 
+    stop = stop_signal()  # before the listeners open
     running = await start_proxy(config)
     try:
         await asyncio.to_thread(broker.start)
@@ -228,30 +237,49 @@ async def _run(
         print(f"kafkalens: error: {exc}", file=sys.stderr)
         await running.stop(0)
         return 1
-    backups = config.request_log.backups
-    rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
+    rotating: asyncio.Task[None] | None = None
+    if rotate_every is not None:
+        backups = config.request_log.backups
+        rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
     try:
         title = broker.title if isinstance(broker, KafkaBroker) else "a tansu broker"
         _banner(config, log_path, running.clients_address, rotate_every, title)
-        await wait_for_stop_signal()
+        await stop.wait()
         print("stopping...", flush=True)
-        rotating.cancel()
+        if rotating is not None:
+            rotating.cancel()
         await running.stop(config.limits.shutdown_grace_seconds)
     finally:
-        rotating.cancel()
+        if rotating is not None:
+            rotating.cancel()
         await asyncio.to_thread(broker.stop)
     return 0
 
 
 def _banner(
-    config: Config, log_path: Path, clients: Address | None, rotate_every: float, title: str
+    config: Config,
+    log_path: Path,
+    clients: Address | None,
+    rotate_every: float | None,
+    title: str,
 ) -> None:
     listen = config.listeners[0].listen
+    if rotate_every is None:
+        size = config.request_log.max_bytes
+        shown = f"{size // 2**20} MiB" if size % 2**20 == 0 else f"{size} bytes"
+        follow = f"tail -f {log_path} | jq ."
+        rotation = (
+            f"rotated at {shown}; for kafkalens watch {log_path.parent},"
+            f" run the demo with --rotate-every {WATCH_ROTATE_SECONDS}"
+        )
+    else:  # follow the name, not the file: it is renamed at each rotation
+        follow = f"tail -F {log_path} | jq ."
+        rotation = f"rotated every {rotate_every:g} s (kafkalens watch {log_path.parent})"
     lines = [
         f"kafkalens demo: {title} behind the proxy",
         f"  bootstrap servers: {listen}",
-        f"  request log:       {log_path}   (tail -f {log_path} | jq .)",
-        f"                     rotated every {rotate_every:g} s (kafkalens watch {log_path.parent})",
+        f"  request log:       {log_path}   ({follow})",
+        f"                     {rotation}",
         f"  metrics:           http://{config.metrics.listen}/metrics",
         f"  clients:           http://{clients}/clients",
         "  Ctrl-C to stop",

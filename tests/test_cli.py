@@ -145,6 +145,24 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
             proc.communicate()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_as_soon_as_the_port_answers_is_a_clean_stop(tmp_path: Path, workers: int) -> None:
+    """An orchestrator may stop a proxy the moment its port answers: that is a graceful
+    stop (exit 0), not the default action of SIGTERM during the rest of start-up."""
+    port, metrics_port = free_port(), free_port()
+    config = workers_config(tmp_path, port, metrics_port, f"{LOCAL}:1", tmp_path / "requests.log")
+    if workers == 1:
+        config.write_text(config.read_text().replace("workers: 2", "workers: 1"))
+    proc = kafkalens("proxy", "--config", str(config))
+    try:
+        assert wait_for_port(LOCAL, port, 30), proc.stderr
+        proc.send_signal(signal.SIGTERM)  # before: the default action, 10 times in 10
+        assert proc.wait(30) == 0, proc.communicate()[1]
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
 def test_sigterm_cuts_off_after_the_grace_period(tmp_path: Path) -> None:
     slow = SlowBroker(delay=5)
     with FakeBroker(slow) as broker:
@@ -183,7 +201,7 @@ def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
             banner.append(line)
         text = "".join(banner)
         assert banner[0].startswith("kafkalens demo:"), text  # the title first
-        assert f"rotated every 60 s (kafkalens watch {log.parent})" in text
+        assert f"rotated at 100 MiB; for kafkalens watch {log.parent}, run the demo with --rotate-every 60" in text
         assert f"bootstrap servers: 127.0.0.1:{port}" in text
         assert f"tail -f {log} | jq ." in text
         assert f"http://127.0.0.1:{metrics_port}/metrics" in text
