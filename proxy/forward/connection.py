@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import ssl
 import time
@@ -56,6 +57,9 @@ HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
 # Once closed, a side still gets this long to flush what it was sent, then is cut.
 CLOSE_FLUSH_SECONDS = 5.0
+# A client whose broker connection failed: what it sent and was not read yet is read at
+# the close, up to one read's worth, for its requests to be logged.
+UNREAD_BYTES = 256 * 1024
 
 # Why reading from a side is paused (a bit each; reading resumes when none is left).
 PEER_BACKLOGGED = 1  # the other side's write buffer is over its high-water mark
@@ -152,6 +156,7 @@ class Connection(asyncio.Protocol):
         self._upstream_paused = 0
         self._watched_fd = -1  # the client's socket, while in ctx.hangups
         self._early: list[bytes] = []  # client bytes that came before the broker connection
+        self._early_at = 0.0  # time.perf_counter() when the first of them came
         self._connect_task: asyncio.Task[None] | None = None
         self._ip = ""
         self._counted_in = 0  # bytes_in / bytes_out already added to the byte counters
@@ -231,6 +236,8 @@ class Connection(asyncio.Protocol):
         if self.upstream is None:
             # uvloop starts reading after connection_made, whatever it paused: pause
             # again so at most this chunk waits for the broker connection
+            if not self._early:
+                self._early_at = time.perf_counter()
             self._early.append(data)
             assert self.client is not None
             self.client.pause_reading()
@@ -513,6 +520,8 @@ class Connection(asyncio.Protocol):
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         self._unwatch_hangup()  # before the socket closes and its number is free again
+        if self.upstream is None and self.info is not None:
+            self._never_forwarded()  # before the client's socket closes too
         _close_transport(self.client)
         _close_transport(self.upstream)
         info = self.info
@@ -529,6 +538,25 @@ class Connection(asyncio.Protocol):
             self.ctx.hooks.connection_closed(info, reason)
         except Exception:
             self.exchange.hook_failed("connection_closed", -1, "request")
+
+    def _never_forwarded(self) -> None:
+        """The requests the client sent while its broker connection was being made, which
+        then failed (the broker down): the one read taken, and what its socket still
+        holds, unread since (reading waits for the broker connection). A client counts
+        them sent, so they are reported incomplete like those a broker left unanswered."""
+        data = b"".join(self._early)
+        arrived = self._early_at if self._early else time.perf_counter()
+        self._early = []
+        client, info = self.client, self.info
+        assert client is not None and info is not None
+        sock = client.get_extra_info("socket")
+        # Not once closing (its descriptor may be closed, its number another's), nor TLS
+        # (ciphertext)
+        if sock is not None and not client.is_closing() and info.tls_version is None:
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(sock.fileno())) as dup:
+                data += dup.recv(UNREAD_BYTES, socket.MSG_DONTWAIT)
+        if data:
+            self.exchange.never_forwarded(data, arrived)
 
     def _report_incomplete(self, info: ConnectionInfo, reason: str) -> None:
         """The requests still awaiting a response will never get one: tell the hooks,

@@ -126,6 +126,21 @@ class Exchange:
             except Exception:
                 self.hook_failed(hook.__name__, pending.api_key, direction)
 
+    def never_forwarded(self, data: bytes, arrived: float) -> None:
+        """`data` came before the broker connection, which then failed: its whole requests
+        are pending too, for the close to report them incomplete (a client that sent a
+        request knows of it; the request log must too). A cut last frame is no request."""
+        pos, end = 0, len(data)
+        while end - pos >= 4:
+            (size,) = _INT32.unpack_from(data, pos)
+            if size < 0 or end - pos - 4 < size:
+                break
+            if size >= REQUEST_MIN_HEAD:
+                api_key, api_version, corr = _REQUEST_HEADER.unpack_from(data, pos + 4)
+                self.info.requests += 1
+                self.pending.append(Pending(corr, api_key, api_version, arrived, size + 4))
+            pos += 4 + size
+
     def answer_in_order(self, pending: Pending) -> None:
         """Send a reply the proxy made itself now, if nothing is ahead of it."""
         responses = self.responses

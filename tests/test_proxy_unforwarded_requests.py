@@ -1,0 +1,103 @@
+"""Requests a client sent while the proxy was still connecting to the broker, when that
+connection then fails (the broker is down, as while it restarts): never forwarded, they
+are each a `request_incomplete` line with the reason (`upstream_connect_failed`) and
+counted, as the client counts them sent. (librdkafka's "Sent ApiVersionRequest" had no
+line in the request log while a broker was down: tests/test_kafka_faults.py.)
+
+The broker here is a listener whose accept queue is full: connecting to it waits (its
+SYNs are dropped) until `limits.connect_timeout_seconds`, so the client's requests come
+while the proxy connects, every time.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from proxy_harness import LOCAL, is_closed, request_frame
+from support.hostile import ObservedProxy, connect, eventually, observed_config
+
+from proxy.forward.connection import Connection
+
+API_VERSIONS, METADATA = 18, 3
+REQUESTS = (
+    request_frame(API_VERSIONS, 3, 7, b"\x00\x00\x00")
+    + request_frame(METADATA, 0, 8, struct.pack(">i", 0))
+    + request_frame(METADATA, 0, 9, struct.pack(">i", 0))[:-2]  # cut: no request
+)
+
+
+@contextmanager
+def unanswering_broker() -> Iterator[str]:
+    """host:port where connections wait and are never accepted."""
+    listener = socket.create_server((LOCAL, 0), backlog=0)
+    address = listener.getsockname()
+    fillers = []
+    try:
+        while True:  # until a connection attempt waits: the accept queue is full
+            filler = socket.socket()
+            fillers.append(filler)
+            filler.settimeout(0.5)
+            try:
+                filler.connect(address)
+            except TimeoutError:
+                break
+        yield f"{address[0]}:{address[1]}"
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+def early(px: ObservedProxy) -> list[bytes]:
+    """What the proxy read from its one client before the broker connection."""
+    conns: list[Connection] = px.call(lambda: list(px.server.connections.values()))
+    return px.call(lambda: list(conns[0]._early)) if conns else []
+
+
+@pytest.mark.parametrize("reads", ["one_read", "two_reads"])
+def test_requests_sent_before_a_failed_broker_connection_are_logged_incomplete(
+    tmp_path: Path, reads: str
+) -> None:
+    with (
+        unanswering_broker() as broker,
+        ObservedProxy(
+            observed_config(broker, tmp_path / "requests.log", connect_timeout_seconds=2)
+        ) as px,
+    ):
+        sock = connect(px.port)
+        port = sock.getsockname()[1]
+        if reads == "one_read":
+            sock.sendall(REQUESTS)
+        else:
+            # The proxy reads once (the ApiVersions request), then waits for the broker
+            # connection before reading more: the rest waits in its socket until the
+            # close reads it.
+            first = len(request_frame(API_VERSIONS, 3, 7, b"\x00\x00\x00"))
+            sock.sendall(REQUESTS[:first])
+            assert eventually(lambda: early(px) == [REQUESTS[:first]])
+            sock.sendall(REQUESTS[first:])
+            time.sleep(0.2)
+            assert early(px) == [REQUESTS[:first]]
+        assert is_closed(sock, timeout=15)
+        assert eventually(lambda: px.closed("upstream_connect_failed") == 1)
+        lines = px.log_lines("request_incomplete", port)
+        assert [(line["api"], line["api_version"], line["correlation_id"]) for line in lines] == [
+            ("ApiVersions", 3, 7),
+            ("Metadata", 0, 8),
+        ]
+        assert {line["reason"] for line in lines} == {"upstream_connect_failed"}
+        assert all(line["response_bytes"] is None for line in lines)
+        assert px.log_lines("request", port) == []
+        for api in ("ApiVersions", "Metadata"):
+            counted = px.metric(
+                "kafkalens_requests_incomplete_total", api=api, reason="upstream_connect_failed"
+            )
+            assert counted == 1, api
+        assert px.pending_total() == 0
+        assert px.metric("kafkalens_upstream_failures_total", reason="timeout") == 1
