@@ -26,7 +26,7 @@ from proxy.forward.connection import Connection
 
 API_VERSIONS, METADATA = 18, 3
 REQUESTS = (
-    request_frame(API_VERSIONS, 3, 7, b"\x00\x00\x00")
+    request_frame(API_VERSIONS, 0, 7)
     + request_frame(METADATA, 0, 8, struct.pack(">i", 0))
     + request_frame(METADATA, 0, 9, struct.pack(">i", 0))[:-2]  # cut: no request
 )
@@ -78,7 +78,7 @@ def test_requests_sent_before_a_failed_broker_connection_are_logged_incomplete(
             # The proxy reads once (the ApiVersions request), then waits for the broker
             # connection before reading more: the rest waits in its socket until the
             # close reads it.
-            first = len(request_frame(API_VERSIONS, 3, 7, b"\x00\x00\x00"))
+            first = len(request_frame(API_VERSIONS, 0, 7))
             sock.sendall(REQUESTS[:first])
             assert eventually(lambda: early(px) == [REQUESTS[:first]])
             sock.sendall(REQUESTS[first:])
@@ -88,10 +88,13 @@ def test_requests_sent_before_a_failed_broker_connection_are_logged_incomplete(
         assert eventually(lambda: px.closed("upstream_connect_failed") == 1)
         lines = px.log_lines("request_incomplete", port)
         assert [(line["api"], line["api_version"], line["correlation_id"]) for line in lines] == [
-            ("ApiVersions", 3, 7),
+            ("ApiVersions", 0, 7),
             ("Metadata", 0, 8),
         ]
         assert {line["reason"] for line in lines} == {"upstream_connect_failed"}
+        # decoded as forwarded requests are: whose they were
+        assert {line["client_id"] for line in lines} == {"t"}
+        assert "decode_error" not in lines[0] and "decode_error" not in lines[1]
         assert all(line["response_bytes"] is None for line in lines)
         assert px.log_lines("request", port) == []
         for api in ("ApiVersions", "Metadata"):

@@ -138,7 +138,14 @@ class Exchange:
             if size >= REQUEST_MIN_HEAD:
                 api_key, api_version, corr = _REQUEST_HEADER.unpack_from(data, pos + 4)
                 self.info.requests += 1
-                self.pending.append(Pending(corr, api_key, api_version, arrived, size + 4))
+                pending = Pending(corr, api_key, api_version, arrived, size + 4)
+                self.pending.append(pending)
+                try:
+                    self.hooks.request_not_forwarded(
+                        self.info, memoryview(data)[pos + 4 : pos + 4 + size], pending
+                    )
+                except Exception:
+                    self.hook_failed("request_not_forwarded", api_key, "request")
             pos += 4 + size
 
     def answer_in_order(self, pending: Pending) -> None:

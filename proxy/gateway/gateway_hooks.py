@@ -129,6 +129,9 @@ class GatewayHooks(Hooks):
     ) -> None:
         self.inner.request_without_response(info, frame, pending)
 
+    def request_not_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        self.inner.request_not_forwarded(info, frame, pending)
+
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         self.inner.response_forwarded(info, frame, pending)
 
