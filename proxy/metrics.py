@@ -448,6 +448,12 @@ class Metrics:
             " a request_incomplete line of the request log), by api and the close reason.",
             ("api", "reason"),
         )
+        self.incomplete_requests_unlogged = c(
+            "kafkalens_incomplete_requests_unlogged_total",
+            "Requests a closing connection had received and not forwarded, past"
+            " limits.max_in_flight_requests of them: in kafkalens_requests_incomplete_total,"
+            " without a request_incomplete line each.",
+        )
         self.request_timeouts = c(
             "kafkalens_request_timeouts_total",
             "Connections closed because a request went unanswered for"

@@ -1,25 +1,28 @@
-"""Requests a client sent while the proxy was still connecting to the broker, when that
-connection then fails (the broker is down, as while it restarts): never forwarded, they
-are each a `request_incomplete` line with the reason (`upstream_connect_failed`) and
-counted, as the client counts them sent. (librdkafka's "Sent ApiVersionRequest" had no
-line in the request log while a broker was down: tests/test_kafka_faults.py.)
+"""Requests a client sent that a closing connection never forwarded are each a
+`request_incomplete` line with the close's reason and counted, as the client counts them
+sent: those that came while the proxy was still connecting to the broker, when that
+connection failed (the broker is down, as while it restarts), and those that waited
+behind `limits.max_in_flight_requests` (parked, or unread in the socket) when the broker
+connection broke. (librdkafka's "Sent ApiVersionRequest" and a Produce had no line in
+the request log while a broker was down or died: tests/test_kafka_faults.py.)
 
-The broker here is a listener whose accept queue is full: connecting to it waits (its
-SYNs are dropped) until `limits.connect_timeout_seconds`, so the client's requests come
-while the proxy connects, every time.
+The unreachable broker is a listener whose accept queue is full: connecting to it waits
+(its SYNs are dropped) until `limits.connect_timeout_seconds`, so the client's requests
+come while the proxy connects, every time.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from proxy_harness import LOCAL, is_closed, request_frame
+from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 from support.hostile import ObservedProxy, connect, eventually, observed_config
 
 from proxy.forward.connection import Connection
@@ -104,3 +107,48 @@ def test_requests_sent_before_a_failed_broker_connection_are_logged_incomplete(
             assert counted == 1, api
         assert px.pending_total() == 0
         assert px.metric("kafkalens_upstream_failures_total", reason="timeout") == 1
+
+
+def test_requests_waiting_behind_the_bound_when_the_broker_connection_breaks(
+    tmp_path: Path,
+) -> None:
+    """Bound 2: two requests go on, the third is parked, the fourth waits unread in the
+    socket; the broker hangs up. Then the same with two more: past the bound (at most
+    that many not forwarded are logged), counted only."""
+    for sent, logged in ((4, 4), (6, 4)):
+        got_two = threading.Event()
+        go = threading.Event()
+
+        def broker(sock: socket.socket) -> None:
+            read_frame(sock)
+            read_frame(sock)
+            got_two.set()  # noqa: B023 - each round's own, waited on in that round
+            assert go.wait(10)  # noqa: B023
+            sock.close()
+
+        log_path = tmp_path / f"requests-{sent}.log"
+        with (
+            FakeBroker(broker) as fake,
+            ObservedProxy(observed_config(fake.address, log_path, max_in_flight_requests=2)) as px,
+        ):
+            sock = connect(px.port)
+            port = sock.getsockname()[1]
+            frames = [
+                request_frame(METADATA, 0, corr, struct.pack(">i", 0)) for corr in range(sent)
+            ]
+            sock.sendall(frames[0] + frames[1])
+            assert got_two.wait(10)
+            sock.sendall(frames[2])  # read, and parked: two requests await their answers
+            assert eventually(lambda: px.metric("kafkalens_in_flight_limit_hits_total") == 1)
+            sock.sendall(b"".join(frames[3:]))  # reading is paused: they stay in the socket
+            go.set()
+            assert is_closed(sock, timeout=15)
+            assert eventually(lambda: px.closed("upstream_eof") == 1)
+            lines = px.log_lines("request_incomplete", port)
+            assert [line["correlation_id"] for line in lines] == list(range(logged))
+            assert {(line["reason"], line["client_id"]) for line in lines} == {
+                ("upstream_eof", "t")
+            }
+            counted = px.metric("kafkalens_requests_incomplete_total", reason="upstream_eof")
+            assert counted == sent
+            assert px.metric("kafkalens_incomplete_requests_unlogged_total") == sent - logged

@@ -57,8 +57,8 @@ HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
 # Once closed, a side still gets this long to flush what it was sent, then is cut.
 CLOSE_FLUSH_SECONDS = 5.0
-# A client whose broker connection failed: what it sent and was not read yet is read at
-# the close, up to one read's worth, for its requests to be logged.
+# A closing connection reads what its client sent and was not read yet, up to one read's
+# worth, for its requests to be reported (see Connection._unforwarded).
 UNREAD_BYTES = 256 * 1024
 
 # Why reading from a side is paused (a bit each; reading resumes when none is left).
@@ -520,8 +520,7 @@ class Connection(asyncio.Protocol):
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         self._unwatch_hangup()  # before the socket closes and its number is free again
-        if self.upstream is None and self.info is not None:
-            self._never_forwarded()  # before the client's socket closes too
+        unlogged = self._unforwarded() if self.info is not None else []  # before it closes
         _close_transport(self.client)
         _close_transport(self.upstream)
         info = self.info
@@ -532,6 +531,8 @@ class Connection(asyncio.Protocol):
         self.ctx.release(self._ip)
         self._report_incomplete(info, reason)
         self.exchange.pending.clear()
+        if unlogged:
+            self._count_unlogged(unlogged, reason)
         if info.metrics is not None:
             info.metrics.close(reason)
         try:
@@ -539,24 +540,55 @@ class Connection(asyncio.Protocol):
         except Exception:
             self.exchange.hook_failed("connection_closed", -1, "request")
 
-    def _never_forwarded(self) -> None:
-        """The requests the client sent while its broker connection was being made, which
-        then failed (the broker down): the one read taken, and what its socket still
-        holds, unread since (reading waits for the broker connection). A client counts
-        them sent, so they are reported incomplete like those a broker left unanswered."""
-        data = b"".join(self._early)
-        arrived = self._early_at if self._early else time.perf_counter()
-        self._early = []
+    def _unforwarded(self) -> list[int]:
+        """The requests the client sent that were received and never forwarded: those the
+        one read before the broker connection holds (which then failed), or those a
+        PAUSE parked (limits.max_in_flight_requests), then what the client's socket
+        still holds, unread (one read's worth), from where a frame starts. A client counts
+        them sent, so they are reported incomplete like those a broker left unanswered:
+        limits.max_in_flight_requests of them, the others only counted. Returns the api
+        keys of those."""
+        now = time.perf_counter()
+        if self.upstream is None:
+            data, skip = b"".join(self._early), 0
+            arrived = self._early_at if self._early else now
+            self._early = []
+        else:
+            taken = self.requests.unforwarded()
+            if taken is None:
+                return []
+            (data, skip), arrived = taken, now
+        unread = self._unread()
+        if data:
+            data += unread
+        elif len(unread) > skip:
+            data = unread[skip:]
+        if not data:
+            return []
+        return self.exchange.never_forwarded(data, arrived, self.ctx.limits.max_in_flight_requests)
+
+    def _unread(self) -> bytes:
+        """What the client sent that was not read yet, up to one read's worth. Not once
+        its transport is closing (the descriptor may be closed and its number another's),
+        nor under TLS (ciphertext)."""
         client, info = self.client, self.info
         assert client is not None and info is not None
         sock = client.get_extra_info("socket")
-        # Not once closing (its descriptor may be closed, its number another's), nor TLS
-        # (ciphertext)
-        if sock is not None and not client.is_closing() and info.tls_version is None:
-            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(sock.fileno())) as dup:
-                data += dup.recv(UNREAD_BYTES, socket.MSG_DONTWAIT)
-        if data:
-            self.exchange.never_forwarded(data, arrived)
+        if sock is None or client.is_closing() or info.tls_version is not None:
+            return b""
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(sock.fileno())) as dup:
+            return dup.recv(UNREAD_BYTES, socket.MSG_DONTWAIT)
+        return b""
+
+    def _count_unlogged(self, api_keys: list[int], reason: str) -> None:
+        metrics, hooks = self.ctx.metrics, self.ctx.hooks
+        metrics.incomplete_requests_unlogged.inc(len(api_keys))
+        for api_key in api_keys:
+            try:
+                api = hooks.api_name(api_key)
+            except Exception:
+                api = "unknown"
+            metrics.request_incomplete(api, reason)
 
     def _report_incomplete(self, info: ConnectionInfo, reason: str) -> None:
         """The requests still awaiting a response will never get one: tell the hooks,
