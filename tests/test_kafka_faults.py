@@ -1,0 +1,141 @@
+"""Apache Kafka brokers failing under load, with kafkalens in front: nothing acknowledged
+is lost, clients follow the new leaders, and kafkalens says what happened.
+
+Through a gateway in front of the 3-node cluster (replication factor 3,
+min.insync.replicas=2), producers with acks=all and consumers in groups run while one
+broker is killed (`kill -9`) and started again, then another is shut down cleanly and
+started again. Through a sidecar, the same clients run while its broker is killed and
+started again behind it. The clients: librdkafka (an idempotent producer, a classic
+group consumer) and the Java client (a producer that is not idempotent, a KIP-848
+`group.protocol=consumer` consumer), each with its own client id.
+
+Checked against the truth of others, never kafkalens against itself:
+- every record a producer saw acknowledged, a consumer of each group got, at the offset
+  the acknowledgement gave, with the checksum of the value the producer made; read
+  afterwards directly from the cluster (not through kafkalens), the idempotent producer's
+  records are there once each (the other's may repeat: a retry after a lost answer);
+- the leaders and brokers the gateway hands out are the cluster's own, as a client of
+  the cluster reads them directly, the gateway's own addresses in place of the brokers';
+- /readyz names the broker that is down, and says ready again once it is back;
+- the request log has a line for every request the clients sent, on the listener they
+  sent it to (none went round kafkalens), by the clients' own account: librdkafka's
+  protocol log request by request (api, version, correlation id, the port it went to),
+  the Java client's request-total per broker. Answered, or `request_incomplete` with a
+  reason that fits (the broker gone, or the client); for the producers, whose account
+  is whole once flushed, no line more either. The one exception: a request written to a
+  connection kafkalens had already closed, its broker refusing it, which no one
+  received; at most one per connection that was closed having received nothing.
+  kafkalens holds nothing afterwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import confluent_kafka
+from support import compat
+from support.faults import (
+    UPSTREAM_GONE,
+    Load,
+    check_nothing_lost,
+    check_request_log,
+    create_topic,
+    listeners_of,
+    observed_gateway,
+    readyz,
+    survive,
+    until,
+)
+from support.kafka import SharedKafka, observed_sidecar
+from support.observed import ObservedProxy
+
+from proxy.apache_kafka import KafkaCluster
+
+
+def record_rows(broker: str, mode: str, feature: str, passed: bool) -> None:
+    for client, version in (
+        ("librdkafka (confluent-kafka)", confluent_kafka.libversion()[0]),
+        ("Java (kafka-clients)", broker.rsplit(" ", 1)[-1]),
+    ):
+        compat.record(broker, client, version, mode, feature, passed)
+
+
+def finish_and_check(
+    px: ObservedProxy, load: Load, direct: str, faulted: set[str], gateway: bool
+) -> None:
+    """The clients stop; kafkalens holds nothing more; every check of the module docstring."""
+    load.finish()
+    px.wait_all_closed(60)
+    assert px.pending_total() == 0
+    lines = px.lines()  # flushed first
+    duplicates = check_nothing_lost(load, direct)
+    reasons = check_request_log(lines, load, faulted, listeners_of(px, gateway))
+    assert reasons.keys() & UPSTREAM_GONE, reasons  # the faults were seen as such
+    print(f"duplicates {duplicates}, incomplete requests by reason {dict(reasons)}")
+
+
+def test_gateway_cluster_brokers_killed_and_shut_down_under_load(
+    apache_kafka_cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    cluster = apache_kafka_cluster
+    topic = f"faults-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, replicas=3)
+    passed = False
+    try:
+        with observed_gateway(cluster, tmp_path / "requests.log") as (px, ports):
+            load = Load(px.bootstrap, topic)
+            try:
+                load.goes_on()
+                survive(cluster, px, ports, load, 1, "kill")
+                survive(cluster, px, ports, load, 2, "stop")
+                load.goes_on()
+                faulted = {"broker-1", "broker-2", "bootstrap"}
+                finish_and_check(px, load, cluster.bootstrap, faulted, gateway=True)
+            finally:
+                load.kill()
+        passed = True
+    finally:
+        for member in cluster.members:
+            cluster.start_node(member.node_id)  # whatever happened, the cluster is whole again
+        feature = "broker killed, another shut down, under load"
+        record_rows(f"Apache Kafka {cluster.version}", "gateway", feature, passed)
+
+
+# --- a sidecar, its broker restarting behind it ----------------------------------------------
+
+
+def test_sidecar_broker_killed_and_restarted_under_load(
+    apache_kafka: SharedKafka, tmp_path: Path
+) -> None:
+    kafka = apache_kafka
+    node = kafka.cluster.members[0].node_id
+    topic = f"faults-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.direct, topic, replicas=1)
+    passed = False
+    try:
+        with observed_sidecar(kafka, tmp_path / "requests.log") as px:
+            load = Load(kafka.sidecar_address, topic)
+            try:
+                load.goes_on()
+                kafka.cluster.kill_node(node)
+                try:
+                    until(
+                        lambda: (
+                            readyz(px.http_port) == (503, f"upstream unreachable: {kafka.upstream}")
+                        ),
+                        "/readyz to name the broker",
+                        30,
+                    )
+                finally:
+                    kafka.cluster.start_node(node)
+                until(lambda: readyz(px.http_port) == (200, "ready"), "/readyz ready again", 30)
+                load.goes_on()
+                finish_and_check(px, load, kafka.direct, {"plaintext"}, gateway=False)
+            finally:
+                load.kill()
+        passed = True
+    finally:
+        kafka.cluster.start_node(node)
+        feature = "broker killed and restarted under load"
+        record_rows(f"Apache Kafka {kafka.version}", "sidecar", feature, passed)
