@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from codec import HeaderPolicy, Request, Response, decode_response, encode_request, encode_response
-from codec.schema import api_messages
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
 from proxy.observe.observer import ObservingHooks
@@ -264,21 +263,6 @@ def test_api_versions_fallback_v0_is_decoded_and_capped(tmp_path: Path) -> None:
     decoded = decode_response(new, 18, 0)
     assert decoded.body == {
         "error_code": 35, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": newest_version(18)}]}
-
-
-def test_api_versions_answer_the_codec_cannot_read_becomes_unsupported_version(tmp_path: Path) -> None:
-    # A client newer than the codec asked v9 and the broker answered v9: not capped, it
-    # would let the client pick versions the proxy cannot read (a gateway: addresses it
-    # cannot rewrite). Instead the answer a broker gives to a version it does not know.
-    h = Harness(tmp_path)
-    broker_v9 = b"\x00\x00\x00\x06" + b"\x00\x00" + b"\x7f" * 40  # unreadable as v9
-    pending = Pending(6, 18, 9, time.perf_counter(), 30)
-    new = h.hooks.rewrite_response(h.info, memoryview(broker_v9), pending)
-    assert new is not None
-    decoded = decode_response(new, 18, 0)
-    assert decoded.header["correlation_id"] == 6
-    newest = api_messages()[18][0].max_version  # what the codec reads, then the client asks
-    assert decoded.body == {"error_code": 35, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": newest}]}
 
 
 @pytest.mark.parametrize("rate", [0.0])

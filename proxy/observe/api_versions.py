@@ -2,14 +2,6 @@
 
 A client then never picks a version the proxy cannot read. A range is only ever
 narrowed from the top: raising a minimum would break clients that need it.
-
-A client newer than the codec asks ApiVersions itself at a version the codec cannot
-read (the Java client 4.4 sends v5 to a codec that knows v4): its answer cannot be
-capped, and the client would go on to use versions the proxy cannot read, such as a
-Produce whose responses name brokers a gateway must rewrite (KIP-951's leader
-endpoints), and so go round the gateway. Such an answer is replaced by the one a broker
-gives to an ApiVersions version it does not know (KIP-511): UNSUPPORTED_VERSION with the
-ApiVersions versions it reads, at which the client asks again.
 """
 
 from __future__ import annotations
@@ -36,15 +28,6 @@ def response_version(frame: memoryview, request_version: int) -> int:
     if len(frame) >= 6 and _ERROR_CODE.unpack_from(frame, 4)[0] == UNSUPPORTED_VERSION:
         return 0
     return request_version
-
-
-def unsupported_version(frame: memoryview) -> bytes:
-    """A v0 ApiVersions answer (header v0: the correlation id) of UNSUPPORTED_VERSION,
-    listing the ApiVersions versions the codec reads."""
-    return bytes(frame[:4]) + _UNSUPPORTED.pack(UNSUPPORTED_VERSION, 1, API_VERSIONS, 0, _NEWEST[API_VERSIONS])
-
-
-_UNSUPPORTED = struct.Struct(">hihhh")  # error code, one api_keys entry: key, min, max
 
 
 def capped_ranges(api_keys: list[dict[str, int]], policy: HeaderPolicy) -> list[dict[str, int]]:
@@ -89,7 +72,7 @@ def cap_api_versions(
     listed (not capped)."""
     version = response_version(frame, request_version)
     if not policy.knows(API_VERSIONS, version):
-        return unsupported_version(frame), None
+        return None, None
     try:
         response = decode_response(frame, API_VERSIONS, version, policy)
     except DecodeError:
