@@ -13,6 +13,7 @@ come while the proxy connects, every time.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
-from support.hostile import ObservedProxy, connect, eventually, observed_config
+from support.hostile import ObservedProxy, connect, eventually, hostile_proxy, observed_config
 
 from proxy.forward.connection import Connection
 
@@ -152,3 +153,20 @@ def test_requests_waiting_behind_the_bound_when_the_broker_connection_breaks(
             counted = px.metric("kafkalens_requests_incomplete_total", reason="upstream_eof")
             assert counted == sent
             assert px.metric("kafkalens_incomplete_requests_unlogged_total") == sent - logged
+
+
+def test_a_connection_closed_for_a_request_reads_nothing_after_it(tmp_path: Path) -> None:
+    """A SaslHandshake over the before-auth limit closes the connection as its head comes
+    in. Its body (here, Metadata requests one after another) is not requests: where the
+    next request would start is not known, so nothing more is read as one."""
+    with hostile_proxy(tmp_path) as (px, _):
+        sock = connect(px.port)
+        port = sock.getsockname()[1]
+        lookalike = request_frame(METADATA, 0, 5, struct.pack(">i", 0)) * 100_000  # 2.2 MB
+        head = struct.pack(">ihhi", 8 + len(lookalike), 17, 1, 4)  # SaslHandshake v1
+        with contextlib.suppress(OSError):
+            sock.sendall(head + lookalike)
+        assert is_closed(sock, timeout=15)
+        assert eventually(lambda: px.closed("frame_too_large") == 1)
+        assert px.log_lines("request_incomplete", port) == []
+        assert px.metric("kafkalens_requests_incomplete_total") == 0

@@ -64,6 +64,8 @@ CLOSE_FLUSH_SECONDS = 5.0
 # A closing connection reads what its client sent and was not read yet, up to one read's
 # worth, for its requests to be reported (see Connection._unforwarded).
 UNREAD_BYTES = 256 * 1024
+# Close reasons of a connection closed for one of its requests (proxy/forward/exchange.py)
+REFUSED_A_REQUEST = frozenset({"frame_too_large", "rejected"})
 
 # Why reading from a side is paused (a bit each; reading resumes when none is left).
 PEER_BACKLOGGED = 1  # the other side's write buffer is over its high-water mark
@@ -529,7 +531,10 @@ class Connection(asyncio.Protocol):
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         self._unwatch_hangup()  # before the socket closes and its number is free again
-        unlogged = self._unforwarded() if self.info is not None else []  # before it closes
+        # (before the client's socket closes; not when closing for a request, from inside
+        # the splitting of what came with it: where the next request starts is not known)
+        unforwarded = self.info is not None and reason not in REFUSED_A_REQUEST
+        unlogged = self._unforwarded() if unforwarded else []
         _close_transport(self.client)
         _close_transport(self.upstream)
         info = self.info
