@@ -95,9 +95,9 @@ def soak(cluster: KafkaCluster, work: Path, minutes: float) -> int:
     except AssertionError as failed:
         print(f"FAILED: {failed}", flush=True)
         return 1
-    acked = sum(len(p.acked) for p in load.producers)
+    total = sum(len(p.acked) for p in load.producers)
     print(
-        f"passed: {acked:,} records acknowledged, all consumed by both groups;"
+        f"passed: {total:,} records acknowledged, all consumed by both groups;"
         f" duplicates {duplicates} (jvp is not idempotent);"
         f" {len(lines):,} request log lines, incomplete by reason {dict(reasons)}"
     )

@@ -139,3 +139,34 @@ def test_sidecar_broker_killed_and_restarted_under_load(
         kafka.cluster.start_node(node)
         feature = "broker killed and restarted under load"
         record_rows(f"Apache Kafka {kafka.version}", "sidecar", feature, passed)
+
+
+def test_a_late_write_is_explained_only_by_a_close_before_it() -> None:
+    """The one tolerance of the request log check (support.faults.LateWrites) holds only
+    what it says: one request per connection kafkalens closed for its broker, of that
+    connection's client (or any, when it named none), written after the close."""
+    from support.faults import LateWrites
+
+    def close(ts: str, reason: str, client_id: str | None) -> dict[str, object]:
+        return {
+            "event": "connection_close",
+            "ts": ts,
+            "reason": reason,
+            "listener": "broker-1",
+            "client_id": client_id,
+        }
+
+    at = 1_795_728_433.0  # 2026-11-26T21:27:13Z
+    late = LateWrites([
+        close("2026-11-26T21:27:13.000000Z", "upstream_error", "a"),
+        close("2026-11-26T21:27:20.000000Z", "upstream_connect_failed", None),
+        close("2026-11-26T21:27:30.000000Z", "client_eof", "a"),  # the client's: no excuse
+    ])  # fmt: skip
+    assert not late.explains("broker-1", "a", at - 1.0)  # written before the close
+    assert not late.explains("broker-2", "a", at + 0.1)  # another listener
+    assert not late.explains("broker-1", "b", at + 0.1)  # another client's connection
+    assert late.explains("broker-1", "a", at + 0.1)
+    assert not late.explains("broker-1", "a", at + 0.2)  # one request per connection
+    assert late.explains("broker-1", "b", at + 7.1)  # a connection that named no client
+    assert not late.explains("broker-1", "a", at + 17.1)
+    assert not late.explains("broker-1", "a", None)  # a count: nothing left to explain it
