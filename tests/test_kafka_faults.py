@@ -23,9 +23,9 @@ Checked against the truth of others, never kafkalens against itself:
   the Java client's request-total per broker. Answered, or `request_incomplete` with a
   reason that fits (the broker gone, or the client); for the producers, whose account
   is whole once flushed, no line more either. The one exception: a request written to a
-  connection kafkalens had already closed, its broker refusing it, which no one
-  received; at most one per connection that was closed having received nothing.
-  kafkalens holds nothing afterwards.
+  connection kafkalens had just closed because of its broker, which no one received;
+  librdkafka's log shows it written after that close, and each such connection may
+  explain one (support.faults.LateWrites). kafkalens holds nothing afterwards.
 """
 
 from __future__ import annotations
