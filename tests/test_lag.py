@@ -21,6 +21,7 @@ from codec import HeaderPolicy, Request, Response, encode_request, encode_respon
 from proxy.config import LagConfig
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
+from proxy.observe.identity import kafka_uuid_text
 from proxy.observe.lag import FetchAsk
 from proxy.observe.observer import ObservingHooks, enable_lag
 from proxy.observe.request_log import LineSink, RequestLog
@@ -255,6 +256,22 @@ def test_committed_lag_against_the_last_high_watermark_seen(tmp_path: Path) -> N
     assert h.samples("kafkalens_committed_lag_records") == {labels(group="billing", topic="orders", partition="0"): 50}
 
 
+def test_a_commit_naming_topics_by_id_is_named_from_metadata_answers(tmp_path: Path) -> None:
+    """OffsetCommit v10 (KIP-848, what Kafka 4.4's consumer sends) has topic ids, no names."""
+    h = Harness(tmp_path)
+    h.hooks.topic_ids.learn({"topics": [{"topic_id": TOPIC_ID, "name": "orders"}]})
+    h.exchange(fetch_request({0: 0}, version=17), fetch_response({0: (50, 50, None)}, version=17))
+    api, _, body = commit("billing", {0: 20})
+    body["topics"] = [{"topic_id": TOPIC_ID, "partitions": body["topics"][0]["partitions"]}]
+    answer = {"throttle_time_ms": 0, "topics": [{"topic_id": TOPIC_ID, "partitions": [
+        {"partition_index": 0, "error_code": 0}]}]}  # fmt: skip
+    h.exchange((api, 10, body), answer)
+    (line,) = h.lines("OffsetCommit")
+    assert line["topics"] == ["orders"]
+    assert line["committed"] == [{"topic": "orders", "partition": 0, "offset": 20, "high_watermark": 50, "lag": 30}]
+    assert h.samples("kafkalens_committed_lag_records") == {labels(group="billing", topic="orders", partition="0"): 30}
+
+
 def test_topic_traffic_by_direction_software_and_principal(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     batch = records(0, 4)
@@ -378,7 +395,7 @@ def test_a_kip714_instance_id_learnt_on_one_connection_labels_the_clients_others
     h.conn("elsewhere", host="10.9.9.9")
     h.exchange(fetch_request({1: 1}), fetch_response({1: (3, 3, None)}), conn="elsewhere")
     assert h.samples("kafkalens_consumer_lag_records") == {
-        labels(group="", client=str(instance), topic="orders", partition="0"): 2,
+        labels(group="", client=kafka_uuid_text(instance), topic="orders", partition="0"): 2,
         labels(group="", client="app-1", topic="orders", partition="1"): 2,
     }
 
