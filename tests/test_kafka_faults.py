@@ -31,10 +31,12 @@ Checked against the truth of others, never kafkalens against itself:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-import confluent_kafka
 from support import compat
+from support.clients import client_version
 from support.faults import (
     UPSTREAM_GONE,
     Load,
@@ -52,13 +54,22 @@ from support.observed import ObservedProxy
 
 from proxy.apache_kafka import KafkaCluster
 
+# The compatibility table's row (the gateway's cluster also sees a clean shutdown)
+FEATURE = "brokers killed and restarted under load: nothing acknowledged lost"
 
-def record_rows(broker: str, mode: str, feature: str, passed: bool) -> None:
-    for client, version in (
-        ("librdkafka (confluent-kafka)", confluent_kafka.libversion()[0]),
-        ("Java (kafka-clients)", broker.rsplit(" ", 1)[-1]),
+
+@contextmanager
+def compatibility(broker: str, mode: str, feature: str) -> Iterator[None]:
+    """A row of the compatibility table for each client library of the load: a pass if
+    the block ends, a failure if it raises (support.compat.checking)."""
+    java = broker.rsplit(" ", 1)[-1]  # the Java client of the broker's own version
+    with (
+        compat.checking(
+            broker, "confluent-kafka", client_version("confluent-kafka"), mode, feature
+        ),
+        compat.checking(broker, "Java (kafka-clients)", java, mode, feature),
     ):
-        compat.record(broker, client, version, mode, feature, passed)
+        yield
 
 
 def finish_and_check(
@@ -81,9 +92,12 @@ def test_gateway_cluster_brokers_killed_and_shut_down_under_load(
     cluster = apache_kafka_cluster
     topic = f"faults-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, replicas=3)
-    passed = False
+    feature = FEATURE
     try:
-        with observed_gateway(cluster, tmp_path / "requests.log") as (px, ports):
+        with (
+            compatibility(f"Apache Kafka {cluster.version}", "gateway", feature),
+            observed_gateway(cluster, tmp_path / "requests.log") as (px, ports),
+        ):
             load = Load(px.bootstrap, topic)
             try:
                 load.goes_on()
@@ -94,12 +108,9 @@ def test_gateway_cluster_brokers_killed_and_shut_down_under_load(
                 finish_and_check(px, load, cluster.bootstrap, faulted, gateway=True)
             finally:
                 load.kill()
-        passed = True
     finally:
         for member in cluster.members:
             cluster.start_node(member.node_id)  # whatever happened, the cluster is whole again
-        feature = "broker killed, another shut down, under load"
-        record_rows(f"Apache Kafka {cluster.version}", "gateway", feature, passed)
 
 
 # --- a sidecar, its broker restarting behind it ----------------------------------------------
@@ -112,9 +123,12 @@ def test_sidecar_broker_killed_and_restarted_under_load(
     node = kafka.cluster.members[0].node_id
     topic = f"faults-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.direct, topic, replicas=1)
-    passed = False
+    feature = FEATURE
     try:
-        with observed_sidecar(kafka, tmp_path / "requests.log") as px:
+        with (
+            compatibility(f"Apache Kafka {kafka.version}", "sidecar", feature),
+            observed_sidecar(kafka, tmp_path / "requests.log") as px,
+        ):
             load = Load(kafka.sidecar_address, topic)
             try:
                 load.goes_on()
@@ -134,11 +148,8 @@ def test_sidecar_broker_killed_and_restarted_under_load(
                 finish_and_check(px, load, kafka.direct, {"plaintext"}, gateway=False)
             finally:
                 load.kill()
-        passed = True
     finally:
         kafka.cluster.start_node(node)
-        feature = "broker killed and restarted under load"
-        record_rows(f"Apache Kafka {kafka.version}", "sidecar", feature, passed)
 
 
 def test_a_late_write_is_explained_only_by_a_close_before_it() -> None:
