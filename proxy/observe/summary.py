@@ -168,6 +168,8 @@ def request_fields(
 
 # Responses a log line needs whole (record batches, group payloads, identity); the
 # others are skimmed (codec/skim.py): parsed fully, materialising only names and errors.
+# (ShareFetch and ShareAcknowledge answers are decoded whole when share groups are
+# tracked, lag.enabled: proxy/observe/share.py reads them.)
 FULL_DECODE_RESPONSES = frozenset({
     FETCH, JOIN_GROUP, SYNC_GROUP, API_VERSIONS, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS,
     68, 71, 76, 88,  # Consumer/Share/StreamsGroupHeartbeat (member ids), telemetry (instance id)
@@ -449,6 +451,7 @@ _REQUEST_EXTRAS: dict[int, Any] = {
 }
 _RESPONSE_EXTRAS: dict[int, Any] = {
     FETCH: _fetch_response,
+    SHARE_FETCH: _fetch_response,  # the same record batches, topics by id
     METADATA: _metadata_response,
     JOIN_GROUP: _join_group_response,
     SYNC_GROUP: _sync_group_response,
