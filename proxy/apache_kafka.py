@@ -75,8 +75,12 @@ def java_binary(java_home: str | None = None) -> str:
 
 def new_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as
-    `kafka-storage.sh random-uuid` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    `kafka-storage.sh random-uuid` prints). Like Kafka's Uuid.randomUuid, never one that
+    starts with "-": the storage tool would read `-t -xyz...` as an option (1 in 64)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 _prctl: Callable[..., int] | None

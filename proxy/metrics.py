@@ -484,6 +484,28 @@ class Metrics:
             "Times reading from a client paused: limits.max_in_flight_requests of its"
             " requests awaited their responses.",
         )
+        self.paused_clients_gone = c(
+            "kafkalens_paused_clients_gone_total",
+            "Clients that closed or reset while reading from them was paused, seen at once"
+            " and their connection closed, by why it was paused: in_flight"
+            " (limits.max_in_flight_requests), backlogged (the broker not reading),"
+            " draining.",
+            ("paused",),
+        )
+        for paused in ("in_flight", "backlogged", "draining"):
+            self.paused_clients_gone.labels(paused=paused)
+        self.requests_incomplete = c(
+            "kafkalens_requests_incomplete_total",
+            "Requests that were awaiting their response when the connection closed (each"
+            " a request_incomplete line of the request log), by api and the close reason.",
+            ("api", "reason"),
+        )
+        self.incomplete_requests_unlogged = c(
+            "kafkalens_incomplete_requests_unlogged_total",
+            "Requests a closing connection had received and not forwarded, past"
+            " limits.max_in_flight_requests of them: in kafkalens_requests_incomplete_total,"
+            " without a request_incomplete line each.",
+        )
         self.request_timeouts = c(
             "kafkalens_request_timeouts_total",
             "Connections closed because a request went unanswered for"
@@ -674,6 +696,14 @@ class Metrics:
     def request_timeout(self, api: str) -> None:
         """`api`: the name of the oldest unanswered request (a bounded set, like `api`)."""
         self.request_timeouts.labels(api=api).inc()
+
+    def paused_client_gone(self, paused: str) -> None:
+        """`paused`: in_flight, backlogged or draining."""
+        self.paused_clients_gone.labels(paused=paused).inc()
+
+    def request_incomplete(self, api: str, reason: str) -> None:
+        """`api` a name the codec knows (or unknown), `reason` a close reason."""
+        self.requests_incomplete.labels(api=api, reason=reason).inc()
 
     def upstream_failure(self, upstream: str, reason: str) -> None:
         """`reason`: connect_refused, timeout, tls, reset, ..."""

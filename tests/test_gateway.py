@@ -245,6 +245,24 @@ def test_what_names_no_broker_is_forwarded_as_it_came() -> None:
     uvloop.run(scenario())
 
 
+def test_a_response_newer_than_the_codec_is_logged_as_not_rewritten(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Produce of a version the codec does not know may name leaders (KIP-951): it goes
+    on as it came, and the log says its addresses were not rewritten (clients that
+    negotiate never get there: the ApiVersions cap)."""
+
+    async def scenario() -> None:
+        async with gateway_server(f"{LOCAL}:9", {}) as (gateway, hooks, server):
+            info = ConnectionInfo("c-1", "bootstrap", LOCAL, 1, "upstream")
+            future = memoryview(b"\x00\x00\x00\x09a Produce response of v99")
+            assert hooks.rewrite_response(info, future, Pending(9, 0, 99, 0.0, 0)) is None
+
+    uvloop.run(scenario())
+    out = capsys.readouterr().out
+    assert "broker addresses not rewritten" in out and "v99" in out, out
+
+
 def metadata_naming(node_id: int, host: str, port: int) -> dict[str, Any]:
     broker = {"node_id": node_id, "host": host, "port": port, "rack": None}
     return {"brokers": [broker], "controller_id": node_id, "topics": []}

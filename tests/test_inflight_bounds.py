@@ -206,7 +206,8 @@ def test_pipelining_to_a_stuck_broker_holds_at_most_the_bound(tmp_path: Path) ->
 
 def test_a_paused_client_that_leaves_is_seen_at_once(tmp_path: Path) -> None:
     """Reading is paused, so asyncio would not see the client's FIN behind its unread
-    requests; the sweeper asks the socket (POLLRDHUP) and drops the table."""
+    requests; the hang-up watch (EPOLLRDHUP) sees it and drops the table (every pause
+    reason, resets, the counters: tests/test_proxy_paused_client_gone.py)."""
     bound = 16
     with hostile_proxy(tmp_path, {"stuck": never_answer}, max_in_flight_requests=bound) as (
         px,
@@ -221,7 +222,7 @@ def test_a_paused_client_that_leaves_is_seen_at_once(tmp_path: Path) -> None:
         sock.close()
         start = time.monotonic()
         assert eventually(lambda: px.closed("client_eof") == 1, 10)
-        assert time.monotonic() - start < 3.0  # the sweeper looks about once a second
+        assert time.monotonic() - start < 3.0
         assert px.pending_total() == 0
         assert px.closed("request_timeout") == 0
 

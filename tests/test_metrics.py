@@ -260,6 +260,7 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.connection_rejected("l", "r")
     m.upstream_failure("u", "r")
     m.request_timeout("Fetch")
+    m.request_incomplete("Fetch", "client_eof")
     m.in_flight_limit_hits.inc()
     m.admin_refusals.note("host")
     m.upstream_reachability.update({"u": True})

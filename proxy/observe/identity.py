@@ -113,6 +113,19 @@ class Identity:
             return changed
         return False
 
+    def observe_unknown_request(self, frame: memoryview | bytes) -> bool:
+        """A request of an api or version the codec does not know: its client id still
+        comes right after the api key, version and correlation id (request headers v1
+        and v2 both begin with it; v0, ControlledShutdown v0's, is long gone). True if it
+        became known."""
+        if self.client_id is not None or len(frame) < 10:
+            return False
+        size = int.from_bytes(frame[8:10], "big", signed=True)
+        if size < 0 or len(frame) < 10 + size:
+            return False
+        self.client_id = self._clean(bytes(frame[10 : 10 + size]).decode("utf-8", "replace"))
+        return True
+
     def observe_response(self, response: Response) -> None:
         body = response.body
         if response.api_key == GET_TELEMETRY_SUBSCRIPTIONS:

@@ -270,6 +270,10 @@ class ObservingHooks(Hooks):
     def request_without_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         self.unanswered(info, pending, self._observe_request(info, frame, pending))
 
+    def request_not_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        # decoded as a forwarded one is, for its request_incomplete line
+        pending.token = self._observe_request(info, frame, pending)
+
     def unanswered(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
         """The line of a request that gets no response (Produce with acks=0)."""
         if self.log and self.log.wants(token.api, pending.api_key, False):
@@ -301,6 +305,8 @@ class ObservingHooks(Hooks):
         except UnknownApiError:
             self.metrics.unknown_request("api_key" if api == UNKNOWN else "api_version")
             token.decode_error = "unknown api key or version"
+            if state is not None and state.identity.observe_unknown_request(frame):
+                self.refresh_identity(info, state)
             return token
         except DecodeError as exc:
             self.decode_failed(state, api, "request")
