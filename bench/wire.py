@@ -15,6 +15,7 @@ from codec import Request, encode_request
 CLIENT_ID = "kafkalens-bench"
 API_VERSIONS = 18
 METADATA = 3
+OFFSET_COMMIT = 8
 _CORR = struct.Struct(">i")
 _SIZE = struct.Struct(">i")
 _ZERO_UUID = bytes(16)
@@ -53,6 +54,28 @@ def metadata(topics: list[str] | None) -> Template:
     }
     header = {"correlation_id": 0, "client_id": CLIENT_ID}
     return _template("Metadata", Request(METADATA, 12, header, body))
+
+
+def offset_commit(group: str, topic: str, offset: int = 0) -> Template:
+    """OffsetCommit v8 of `offset` for partition 0 of `topic`, as a consumer outside any
+    group generation commits (generation -1, no member id: the coordinator accepts it for
+    a group with no members). Each request rewrites the same offset: the coordinator
+    still appends it to __consumer_offsets."""
+    partition = {
+        "partition_index": 0,
+        "committed_offset": offset,
+        "committed_leader_epoch": -1,
+        "committed_metadata": "",
+    }
+    body = {
+        "group_id": group,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": [{"name": topic, "partitions": [partition]}],
+    }
+    header = {"correlation_id": 0, "client_id": CLIENT_ID}
+    return _template("OffsetCommit", Request(OFFSET_COMMIT, 8, header, body))
 
 
 def connect(host: str, port: int, timeout: float = 10.0) -> socket.socket:
