@@ -1,0 +1,348 @@
+"""`python -m bench.versus`: kafkalens beside the proxies users would pick instead, in
+front of Apache Kafka, every arm in one run with the arms interleaved.
+
+See bench/README.md ("In front of Apache Kafka"). One broker, every front up at once
+(`bench/versus_arms.py`); each workload runs on every arm in turn before the next
+workload starts, the arms' order rotated from one round to the next, so no arm has the
+quiet or the busy minutes to itself. Workloads, in order:
+
+1. small: ApiVersions, Metadata (one topic), OffsetCommit, one at a time on one
+   connection, blocks of 50 alternating with the same requests straight to the broker
+   (`bench/latency.py`): added p50/p99 and the front's CPU per request.
+2. saturation: librdkafka produces N records of 1 KiB as fast as it can, then consumes
+   them (`bench/throughput.py`); rounds, the best MB/s; the front's CPU per GB.
+3. fixed rate: the Java client and librdkafka at a rate every arm sustains and one near
+   the direct arm's limit (`bench/fixed_rate.py`): publish and end-to-end p50/p99/p99.9.
+4. idle: 1,000 and 10,000 connections, each after one ApiVersions, held open; the
+   front's RSS before and with them open, per connection.
+
+Writes results.jsonl, RESULTS.md and chart.png to `--out` (default bench/versus/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import conns, fixed_rate, latency, throughput, versus_arms, wire
+from bench.procs import CpuWindow
+from bench.versus_arms import Bench, Front
+
+Row = dict[str, Any]
+DEFAULT_OUT = Path(__file__).resolve().parent / "versus"
+COMMIT_GROUP = "kafkalens-bench-commit"
+SMALL_TOPIC = "bench-small"
+RATE_PARTITIONS = 4  # as bench.throughput's topic
+
+
+@dataclass(frozen=True)
+class Sizes:
+    requests: int  # per small-request api and arm, after `warmup`
+    warmup: int
+    records: int  # saturation: produced then consumed per round and arm
+    rounds: int
+    low_rate: float  # records/s every arm sustains
+    high_fraction: float  # the high rate: this fraction of direct's saturation produce rate
+    rate_warmup: float
+    rate_seconds: float
+    idle: tuple[int, ...]
+
+
+PRESETS = {
+    "full": Sizes(5000, 500, 200_000, 2, 5000, 0.7, 15, 60, (1000, 10_000)),
+    "quick": Sizes(1000, 100, 20_000, 1, 2000, 0.5, 5, 10, (1000,)),
+    "tiny": Sizes(100, 20, 2000, 1, 500, 0.3, 2, 3, (50,)),
+}
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__.split("\n")[0])
+    p.add_argument("--size", choices=sorted(PRESETS), default="full")
+    p.add_argument("--arms", default=",".join(versus_arms.ARMS), help="comma-separated")
+    p.add_argument("--clients", default=",".join(fixed_rate.CLIENTS), help="fixed-rate clients")
+    p.add_argument("--workloads", default="small,saturation,rate,idle")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--kafka-version", default=_newest_kafka())
+    p.add_argument("--no-pin", action="store_true", help="no taskset: every process anywhere")
+    p.add_argument("--high-rate", type=float, help="records/s (default: from direct's saturation)")
+    p.add_argument("--rate-seconds", type=float, help="steady seconds of each fixed-rate run")
+    p.add_argument("--note", default="")
+    return p.parse_args(argv)
+
+
+def _newest_kafka() -> str:
+    versions = versus_arms.REPO / "tests" / "peers" / "kafka-versions"
+    return versions.read_text().split()[0]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    sizes = PRESETS[args.size]
+    if args.rate_seconds:
+        sizes = replace(sizes, rate_seconds=args.rate_seconds)
+    arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
+    clients = tuple(c.strip() for c in args.clients.split(",") if c.strip())
+    workloads = {w.strip() for w in args.workloads.split(",")}
+    _raise_fd_limit()
+    out: Path = args.out
+    work = out / "work"
+    run = _run_row(args, sizes)
+    pinning = None if args.no_pin else versus_arms.default_pinning()
+    run["pinning"] = pinning.describe() if pinning else "none"
+    run["fd_limit"] = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    run["idle_counts"] = idle_counts(sizes)
+    rows: list[Row] = []
+    with Bench(work, arms, pinning, args.kafka_version) as bench:
+        for name, reason in bench.skipped.items():
+            _say(name, f"skipped: {reason}")
+        live = [bench.fronts[a] for a in arms if a in bench.fronts]
+        run["arms"] = {f.name: f.notes for f in live}
+        run["skipped"] = bench.skipped
+        warm(live, sizes)
+        steps: list[tuple[str, Callable[[], Iterator[Row]]]] = [
+            ("small", lambda: small(bench, live, sizes)),
+            ("saturation", lambda: saturation(live, sizes)),
+            ("rate", lambda: rates(bench, live, sizes, clients, rows, args.high_rate)),
+            ("idle", lambda: idle(live, sizes)),
+        ]
+        for name, step in steps:
+            if name not in workloads:
+                continue
+            for row in step():
+                rows.append(row)
+                _say(row["arm"], brief(row))
+    _finish_run_row(run)
+    from bench import versus_report
+
+    versus_report.write_all(out, run, rows)
+    print(f"results in {out}/RESULTS.md", file=sys.stderr)
+    return 0
+
+
+def rotations(fronts: list[Front], n: int) -> list[Front]:
+    """The arms in round n's order: rotated by n, so each arm takes each turn in time."""
+    k = n % len(fronts) if fronts else 0
+    return fronts[k:] + fronts[:k]
+
+
+# --- the workloads -----------------------------------------------------------------
+
+
+def warm(fronts: list[Front], sizes: Sizes) -> None:
+    """Unmeasured: records produced and consumed through every arm, so the broker's and
+    the JVM fronts' JIT compilers have done their work before anything is timed (a cold
+    broker answered the first fixed-rate second 10-100x slower)."""
+    for front in fronts:
+        topic = f"bench-warm-{front.name}"
+        throughput.create_topic(front.bootstrap, topic)
+        throughput.produce(front.bootstrap, sizes.records // 2, 1024, topic)
+        throughput.consume(front.bootstrap, sizes.records // 2, topic)
+    _say("all", "warmed up")
+
+
+def small(bench: Bench, fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
+    throughput.create_topic(fronts[0].bootstrap, SMALL_TOPIC, 1)
+    templates = [
+        wire.api_versions(),
+        wire.metadata([SMALL_TOPIC]),
+        wire.offset_commit(COMMIT_GROUP, SMALL_TOPIC),
+    ]
+    for n, template in enumerate(templates):
+        for front in rotations(fronts, n):
+            baseline = None if front.pid is None else bench.direct_port
+            result = latency.sequential(
+                versus_arms.HOST,
+                front.port,
+                template,
+                sizes.requests,
+                sizes.warmup,
+                front.pid,
+                baseline,
+            )
+            yield {"kind": "workload", "workload": "small", "arm": front.name, **result}
+
+
+def saturation(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
+    for n in range(sizes.rounds):
+        for front in rotations(fronts, n):
+            topic = f"bench-saturation-{front.name}-{n}"
+            throughput.create_topic(front.bootstrap, topic)
+            for name in ("produce", "consume"):
+                window = CpuWindow(front.pid).start()
+                if name == "produce":
+                    moved = throughput.produce(front.bootstrap, sizes.records, 1024, topic)
+                else:
+                    moved = throughput.consume(front.bootstrap, sizes.records, topic)
+                cpu = window.stop()
+                yield {
+                    "kind": "workload",
+                    "workload": name,
+                    "arm": front.name,
+                    "round": n,
+                    "records": moved.records,
+                    "bytes": moved.bytes,
+                    "seconds": round(moved.seconds, 3),
+                    "mb_s": round(moved.mb_s, 1),
+                    "cpu_s": None if cpu is None else round(cpu, 2),
+                }
+
+
+def high_rate(rows: list[Row], fraction: float) -> float | None:
+    """`fraction` of the direct arm's best saturation produce rate, in records/s."""
+    best = max(
+        (
+            r["records"] / r["seconds"]
+            for r in rows
+            if r.get("workload") == "produce" and r["arm"] == "direct" and r["seconds"]
+        ),
+        default=None,
+    )
+    return None if best is None else round(best * fraction, -2)
+
+
+def rates(
+    bench: Bench,
+    fronts: list[Front],
+    sizes: Sizes,
+    clients: tuple[str, ...],
+    rows: list[Row],
+    chosen_high: float | None,
+) -> Iterator[Row]:
+    high = chosen_high or high_rate(rows, sizes.high_fraction)
+    levels = [("low", sizes.low_rate)] + ([("high", high)] if high else [])
+    turn = 0
+    for level, rate in levels:
+        for client in clients:
+            for front in rotations(fronts, turn):
+                topic = f"bench-rate-{client}-{level}-{front.name}"
+                throughput.create_topic(front.bootstrap, topic, RATE_PARTITIONS)
+                window = CpuWindow(front.pid).start()
+                row: Row = {"kind": "workload", "workload": "rate", "arm": front.name}
+                row.update(level=level, client=client, rate=rate)
+                try:
+                    result = fixed_rate.run(
+                        client,
+                        front.bootstrap,
+                        topic,
+                        rate,
+                        sizes.rate_warmup,
+                        sizes.rate_seconds,
+                        bench.kafka_version,
+                    )
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    row["error"] = str(exc)[-500:]
+                    yield row
+                    continue
+                cpu = window.stop()
+                row.update(result)
+                moved = (result["acked"] + result["received"]) * result["record_bytes"]
+                row["bytes"] = moved
+                row["cpu_s"] = None if cpu is None else round(cpu, 2)
+                yield row
+            turn += 1
+
+
+def idle_counts(sizes: Sizes) -> tuple[int, ...]:
+    """The preset's counts, each at most what a front's descriptors allow (a front holds
+    two per connection: where the hard limit is 20,000 and cannot be raised, 10,000
+    connections do not fit in any front, and 9,950 is the most)."""
+    budget = versus_arms.connection_budget() - 50
+    return tuple(min(n, budget) for n in sizes.idle)
+
+
+def idle(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
+    for n, count in enumerate(idle_counts(sizes)):
+        for front in rotations(fronts, n):
+            row: Row = {"kind": "workload", "workload": "idle", "arm": front.name}
+            try:
+                row.update(conns.idle(versus_arms.HOST, front.port, count, front.pid))
+            except OSError as exc:
+                row.update(connections=count, error=f"{type(exc).__name__}: {exc}")
+            yield row
+
+
+# --- the run's own row -------------------------------------------------------------
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def _run_row(args: argparse.Namespace, sizes: Sizes) -> Row:
+    import confluent_kafka
+
+    head = subprocess.run(
+        ["git", "-C", str(versus_arms.REPO), "log", "-1", "--format=%h %s"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {
+        "kind": "run",
+        "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "size": args.size,
+        "sizes": asdict(sizes),
+        "command": "python -m bench.versus " + " ".join(sys.argv[1:]),
+        "commit": head,
+        "cpus": os.cpu_count(),
+        "python": versus_arms.python_note(),
+        "java": _java_version(),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "kafka": args.kafka_version,
+        "uptime_start": _uptime(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "note": args.note,
+        "_t0": time.monotonic(),
+    }
+
+
+def _java_version() -> str:
+    done = subprocess.run(["java", "-version"], capture_output=True, text=True)
+    return (done.stderr or done.stdout).splitlines()[0] if (done.stderr or done.stdout) else "?"
+
+
+def _finish_run_row(run: Row) -> None:
+    run["took_seconds"] = round(time.monotonic() - run.pop("_t0"), 1)
+    run["uptime_end"] = _uptime()
+    run["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+
+
+def brief(row: Row) -> str:
+    keys: tuple[str, ...] = ("api", "client", "level", "rate", "mb_s", "p50_us", "p99_us")
+    keys += ("connections", "kb_per_connection", "cpu_s", "sustained", "error")
+    shown = " ".join(f"{k}={row[k]}" for k in keys if row.get(k) is not None)
+    extra = ""
+    if "publish" in row:
+        extra = f" publish p50/p99={row['publish'].get('p50_us')}/{row['publish'].get('p99_us')}"
+    return f"{row['workload']}: {shown}{extra}"
+
+
+def _say(arm: str, text: str) -> None:
+    print(f"[{arm}] {text}", file=sys.stderr, flush=True)
+
+
+def _raise_fd_limit() -> None:
+    """10,000 idle connections: the client's, and each front's twice over (inherited)."""
+    want = 65_536
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(want, soft), max(want, hard)))
+    except (ValueError, OSError):  # not allowed to raise the hard limit: as far as it goes
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def dump(rows: list[Row]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
