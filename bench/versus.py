@@ -56,12 +56,13 @@ class Sizes:
     rate_warmup: float
     rate_seconds: float
     idle: tuple[int, ...]
+    warm_records: int  # produced and consumed through each arm before anything is timed
 
 
 PRESETS = {
-    "full": Sizes(5000, 500, 200_000, 2, 5000, 0.7, 15, 60, (1000, 10_000)),
-    "quick": Sizes(1000, 100, 20_000, 1, 2000, 0.5, 5, 10, (1000,)),
-    "tiny": Sizes(100, 20, 2000, 1, 500, 0.3, 2, 3, (50,)),
+    "full": Sizes(5000, 500, 200_000, 2, 5000, 0.7, 15, 60, (1000, 10_000), 50_000),
+    "quick": Sizes(1000, 100, 20_000, 1, 2000, 0.5, 5, 10, (1000,), 10_000),
+    "tiny": Sizes(100, 20, 2000, 1, 500, 0.3, 2, 3, (50,), 0),
 }
 
 
@@ -142,11 +143,13 @@ def warm(fronts: list[Front], sizes: Sizes) -> None:
     """Unmeasured: records produced and consumed through every arm, so the broker's and
     the JVM fronts' JIT compilers have done their work before anything is timed (a cold
     broker answered the first fixed-rate second 10-100x slower)."""
+    if not sizes.warm_records:
+        return
     for front in fronts:
         topic = f"bench-warm-{front.name}"
         throughput.create_topic(front.bootstrap, topic)
-        throughput.produce(front.bootstrap, sizes.records // 2, 1024, topic)
-        throughput.consume(front.bootstrap, sizes.records // 2, topic)
+        throughput.produce(front.bootstrap, sizes.warm_records, 1024, topic)
+        throughput.consume(front.bootstrap, sizes.warm_records, topic)
     _say("all", "warmed up")
 
 
@@ -159,6 +162,11 @@ def small(bench: Bench, fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
     ]
     for n, template in enumerate(templates):
         for front in rotations(fronts, n):
+            sock = wire.connect(versus_arms.HOST, front.port)
+            try:
+                errors = wire.response_errors(sock, template)
+            finally:
+                sock.close()
             baseline = None if front.pid is None else bench.direct_port
             result = latency.sequential(
                 versus_arms.HOST,
@@ -169,7 +177,8 @@ def small(bench: Bench, fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
                 front.pid,
                 baseline,
             )
-            yield {"kind": "workload", "workload": "small", "arm": front.name, **result}
+            row = {"kind": "workload", "workload": "small", "arm": front.name, **result}
+            yield {**row, "response_errors": errors}
 
 
 def saturation(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:

@@ -93,6 +93,32 @@ def roundtrip(sock: socket.socket, frame: bytes | bytearray) -> int:
     return size + 4
 
 
+def response_errors(sock: socket.socket, template: Template) -> list[int]:
+    """One round trip of `template`; the non-zero error codes anywhere in its decoded
+    response (a benchmark of an error path would say nothing about the success path)."""
+    from codec import decode_response
+
+    sock.sendall(template.frame(0))
+    size = _SIZE.unpack(_read_exact(sock, 4))[0]
+    body = _read_exact(sock, size)
+    api_key, version = struct.unpack_from(">hh", template.data, 4)
+    found: list[int] = []
+    _errors(decode_response(body, api_key, version).body, found)
+    return found
+
+
+def _errors(value: object, found: list[int]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "error_code" and item:
+                found.append(item)
+            else:
+                _errors(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _errors(item, found)
+
+
 def _read_exact(sock: socket.socket, count: int) -> bytes:
     buf = bytearray(count)
     view = memoryview(buf)
