@@ -115,31 +115,30 @@ def goals_for(summaries: list[Row]) -> list[Goal]:
     for key in keys:
         for q in ("p50", "p99"):
             k = key.replace("p50", q)
-            label = k.removeprefix("rate_").replace("_publish_", ": added publish ")
-            goals.append(
-                Goal(label.replace("_added_us", "") + " < Kroxylicious's", k, "kroxylicious", 1.0)
-            )
+            level, client = k.split("_")[1:3]
+            label = f"{client}, {level} rate: added publish {q} (µs) < Kroxylicious's"
+            goals.append(Goal(label, k, "kroxylicious", 1.0))
     goals += [
-        Goal("CPU per GB (saturation) <= Kroxylicious's", "cpu_s_per_gb", "kroxylicious", 1.0),
+        Goal("CPU s per GB (saturation) <= Kroxylicious's", "cpu_s_per_gb", "kroxylicious", 1.0),
         Goal(
-            "CPU per small request <= Kroxylicious's",
+            "CPU µs per small request <= Kroxylicious's",
             "cpu_us_per_small_request",
             "kroxylicious",
             1.0,
         ),
-        Goal("produce throughput >= 0.95x haproxy's", "produce_mb_s", "haproxy", 0.95, True),
-        Goal("consume throughput >= 0.95x haproxy's", "consume_mb_s", "haproxy", 0.95, True),
+        Goal("produce MB/s >= 0.95x haproxy's", "produce_mb_s", "haproxy", 0.95, True),
+        Goal("consume MB/s >= 0.95x haproxy's", "consume_mb_s", "haproxy", 0.95, True),
     ]
     for api in SMALL_APIS:
         key = f"{api.lower()}_added_p50_us"
-        goals.append(Goal(f"added p50, {api} <= 1.25x haproxy's", key, "haproxy", 1.25))
+        goals.append(Goal(f"added p50 µs, {api} <= 1.25x haproxy's", key, "haproxy", 1.25))
     idle = sorted(
         {int(k.split("_")[1]) for s in summaries for k in s if k.endswith("_kb_per_connection")}
     )
     for n in idle:
         key = f"idle_{n}_kb_per_connection"
         goals.append(
-            Goal(f"memory per idle connection ({n:,}) <= Kroxylicious's", key, "kroxylicious", 1.0)
+            Goal(f"KB per idle connection ({n:,}) <= Kroxylicious's", key, "kroxylicious", 1.0)
         )
     return goals
 

@@ -29,7 +29,9 @@ def _summary(arm: str, **fields: Any) -> dict[str, Any]:
 
 def test_goals_against_kroxylicious_and_haproxy() -> None:
     summaries = [
-        _summary("direct", rate_low_java_publish_p50_us=1000.0, rate_low_java_publish_p99_us=3000.0),
+        _summary(
+            "direct", rate_low_java_publish_p50_us=1000.0, rate_low_java_publish_p99_us=3000.0
+        ),
         _summary(
             "haproxy",
             produce_mb_s=100.0,
@@ -60,16 +62,16 @@ def test_goals_against_kroxylicious_and_haproxy() -> None:
     versus_report.add_relative(summaries)
     verdicts = {g["goal"]: g["met"] for g in versus_report.judge(summaries)}
     assert verdicts == {
-        "low_java: added publish p50 < Kroxylicious's": True,
-        "low_java: added publish p99 < Kroxylicious's": False,
-        "CPU per GB (saturation) <= Kroxylicious's": True,
-        "CPU per small request <= Kroxylicious's": False,
-        "produce throughput >= 0.95x haproxy's": True,
-        "consume throughput >= 0.95x haproxy's": False,
-        "added p50, ApiVersions <= 1.25x haproxy's": False,
-        "added p50, Metadata <= 1.25x haproxy's": None,  # not measured
-        "added p50, OffsetCommit <= 1.25x haproxy's": None,
-        "memory per idle connection (1,000) <= Kroxylicious's": True,
+        "java, low rate: added publish p50 (µs) < Kroxylicious's": True,
+        "java, low rate: added publish p99 (µs) < Kroxylicious's": False,
+        "CPU s per GB (saturation) <= Kroxylicious's": True,
+        "CPU µs per small request <= Kroxylicious's": False,
+        "produce MB/s >= 0.95x haproxy's": True,
+        "consume MB/s >= 0.95x haproxy's": False,
+        "added p50 µs, ApiVersions <= 1.25x haproxy's": False,
+        "added p50 µs, Metadata <= 1.25x haproxy's": None,  # not measured
+        "added p50 µs, OffsetCommit <= 1.25x haproxy's": None,
+        "KB per idle connection (1,000) <= Kroxylicious's": True,
     }
     kafkalens = next(s for s in summaries if s["arm"] == "kafkalens")
     assert kafkalens["rate_low_java_publish_p50_added_us"] == 200.0
@@ -79,7 +81,9 @@ def _install_bench_peers() -> str | None:
     missing = [tool for tool in ("java", "javac", "mvn") if shutil.which(tool) is None]
     if missing:
         return f"no {', '.join(missing)} on PATH"
-    done = subprocess.run(["bash", str(REPO / "bench" / "peers" / "install")], capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", str(REPO / "bench" / "peers" / "install")], capture_output=True, text=True
+    )
     return None if done.returncode == 0 else f"bench/peers/install failed: {done.stderr[-2000:]}"
 
 
@@ -102,7 +106,9 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[
 def test_every_arm_answers_small_requests(tiny_run: tuple[Path, list[dict[str, Any]]]) -> None:
     out, rows = tiny_run
     run = rows[0]
-    expected = {"direct", "kroxylicious", "kafkalens"} | ({"haproxy"} if shutil.which("haproxy") else set())
+    expected = {"direct", "kroxylicious", "kafkalens"} | (
+        {"haproxy"} if shutil.which("haproxy") else set()
+    )
     assert expected <= set(run["arms"]), run["skipped"]
     small = [r for r in rows if r.get("workload") == "small"]
     for arm in run["arms"]:
@@ -117,5 +123,7 @@ def test_every_arm_answers_small_requests(tiny_run: tuple[Path, list[dict[str, A
     assert set(idle) == set(run["arms"])
     assert idle["kafkalens"]["rss_open_mb"] > 0
     markdown = (out / "RESULTS.md").read_text()
-    assert "## Goals" in markdown and "| kafkalens |" in markdown and "Kroxylicious 0.12.0" in markdown
+    assert (
+        "## Goals" in markdown and "| kafkalens |" in markdown and "Kroxylicious 0.12.0" in markdown
+    )
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
