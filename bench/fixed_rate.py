@@ -2,10 +2,11 @@
 
 One producer sends records of 1 KiB at a fixed rate (a uniform schedule: record n is due
 at start + n / rate, as OMB's rate limiter), one consumer reads them back as they come;
-after a warm-up the samples are cleared and the steady state is measured. Publish
+after a warm-up the steady state is measured. Publish
 latency runs from the send call to its acknowledgement (acks=all), end-to-end latency
 from the send call to the consumer holding the record (the sender's monotonic clock in
-the record's first 8 bytes; one machine, one clock). Producer settings as OMB's Kafka
+the record's first 8 bytes; one machine, one clock); records sent during the warm-up are
+not sampled. Producer settings as OMB's Kafka
 driver: acks=all, linger.ms=1, batch.size=1 MiB, no compression.
 
 * `java`: the Java client (Apache Kafka's, the broker's version) in
@@ -140,11 +141,17 @@ def rdkafka_main(argv: Sequence[str] | None = None) -> None:
     counts = {"acked": 0, "errors": 0, "received": 0}
     stop = threading.Event()
 
+    # Only records sent after the warm-up are sampled (as in FixedRate.java).
+    start = clock()
+    warm_end = start + int(a.warmup * 1e9)
+
     def delivered(err: object, msg: Any) -> None:
         if err is not None:
             counts["errors"] += 1
             return
-        publish.append(clock() - int.from_bytes(msg.value()[:8], "big"))
+        sent = int.from_bytes((msg.value() or b"")[:8], "big")
+        if sent >= warm_end:
+            publish.append(clock() - sent)
         counts["acked"] += 1
 
     def read() -> None:
@@ -152,15 +159,15 @@ def rdkafka_main(argv: Sequence[str] | None = None) -> None:
             for msg in consumer.consume(1000, 0.1):
                 if msg.error() is None:
                     now = clock()
-                    e2e.append(now - int.from_bytes((msg.value() or b"")[:8], "big"))
+                    sent = int.from_bytes((msg.value() or b"")[:8], "big")
+                    if sent >= warm_end:
+                        e2e.append(now - sent)
                     counts["received"] += 1
 
     reader = threading.Thread(target=read, name="consumer")
     reader.start()
     tail = bytes(i % 251 for i in range(8, a.size))
     interval = 1e9 / a.rate if a.rate > 0 else 0.0
-    start = clock()
-    warm_end = start + int(a.warmup * 1e9)
     end = warm_end + int(a.seconds * 1e9)
     sent = steady_sent = 0
     steady_start = 0
@@ -170,8 +177,6 @@ def rdkafka_main(argv: Sequence[str] | None = None) -> None:
         now = clock()
         if not steady and now >= warm_end:
             steady, steady_start = True, now
-            publish.clear()
-            e2e.clear()
             at_steady = {"acked": counts["acked"], "received": counts["received"]}
         if now >= end:
             break

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -113,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps: list[tuple[str, Callable[[], Iterator[Row]]]] = [
             ("small", lambda: small(bench, live, sizes)),
             ("saturation", lambda: saturation(live, sizes)),
-            ("rate", lambda: rates(bench, live, sizes, clients, rows, args.high_rate)),
+            ("rate", lambda: rates(bench, live, sizes, clients, args.high_rate)),
             ("idle", lambda: idle(live, sizes)),
         ]
         for name, step in steps:
@@ -123,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.append(row)
                 _say(row["arm"], brief(row))
     _finish_run_row(run)
+    shutil.rmtree(work / "kafka" / "node-1" / "data", ignore_errors=True)
+    for log in work.glob("*-requests.log*"):
+        run.setdefault("request_log_bytes", {})[log.name] = log.stat().st_size
+        log.unlink()
     from bench import versus_report
 
     versus_report.write_all(out, run, rows)
@@ -150,6 +155,7 @@ def warm(fronts: list[Front], sizes: Sizes) -> None:
         throughput.create_topic(front.bootstrap, topic)
         throughput.produce(front.bootstrap, sizes.warm_records, 1024, topic)
         throughput.consume(front.bootstrap, sizes.warm_records, topic)
+        drop_topic(front.bootstrap, topic)
     _say("all", "warmed up")
 
 
@@ -193,6 +199,8 @@ def saturation(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
                 else:
                     moved = throughput.consume(front.bootstrap, sizes.records, topic)
                 cpu = window.stop()
+                if name == "consume":
+                    drop_topic(front.bootstrap, topic)
                 yield {
                     "kind": "workload",
                     "workload": name,
@@ -206,17 +214,32 @@ def saturation(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
                 }
 
 
-def high_rate(rows: list[Row], fraction: float) -> float | None:
-    """`fraction` of the direct arm's best saturation produce rate, in records/s."""
-    best = max(
-        (
-            r["records"] / r["seconds"]
-            for r in rows
-            if r.get("workload") == "produce" and r["arm"] == "direct" and r["seconds"]
-        ),
-        default=None,
+def drop_topic(bootstrap: str, topic: str) -> None:
+    """A topic done with is deleted: a full run writes some 20 GB otherwise."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer came
+    futures = admin.delete_topics([topic], operation_timeout=60)
+    for future in futures.values():
+        future.result(timeout=60)
+
+
+def client_limit(bench: Bench, client: str, sizes: Sizes) -> Row:
+    """`client`'s own limit through no proxy: the fixed-rate program with no schedule
+    (as fast as the producer accepts) against the broker for `rate_warmup` + a third of
+    `rate_seconds`; the acknowledged rate is the direct arm's limit for that client."""
+    topic = f"bench-rate-{client}-limit"
+    bootstrap = f"{versus_arms.HOST}:{bench.direct_port}"
+    throughput.create_topic(bootstrap, topic, RATE_PARTITIONS)
+    seconds = max(3.0, sizes.rate_seconds / 3)
+    result = fixed_rate.run(
+        client, bootstrap, topic, 0, sizes.rate_warmup, seconds, bench.kafka_version
     )
-    return None if best is None else round(best * fraction, -2)
+    drop_topic(bootstrap, topic)
+    row: Row = {"kind": "workload", "workload": "rate-limit", "arm": "direct", "client": client}
+    row.update(result)
+    row["high_rate"] = round(result["acked_rate"] * sizes.high_fraction, -2)
+    return row
 
 
 def rates(
@@ -224,14 +247,23 @@ def rates(
     fronts: list[Front],
     sizes: Sizes,
     clients: tuple[str, ...],
-    rows: list[Row],
     chosen_high: float | None,
 ) -> Iterator[Row]:
-    high = chosen_high or high_rate(rows, sizes.high_fraction)
-    levels = [("low", sizes.low_rate)] + ([("high", high)] if high else [])
+    """Each client at `low_rate`, then at its high rate: `chosen_high`, else
+    `high_fraction` of its own limit through no proxy (a Python producer's limit is not
+    the Java client's)."""
     turn = 0
-    for level, rate in levels:
+    highs: dict[str, float] = {}
+    for client in clients:
+        if chosen_high:
+            highs[client] = chosen_high
+            continue
+        limit = client_limit(bench, client, sizes)
+        highs[client] = limit["high_rate"]
+        yield limit
+    for level in ("low", "high"):
         for client in clients:
+            rate = sizes.low_rate if level == "low" else highs[client]
             for front in rotations(fronts, turn):
                 topic = f"bench-rate-{client}-{level}-{front.name}"
                 throughput.create_topic(front.bootstrap, topic, RATE_PARTITIONS)
@@ -253,6 +285,7 @@ def rates(
                     yield row
                     continue
                 cpu = window.stop()
+                drop_topic(front.bootstrap, topic)
                 row.update(result)
                 moved = (result["acked"] + result["received"]) * result["record_bytes"]
                 row["bytes"] = moved

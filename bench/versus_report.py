@@ -293,7 +293,16 @@ def _rates(rows: list[Row], summaries: list[Row]) -> list[str]:
     for level, client in keys:
         k = f"rate_{level}_{client}"
         rate = next((s.get(f"{k}_rate") for s in summaries if s.get(f"{k}_rate")), None)
-        out += [f"**{client}, {fmt(rate, 0)} records/s** ({level})", ""]
+        limit = next(
+            (r for r in rows if r.get("workload") == "rate-limit" and r["client"] == client), None
+        )
+        why = "a rate every arm should sustain"
+        if level == "high" and limit is not None:
+            why = (
+                f"{limit['high_rate'] / limit['acked_rate']:.1f}x of this client's own limit"
+                f" through no proxy, {fmt(limit['acked_rate'], 0)} records/s acknowledged"
+            )
+        out += [f"**{client}, {fmt(rate, 0)} records/s** ({level}: {why})", ""]
         lines = []
         for s in summaries:
             if f"{k}_error" in s:

@@ -4,8 +4,8 @@
  * rate limiter), a consumer in the same JVM reads them back. Publish latency is from
  * the send() call to its acknowledgement (acks=all), end-to-end latency from the
  * send() call to the consumer's poll returning the record (System.nanoTime written in
- * the record's first 8 bytes: one JVM, one clock). After `--warmup` seconds the
- * samples are cleared; the next `--seconds` are the steady state. `--rate 0` sends as
+ * the record's first 8 bytes: one JVM, one clock). Records sent in the first
+ * `--warmup` seconds are not sampled; the next `--seconds` are the steady state. `--rate 0` sends as
  * fast as the producer accepts (saturation) and reports the rate reached.
  *
  * Prints one JSON object: target and achieved rate, sent/acked/received counts,
@@ -37,7 +37,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 
 public final class FixedRate {
-    /** Samples, in nanoseconds; cleared at the end of the warm-up. */
+    /** Samples, in nanoseconds. */
     static final class Samples {
         private long[] values = new long[1 << 16];
         private int size;
@@ -47,10 +47,6 @@ public final class FixedRate {
                 values = Arrays.copyOf(values, size * 2);
             }
             values[size++] = v;
-        }
-
-        synchronized void clear() {
-            size = 0;
         }
 
         synchronized long[] sorted() {
@@ -109,12 +105,19 @@ public final class FixedRate {
             for (TopicPartition tp : parts) {
                 consumer.position(tp); // resolved now, before the first record is sent
             }
+            // Samples count only records sent after the warm-up: an acknowledgement or a
+            // read that comes later for a record sent during it is not the steady state.
+            final long start = System.nanoTime();
+            final long warmEnd = start + (long) (warmup * 1e9);
             Thread reader = new Thread(() -> {
                 while (!stop.get()) {
                     ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(100));
                     long now = System.nanoTime();
                     for (ConsumerRecord<byte[], byte[]> r : records) {
-                        endToEnd.add(now - ByteBuffer.wrap(r.value()).getLong(0));
+                        long sentNs = ByteBuffer.wrap(r.value()).getLong(0);
+                        if (sentNs >= warmEnd) {
+                            endToEnd.add(now - sentNs);
+                        }
                         received.incrementAndGet();
                     }
                 }
@@ -125,8 +128,6 @@ public final class FixedRate {
             for (int i = 0; i < size; i++) {
                 template[i] = (byte) (i % 251);
             }
-            long start = System.nanoTime();
-            long warmEnd = start + (long) (warmup * 1e9);
             long end = warmEnd + (long) (seconds * 1e9);
             long intervalNs = rate > 0 ? (long) (1e9 / rate) : 0;
             long sent = 0;
@@ -139,8 +140,6 @@ public final class FixedRate {
                 long now = System.nanoTime();
                 if (!steady && now >= warmEnd) {
                     steady = true;
-                    publish.clear();
-                    endToEnd.clear();
                     steadyStart = now;
                     ackedAtSteady = acked.get();
                     receivedAtSteady = received.get();
@@ -162,7 +161,9 @@ public final class FixedRate {
                     if (e != null) {
                         errors.incrementAndGet();
                     } else {
-                        publish.add(System.nanoTime() - sendNs);
+                        if (sendNs >= warmEnd) {
+                            publish.add(System.nanoTime() - sendNs);
+                        }
                         acked.incrementAndGet();
                     }
                 });
