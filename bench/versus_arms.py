@@ -165,6 +165,8 @@ class Bench:
     arms: tuple[str, ...]
     pinning: Pinning | None
     kafka_version: str
+    # added to (and winning over) the broker's properties below
+    broker_properties: dict[str, str] = field(default_factory=dict)
     kafka: KafkaCluster | None = None
     fronts: dict[str, Front] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -236,6 +238,7 @@ class Bench:
                 # Kafka's own defaults again where the tests' cluster shrinks them.
                 "offsets.topic.num.partitions": "50",
                 "log.segment.bytes": str(1024 * 1024 * 1024),
+                **self.broker_properties,
             },
         )
         self.kafka.start(timeout=180.0)

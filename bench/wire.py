@@ -16,6 +16,7 @@ CLIENT_ID = "kafkalens-bench"
 API_VERSIONS = 18
 METADATA = 3
 OFFSET_COMMIT = 8
+FIND_COORDINATOR = 10
 _CORR = struct.Struct(">i")
 _SIZE = struct.Struct(">i")
 _ZERO_UUID = bytes(16)
@@ -76,6 +77,15 @@ def offset_commit(group: str, topic: str, offset: int = 0) -> Template:
     }
     header = {"correlation_id": 0, "client_id": CLIENT_ID}
     return _template("OffsetCommit", Request(OFFSET_COMMIT, 8, header, body))
+
+
+def find_coordinator(group: str) -> Template:
+    """FindCoordinator v3 for a consumer group: the first one makes the broker create
+    __consumer_offsets and load the group's partition (until then OffsetCommit is
+    answered NOT_COORDINATOR)."""
+    body = {"key": group, "key_type": 0}
+    header = {"correlation_id": 0, "client_id": CLIENT_ID}
+    return _template("FindCoordinator", Request(FIND_COORDINATOR, 3, header, body))
 
 
 def connect(host: str, port: int, timeout: float = 10.0) -> socket.socket:
