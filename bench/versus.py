@@ -26,6 +26,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -87,7 +88,14 @@ def _newest_kafka() -> str:
     return versions.read_text().split()[0]
 
 
+def _exit_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # SIGTERM (and SIGINT, which a shell's background job ignores) unwinds the run, so
+    # the fronts, in sessions of their own, are stopped with the broker.
+    signal.signal(signal.SIGTERM, _exit_on_term)
     args = parse(argv)
     sizes = PRESETS[args.size]
     if args.rate_seconds:

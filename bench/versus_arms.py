@@ -181,9 +181,13 @@ class Bench:
         self.work.mkdir(parents=True, exist_ok=True)
         if self.pinning is not None:
             os.sched_setaffinity(0, self.pinning.rest)
-        self._start_kafka()
-        for name in self.arms:
-            self._start_front(name)
+        try:
+            self._start_kafka()
+            for name in self.arms:
+                self._start_front(name)
+        except BaseException:  # __exit__ does not run when __enter__ raises
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
