@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 
 .PHONY: generate test lint bench-codec
 
-generate:  ## regenerate codec/generated and the Kafka 4.0 readiness table from ../shared
+generate:  ## regenerate codec/generated and the Kafka 4.0 readiness table (sources: codec/generate.py)
 	$(PY) -m codec.generate
 
 test:

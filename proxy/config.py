@@ -109,6 +109,7 @@ class MetricsConfig:
     allowed_hosts: tuple[str, ...] | None = None  # None: any Host header on `listen`
     tls: ListenerTLS | None = None
     max_connections: int = 32  # open at once, per admin listener
+    max_connections_per_address: int = 8  # of those, from one client address (IPv6: /64)
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,9 @@ class LagConfig:
     max_clients: int = 1000  # client label values of per-partition lag; principals of traffic
     max_tracked: int = 200000  # entries of each lag table kept in memory
     max_logged_partitions: int = 1000  # "positions"/"committed" elements of one log line
-    idle_expiry_seconds: float = 300.0  # a consumer's series goes this long after its last fetch
+    # a consumer's (and a commit's) series goes this long after its last fetch (commit): past
+    # the lag alerts' 20-30 minutes, so a consumer that stopped altogether is alerted on
+    idle_expiry_seconds: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -278,6 +281,7 @@ MAXIMA: dict[str, tuple[float, str]] = {
     # Keys that branches merged alongside this table add, their bounds ready:
     "metrics.max_error_series": (10_000, "each (api, error) pair is a time series"),
     "metrics.max_connections": (10_000, "each open admin connection holds a socket and a buffer"),
+    "metrics.max_connections_per_address": (10_000, "each open admin connection holds a socket and a buffer"),
     "limits.max_in_flight_requests": (1_000_000, "librdkafka's own maximum per connection"),
     "limits.request_timeout_seconds": (86400, "1 day: a stuck broker must be let go some time"),
     "limits.observe_whole_frame_bytes": (2**30, "1 GiB: a frame assembled whole costs its size per direction"),
@@ -732,6 +736,7 @@ def _metrics(s: _Section) -> MetricsConfig:
         else None,
         tls=_listener_tls(s.section("tls")) if s.has("tls") else None,
         max_connections=s.integer("max_connections", 32),
+        max_connections_per_address=s.integer("max_connections_per_address", 8),
     )
     s.raw("clients_listen", None)
     s.raw("allowed_hosts", None)
@@ -840,7 +845,7 @@ def _lag(s: _Section) -> LagConfig:
         max_clients=s.integer("max_clients", 1000),
         max_tracked=s.integer("max_tracked", 200000),
         max_logged_partitions=s.integer("max_logged_partitions", 1000, minimum=0),
-        idle_expiry_seconds=s.seconds("idle_expiry_seconds", 300.0),
+        idle_expiry_seconds=s.seconds("idle_expiry_seconds", 1800.0),
     )
     s.done()
     return lag

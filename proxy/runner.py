@@ -90,7 +90,7 @@ async def start_proxy(
     )
     hooks = hooks if hooks is not None else build_hooks(config, metrics)
     server = await open_server(config, hooks, metrics)
-    probe = UpstreamProbe(server.upstreams)
+    probe = UpstreamProbe(server.upstreams, reachability=metrics.upstream_reachability)
     probe.start()
     running: RunningProxy | None = None
 

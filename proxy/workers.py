@@ -287,7 +287,7 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
     from proxy.admin.http import Endpoints, start_admin
     from proxy.admin.readiness import UpstreamProbe
-    from proxy.metrics import AdminRefusals
+    from proxy.metrics import AdminRefusals, UpstreamReachability
     from proxy.signals import on_reopen_signal, wait_for_stop_signal
 
     pool = WorkerPool(config, metrics_dir)
@@ -298,7 +298,8 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     except BaseException:
         await pool.stop(0)
         raise
-    probe = UpstreamProbe(lambda: configured_upstreams(config))
+    reachability = UpstreamReachability()
+    probe = UpstreamProbe(lambda: configured_upstreams(config), reachability=reachability)
     probe.start()
 
     def ready() -> tuple[bool, str]:
@@ -308,7 +309,10 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
 
     refusals = AdminRefusals()
     endpoints = Endpoints(
-        metrics=lambda: pool.render_metrics(refusals), ready=ready, clients=pool.clients, refusals=refusals
+        metrics=lambda: pool.render_metrics(refusals, reachability),
+        ready=ready,
+        clients=pool.clients,
+        refusals=refusals,
     )
     try:
         http = await start_admin(config.metrics, endpoints)

@@ -249,6 +249,8 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
             # the parent's own counter, beside the workers': the /clients refusal above
             assert 'kafkalens_admin_refused_total{reason="clients_off"} 1.0' in metrics
             assert http_get(metrics_port, "/readyz") == "ready\n"
+            # the parent's probe, as a metric too
+            assert f'kafkalens_upstream_reachable{{upstream="{broker.address}"}} 1.0' in metrics
             proc.send_signal(signal.SIGTERM)
             assert all(is_closed(sock, timeout=5) for sock in socks)
             assert proc.wait(15) == 0

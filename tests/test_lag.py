@@ -442,3 +442,53 @@ def test_lag_series_are_published_in_the_rendering_thread_not_the_loop(tmp_path:
     text, loop_thread = asyncio.run(scrape())
     assert threads and loop_thread not in threads
     assert b'kafkalens_consumer_lag_records{client="app-1",group="",partition="0",topic="orders"} 5.0' in text
+
+
+def produce(count: int, acks: int = -1, partition: int = 0) -> tuple[int, int, dict[str, Any]]:
+    return (0, 9, {"transactional_id": None, "acks": acks, "timeout_ms": 1000, "topic_data": [
+        {"name": "orders", "partition_data": [{"index": partition, "records": records(0, count)}]}]})
+
+
+def produced(base_offset: int, error: int = 0, partition: int = 0) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "responses": [{"name": "orders", "partition_responses": [
+        {"index": partition, "error_code": error, "base_offset": base_offset, "log_append_time_ms": -1,
+         "log_start_offset": 0, "record_errors": [], "error_message": None}]}]}  # fmt: skip
+
+
+def test_a_consumer_that_stops_fetching_falls_behind_what_producers_append(tmp_path: Path) -> None:
+    """The broker's lag (its end offset minus the position) grows while a consumer does
+    not fetch and producers go on: so does kafkalens's, from the Produce answers."""
+    h = Harness(tmp_path)
+    h.exchange(join_group("billing"), HEARTBEAT_OK)
+    h.exchange(fetch_request({0: 10}), fetch_response({0: (10, 10, None)}))
+    h.exchange(commit("billing", {0: 10}), commit_answer([0]))
+    consumer = labels(group="billing", client="app-1", topic="orders", partition="0")
+    assert h.samples("kafkalens_consumer_lag_records") == {consumer: 0}
+    h.exchange(produce(5), produced(10), conn="producer", client_id="orders-app")
+    h.exchange(produce(7), produced(15), conn="producer", client_id="orders-app")
+    assert h.samples("kafkalens_consumer_lag_records") == {consumer: 12}  # appended up to 22
+    assert h.samples("kafkalens_consumer_topic_lag_records") == {labels(group="billing", topic="orders"): 12}
+    assert h.samples("kafkalens_committed_lag_records") == {labels(group="billing", topic="orders", partition="0"): 12}
+    # refused, unanswered (acks=0) or of another partition: nothing appended here
+    h.exchange(produce(9), produced(-1, error=3), conn="producer", client_id="orders-app")
+    h.exchange(produce(9, acks=0), produced(22), conn="producer", client_id="orders-app")
+    h.exchange(produce(9, partition=1), produced(0, partition=1), conn="producer", client_id="orders-app")
+    assert h.samples("kafkalens_consumer_lag_records")[consumer] == 12
+    # it fetches again: the broker's high watermark is the word
+    h.exchange(fetch_request({0: 10}), fetch_response({0: (22, 22, records(10, 12))}))
+    assert h.samples("kafkalens_consumer_lag_records")[consumer] == 0
+
+
+def test_a_partition_moved_to_another_member_counts_once_in_the_group(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    for conn, client in (("a", "app-1"), ("b", "app-2")):
+        h.exchange(join_group("billing"), HEARTBEAT_OK, conn=conn, client_id=client)
+    h.exchange(fetch_request({0: 5, 1: 0}), fetch_response({0: (10, 10, None), 1: (4, 4, None)}), conn="a", client_id="app-1")
+    assert h.samples("kafkalens_consumer_topic_lag_records") == {labels(group="billing", topic="orders"): 9}
+    # a rebalance gives partition 0 to app-2, which fetches it
+    h.exchange(fetch_request({0: 8}), fetch_response({0: (10, 10, None)}), conn="b", client_id="app-2")
+    assert h.samples("kafkalens_consumer_lag_records") == {
+        labels(group="billing", client="app-1", topic="orders", partition="1"): 4,
+        labels(group="billing", client="app-2", topic="orders", partition="0"): 2,
+    }
+    assert h.samples("kafkalens_consumer_topic_lag_records") == {labels(group="billing", topic="orders"): 6}

@@ -262,6 +262,7 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.request_timeout("Fetch")
     m.in_flight_limit_hits.inc()
     m.admin_refusals.note("host")
+    m.upstream_reachability.update({"u": True})
     m.unknown_request("api_key")
     m.kip1313_violation("rejected")
     m.gateway_listener_error("port_in_use")

@@ -131,6 +131,7 @@ class Server:
             ) from exc
         listener = Listener(name, listen, route, server, tls is not None)
         self.listeners[name] = listener
+        ctx.metrics.listener_added(name)
         log.info(
             "listening",
             listener=name,

@@ -10,7 +10,7 @@ from codec import Response
 from proxy.hooks import ConnectionInfo
 from proxy.observe.identity import ZERO_UUID, Identity
 from proxy.observe.instance_join import JoinKey
-from proxy.observe.lag import CommitAsk, FetchAsk
+from proxy.observe.lag import CommitAsk, FetchAsk, ProduceAsk
 from proxy.observe.summary import GroupProtocols
 
 
@@ -45,7 +45,7 @@ class Token:
     fields: dict[str, Any]
     decode_error: str | None = None
     response: Response | None = None  # already decoded by rewrite_response
-    lag: FetchAsk | CommitAsk | None = None  # what the lag tracker reads the response against
+    lag: FetchAsk | CommitAsk | ProduceAsk | None = None  # what the lag tracker reads the response against
 
 
 def note_header_id(state: ConnState, header_id: UUID | None) -> None:

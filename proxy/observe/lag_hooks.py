@@ -8,12 +8,11 @@ from typing import Any
 from codec import Response
 from proxy.hooks import ConnectionInfo
 from proxy.observe.conn_state import ConnState, Token
-from proxy.observe.lag import LAG_APIS, CommitAsk, FetchAsk, LagTracker
+from proxy.observe.lag import LAG_APIS, PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
 from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
 from proxy.observe.traffic import TopicTraffic
 
 UNKNOWN = "unknown"
-PRODUCE = 0
 APIS = LAG_APIS | {PRODUCE}  # the requests the two look at
 
 
@@ -24,11 +23,22 @@ class LagHooks:
         self.summary = summary
         self.topic_ids = topic_ids
 
-    def request(self, info: ConnectionInfo, state: ConnState, request: Any, token: Token) -> None:
+    def request(
+        self,
+        info: ConnectionInfo,
+        state: ConnState,
+        request: Any,
+        token: Token,
+        partition_stats: dict[tuple[str, int], Any] | None = None,
+    ) -> None:
+        """`partition_stats`: a Produce request's RecordStats by (topic, partition), when
+        its fields were made with them (see request_fields)."""
         if request.api_key == PRODUCE:
             stats = token.fields.get("record_stats")
             if stats:
                 self._traffic(info, state, stats, "produce")
+            if partition_stats and request.body.get("acks"):  # acks=0: no answer to read
+                token.lag = self.lag.produce_request(partition_stats)
         else:
             token.lag = self.lag.request(request, token.fields, state.identity, info.client_host)
 
@@ -48,6 +58,9 @@ class LagHooks:
         if stats and ask.replica < 0 and state is not None:
             self._traffic(info, state, stats, "fetch")
         return fields
+
+    def produce_done(self, response: Response, ask: ProduceAsk) -> None:
+        self.lag.produce_done(ask, response.body)
 
     def commit_fields(self, fields: dict[str, Any], ask: CommitAsk) -> dict[str, Any]:
         fields = dict(fields)  # a skimmed response's fields may be memoised: not changed

@@ -40,7 +40,7 @@ from proxy.observe.conn_state import ConnState, Token, note_header_id, telemetry
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
-from proxy.observe.lag import CommitAsk, FetchAsk, LagTracker
+from proxy.observe.lag import PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
 from proxy.observe.lag_hooks import APIS as LAG_HOOK_APIS
 from proxy.observe.lag_hooks import LagHooks
 from proxy.observe.memo import FrameMemo
@@ -308,13 +308,14 @@ class ObservingHooks(Hooks):
         if state is not None:
             self._identify(info, state, request)
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
-        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+        produced: dict[tuple[str, int], Any] | None = {} if pending.api_key == PRODUCE and self.lag else None
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, produced)
         if key is not None:
             self.request_memo.put(key, (request, token.fields))
         elif pending.api_key == PUSH_TELEMETRY:
             self.telemetry_hooks.observe_push(info, state, token, request)
         if state is not None and pending.api_key in self.lag_apis:
-            self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
+            self.lag_hooks.request(info, state, request, token, produced)  # type: ignore[union-attr]
         return token
 
     # -- for the parts that see a request whole before it is observed (telemetry answers,
@@ -333,9 +334,10 @@ class ObservingHooks(Hooks):
         if state is not None:
             self._identify(info, state, request)
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
-        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+        produced: dict[tuple[str, int], Any] | None = {} if request.api_key == PRODUCE and self.lag else None
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, produced)
         if state is not None and request.api_key in self.lag_apis:
-            self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
+            self.lag_hooks.request(info, state, request, token, produced)  # type: ignore[union-attr]
 
     def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> Streamed:
         return self.streamed.request_stream(pending, expects_response)
@@ -514,7 +516,9 @@ class ObservingHooks(Hooks):
         if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
             version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
         try:
-            if token.response is None and pending.api_key not in FULL_DECODE_RESPONSES:
+            # a Produce answer the lag tracker reads (its base offsets) is decoded whole
+            skim = pending.api_key not in FULL_DECODE_RESPONSES and token.lag.__class__ is not ProduceAsk
+            if token.response is None and skim:
                 return self._skimmed(frame, pending.api_key, version)
             response = token.response or decode_response(frame, pending.api_key, version, self.policy)
         except DecodeError as exc:
@@ -528,6 +532,8 @@ class ObservingHooks(Hooks):
             self.refresh_identity(info, state)
         if token.lag.__class__ is FetchAsk:
             return self.lag_hooks.fetch_fields(info, state, response, token.lag)  # type: ignore[union-attr]
+        if token.lag.__class__ is ProduceAsk:
+            self.lag_hooks.produce_done(response, token.lag)  # type: ignore[union-attr]
         protocol_type = token.fields.get("protocol_type")
         return response_fields(response, self.summary, self.topic_ids, protocol_type)
 

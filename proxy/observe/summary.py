@@ -128,9 +128,14 @@ def _listed(values: list[Any], limit: int) -> list[Any]:
 
 
 def request_fields(
-    request: Request, options: SummaryOptions, topic_ids: TopicIds, protocol_type: str | None = None
+    request: Request,
+    options: SummaryOptions,
+    topic_ids: TopicIds,
+    protocol_type: str | None = None,
+    partition_stats: dict[tuple[str, int], Any] | None = None,
 ) -> dict[str, Any]:
-    """`protocol_type`: the group's, for a SyncGroup whose version does not carry it."""
+    """`protocol_type`: the group's, for a SyncGroup whose version does not carry it;
+    `partition_stats`: filled with a Produce request's RecordStats per (topic, partition)."""
     if request.api_key == SYNC_GROUP:
         request = _with_protocol_type(request, protocol_type)
     body, name = request.body, _message_name(request.api_key, "request")
@@ -151,6 +156,9 @@ def request_fields(
     if transactional:
         out["transactional_id"] = clean(transactional[0], limit)
     _group_member_fields(body, out, limit)
+    if partition_stats is not None and request.api_key == PRODUCE:
+        _produce_request(request, out, options, topic_ids, partition_stats)
+        return out
     extra = _REQUEST_EXTRAS.get(request.api_key)
     if extra is not None:
         extra(request, out, options, topic_ids)
@@ -246,8 +254,9 @@ def _record_stats(
                 stats, records = records.stats, records.detail
             else:
                 stats = summarize(records, allow_partial_tail=partial_tail, max_bytes=options.decompression_limit)
-            if partition_stats is not None:
-                partition_stats[(name, partition.get("partition_index"))] = stats
+            if partition_stats is not None:  # a Fetch response's partition_index, a Produce's index
+                index = partition.get("partition_index", partition.get("index"))
+                partition_stats[(name, index)] = stats
             _add_stats(total, per, stats)
             if options.record_detail and records:
                 _collect_headers(records, options, header_keys, header_values, partial_tail, budget)
@@ -298,9 +307,16 @@ def _collect_headers(
         keys.setdefault(f"<undecodable: {exc.reason}>", None)
 
 
-def _produce_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+def _produce_request(
+    request: Request,
+    out: dict[str, Any],
+    options: SummaryOptions,
+    ids: TopicIds,
+    partition_stats: dict[tuple[str, int], Any] | None = None,
+) -> None:
     out["acks"] = request.body.get("acks")
-    stats = _record_stats(request.body.get("topic_data") or [], "partition_data", options, ids, False)
+    topics = request.body.get("topic_data") or []
+    stats = _record_stats(topics, "partition_data", options, ids, False, partition_stats)
     if stats:
         out["record_stats"] = stats
 
