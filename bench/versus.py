@@ -128,12 +128,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("rate", lambda: rates(bench, live, sizes, clients, args.high_rate)),
             ("idle", lambda: idle(live, sizes)),
         ]
-        for name, step in steps:
-            if name not in workloads:
-                continue
-            for row in step():
-                rows.append(row)
-                _say(row["arm"], brief(row))
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "rows.partial.jsonl", "w") as partial:
+            partial.write(json.dumps(run, default=str) + "\n")
+            for name, step in steps:
+                if name not in workloads:
+                    continue
+                for row in step():
+                    rows.append(row)
+                    # as they come: a run that fails later keeps what it measured
+                    partial.write(json.dumps(row) + "\n")
+                    partial.flush()
+                    _say(row["arm"], brief(row))
     _finish_run_row(run)
     shutil.rmtree(work / "kafka" / "node-1" / "data", ignore_errors=True)
     for log in work.glob("*-requests.log*"):
@@ -142,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench import versus_report
 
     versus_report.write_all(out, run, rows)
+    (out / "rows.partial.jsonl").unlink()
     print(f"results in {out}/RESULTS.md", file=sys.stderr)
     return 0
 
