@@ -79,6 +79,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-pin", action="store_true", help="no taskset: every process anywhere")
     p.add_argument("--high-rate", type=float, help="records/s (default: from direct's saturation)")
     p.add_argument("--rate-seconds", type=float, help="steady seconds of each fixed-rate run")
+    p.add_argument("--idle", help="idle connection counts, comma-separated (e.g. 1000,10000)")
     p.add_argument("--note", default="")
     return p.parse_args(argv)
 
@@ -100,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = PRESETS[args.size]
     if args.rate_seconds:
         sizes = replace(sizes, rate_seconds=args.rate_seconds)
+    if args.idle:
+        sizes = replace(sizes, idle=tuple(int(n) for n in args.idle.split(",")))
     arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
     clients = tuple(c.strip() for c in args.clients.split(",") if c.strip())
     workloads = {w.strip() for w in args.workloads.split(",")}

@@ -73,13 +73,16 @@ def connection_budget() -> int:
     return (hard - 100) // 2 if hard != resource.RLIM_INFINITY else 100_000
 
 
+# `timeout connect`: kafkalens's default for its broker connections
+# (limits.connect_timeout_seconds), haproxy having none of its own; at 5 s haproxy gave
+# up on some of 9,900 connections opened 50 at a time while the broker accepted them.
 HAPROXY_CONFIG = """\
 global
     maxconn {maxconn}
 defaults
     mode tcp
     maxconn {maxconn}
-    timeout connect 5s
+    timeout connect 10s
     timeout client 10m
     timeout server 10m
 frontend kafka
