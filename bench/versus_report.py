@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,8 @@ def markdown(run: Row, rows: list[Row], summaries: list[Row], judged: list[Row])
         f"* {run['python']}; {run['java']}; librdkafka {run['librdkafka']}.",
         f"* {KAFKA_PROXY_NOTE}.",
     ]
-    lines += [f"* {name} not measured: {why}" for name, why in run.get("skipped", {}).items()]
+    skipped = run.get("skipped", {}).items()
+    lines += [f"* {name} not measured: {_plain(why)}" for name, why in skipped]
     if run.get("note"):
         lines.append(f"* {run['note']}")
     lines += ["", "Arms:", ""]
@@ -225,6 +227,11 @@ RATE_NOTE = (
     " client. *sustained*: the steady send rate within 2 % of the target, every record"
     " acknowledged and read back."
 )
+
+
+def _plain(text: str) -> str:
+    """A log excerpt without its terminal colours."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def _sizes(sizes: Row) -> str:
