@@ -201,6 +201,13 @@ def markdown(run: Row, rows: list[Row], summaries: list[Row], judged: list[Row])
         f"* {run['python']}; {run['java']}; librdkafka {run['librdkafka']}.",
         f"* {KAFKA_PROXY_NOTE}.",
     ]
+    counts = run.get("idle_counts")
+    if counts and list(counts) != list(run["sizes"]["idle"]):
+        lines.append(
+            f"* Idle connections measured: {', '.join(f'{n:,}' for n in counts)}, not"
+            f" {', '.join(f'{n:,}' for n in run['sizes']['idle'])}: each front holds two"
+            f" descriptors a connection and the hard limit here is {run['fd_limit']:,}."
+        )
     skipped = run.get("skipped", {}).items()
     lines += [f"* {name} not measured: {_plain(why)}" for name, why in skipped]
     if run.get("note"):
