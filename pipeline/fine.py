@@ -27,7 +27,7 @@ from pipeline.schema import INCOMPLETE_EVENT, REQUEST_EVENTS, TELEMETRY_EVENT
 
 LATENCY_BIN = 1.01  # each bin spans 1 %: bin b holds [1.01^b, 1.01^(b+1)) ms
 MIN_LATENCY_MS = 0.001  # 0 ms and below share the lowest bin
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
 UNKNOWN_API = "unknown"
 _COUNT_FIELDS = ("bytes", "records", "batches")
 # Keys of the `g` part that other parts are keyed by too.
@@ -63,7 +63,7 @@ def _parts(is_request: Column, refused: Column, good: Column) -> Column:
     """Which rows a line makes: g and l, a t per topic, a p per position and a c per
     committed offset for a request, g alone for a request the broker refused by
     closing, b for a bad line, e and m for a telemetry line, e for another good one."""
-    carries = F.col("api_key").isin(PRODUCE, FETCH) & F.col("per_topic").isNotNull()
+    carries = F.col("api_key").isin(PRODUCE, FETCH, SHARE_FETCH) & F.col("per_topic").isNotNull()
     topics = F.transform(F.map_keys(F.col("per_topic")), lambda _, i: part_of("t", i))
 
     def each(array: str, kind: str) -> Column:

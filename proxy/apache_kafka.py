@@ -178,6 +178,22 @@ class KafkaCluster:
             )
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
+        self.plan()
+        for member in self.members:
+            self._format(member)
+        for member in self.members:
+            self._launch(member)
+        try:
+            for member in self.members:
+                self._wait_ready(member, timeout)
+        except BrokerUnavailable:
+            self.stop()
+            raise
+        return self
+
+    def plan(self) -> KafkaCluster:
+        """Chooses each node's ports (once), so that what sits in front of the cluster
+        can be configured before it starts; `start` plans too."""
         if not self.members:
             for node_id in range(1, self.nodes + 1):
                 self.members.append(
@@ -193,16 +209,6 @@ class KafkaCluster:
                         log_path=self.work_dir / f"node-{node_id}" / "kafka.log",
                     )
                 )
-        for member in self.members:
-            self._format(member)
-        for member in self.members:
-            self._launch(member)
-        try:
-            for member in self.members:
-                self._wait_ready(member, timeout)
-        except BrokerUnavailable:
-            self.stop()
-            raise
         return self
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -149,14 +149,19 @@ class Limits:
 
 @dataclass(frozen=True)
 class LagConfig:
-    """Consumer lag and topic traffic from the Fetch, OffsetCommit and Produce seen."""
+    """Consumer lag, share groups and topic traffic from the Fetch, ShareFetch,
+    ShareAcknowledge, group heartbeat, OffsetCommit and Produce exchanges seen."""
 
     enabled: bool = True
     max_topics: int = 1000  # (group, topic) pairs of the per-topic lag; topics of traffic
     max_partitions: int = 10000  # per-partition series of each kind; traffic label sets
     max_clients: int = 1000  # client label values of per-partition lag; principals of traffic
     max_tracked: int = 200000  # entries of each lag table kept in memory
-    max_logged_partitions: int = 1000  # "positions"/"committed" elements of one log line
+    # elements of one log line's positions, committed, acquired, acknowledgements,
+    # assignment and owned_partitions lists
+    max_logged_partitions: int = 1000
+    max_logged_ranges: int = 1000  # share-group offset ranges listed in one log line
+    max_range_offsets: int = 1_000_000  # a longer acquired or acknowledged range is not counted
     # a consumer's (and a commit's) series goes this long after its last fetch (commit): past
     # the lag alerts' 20-30 minutes, so a consumer that stopped altogether is alerted on
     idle_expiry_seconds: float = 1800.0
@@ -308,6 +313,8 @@ MAXIMA: dict[str, tuple[float, str]] = {
     "lag.max_clients": (100_000, "each client is a label value of every partition it reads"),
     "lag.max_tracked": (10_000_000, "each tracked partition costs about 200 bytes per table"),
     "lag.max_logged_partitions": (1_000_000, "each is an object in a request log line"),
+    "lag.max_logged_ranges": (1_000_000, "each is an array in a request log line"),
+    "lag.max_range_offsets": (2**31 - 1, "a broker locks at most a few thousand records of a partition"),
     "lag.idle_expiry_seconds": (7 * 86400, "1 week: a consumer that left must be let go some time"),
 }
 # Without an entry (a key added without its line): still finite.
@@ -845,6 +852,8 @@ def _lag(s: _Section) -> LagConfig:
         max_clients=s.integer("max_clients", 1000),
         max_tracked=s.integer("max_tracked", 200000),
         max_logged_partitions=s.integer("max_logged_partitions", 1000, minimum=0),
+        max_logged_ranges=s.integer("max_logged_ranges", 1000, minimum=0),
+        max_range_offsets=s.integer("max_range_offsets", 1_000_000),
         idle_expiry_seconds=s.seconds("idle_expiry_seconds", 1800.0),
     )
     s.done()

@@ -1,7 +1,9 @@
-"""`kafkalens demo`: an in-memory tansu broker with the proxy in front of it.
+"""`kafkalens demo`: an embedded broker with the proxy in front of it.
 
-The broker listens on a free internal port and advertises the proxy's port, so
-every client connection, including those made after metadata discovery, goes
+The broker is an in-memory tansu (the default: it starts in a second), or with
+`--broker apache-kafka` one Apache Kafka node (KRaft) started from its jars, which needs
+Java 17 or newer. Either listens on a free internal port and advertises the proxy's
+port, so every client connection, including those made after metadata discovery, goes
 through the proxy. Ctrl-C or SIGTERM stops both and exits 0.
 """
 
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from proxy.apache_kafka import KafkaCluster
 from proxy.config import Address, Config, ConfigError, Overrides, load_config
 from proxy.console import OneLineParser, configure_logging, fail
 from proxy.preflight import check_request_log_path
@@ -33,6 +36,10 @@ DEMO_MAX_CONNECTIONS = 1000
 # `kafkalens watch` reads a log once it is rotated: the demo rotates it often, by time,
 # since its traffic is too light for size-based rotation.
 DEMO_ROTATE_SECONDS = 60.0
+TANSU, APACHE_KAFKA = "tansu", "apache-kafka"
+# A source checkout's jars, as `bash tests/peers/install` puts them (newest version first
+# in kafka-versions).
+_PEERS = Path(__file__).resolve().parent.parent / "tests" / "peers"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +60,69 @@ def _parser() -> argparse.ArgumentParser:
         "--rotate-every", type=float, default=DEMO_ROTATE_SECONDS, metavar="SECONDS",
         help="rotate the request log this often, for `kafkalens watch` (default %(default)s)",
     )
+    parser.add_argument(
+        "--broker", choices=(TANSU, APACHE_KAFKA), default=TANSU,
+        help="the broker behind the proxy: tansu, in memory, or apache-kafka, one KRaft node"
+        " started from Apache Kafka's jars with Java 17+ (default %(default)s)",
+    )
+    parser.add_argument(
+        "--kafka-libs", metavar="DIR",
+        help="Apache Kafka's jars for --broker apache-kafka: the libs/ directory of a Kafka"
+        " download (default $KAFKA_HOME/libs, else the newest tests/peers/install put in"
+        " tests/peers/build/ of a source checkout)",
+    )
     return parser
+
+
+def default_kafka_libs() -> Path | None:
+    """$KAFKA_HOME/libs, else the newest jars a source checkout's tests installed."""
+    home = os.environ.get("KAFKA_HOME")
+    if home:
+        return Path(home) / "libs"
+    versions = _PEERS / "kafka-versions"
+    if versions.is_file():
+        newest = versions.read_text().split()[0]
+        return _PEERS / "build" / f"kafka-{newest}"
+    return None
+
+
+class KafkaBroker:
+    """One Apache Kafka node whose PROXIED listener advertises the proxy's port; its
+    data and log in `work_dir` (formatted afresh at every start, as tansu's memory is)."""
+
+    def __init__(self, libs: Path, work_dir: Path, proxy_port: int) -> None:
+        self.cluster = KafkaCluster(
+            libs=libs, work_dir=work_dir, nodes=1, advertise_proxied={1: f"{HOST}:{proxy_port}"}
+        ).plan()
+        self.log_path = self.cluster.node(1).log_path
+
+    @property
+    def upstream(self) -> str:
+        return self.cluster.node(1).proxied_address
+
+    @property
+    def title(self) -> str:
+        return f"Apache Kafka {self.cluster.version}"
+
+    def start(self) -> None:
+        print(f"kafkalens demo: starting {self.title} (its log: {self.log_path})", flush=True)
+        self.cluster.start()
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+def _kafka_broker(libs_arg: str | None, log_path: Path, port: int) -> KafkaBroker:
+    libs = Path(libs_arg) if libs_arg else default_kafka_libs()
+    if libs is None or not any(libs.glob("kafka_2.13-*.jar")):
+        where = f"no Apache Kafka jars (kafka_2.13-*.jar) in {libs}" if libs else "no jars given"
+        fail(
+            f"--broker {APACHE_KAFKA}: {where}; give the libs/ directory of a Kafka download"
+            " with --kafka-libs DIR (or set KAFKA_HOME)"
+        )
+    # Beside the log directory, not in it, as tansu's log.
+    work_dir = log_path.parent.with_name(f"{log_path.parent.name}-kafka")
+    return KafkaBroker(libs, work_dir, port)
 
 
 def port_taken(port: int) -> bool:
@@ -76,14 +145,26 @@ def main(argv: list[str]) -> int:
         if port_taken(port):
             fail(f"port {port} is already in use; choose another with {flag}")
     log_path = Path(args.log)
-    internal = free_port(HOST)
+    broker: TansuBroker | KafkaBroker
+    if args.broker == APACHE_KAFKA:
+        broker = _kafka_broker(args.kafka_libs, log_path, args.port)
+        upstream = broker.upstream
+    else:
+        if args.kafka_libs:
+            fail(f"--kafka-libs is for --broker {APACHE_KAFKA}")
+        internal = free_port(HOST)
+        # Beside the log directory, not in it: `kafkalens report`/`watch` on that
+        # directory read every file there, and the broker's own log is not a request log.
+        broker_log = log_path.parent.with_name(f"{log_path.parent.name}-tansu.log")
+        broker = TansuBroker(host=HOST, port=internal, advertised_port=args.port, log_path=broker_log)
+        upstream = f"{HOST}:{internal}"
     try:
         check_request_log_path(str(log_path), "--log")
         config = load_config(
             None,
             Overrides(
                 listen=f"{HOST}:{args.port}",
-                upstream=f"{HOST}:{internal}",
+                upstream=upstream,
                 metrics=f"{HOST}:{args.metrics_port}",
                 request_log=str(log_path),
             ),
@@ -98,10 +179,6 @@ def main(argv: list[str]) -> int:
     metrics = dataclasses.replace(config.metrics, clients_listen=Address(HOST, 0))
     config = dataclasses.replace(config, limits=limits, metrics=metrics)
     configure_logging()
-    # Beside the log directory, not in it: `kafkalens report`/`watch` on that directory
-    # read every file there, and the broker's own log is not a request log.
-    broker_log = log_path.parent.with_name(f"{log_path.parent.name}-tansu.log")
-    broker = TansuBroker(host=HOST, port=internal, advertised_port=args.port, log_path=broker_log)
     import uvloop
 
     try:
@@ -139,7 +216,9 @@ def rotate_log(sink: Any, backups: int) -> None:
     sink.reopen()  # the writer thread reopens after the lines queued so far
 
 
-async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every: float) -> int:
+async def _run(
+    config: Config, broker: TansuBroker | KafkaBroker, log_path: Path, rotate_every: float
+) -> int:
     from proxy.runner import start_proxy, wait_for_stop_signal
 
     running = await start_proxy(config)
@@ -152,7 +231,8 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
     backups = config.request_log.backups
     rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
     try:
-        _banner(config, log_path, running.clients_address, rotate_every)
+        title = broker.title if isinstance(broker, KafkaBroker) else "a tansu broker"
+        _banner(config, log_path, running.clients_address, rotate_every, title)
         await wait_for_stop_signal()
         print("stopping...", flush=True)
         rotating.cancel()
@@ -163,10 +243,12 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
     return 0
 
 
-def _banner(config: Config, log_path: Path, clients: Address | None, rotate_every: float) -> None:
+def _banner(
+    config: Config, log_path: Path, clients: Address | None, rotate_every: float, title: str
+) -> None:
     listen = config.listeners[0].listen
     lines = [
-        "kafkalens demo: a tansu broker behind the proxy",
+        f"kafkalens demo: {title} behind the proxy",
         f"  bootstrap servers: {listen}",
         f"  request log:       {log_path}   (tail -f {log_path} | jq .)",
         f"                     rotated every {rotate_every:g} s (kafkalens watch {log_path.parent})",

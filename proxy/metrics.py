@@ -589,8 +589,37 @@ class Metrics:
             ' entries not tracked (kind "tracked": lag.max_tracked).',
             ("kind",),
         )
-        for kind in ("consumer", "consumer_topic", "committed", "follower", "traffic", "tracked"):
+        for kind in ("consumer", "consumer_topic", "committed", "follower", "traffic", "share", "tracked"):
             self.lag_series_dropped.labels(kind=kind)  # at 0 from the start, for alerts
+        share = ("group", "topic")
+        self.share_delivered = c(
+            "kafkalens_share_records_delivered_total",
+            "Records (offsets) a share group's members acquired, from ShareFetch answers.",
+            share,
+        )
+        self.share_redelivered = c(
+            "kafkalens_share_records_redelivered_total",
+            "Of kafkalens_share_records_delivered_total, those delivered before (delivery count above 1).",
+            share,
+        )
+        self.share_acknowledged = c(
+            "kafkalens_share_records_acknowledged_total",
+            "Records a share group's members acknowledged and the broker confirmed, by type"
+            " (accept, release, reject, renew).",
+            (*share, "type"),
+        )
+        self.share_ranges_invalid = c(
+            "kafkalens_share_ranges_invalid_total",
+            "Partitions whose acknowledgement batches (what=acknowledgement) or acquired"
+            " records (what=acquired) were malformed, by the first fault; not counted.",
+            ("what", "reason"),
+        )
+        self.log_lists_truncated = c(
+            "kafkalens_log_lists_truncated_total",
+            "Request-log lines whose list `field` was cut at its cap (lag.max_logged_partitions,"
+            " lag.max_logged_ranges); the line counts what it left out.",
+            ("field",),
+        )
 
     def _define_capping(self, max_label_values: int, max_error_series: int) -> None:
         capped = self._counter(

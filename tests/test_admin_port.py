@@ -2,7 +2,10 @@
 token of metrics.clients_token_file or on the loopback listener metrics.clients_listen;
 Host headers checked where asked; HTTPS with metrics.tls. /metrics, /healthz and
 /readyz stay open. Live proxies with their real hooks; /clients with a real client
-through the proxy to tansu."""
+through the proxy to tansu.
+
+The broker is tansu: the admin port is kafkalens's own, the same whatever the broker.
+"""
 
 from __future__ import annotations
 

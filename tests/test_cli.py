@@ -1,4 +1,7 @@
-"""`kafkalens` as a user runs it: exit codes, one-line errors, SIGTERM drain, demo."""
+"""`kafkalens` as a user runs it: exit codes, one-line errors, SIGTERM drain, demo.
+
+The demo's default broker is tansu; `--broker apache-kafka`: test_kafka_clients_demo.py.
+"""
 
 from __future__ import annotations
 

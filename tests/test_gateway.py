@@ -6,6 +6,9 @@ the tests check that nothing the clients were told names a broker's own address,
 and that they connected to the per-broker listeners. Unit tests drive the rewriting
 hook directly, on an event loop that does not run in between, to show that a broker's
 listener accepts before the response naming it is sent.
+
+The gateway in front of Apache Kafka's 3-node cluster, with these clients and Kafka's
+Java client: test_kafka_clients_gateway.py, test_kafka_java_clients.py.
 """
 
 from __future__ import annotations

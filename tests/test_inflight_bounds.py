@@ -1,6 +1,10 @@
 """Work in flight bounded (limits.max_in_flight_requests, limits.request_timeout_seconds)
 and running out of file descriptors survived, each against a live proxy with its real
 hooks and request log while a well-behaved client round-trips on its own connection.
+
+The broker is tansu or a scripted one: the bounds are kafkalens's own, the same
+whatever the broker (real clients in front of Apache Kafka: test_proxy_clients.py,
+test_kafka_java_clients.py).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import pytest
 from codec import HeaderPolicy, Request, Response, decode_response, encode_request, encode_response
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
+from proxy.observe.identity import kafka_uuid_text
 from proxy.observe.observer import ObservingHooks
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import SummaryOptions
@@ -207,7 +208,7 @@ def test_kip1313_log_mode_warns_and_counts(tmp_path: Path) -> None:
     violations = [line for line in lines if line["event"] == "kip1313_violation"]
     assert [v["correlation_id"] for v in violations] == [2, 3]
     assert all(v["action"] == "logged" and v["level"] == "warning" for v in violations)
-    assert lines[2]["client_instance_id"] == str(INSTANCE)
+    assert lines[2]["client_instance_id"] == kafka_uuid_text(INSTANCE)
     assert 'kafkalens_kip1313_violations_total{action="logged"} 2.0' in h.metric_text()
 
 

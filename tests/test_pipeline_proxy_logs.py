@@ -5,6 +5,9 @@ Metadata v1 ...): the readiness table must name it; confluent-kafka speaks curre
 versions and names its software (KIP-511): the inventory must show it; its consumer
 joins a group (JoinGroup waits for the rebalance) and long-polls Fetch. Every table
 is held to the plain-Python reference over the same lines (support.report_oracle).
+
+The broker is tansu, which still answers the versions Kafka 4.0 removed: the old
+client's traffic must reach the log whole; Apache Kafka 4.x refuses those versions.
 """
 
 from __future__ import annotations

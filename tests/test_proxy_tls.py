@@ -3,6 +3,8 @@
 The chain is kafkalens itself twice: client --TLS--> edge proxy (terminates, asks
 for a client certificate) --plaintext--> tansu, and for origination: client -->
 inner proxy --TLS with its own client certificate--> edge proxy --> tansu.
+
+tansu is the broker: the TLS on both sides is kafkalens's, the broker only answers.
 """
 
 from __future__ import annotations

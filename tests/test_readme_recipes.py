@@ -9,16 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-README = (REPO / "README.md").read_text(encoding="utf-8")
-
-
-def recipe(comment: str) -> str:
-    """The command on the line after `# <comment>` in a README code block."""
-    lines = README.splitlines()
-    [index] = [i for i, line in enumerate(lines) if line.startswith(f"# {comment}")]
-    return lines[index + 1]
+from support.readme import README, REPO, recipe
 
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")

@@ -11,6 +11,7 @@ from proxy.hooks import ConnectionInfo
 from proxy.observe.identity import ZERO_UUID, Identity
 from proxy.observe.instance_join import JoinKey
 from proxy.observe.lag import CommitAsk, FetchAsk, ProduceAsk
+from proxy.observe.share import HeartbeatAsk, ShareAsk
 from proxy.observe.summary import GroupProtocols
 
 
@@ -45,7 +46,8 @@ class Token:
     fields: dict[str, Any]
     decode_error: str | None = None
     response: Response | None = None  # already decoded by rewrite_response
-    lag: FetchAsk | CommitAsk | ProduceAsk | None = None  # what the lag tracker reads the response against
+    # what the lag or share-group tracker reads the response against
+    lag: FetchAsk | CommitAsk | ProduceAsk | ShareAsk | HeartbeatAsk | None = None
 
 
 def note_header_id(state: ConnState, header_id: UUID | None) -> None:

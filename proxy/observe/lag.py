@@ -171,8 +171,8 @@ class LagTracker:
         return ProduceAsk(records) if records else None
 
     def _commit_request(self, body: dict[str, Any], group: str) -> CommitAsk:
-        offsets = [
-            (clean(topic.get("name"), self.limit), p.get("partition_index"), p.get("committed_offset", -1))
+        offsets = [  # v10+ names topics by id (KIP-848): named from the Metadata answers seen
+            (clean(self.topic_ids.name(topic), self.limit), p.get("partition_index"), p.get("committed_offset", -1))
             for topic in body.get("topics") or ()
             for p in topic.get("partitions") or ()
         ]

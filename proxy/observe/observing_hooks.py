@@ -40,12 +40,13 @@ from proxy.observe.conn_state import ConnState, Token, note_header_id, telemetry
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
-from proxy.observe.lag import PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
+from proxy.observe.lag import PRODUCE, CommitAsk, LagTracker
 from proxy.observe.lag_hooks import APIS as LAG_HOOK_APIS
 from proxy.observe.lag_hooks import LagHooks
 from proxy.observe.memo import FrameMemo
 from proxy.observe.request_line import connection_fields, request_line
 from proxy.observe.request_log import RequestLog
+from proxy.observe.share import ShareTracker
 from proxy.observe.streamed import Streamed, StreamedFrames
 from proxy.observe.summary import (
     FULL_DECODE_RESPONSES,
@@ -123,10 +124,11 @@ class ObservingHooks(Hooks):
         # that never asked (a client pinned to its versions) is judged by.
         self.broker_ranges: dict[int, tuple[int, int]] | None = None
 
-    def track_lag(self, lag: LagTracker, traffic: TopicTraffic) -> None:
-        """Consumer lag and topic traffic (lag.enabled), published on metrics flushes."""
+    def track_lag(self, lag: LagTracker, traffic: TopicTraffic, share: ShareTracker) -> None:
+        """Consumer lag, share groups and topic traffic (lag.enabled), published on
+        metrics flushes."""
         self.lag, self.traffic = lag, traffic
-        self.lag_hooks = LagHooks(lag, traffic, self.summary, self.topic_ids)
+        self.lag_hooks = LagHooks(lag, traffic, self.summary, self.topic_ids, share)
         self.lag_apis = LAG_HOOK_APIS
 
     def api_name(self, api_key: int) -> str:
@@ -515,9 +517,11 @@ class ObservingHooks(Hooks):
         version = pending.api_version
         if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
             version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
+        ask = token.lag
         try:
-            # a Produce answer the lag tracker reads (its base offsets) is decoded whole
-            skim = pending.api_key not in FULL_DECODE_RESPONSES and token.lag.__class__ is not ProduceAsk
+            # an answer a request's ask reads (Fetch, a Produce's base offsets, share
+            # groups, heartbeats) is decoded whole; an OffsetCommit's is read skimmed
+            skim = pending.api_key not in FULL_DECODE_RESPONSES and (ask is None or ask.__class__ is CommitAsk)
             if token.response is None and skim:
                 return self._skimmed(frame, pending.api_key, version)
             response = token.response or decode_response(frame, pending.api_key, version, self.policy)
@@ -530,11 +534,9 @@ class ObservingHooks(Hooks):
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self.refresh_identity(info, state)
-        if token.lag.__class__ is FetchAsk:
-            return self.lag_hooks.fetch_fields(info, state, response, token.lag)  # type: ignore[union-attr]
-        if token.lag.__class__ is ProduceAsk:
-            self.lag_hooks.produce_done(response, token.lag)  # type: ignore[union-attr]
         protocol_type = token.fields.get("protocol_type")
+        if ask is not None and ask.__class__ is not CommitAsk:  # Fetch, share, heartbeats
+            return self.lag_hooks.answer_fields(info, state, response, ask, protocol_type)  # type: ignore[union-attr]
         return response_fields(response, self.summary, self.topic_ids, protocol_type)
 
     def _skimmed(self, frame: memoryview, api_key: int, version: int) -> dict[str, Any]:
