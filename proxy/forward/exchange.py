@@ -381,7 +381,12 @@ class ResponseSide(_Side):
             self.unmatched += 1
             return STREAM
         (corr,) = _INT32.unpack_from(head, 0)
-        pending = self._match(corr)
+        queue = ex.pending
+        first = queue[0] if queue else None
+        if first is not None and first.correlation_id == corr and first.reply is None:
+            pending: Pending | None = queue.popleft()  # the usual answer, without a call
+        else:
+            pending = self._match(corr)
         if pending is None:
             self.unmatched += 1
             return STREAM
