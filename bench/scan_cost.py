@@ -117,8 +117,8 @@ def _fine_seq(spark: Any, paths: list[str]) -> Any:
                              F.sequence(F.lit(0), n - 1))
         return F.when(n > 0, parts.cast("array<struct<k:int,i:int>>")).otherwise(fine.none())
 
-    def parts(is_request: Any, good: Any) -> Any:
-        carries = F.col("api_key").isin(fine.PRODUCE, fine.FETCH)
+    def parts(is_request: Any, refused: Any, good: Any) -> Any:
+        carries = F.col("api_key").isin(fine.PRODUCE, fine.FETCH, fine.SHARE_FETCH)
         topics = F.coalesce(F.size(F.col("per_topic")), F.lit(0))
         request = F.concat(
             F.array(fine.part_of("g"), fine.part_of("l")),
@@ -128,8 +128,8 @@ def _fine_seq(spark: Any, paths: list[str]) -> Any:
         other = F.when(F.col("event") == "client_metric",
                        F.array(fine.part_of("e"), fine.part_of("m"))).otherwise(
             F.array(fine.part_of("e")))
-        return F.when(is_request, request).when(good, other).otherwise(
-            F.array(fine.part_of("b")))
+        return (F.when(is_request, request).when(refused, F.array(fine.part_of("g")))
+                .when(good, other).otherwise(F.array(fine.part_of("b"))))
 
     saved = fine._parts
     fine._parts = parts

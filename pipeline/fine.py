@@ -21,9 +21,9 @@ from pyspark.sql import functions as F
 
 from pipeline import semantics
 from pipeline.clients import CONN, GROUP_KEYS, IDENTITY
-from pipeline.schema import REQUEST_EVENTS, TELEMETRY_EVENT
+from pipeline.schema import INCOMPLETE_EVENT, REQUEST_EVENTS, TELEMETRY_EVENT
 
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
 _COUNT_FIELDS = ("bytes", "records", "batches")
 
 
@@ -39,14 +39,15 @@ class Part:
 
 
 PARTS: dict[str, Part] = {
-    "g": Part("requests of a connection, api version, identity, group fields and file",
+    "g": Part("requests of a connection, api version, identity, group fields and file "
+              "(a request the broker refused by closing too)",
               ("api_key", "api", "api_version", *CONN, *IDENTITY, *GROUP_KEYS, "file"),
               ("errors", "expected_errors", "members", "generation_id")),
     "l": Part("requests of a minute, api and latency bin (the latency histograms)",
               ("minute", "api_key", "api", "waits", "lat_bin"),
               ("errors", "expected_errors", "lat_n", "lat_sum", "lat_max")),
-    "t": Part("a topic's record counts in Produce requests or Fetch responses, per "
-              "connection and follower",
+    "t": Part("a topic's record counts in Produce requests or Fetch and ShareFetch "
+              "responses, per connection and follower",
               ("api_key", *CONN, "topic", "replica_id"), _COUNT_FIELDS),
     "p": Part("a Fetch's position in a partition, per minute, consumer (group, client) "
               "or follower",
@@ -83,11 +84,11 @@ def none() -> Column:  # a function: a Column needs the running session
     return F.array().cast("array<struct<k:int,i:int>>")
 
 
-def _parts(is_request: Column, good: Column) -> Column:
+def _parts(is_request: Column, refused: Column, good: Column) -> Column:
     """Which rows a line makes: g and l, a t per topic, a p per position and a c per
-    committed offset for a request, b for a bad line, e and m for a telemetry line, e
-    for another good one."""
-    carries = F.col("api_key").isin(PRODUCE, FETCH) & F.col("per_topic").isNotNull()
+    committed offset for a request, g alone for a request the broker refused by
+    closing, b for a bad line, e and m for a telemetry line, e for another good one."""
+    carries = F.col("api_key").isin(PRODUCE, FETCH, SHARE_FETCH) & F.col("per_topic").isNotNull()
     topics = F.transform(F.map_keys(F.col("per_topic")), lambda _, i: part_of("t", i))
 
     def each(array: str, kind: str) -> Column:
@@ -99,7 +100,8 @@ def _parts(is_request: Column, good: Column) -> Column:
                        each("positions", "p"), each("committed", "c"))
     other = F.when(F.col("event") == TELEMETRY_EVENT,
                    F.array(part_of("e"), part_of("m"))).otherwise(F.array(part_of("e")))
-    return F.when(is_request, request).when(good, other).otherwise(F.array(part_of("b")))
+    return (F.when(is_request, request).when(refused, F.array(part_of("g")))
+            .when(good, other).otherwise(F.array(part_of("b"))))
 
 
 def fine_rows(parsed: DataFrame) -> DataFrame:
@@ -112,6 +114,7 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
     """The rows the aggregation folds: a line's parts, each with its keys and values."""
     good = F.col("bad_reason").isNull()
     is_request = good & F.col("event").isin(*REQUEST_EVENTS)
+    refused = good & (F.col("event") == INCOMPLETE_EVENT) & (F.size(F.col("errors")) > 0)
     api = semantics.api_name(F.col("api"), F.col("api_key"))
     failure = semantics.failed(F.col("errors"), api)
     latency = F.col("latency_ms")
@@ -123,7 +126,7 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
                                   F.col("api")).alias("_waits"),
         F.date_trunc("minute", F.col("ts")).alias("_minute"),
         semantics.latency_bin(latency).alias("_lat_bin"),
-    ).select("*", F.explode(_parts(is_request, good)).alias("part"))
+    ).select("*", F.explode(_parts(is_request, refused, good)).alias("part"))
     kind, index = F.col("part.k"), F.col("part.i") + 1
 
     def on(*parts: str) -> Column:

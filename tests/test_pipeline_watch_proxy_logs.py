@@ -6,6 +6,9 @@ Fetches at the end of the topic wait out their max_wait_ms. The watch must count
 first as no failure and the second as waits, not service latency; its per-window
 counts must be those of the log's lines (the reference: support.report_oracle, the
 report's definitions).
+
+The broker is tansu: what is tested is the watch's reading of the log, the same whatever
+the broker (the log's lines in front of Apache Kafka: test_observability_e2e.py).
 """
 
 from __future__ import annotations
