@@ -260,7 +260,8 @@ def _collect(o: Followed, spool: Spool, command: str,
               flush=True)
         return False
     print(f"kafkalens {command}: left out, not read: {named}", file=sys.stderr, flush=True)
-    left_out(spool.unreadable)
+    left_out(spool.unreadable)  # recorded first: a crash between names them again
+    spool.leave_out(spool.unreadable)
     return True
 
 

@@ -9,6 +9,7 @@ either stops (the default) or reads the others (pipeline/README.md, "Inputs").
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -123,8 +124,25 @@ def read_failure(error: BaseException) -> ReadFailure | None:
         causes.append((name, message))
         java = java.getCause()
     if not path:
-        return None
+        return _failure_in_text(str(error))
     return ReadFailure(normal_path(path), describe(*causes[-1]))
+
+
+# A failure inside a foreachBatch function (the watch's) reaches the query's error only as
+# the text of the Python traceback, with the Java one in it: the chain of causes is cut
+# at the Python boundary, so the file and the innermost cause are read from that text.
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE[.\w]*\] Encountered error while reading file "
+                          r"(\S+?)\.?\s")
+_CAUSED_BY = re.compile(r"^Caused by: ([\w.$]+)(?:: (.*))?$", re.M)
+
+
+def _failure_in_text(text: str) -> ReadFailure | None:
+    found = _FAILED_READ.search(text)
+    if not found:
+        return None
+    causes = _CAUSED_BY.findall(text[found.end():])
+    java_class, message = causes[-1] if causes else ("org.apache.spark.SparkException", "")
+    return ReadFailure(normal_path(found.group(1)), describe(java_class, message))
 
 
 def _condition(java: Any) -> str:

@@ -9,8 +9,11 @@ directory's file system, else a copy.
 
 A file that cannot be staged for good is never passed over in silence: one that cannot
 be opened, a `.gz` that is not gzip data, and a `.gz` still cut short BAD_AFTER_SECONDS
-after its last write (a compressor that died) are returned by `collect` once each
-(`unreadable`) and remembered in UNREADABLE, with why.
+after its last write (a compressor that died) are returned by `collect` (`unreadable`),
+with why, on every pass until the command accepts to go on without them (`leave_out`,
+for --skip-unreadable): then they are remembered in UNREADABLE and not named again. A
+command that stops on them instead finds them again when it restarts, so a restart
+does not pass over what stopped the run before it.
 
 A name in the log directory may change files at any moment (the proxy rotates while
 we stage), so a file is opened once and everything is decided on that open file: its
@@ -52,6 +55,7 @@ class Unreadable:
 
     path: Path
     reason: str
+    key: str = ""  # the file as found (device, inode, size, mtime)
 
 
 def first_line(f: BinaryIO, gz: bool) -> bytes:
@@ -158,16 +162,19 @@ class Spool:
         return {line.split("\t", 1)[0] for line in path.read_text().splitlines() if line}
 
     def _give_up(self, source: Path, stat: os.stat_result, reason: str, known: set[str]) -> None:
-        """Remember `source` (this very file: inode, size, mtime) as unreadable, once."""
+        """`source` (this very file: inode, size, mtime) will not be staged: named in
+        `unreadable` unless left out before."""
         key = f"{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
-        if key in known:
-            return
-        known.add(key)
+        if key not in known:
+            self.unreadable.append(Unreadable(source, reason, key))
+
+    def leave_out(self, files: list[Unreadable]) -> None:
+        """Go on without these files (found by `collect`): never named again."""
         with (self.spool / UNREADABLE).open("a") as f:
-            f.write(f"{key}\t{source}\t{reason}\t{time.time():.0f}\n")
+            for u in files:
+                f.write(f"{u.key}\t{u.path}\t{u.reason}\t{time.time():.0f}\n")
             f.flush()
             os.fsync(f.fileno())
-        self.unreadable.append(Unreadable(source, reason))
 
     def collect(self) -> list[Path]:
         """Stage every rotated file not staged before; return the new staged files.

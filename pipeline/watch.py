@@ -34,7 +34,7 @@ if not __package__:  # spark-submit pipeline/watch.py: import the package, not i
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from pyspark import StorageLevel  # noqa: E402
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.streaming import StreamingQuery  # noqa: E402
 
@@ -314,7 +314,7 @@ class Batches:
                 writes.append(lambda: write_batch(files.select(
                     "file", "lines", "bad_lines", "late_lines",
                     F.lit("read").alias("status"), F.lit(None).cast("string").alias("reason"),
-                    F.lit(batch_id).alias("batch_id")), self.o.out, "input_files", batch_id))
+                    _batch(batch_id)), self.o.out, "input_files", batch_id))
             if summary.bad:
                 writes.append(lambda: write_batch(_bad_lines(marked, batch_id), self.o.out,
                                                   "bad_lines", batch_id))
@@ -344,7 +344,13 @@ def _bad_lines(marked: DataFrame, batch_id: int) -> DataFrame:
         "file", F.col("bad_reason").alias("reason")).agg(
         F.count(F.lit(1)).alias("bad_lines"),
         F.array_distinct(F.array(F.min("line"), F.max("line"))).alias("samples"),
-    ).select("*", F.lit(batch_id).alias("batch_id"))
+    ).select("*", _batch(batch_id))
+
+
+def _batch(batch_id: int) -> Column:
+    # bigint, as in the rows of files left out: a Python int is an int literal, and
+    # Parquet files of one table with int and bigint columns cannot be read together.
+    return F.lit(batch_id).cast("bigint").alias("batch_id")
 
 
 def window_rows(merged: DataFrame) -> DataFrame:

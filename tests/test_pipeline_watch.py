@@ -244,9 +244,11 @@ def test_spool_skips_unfinished_files(tmp_path: Path) -> None:
     assert [p.name for p in spool.collect()] == ["requests.log.1.gz"]
 
 
-def test_spool_names_the_files_it_will_never_stage_once(tmp_path: Path) -> None:
+def test_spool_names_the_files_it_will_never_stage_until_left_out(tmp_path: Path) -> None:
     """A .gz cut short long after its last write (the compressor died), a plain file
-    named .gz: never staged, each named once with why, not passed over in silence."""
+    named .gz: never staged, each named with why, not passed over in silence: on every
+    pass and after a restart (a command that stopped on them must stop again), until
+    the command goes on without them (--skip-unreadable); then never again."""
     logs, spool_dir = tmp_path / "logs", tmp_path / "spool"
     logs.mkdir()
     whole = gzip.compress(b'{"ts":"2025-01-01T00:00:00Z","event":"request"}\n' * 1000)
@@ -261,8 +263,14 @@ def test_spool_names_the_files_it_will_never_stage_once(tmp_path: Path) -> None:
     assert {(u.path.name, u.reason) for u in spool.unreadable} == {
         ("requests.log.1.gz", "truncated: the gzip stream is cut short"),
         ("requests.log.2.gz", "not gzip data, though its name says .gz")}
-    assert spool.collect() == [] and spool.unreadable == []  # said once
-    assert Spool(logs, spool_dir, "*.log.[0-9]*").collect() == []  # across restarts too
+    named = {(u.path.name, u.reason) for u in spool.unreadable}
+    assert spool.collect() == [] and {(u.path.name, u.reason) for u in spool.unreadable} == named
+    again = Spool(logs, spool_dir, "*.log.[0-9]*")  # a restart
+    assert again.collect() == [] and {(u.path.name, u.reason) for u in again.unreadable} == named
+    again.leave_out(again.unreadable)
+    assert again.collect() == [] and again.unreadable == []  # left out: not named again
+    restarted = Spool(logs, spool_dir, "*.log.[0-9]*")
+    assert restarted.collect() == [] and restarted.unreadable == []  # across restarts too
 
 
 def test_spool_recovers_after_crash_between_ledger_and_rename(tmp_path: Path) -> None:
@@ -526,3 +534,50 @@ def test_the_watermark_is_a_duration_or_one_line_and_exit_2(
         assert capsys.readouterr().err == (
             f"kafkalens watch: --watermark: {bad!r} is not a number of seconds, minutes, "
             "hours or days (e.g. '2 minutes')\n")
+
+
+def test_a_rotated_file_that_cannot_be_read_stops_the_watch_or_is_named_and_left_out(
+    spark: SparkSession, tmp_path: Path, capsys: Any
+) -> None:
+    """A plain file named .gz (a misnamed rotation): by default the watch stops with one
+    line naming it and why (exit 1) before reading anything; with --skip-unreadable it
+    reads the other files, and the file is in input_files as left out, with the reason.
+    Without the spool, a truncated gzip fails Spark's read: one line naming it, exit 1."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    logs.mkdir()
+    (logs / "requests.log.1").write_text(_requests([f"12:0{m}:00" for m in range(6)]))
+    misnamed = logs / "requests.log.2.gz"
+    misnamed.write_text(_requests(["11:59:00"]))
+    age_like_proxy(logs, "requests.log.1")
+    old = time.time() - 3600
+    os.utime(misnamed, (old, old))
+    capsys.readouterr()
+    assert run_watch(spark, WatchOptions(str(logs), out=str(out), once=True)) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"kafkalens watch: 1 rotated file(s) cannot be read: {misnamed} (not gzip data, "
+        "though its name says .gz); stopped (--skip-unreadable goes on without them)")
+    assert written(out) == []
+
+    options = WatchOptions(str(logs), out=str(out), once=True, skip_unreadable=True)
+    assert run_watch(spark, options) == 0
+    assert f"kafkalens watch: left out, not read: {misnamed}" in capsys.readouterr().err
+    minute = dt.datetime(2025, 3, 1, 12, 0)
+    assert output(spark, out)[(minute, "Metadata")] == 1  # 12:00-12:03 final at 12:05
+    files = {r["file"].rsplit("/", 1)[1]: r for r in
+             spark.read.parquet(str(out / "input_files")).collect()}
+    assert (files["requests.log.2.gz"]["status"], files["requests.log.2.gz"]["reason"]) == (
+        "left out", "not gzip data, though its name says .gz")
+    assert (files["requests.log.1"]["status"], files["requests.log.1"]["lines"]) == ("read", 6)
+
+    unique, out2 = tmp_path / "unique", tmp_path / "out2"
+    unique.mkdir()
+    whole = gzip.compress(_requests([f"12:0{m}:00" for m in range(6)]).encode())
+    (unique / "requests-0001.log.gz").write_bytes(whole[: len(whole) // 2])
+    os.utime(unique / "requests-0001.log.gz", (old, old))
+    o = WatchOptions(str(unique), out=str(out2), once=True, use_spool=False,
+                     pattern="requests-*.log.gz")
+    assert run_watch(spark, o) == 1
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.startswith(f"kafkalens watch: cannot read file:{unique}/requests-0001.log.gz "
+                           "(truncated"), said
+    assert said.endswith("; stopped (replace it with an empty file to go on)")
