@@ -205,13 +205,13 @@ def measure(name: str, lines: int, cmd: list[str], env: dict[str, str]) -> Run:
 
 def report_cmd(logs: Path, out: Path, master: str, table: bool = False) -> list[str]:
     source = ["--table", str(logs)] if table else [str(logs)]
-    return [sys.executable, "-m", "pipeline.cli", *source, "--out", str(out),
+    return [sys.executable, "-m", "pipeline.cli", "report", *source, "--out", str(out),
             "--master", master]
 
 
 def ingest_cmd(logs: Path, table: Path) -> list[str]:
     """Every file of the generated logs (unique names: no spool), in one run."""
-    return [sys.executable, "-m", "pipeline.ingest", f"{logs}/*", "--table", str(table),
+    return [sys.executable, "-m", "pipeline.cli", "ingest", f"{logs}/*", "--table", str(table),
             "--once", "--no-spool", "--pattern", "requests.log*",
             "--max-files-per-trigger", "1000", "--master", "local[*]"]
 

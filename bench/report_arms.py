@@ -5,7 +5,7 @@ interleaved before/after of a change to the pipeline.
     PYTHONPATH=. .venv/bin/python -m bench.report_arms --logs /tmp/kafkalens-bench/1000000 \\
         --tree before=/tmp/before --tree after=. --rounds 2
 
-Each run is `python -m pipeline.cli LOGS --out DIR --master local[*]` started in its
+Each run is `python -m pipeline.cli report LOGS --out DIR --master local[*]` started in its
 tree (a fresh driver and JVM, as a user runs it) with Spark's event log on. Measured:
 wall time; CPU = user+system seconds of the driver's Python and JVM from /proc
 (bench_pipeline's sampling); from the event log, jobs, tasks, the tasks' CPU

@@ -1,12 +1,23 @@
-"""Command lines of `kafkalens report`, `kafkalens watch` and `kafkalens ingest`."""
+"""Command lines of `kafkalens report`, `kafkalens watch` and `kafkalens ingest`: the top
+of the package (no module of pipeline/ imports it: tests/test_imports.py).
+
+Run as a file, it is what `spark-submit` starts: `spark-submit pipeline/cli.py report
+LOGS --out DIR` (or `watch`, `ingest`), as `python -m pipeline.cli report ...`.
+"""
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+if not __package__:  # spark-submit pipeline/cli.py: import the package, not its files
+    # (run as a file, this directory heads sys.path and pipeline/html.py would hide the
+    # standard library's html), so the repository root takes its place.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import argparse  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -215,5 +226,18 @@ def ingest_main(argv: list[str]) -> int:
         return 130
 
 
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "report": report_main, "watch": watch_main, "ingest": ingest_main}
+
+
+def main(argv: list[str]) -> int:
+    """`python -m pipeline.cli COMMAND ...` and `spark-submit pipeline/cli.py COMMAND ...`."""
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: pipeline/cli.py {{{','.join(COMMANDS)}}} ... (e.g. report LOGS --out "
+              "DIR; COMMAND --help says more)", file=sys.stderr)
+        return 2
+    return COMMANDS[argv[0]](argv[1:])
+
+
 if __name__ == "__main__":
-    sys.exit(report_main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

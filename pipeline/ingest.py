@@ -20,19 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if not __package__:  # spark-submit pipeline/ingest.py: import the package, not its files
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.streaming import StreamingQuery  # noqa: E402
-from pyspark.sql.types import IntegerType, StringType, StructField, StructType  # noqa: E402
-
-from pipeline import follow, fsio  # noqa: E402
-from pipeline.read import PARSED_EXTRA, PARSED_FIELDS, normal_path, parse_lines  # noqa: E402
-from pipeline.schema import LINE_SCHEMA  # noqa: E402
-from pipeline.session import session_conf  # noqa: E402
-from pipeline.spool import Unreadable  # noqa: E402
+from pipeline import follow, fsio
+from pipeline.read import PARSED_EXTRA, PARSED_FIELDS, normal_path, parse_lines
+from pipeline.schema import LINE_SCHEMA
+from pipeline.session import session_conf
+from pipeline.spool import Unreadable
 
 PARTITIONS = ["kind", "date", "hour"]
 LINES, BAD_LINES = "lines", "bad_lines"  # the `kind` partitions
@@ -168,8 +165,3 @@ def run_ingest(spark: SparkSession, o: IngestOptions) -> int:
               file=sys.stderr, flush=True)
     return code
 
-
-if __name__ == "__main__":
-    from pipeline.cli import ingest_main
-
-    raise SystemExit(ingest_main(sys.argv[1:]))

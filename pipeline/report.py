@@ -1,34 +1,27 @@
 """The batch report: log files in, Parquet tables + report.html out, the same locally and
-on a cluster (`kafkalens report`, `python -m pipeline.report`, or `spark-submit
-pipeline/report.py`: run as a file, it makes its package importable itself). Spark does
-the work, with no Python on the executors: pipeline/README.md, "Report".
+on a cluster (`kafkalens report`, or `spark-submit pipeline/cli.py report`: the command
+lines are pipeline/cli.py's, the top of the package). Spark does the work, with no
+Python on the executors: pipeline/README.md, "Report".
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-if not __package__:  # spark-submit pipeline/report.py: import the package, not its files
-    # (run as a file, this directory heads sys.path and pipeline/html.py would hide the
-    # standard library's html), so the repository root takes its place.
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from py4j.protocol import Py4JJavaError
+from pyspark import StorageLevel
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 
-from py4j.protocol import Py4JJavaError  # noqa: E402
-from pyspark import StorageLevel  # noqa: E402
-from pyspark.errors import PySparkException  # noqa: E402
-from pyspark.sql import DataFrame, Observation, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-from pipeline import html  # noqa: E402
-from pipeline.fine import fine_rows  # noqa: E402
-from pipeline.fsio import write_text  # noqa: E402
-from pipeline.read import (  # noqa: E402
+from pipeline import html
+from pipeline.fine import fine_rows
+from pipeline.fsio import write_text
+from pipeline.read import (
     InputError,
     ReadFailure,
     UnreadableFiles,
@@ -40,9 +33,9 @@ from pipeline.read import (  # noqa: E402
     read_failure,
     read_logs,
 )
-from pipeline.session import session_conf  # noqa: E402
-from pipeline.summary import ReportResult, summary_lines  # noqa: E402
-from pipeline.tables import (  # noqa: E402
+from pipeline.session import session_conf
+from pipeline.summary import ReportResult, summary_lines
+from pipeline.tables import (
     FAMILIES,
     TABLE_ORDER,
     Counts,
@@ -261,8 +254,3 @@ def run_report(spark: SparkSession, inputs: list[str], out: str,
     result.seconds = time.monotonic() - started
     return result
 
-
-if __name__ == "__main__":
-    from pipeline.cli import report_main
-
-    raise SystemExit(report_main(sys.argv[1:]))

@@ -25,25 +25,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-if not __package__:  # spark-submit pipeline/watch.py: import the package, not its files
-    # (run as a file, this directory heads sys.path and pipeline/html.py would hide the
-    # standard library's html), so the repository root takes its place.
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
-from pyspark import StorageLevel  # noqa: E402
-from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.streaming import StreamingQuery  # noqa: E402
-
-from pipeline import follow, fsio, semantics  # noqa: E402
-from pipeline.read import parse_lines  # noqa: E402
-from pipeline.schema import REQUEST_EVENTS  # noqa: E402
-from pipeline.spool import Unreadable  # noqa: E402
-from pipeline.tables import literal_rows  # noqa: E402
-from pipeline.traffic import latency_stats  # noqa: E402
+from pipeline import follow, fsio, semantics
+from pipeline.read import parse_lines
+from pipeline.schema import REQUEST_EVENTS
+from pipeline.spool import Unreadable
+from pipeline.tables import literal_rows
+from pipeline.traffic import latency_stats
 
 DEFAULT_WATERMARK = "2 minutes"
 WINDOW_SECONDS = 60
@@ -451,8 +445,3 @@ def run_watch(spark: SparkSession, o: WatchOptions) -> int:
                          lambda found: record_unreadable(spark, o, found),
                          lambda: held_back(o, batches))
 
-
-if __name__ == "__main__":
-    from pipeline.cli import watch_main
-
-    raise SystemExit(watch_main(sys.argv[1:]))

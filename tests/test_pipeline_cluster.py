@@ -4,7 +4,7 @@ same tables as on local[*], with executors that have a bare Python: nothing of t
 project's environment (pyarrow, msgspec, pandas ...) is needed on the nodes.
 
 Each cluster run is a separate driver process through the command line, as a user runs
-it; the local[*] runs call the same command line in this process, on the tests' local
+it (the report's by `spark-submit pipeline/cli.py report`); the local[*] runs call the same command line in this process, on the tests' local
 Spark session (one JVM start less each).
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyspark
 import pytest
 from support.ingest_run import (
     ingest_args,
@@ -63,6 +64,23 @@ def driver(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comple
     return done
 
 
+def submit(cluster: SparkCluster, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`spark-submit --master URL pipeline/cli.py ARGS`, as the README says to run a
+    command on a cluster: the file run as a script (not the package), by Spark's own
+    launcher, the driver in this Python and the executors in the cluster's bare one."""
+    env = cluster.driver_env(local_env())
+    conf = env.pop("PYSPARK_SUBMIT_ARGS").removesuffix(" pyspark-shell").split()
+    env.update(SPARK_HOME=str(Path(pyspark.__file__).parent),  # the pip package's
+               PYSPARK_DRIVER_PYTHON=sys.executable)
+    command = [str(Path(sys.executable).parent / "spark-submit"), "--master",
+               cluster.master_url, *conf, "--conf", f"spark.pyspark.driver.python={sys.executable}",
+               str(ROOT / "pipeline" / "cli.py"), *args]
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, check=False)
+    assert done.returncode == 0, f"{args}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
 def local_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
 
@@ -104,9 +122,7 @@ def test_report_on_the_cluster_equals_local(
 ) -> None:
     local, remote = tmp_path / "local", tmp_path / "cluster"
     assert report_main([str(logs), "--out", str(local), "--master", LOCAL]) == 0
-    report = ["-m", "pipeline.cli", str(logs)]
-    driver([*report, "--out", str(remote), "--master", cluster.master_url],
-           cluster.driver_env(local_env()), tmp_path)
+    submit(cluster, ["report", str(logs), "--out", str(remote)], tmp_path)
     want, got = tables(local), tables(remote)
     assert set(got) == set(want)
     for name in want:
@@ -118,7 +134,7 @@ def test_watch_on_the_cluster_equals_local(
     cluster: SparkCluster, logs: Path, tmp_path: Path, spark: Any
 ) -> None:
     local, remote = tmp_path / "local", tmp_path / "cluster"
-    watch = ["-m", "pipeline.watch", str(logs), "--once"]
+    watch = ["-m", "pipeline.cli", "watch", str(logs), "--once"]
     assert watch_main([str(logs), "--once", "--out", str(local), "--master", LOCAL]) == 0
     driver([*watch, "--out", str(remote), "--master", cluster.master_url],
            cluster.driver_env(local_env()), tmp_path)

@@ -74,7 +74,7 @@ def test_the_terminal_shows_the_commands_own_lines_only(tmp_path: Path) -> None:
 
     def report(*extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", str(logs), "--out", str(tmp_path / "out"),
+            [sys.executable, "-m", "pipeline.cli", "report", str(logs), "--out", str(tmp_path / "out"),
              *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
             check=False)
 
@@ -111,6 +111,18 @@ def test_an_installed_kafkalens_names_the_extra_to_install(tmp_path: Path) -> No
     site = tmp_path / "site-packages"  # pipeline/ without a pyproject.toml beside it
     (site / "pipeline").mkdir(parents=True)
     assert missing_extra(site).endswith(": pip install 'kafkalens[pipeline]'")
+
+
+def test_the_file_spark_submit_runs_takes_a_command_or_says_which_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.cli import COMMANDS, main
+
+    assert set(COMMANDS) == {"report", "watch", "ingest"}
+    for wrong in ([], ["/var/log/kafkalens"]):
+        assert main(wrong) == 2
+        assert capsys.readouterr().err == (
+            "usage: pipeline/cli.py {report,watch,ingest} ... (e.g. report LOGS --out DIR; "
+            "COMMAND --help says more)\n")
 
 
 def _env() -> dict[str, str]:

@@ -354,7 +354,7 @@ def test_says_what_it_waits_for_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KAFKALENS_SPARK_CDS": "0"}
     with stdout.open("wb") as o, stderr.open("wb") as e:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.watch", str(logs), "--out", str(out),
+            [sys.executable, "-m", "pipeline.cli", "watch", str(logs), "--out", str(out),
              "--interval", "1", "--notice-every", "3", "--master", "local[1]"],
             cwd=tmp_path, env=env, stdout=o, stderr=e, start_new_session=True)
     try:

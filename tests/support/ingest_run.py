@@ -58,7 +58,7 @@ def committed_batches(table: Path) -> int:
 
 
 def ingest_args(logs: Path, table: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline.ingest", str(logs), "--table", str(table),
+    return [sys.executable, "-m", "pipeline.cli", "ingest", str(logs), "--table", str(table),
             "--once", "--max-files-per-trigger", "1", *extra]
 
 
