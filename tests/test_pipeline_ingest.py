@@ -118,3 +118,35 @@ def test_retention_drops_old_files_from_the_table(spark: SparkSession, tmp_path:
     for old in data - listed:
         old.unlink()
     assert lines_per_file(spark, table) == kept
+
+
+def test_a_rotated_file_that_cannot_be_read_stops_the_ingest_or_is_named_in_the_report(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plain file named .gz among the rotated logs: by default the ingest stops with
+    one line naming it (exit 1), and again when restarted; with --skip-unreadable it
+    ingests the others, and the report over the table names the file as left out, with
+    why, in input_files and bad_lines."""
+    logs, table, out = tmp_path / "logs", tmp_path / "table", tmp_path / "out"
+    want = rotated_logs(logs, files=2, lines_per_file=50, seed=11)
+    misnamed = logs / "requests.log.9.gz"
+    misnamed.write_text('{"ts":"2025-03-01T12:00:00Z","event":"request"}\n')
+    old = misnamed.stat().st_mtime - 3600
+    os.utime(misnamed, (old, old))
+    options = IngestOptions(str(logs), str(table), once=True)
+    stop = (f"kafkalens ingest: 1 rotated file(s) cannot be read: {misnamed} (not gzip "
+            "data, though its name says .gz); stopped (--skip-unreadable goes on without them)")
+    for _ in range(2):  # a restart does not pass over what stopped the run before it
+        capsys.readouterr()
+        assert run_ingest(spark, options) == 1
+        assert capsys.readouterr().err.splitlines()[-1] == stop
+
+    skip = IngestOptions(str(logs), str(table), once=True, skip_unreadable=True)
+    assert run_ingest(spark, skip) == 0
+    assert lines_per_file(spark, table) == want
+    result = run_report(spark, [], str(out), table=str(table))
+    assert result.left_out == {f"file:{misnamed}": "not gzip data, though its name says .gz"}
+    files = {r["file"]: (r["status"], r["reason"])
+             for r in spark.read.parquet(str(out / "input_files")).collect()}
+    assert files[f"file:{misnamed}"] == ("left out", "not gzip data, though its name says .gz")
+    assert {f for f, (status, _) in files.items() if status == "read"} == {
+        f"file:{logs}/{name}" for name in want}
