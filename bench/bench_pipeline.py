@@ -286,7 +286,7 @@ def scan_split(events: Path) -> str:
     """The scan's tasks (those that read input) per executor, with their CPU seconds,
     from Spark's event log: how evenly the lines were spread."""
     tasks: dict[str, list[float]] = {}
-    for log in events.rglob("*"):
+    for log in events.rglob("events_*"):  # Spark's rolling event log: not appstatus_*, .crc
         if not log.is_file():
             continue
         for line in log.open(encoding="utf-8"):
@@ -378,7 +378,8 @@ def main() -> int:
         logs = generate(args.dir, lines)
         run = run_one(name, lines, logs, args.dir, args.executor_python, args.conf)
         runs.append(run)
-        print(f"{name}: {run.lines:,} lines in {run.seconds:.1f} s, "
+        after = "" if run.tables_seconds is None else f" ({run.tables_seconds:.1f} s after the scan)"
+        print(f"{name}: {run.lines:,} lines in {run.seconds:.1f} s{after}, "
               f"{run.lines_per_s:,.0f} lines/s; driver peak RSS Python "
               f"{run.driver_python_kib / 1024:,.0f} MiB, JVM {run.driver_jvm_kib / 1024:,.0f} "
               f"MiB; load {run.load}", flush=True)
