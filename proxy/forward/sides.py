@@ -1,9 +1,11 @@
-"""The Kafka side of one connection: requests in flight, SASL phases, hook calls.
+"""The two `FrameHandler`s of a connection: what to forward, hold or keep, and which hooks to call.
 
-`RequestSide` and `ResponseSide` are the `FrameHandler`s of the two `FrameSplitter`s
-of a connection. They share one `Exchange`, which holds the requests awaiting a
-response in the order they were sent: Kafka answers a connection's requests in
-order, so the response normally matches the oldest entry.
+`RequestSide` and `ResponseSide` handle the frames of the connection's two
+`FrameSplitter`s. Each frame's start goes to the connection's sans-I/O Kafka exchange
+(proxy/exchange/kafka.py), which pairs responses with requests and follows the SASL
+phases; its event says what the frame is, and the plan of the hooks (`HookPlan`) what
+must be held (an admit_request or rewrite_response) or assembled for a hook. `Relay`
+is what both sides share.
 
 Hooks that look at a frame after it went on are queued while a chunk is split and
 run once the chunk has been written (`chunk_done`), so decoding never delays bytes.
@@ -19,19 +21,28 @@ from __future__ import annotations
 
 import struct
 import time
-from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
-from codec.errors import DecodeError
-from codec.peek import produce_acks
-from proxy.forward import sasl
-from proxy.forward.framing import (
-    HEAD_CAP,
-    HOLD,
+from proxy.exchange import sasl
+from proxy.exchange.kafka import (
+    IN_FLIGHT_FULL,
     NEED_MORE,
+    NOT_A_REQUEST,
+    RAW_SASL,
+    REQUEST,
+    REQUEST_MIN_HEAD,
+    REQUEST_WITHOUT_RESPONSE,
+    RESPONSE,
+    TOO_LARGE_BEFORE_AUTH,
+    Event,
+    KafkaExchange,
+)
+from proxy.forward.framing import (
+    HOLD,
     PAUSE,
     STOP,
     STREAM,
@@ -40,6 +51,7 @@ from proxy.forward.framing import (
     Buffer,
     FrameSplitter,
 )
+from proxy.forward.framing import NEED_MORE as SPLIT_NEED_MORE
 from proxy.hooks import ConnectionInfo, FrameObserver, HookPlan, Hooks, Pending
 
 if TYPE_CHECKING:
@@ -47,9 +59,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("kafkalens.proxy")
 
-PRODUCE = 0
-REQUEST_MIN_HEAD = 8  # api key, api version, correlation id
-RESPONSE_MIN_HEAD = 6  # correlation id + the error code of a SaslHandshake v0 response
 _REQUEST_HEADER = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")
 # A broken hook must not flood the log: the first few failures in the process are
@@ -60,42 +69,36 @@ _hook_errors = 0
 
 AfterHook = Callable[[ConnectionInfo, memoryview, Pending], None]
 _NO_BYTES = memoryview(b"")
+perf_counter = time.perf_counter
 
 
-class Exchange:
-    """State both directions of one connection share."""
+@dataclass(frozen=True, slots=True)
+class ConnectionCalls:
+    """What the sides may do to their connection (proxy/forward/connection.py)."""
+
+    send_to_client: Callable[[list[Buffer]], object]  # a reply the proxy made itself
+    close: Callable[[str], None]  # with the reason the metrics count
+    stop_reading_client: Callable[[], None]  # draining: no new requests
+    in_flight_full: Callable[[], None]  # pause reading until a response comes back
+
+
+class Relay:
+    """What both sides of one connection share: its Kafka exchange, the hooks and their
+    plan, and what they may do to the connection."""
 
     def __init__(
-        self,
-        info: ConnectionInfo,
-        hooks: Hooks,
-        plan: HookPlan,
-        metrics: Metrics,
-        max_frame_before_auth: int,
-        send_to_client: Callable[[list[Buffer]], object],
-        close: Callable[[str], None],
-        stop_reading_client: Callable[[], None],
+        self, kafka: KafkaExchange, hooks: Hooks, plan: HookPlan, metrics: Metrics, calls: ConnectionCalls
     ) -> None:
-        self.info = info
+        self.kafka = kafka
+        self.info = kafka.info
         self.hooks = hooks
         self.plan = plan
         self.metrics = metrics
-        self.max_frame_before_auth = max_frame_before_auth
-        self.send_to_client = send_to_client
-        self.close = close
-        self.stop_reading_client = stop_reading_client
-        self.pending: deque[Pending] = deque()
-        self.before_auth = True
-        self.raw_sasl: sasl.RawSaslPhase | None = None
-        self.raw_replies_due = 0
-        self.handshake_mechanism: str | None = None
+        self.calls = calls
         self.draining = False
         self.hook_errors = 0
-        self.responses: ResponseSide | None = None
-        # Requests awaiting a response at which the next one waits (the connection sets
-        # both from limits.max_in_flight_requests: it pauses reading from the client).
-        self.max_in_flight = 2**31
-        self.in_flight_full: Callable[[], None] = _no_pause
+        self.request_side = RequestSide(self)
+        self.response_side = ResponseSide(self)
 
     def hook_failed(self, hook: str, api_key: int, direction: str) -> None:
         """A hook raised: count it as a decode error and go on forwarding."""
@@ -134,40 +137,34 @@ class Exchange:
         frame is no request."""
         pos, end = 0, len(data)
         others: list[int] = []
+        view = memoryview(data)
         while end - pos >= 4:
             (size,) = _INT32.unpack_from(data, pos)
             if size < 0 or end - pos - 4 < size:
                 break
-            if size >= REQUEST_MIN_HEAD:
-                api_key, api_version, corr = _REQUEST_HEADER.unpack_from(data, pos + 4)
-                if limit <= 0:
-                    others.append(api_key)
-                    pos += 4 + size
-                    continue
-                limit -= 1
-                self.info.requests += 1
-                pending = Pending(corr, api_key, api_version, arrived, size + 4)
-                self.pending.append(pending)
-                try:
-                    self.hooks.request_not_forwarded(
-                        self.info, memoryview(data)[pos + 4 : pos + 4 + size], pending
-                    )
-                except Exception:
-                    self.hook_failed("request_not_forwarded", api_key, "request")
+            body = view[pos + 4 : pos + 4 + size]
             pos += 4 + size
+            if size < REQUEST_MIN_HEAD:
+                continue
+            if limit <= 0:
+                others.append(_REQUEST_HEADER.unpack_from(body, 0)[0])
+                continue
+            limit -= 1
+            pending = self.kafka.unforwarded(body, size, arrived)
+            assert pending is not None  # a whole frame with a request header
+            try:
+                self.hooks.request_not_forwarded(self.info, body, pending)
+            except Exception:
+                self.hook_failed("request_not_forwarded", pending.api_key, "request")
         return others
 
-    def answer_in_order(self, pending: Pending) -> None:
-        """Send a reply the proxy made itself now, if nothing is ahead of it."""
-        responses = self.responses
-        if self.pending and self.pending[0] is pending and responses and responses.idle():
-            self.pending.popleft()
-            self.info.responses += 1
-            self.send_to_client(reply_frame(pending.reply or b""))
-
-
-def _no_pause() -> None:
-    pass
+    def answer_in_order(self) -> None:
+        """Send the replies the proxy made itself that nothing is ahead of any more, if
+        the response side is at a frame boundary (a reply cannot cut into a response)."""
+        if not self.response_side.idle():
+            return
+        while (request := self.kafka.reply_due()) is not None:
+            self.calls.send_to_client(reply_frame(request.reply or b""))
 
 
 def reply_frame(body: bytes) -> list[Buffer]:
@@ -178,8 +175,9 @@ class _Side:
     """What both directions share: the frame being split, its streaming observer, and
     the hook calls queued until the chunk in hand went on."""
 
-    def __init__(self, ex: Exchange) -> None:
-        self.ex = ex
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.kafka = relay.kafka
         self._current: Pending | None = None
         self._observer: FrameObserver | None = None  # of the frame being split, if streamed
         self._after: list[tuple[AfterHook, memoryview, Pending]] = []
@@ -194,56 +192,64 @@ class _Side:
 
 
 class RequestSide(_Side):
-    """Client to broker: record what each request needs, ask the hooks that hold."""
+    """Client to broker: forward, hold for admit_request, or keep for the hooks."""
 
-    def __init__(self, ex: Exchange) -> None:
-        super().__init__(ex)
+    def __init__(self, relay: Relay) -> None:
+        super().__init__(relay)
         self.inject: list[Buffer] = []  # never used on this side
         self._unanswered = False
         self._raw_token_kept = False  # the frame being split is a raw SASL token, assembled
 
     def frame_started(self, head: memoryview, size: int) -> int:
-        ex = self.ex
-        if ex.draining:
-            ex.stop_reading_client()
+        relay = self.relay
+        if relay.draining:
+            relay.calls.stop_reading_client()
             return STOP
-        if ex.raw_sasl is not None:
-            mode = self._raw_token(head, size)
-            if mode is not None:
-                return mode
-        if size < REQUEST_MIN_HEAD:
+        kafka = self.kafka
+        event = kafka.request(head, size, perf_counter())
+        if event is REQUEST:
+            self._unanswered = False
+            self._current = pending = kafka.current
+            plan = relay.plan
+            if plan.hold_requests or pending.api_key in plan.admit_api_keys:
+                return HOLD
+            if plan.keep_requests or kafka.wants_body:
+                return STREAM_KEEP
+            return STREAM
+        return self._not_a_request(event, size)
+
+    def _not_a_request(self, event: Event, size: int) -> int:
+        """The events other than a request awaiting its answer."""
+        relay = self.relay
+        if event is REQUEST_WITHOUT_RESPONSE:
+            # Produce acks=0: the broker sends nothing back, so nothing is queued.
+            self._current = self.kafka.current
+            self._unanswered = True
+            plan = relay.plan
+            if plan.hold_requests:
+                return HOLD
+            return STREAM_KEEP if plan.keep_unanswered else STREAM
+        if event is RAW_SASL:
+            if relay.plan.keep_sasl_tokens:
+                self._raw_token_kept = True
+                return STREAM_KEEP
+            return STREAM
+        if event is NOT_A_REQUEST:
             return STREAM  # not a request header: forward untouched, nothing to match
-        api_key, api_version, corr = _REQUEST_HEADER.unpack_from(head, 0)
-        acks = -1
-        if api_key == PRODUCE:
-            try:
-                acks = produce_acks(head, api_version)
-            except DecodeError:
-                if len(head) < size and len(head) < HEAD_CAP:
-                    return NEED_MORE
-        # (`ex.pending and`: with none in flight, as for a client that waits for each
-        # answer, the bound costs one truth test)
-        if ex.pending and acks != 0 and len(ex.pending) >= ex.max_in_flight:
-            ex.in_flight_full()
+        if event is NEED_MORE:
+            return SPLIT_NEED_MORE
+        if event is IN_FLIGHT_FULL:
+            relay.calls.in_flight_full()
             return PAUSE
-        if ex.before_auth:
-            if api_key not in sasl.AUTH_APIS:
-                ex.before_auth = False
-            elif size > ex.max_frame_before_auth:
-                return self._refuse(size)
-        ex.info.requests += 1
-        pending = Pending(corr, api_key, api_version, time.perf_counter(), size + 4)
-        self._current = pending
-        if acks == 0:
-            return self._without_response()
-        self._unanswered = False
-        ex.pending.append(pending)
-        plan = ex.plan
-        if plan.hold_requests or api_key in plan.admit_api_keys:
-            return HOLD
-        if plan.keep_requests or (api_key == sasl.SASL_HANDSHAKE and api_version == 0):
-            return STREAM_KEEP
-        return STREAM
+        assert event is TOO_LARGE_BEFORE_AUTH
+        log.warning(
+            "frame over the before-auth limit",
+            conn=relay.info.conn_id,
+            size=size,
+            limit=self.kafka.max_frame_before_auth,
+        )
+        relay.calls.close("frame_too_large")
+        return STOP
 
     def observe_instead(self, size: int) -> int:
         """A request to keep spans reads and is over the keep limit: its pieces go to the
@@ -252,85 +258,44 @@ class RequestSide(_Side):
         pending = self._current
         if self._raw_token_kept or pending is None or pending.api_key == sasl.SASL_HANDSHAKE:
             return STREAM_KEEP
-        ex = self.ex
-        ex.metrics.frame_observed_in_pieces("request", size)
-        self._observer = ex.hooks.request_stream(ex.info, pending, not self._unanswered)
+        relay = self.relay
+        relay.metrics.frame_observed_in_pieces("request", size)
+        self._observer = relay.hooks.request_stream(relay.info, pending, not self._unanswered)
         return STREAM if self._observer is None else STREAM_OBSERVE
-
-    def _refuse(self, size: int) -> int:
-        log.warning(
-            "frame over the before-auth limit",
-            conn=self.ex.info.conn_id,
-            size=size,
-            limit=self.ex.max_frame_before_auth,
-        )
-        self.ex.close("frame_too_large")
-        return STOP
-
-    def _without_response(self) -> int:
-        """Produce acks=0: the broker sends nothing back, so nothing is queued."""
-        self.ex.info.requests_without_response += 1
-        self._unanswered = True
-        plan = self.ex.plan
-        if plan.hold_requests:
-            return HOLD
-        return STREAM_KEEP if plan.keep_unanswered else STREAM
-
-    def _raw_token(self, head: memoryview, size: int) -> int | None:
-        """A frame while raw SASL tokens flow; None once it is a request again."""
-        ex = self.ex
-        phase = ex.raw_sasl
-        assert phase is not None
-        if phase.tokens_left is None and len(head) < min(size, sasl.MIN_PLAUSIBLE_HEAD):
-            return NEED_MORE
-        counted = phase.next_frame(head, size)
-        if counted is None:
-            ex.raw_sasl = None
-            ex.raw_replies_due = 0
-            return None
-        if counted:
-            ex.raw_replies_due += 1
-            if phase.over:
-                ex.raw_sasl = None
-        if size > ex.max_frame_before_auth:
-            return self._refuse(size)
-        if ex.plan.keep_sasl_tokens:
-            self._raw_token_kept = True
-            return STREAM_KEEP
-        return STREAM
 
     def frame_completed(self, body: memoryview | None) -> None:
         if self._raw_token_kept:
             self._raw_token_kept = False
             assert body is not None
             # A Pending only so that a failing hook is counted against SaslHandshake.
-            token = Pending(-1, sasl.SASL_HANDSHAKE, 0, time.perf_counter(), len(body) + 4)
+            token = Pending(-1, sasl.SASL_HANDSHAKE, 0, perf_counter(), len(body) + 4)
             self._after.append((self.sasl_token, body, token))
             return
         pending = self._current
         assert pending is not None and body is not None
+        hooks = self.relay.hooks
         if self._unanswered:
-            self._after.append((self.ex.hooks.request_without_response, body, pending))
+            self._after.append((hooks.request_without_response, body, pending))
             return
-        if pending.api_key == sasl.SASL_HANDSHAKE and pending.api_version == 0:
-            self.ex.handshake_mechanism = sasl.handshake_mechanism(body)
-        if self.ex.plan.keep_requests:
-            self._after.append((self.ex.hooks.request_forwarded, body, pending))
+        if self.kafka.wants_body:
+            self.kafka.request_body(body)
+        if self.relay.plan.keep_requests:
+            self._after.append((hooks.request_forwarded, body, pending))
 
     def sasl_token(self, info: ConnectionInfo, token: memoryview, _: Pending) -> None:
-        self.ex.hooks.sasl_token(info, token)
+        self.relay.hooks.sasl_token(info, token)
 
     def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]:
         """Ask admit_request; forward, or answer in the broker's place."""
-        ex = self.ex
+        relay = self.relay
         pending = self._current
         assert pending is not None
         try:
-            reply = ex.hooks.admit_request(
-                ex.info, body, pending.api_key, pending.api_version, pending.correlation_id
+            reply = relay.hooks.admit_request(
+                relay.info, body, pending.api_key, pending.api_version, pending.correlation_id
             )
         except Exception:
-            ex.hook_failed("admit_request", pending.api_key, "request")
+            relay.hook_failed("admit_request", pending.api_key, "request")
             reply = None
         if reply is not None:
             return self._answer_instead(pending, reply)
@@ -338,31 +303,31 @@ class RequestSide(_Side):
         return raw
 
     def _answer_instead(self, pending: Pending, reply: bytes) -> list[Buffer]:
-        ex = self.ex
+        relay = self.relay
         if self._unanswered or not reply:
             # Nothing to answer with (acks=0 expects no response; an empty reply means the
             # API has no error code to carry it): Kafka closes the connection, so do we.
-            ex.close("rejected")
+            relay.calls.close("rejected")
             return []
         pending.reply = bytes(reply)
-        ex.answer_in_order(pending)
+        relay.answer_in_order()
         return []
 
     def frame_too_large(self, size: int) -> None:
-        log.warning("client frame too large", conn=self.ex.info.conn_id, size=size)
-        self.ex.close("frame_too_large")
+        log.warning("client frame too large", conn=self.relay.info.conn_id, size=size)
+        self.relay.calls.close("frame_too_large")
 
     def chunk_done(self) -> None:
         if self._after:
             queued, self._after = self._after, []
-            self.ex.run_hooks(queued, "request")
+            self.relay.run_hooks(queued, "request")
 
 
 class ResponseSide(_Side):
-    """Broker to client: match each response with its request, rewrite if asked."""
+    """Broker to client: forward, hold for rewrite_response, or keep for the hooks."""
 
-    def __init__(self, ex: Exchange) -> None:
-        super().__init__(ex)
+    def __init__(self, relay: Relay) -> None:
+        super().__init__(relay)
         self.inject: list[Buffer] = []  # replies the proxy made, to send before a frame
         self.splitter: FrameSplitter | None = None
         self.unmatched = 0
@@ -372,94 +337,71 @@ class ResponseSide(_Side):
         return self.splitter is None or self.splitter.at_boundary
 
     def frame_started(self, head: memoryview, size: int) -> int:
-        ex = self.ex
-        if ex.raw_sasl is not None or ex.raw_replies_due:
-            if ex.raw_replies_due:
-                ex.raw_replies_due -= 1
-            return STREAM  # a raw SASL token from the broker
-        if size < 4:
+        kafka = self.kafka
+        event = kafka.response(head, size)
+        if event is RESPONSE:
+            if kafka.replies_ahead:
+                self._inject_replies()
+            self._current = pending = kafka.current
+            plan = self.relay.plan
+            if pending.api_key in plan.rewrite_api_keys:
+                return HOLD
+            return STREAM_KEEP if plan.keep_responses else STREAM
+        if event is not RAW_SASL:  # a raw SASL token from the broker goes on untouched
             self.unmatched += 1
-            return STREAM
-        (corr,) = _INT32.unpack_from(head, 0)
-        pending = self._match(corr)
-        if pending is None:
-            self.unmatched += 1
-            return STREAM
-        self._current = pending
-        ex.info.responses += 1
-        if pending.api_key == sasl.SASL_HANDSHAKE and pending.api_version == 0:
-            self._handshake_answered(head)
-        if pending.api_key in ex.plan.rewrite_api_keys:
-            return HOLD
-        return STREAM_KEEP if ex.plan.keep_responses else STREAM
+        return STREAM
+
+    def _inject_replies(self) -> None:
+        """Replies the proxy made that stood ahead of the response: they go first."""
+        replies = self.kafka.replies_ahead
+        for request in replies:
+            self.inject.extend(reply_frame(request.reply or b""))
+        replies.clear()
 
     def observe_instead(self, size: int) -> int:
         """A response to keep spans reads and is over the keep limit: its pieces go to
         the hooks' observer as they pass instead."""
-        ex = self.ex
+        relay = self.relay
         pending = self._current
         assert pending is not None
-        ex.metrics.frame_observed_in_pieces("response", size)
-        self._observer = ex.hooks.response_stream(ex.info, pending, size)
+        relay.metrics.frame_observed_in_pieces("response", size)
+        self._observer = relay.hooks.response_stream(relay.info, pending, size)
         return STREAM if self._observer is None else STREAM_OBSERVE
-
-    def _match(self, corr: int) -> Pending | None:
-        """Pop the request `corr` answers; replies the proxy made ahead of it go first."""
-        queue = self.ex.pending
-        if queue:
-            first = queue[0]
-            if first.correlation_id == corr and first.reply is None:
-                return queue.popleft()
-        if not any(p.correlation_id == corr and p.reply is None for p in queue):
-            return None
-        while True:
-            first = queue.popleft()
-            if first.reply is not None:
-                self.inject.extend(reply_frame(first.reply))
-                self.ex.info.responses += 1
-            elif first.correlation_id == corr:
-                return first
-            # else: answered out of order means never answered (e.g. acks we misread)
-
-    def _handshake_answered(self, head: memoryview) -> None:
-        if sasl.handshake_succeeded(head):
-            self.ex.raw_sasl = sasl.RawSaslPhase(self.ex.handshake_mechanism)
 
     def frame_completed(self, body: memoryview | None) -> None:
         pending = self._current
         assert pending is not None and body is not None
-        self._after.append((self.ex.hooks.response_forwarded, body, pending))
+        self._after.append((self.relay.hooks.response_forwarded, body, pending))
 
     def frame_held(self, body: memoryview, raw: list[Buffer]) -> list[Buffer]:
-        ex = self.ex
+        relay = self.relay
         pending = self._current
         assert pending is not None
         try:
-            new = ex.hooks.rewrite_response(ex.info, body, pending)
+            new = relay.hooks.rewrite_response(relay.info, body, pending)
         except Exception:
-            ex.hook_failed("rewrite_response", pending.api_key, "response")
+            relay.hook_failed("rewrite_response", pending.api_key, "response")
             new = None
         sent: list[Buffer] = raw
         if new is not None:
             body = memoryview(bytes(new))
             sent = [_INT32.pack(len(body)), body]
-        if ex.plan.keep_responses:
-            self._after.append((ex.hooks.response_forwarded, body, pending))
+        if relay.plan.keep_responses:
+            self._after.append((relay.hooks.response_forwarded, body, pending))
         return sent
 
     def frame_too_large(self, size: int) -> None:
-        log.warning("broker frame too large", conn=self.ex.info.conn_id, size=size)
-        self.ex.close("upstream_frame_too_large")
+        log.warning("broker frame too large", conn=self.relay.info.conn_id, size=size)
+        self.relay.calls.close("upstream_frame_too_large")
 
     def chunk_done(self) -> None:
-        ex = self.ex
+        relay = self.relay
         if self._after:
             queued, self._after = self._after, []
-            ex.run_hooks(queued, "response")
-        queue = ex.pending
-        if queue and queue[0].reply is None or not (queue or ex.draining) or not self.idle():
+            relay.run_hooks(queued, "response")
+        queue = self.kafka.pending
+        if queue and queue[0].reply is None or not (queue or relay.draining) or not self.idle():
             return  # the usual case: nothing the proxy must send or close itself
-        while queue and queue[0].reply is not None:
-            ex.answer_in_order(queue[0])
-        if ex.draining and not queue:
-            ex.close("shutdown")
+        relay.answer_in_order()
+        if relay.draining and not queue:
+            relay.calls.close("shutdown")
