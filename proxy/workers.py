@@ -41,7 +41,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_TIMEOUT_SECONDS = 60.0
 SUPERVISE_SECONDS = 1.0
 CLIENTS_FILE = "clients-{pid}.json"
-# A worker's KIP-714 client metrics (proxy/observe/telemetry_export.py), merged by /metrics.
+# A worker's KIP-714 client metrics (proxy/observe/telemetry/export.py), merged by /metrics.
 TELEMETRY_FILE = "telemetry-{pid}.json"
 CLIENTS_WRITE_SECONDS = 1.0
 # A worker is a fresh interpreter (no inherited loop or locks), started as a plain
@@ -255,7 +255,7 @@ class WorkerPool:
         """The workers' metrics, plus collectors of the parent's `own`."""
         from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
-        from proxy.observe.telemetry_export import SnapshotCollector
+        from proxy.observe.telemetry.export import SnapshotCollector
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=str(self.metrics_dir))

@@ -1,4 +1,4 @@
-"""Consumer, committed and follower lag and topic traffic (proxy/observe/lag.py,
+"""Consumer, committed and follower lag and topic traffic (proxy/observe/lag/tracker.py,
 lag_series.py, traffic.py), driven through the observing hooks with real frames: the
 whole-frame and the streamed (codec/stream.py) paths, log fields, /metrics series,
 caps, expiry and the 100,000-partition cardinality bound."""
@@ -21,7 +21,7 @@ from codec import HeaderPolicy
 from proxy.config import LagConfig
 from proxy.metrics import Metrics
 from proxy.observe.identity import kafka_uuid_text
-from proxy.observe.lag import FetchAsk
+from proxy.observe.lag.tracker import FetchAsk
 from proxy.observe.observer import ObservingHooks, enable_lag
 from proxy.observe.summary import SummaryOptions
 from tests.records_oracle import build_v2

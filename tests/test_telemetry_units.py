@@ -36,12 +36,12 @@ from proxy.config import TelemetryConfig
 from proxy.hooks import ConnectionInfo
 from proxy.metrics import Metrics
 from proxy.observe.identity import kafka_uuid, kafka_uuid_text
-from proxy.observe.otlp import PushError, decode, payload, prometheus_name
+from proxy.observe.telemetry.otlp import PushError, decode, payload, prometheus_name
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import SummaryOptions
-from proxy.observe.telemetry import Telemetry
-from proxy.observe.telemetry_export import SnapshotCollector, families, snapshot
-from proxy.observe.telemetry_store import ClientMeta, TelemetryStore
+from proxy.observe.telemetry.pushes import Telemetry
+from proxy.observe.telemetry.export import SnapshotCollector, families, snapshot
+from proxy.observe.telemetry.store import ClientMeta, TelemetryStore
 
 HEADER_ID = uuid.UUID("11111111-2222-4333-8444-555555555555")
 OTHER_ID = uuid.UUID("99999999-8888-4777-8666-555555555555")

@@ -66,7 +66,7 @@ from proxy.metrics import Metrics
 from proxy.observe.observer import enable_lag, header_policy
 from proxy.observe.request_log import render
 from proxy.observe.summary import SummaryOptions
-from proxy.observe.telemetry import Telemetry
+from proxy.observe.telemetry.pushes import Telemetry
 
 _REQUEST_HEADER = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")

@@ -10,8 +10,8 @@ from codec import Response
 from proxy.hooks import ConnectionInfo
 from proxy.observe.identity import ZERO_UUID, Identity
 from proxy.observe.instance_join import JoinKey
-from proxy.observe.lag import CommitAsk, FetchAsk, ProduceAsk
-from proxy.observe.share import HeartbeatAsk, ShareAsk
+from proxy.observe.lag.tracker import CommitAsk, FetchAsk, ProduceAsk
+from proxy.observe.lag.share import HeartbeatAsk, ShareAsk
 from proxy.observe.summary import GroupProtocols
 
 

@@ -13,15 +13,15 @@ from codec.schema import api_names
 from codec.stream import StreamLimits
 from proxy.metrics import Metrics
 from proxy.observe.conn_state import Token
-from proxy.observe.lag import LagTracker
-from proxy.observe.lag_series import LagSeries
+from proxy.observe.lag.tracker import LagTracker
+from proxy.observe.lag.series import LagSeries
 from proxy.observe.observing_hooks import ObservingHooks
 from proxy.observe.request_log import LineSink, RequestLog
-from proxy.observe.share import ShareTracker
+from proxy.observe.lag.share import ShareTracker
 from proxy.observe.streamed import Streamed
 from proxy.observe.summary import SummaryOptions
-from proxy.observe.telemetry import Telemetry
-from proxy.observe.traffic import TopicTraffic
+from proxy.observe.telemetry.pushes import Telemetry
+from proxy.observe.lag.traffic import TopicTraffic
 
 __all__ = ["ObservingHooks", "Streamed", "Token", "build_hooks", "build_telemetry", "enable_lag", "header_policy"]
 

@@ -40,13 +40,13 @@ from proxy.observe.conn_state import ConnState, Token, note_header_id, telemetry
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
-from proxy.observe.lag import PRODUCE, CommitAsk, LagTracker
-from proxy.observe.lag_hooks import APIS as LAG_HOOK_APIS
-from proxy.observe.lag_hooks import LagHooks
+from proxy.observe.lag.tracker import PRODUCE, CommitAsk, LagTracker
+from proxy.observe.lag.hooks import APIS as LAG_HOOK_APIS
+from proxy.observe.lag.hooks import LagHooks
 from proxy.observe.memo import FrameMemo
 from proxy.observe.request_line import connection_fields, request_line
 from proxy.observe.request_log import RequestLog
-from proxy.observe.share import ShareTracker
+from proxy.observe.lag.share import ShareTracker
 from proxy.observe.streamed import Streamed, StreamedFrames
 from proxy.observe.summary import (
     FULL_DECODE_RESPONSES,
@@ -56,10 +56,10 @@ from proxy.observe.summary import (
     response_fields,
     skimmed_response_fields,
 )
-from proxy.observe.telemetry import Telemetry
-from proxy.observe.telemetry_collect import ADDED_API_VERSIONS
-from proxy.observe.telemetry_hooks import TelemetryHooks
-from proxy.observe.traffic import TopicTraffic
+from proxy.observe.telemetry.pushes import Telemetry
+from proxy.observe.telemetry.collect import ADDED_API_VERSIONS
+from proxy.observe.telemetry.hooks import TelemetryHooks
+from proxy.observe.lag.traffic import TopicTraffic
 
 UNKNOWN = "unknown"
 # Why a connection closed when the broker closed it (proxy/forward/connection.py).

@@ -19,11 +19,11 @@ from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
 from proxy.observe.conn_state import ConnState, Token
 from proxy.observe.identity import PUSH_TELEMETRY
-from proxy.observe.lag import CommitAsk
-from proxy.observe.lag_hooks import LagHooks
+from proxy.observe.lag.tracker import CommitAsk
+from proxy.observe.lag.hooks import LagHooks
 from proxy.observe.observer_parts import Observer
 from proxy.observe.summary import FULL_DECODE_RESPONSES, response_fields
-from proxy.observe.telemetry_hooks import TelemetryHooks
+from proxy.observe.telemetry.hooks import TelemetryHooks
 
 UNKNOWN = "unknown"
 

@@ -9,8 +9,8 @@ from typing import Any
 from codec import Response
 from proxy.hooks import ConnectionInfo
 from proxy.observe.conn_state import ConnState, Token
-from proxy.observe.lag import LAG_APIS, PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
-from proxy.observe.share import (
+from proxy.observe.lag.tracker import LAG_APIS, PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
+from proxy.observe.lag.share import (
     CONSUMER_GROUP_HEARTBEAT,
     HEARTBEAT_APIS,
     SHARE_APIS,
@@ -19,7 +19,7 @@ from proxy.observe.share import (
     ShareTracker,
 )
 from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
-from proxy.observe.traffic import TopicTraffic
+from proxy.observe.lag.traffic import TopicTraffic
 
 UNKNOWN = "unknown"
 APIS = LAG_APIS | SHARE_APIS | HEARTBEAT_APIS | {PRODUCE}  # the requests they look at

@@ -20,8 +20,8 @@ from proxy.observe.identity import (
 from proxy.observe.joining import Joining
 from proxy.observe.observer_parts import Observer
 from proxy.observe.request_line import request_line
-from proxy.observe.telemetry import Telemetry
-from proxy.observe.telemetry_store import ClientMeta
+from proxy.observe.telemetry.pushes import Telemetry
+from proxy.observe.telemetry.store import ClientMeta
 
 
 class TelemetryOwner(Observer, Protocol):
