@@ -118,6 +118,7 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy.forward.allocator import keep_large_buffers
     from proxy.metrics import Metrics
     from proxy.observe.observer import build_hooks
+    from proxy.observe.telemetry.hooks import TelemetryLink
     from proxy.preflight import check_api_names
     from proxy.runner import freeze_startup_objects, open_server
     from proxy.signals import reopen_logs_on_sighup, stop_signal
@@ -138,7 +139,9 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     keep_large_buffers()
     reopen_logs_on_sighup(server.hooks)
     ready.put(index, None)
-    writer = asyncio.get_running_loop().create_task(_write_clients(server, hooks.telemetry))
+    link = hooks.link(TelemetryLink)
+    telemetry = None if link is None else link.telemetry
+    writer = asyncio.get_running_loop().create_task(_write_clients(server, telemetry))
     await stop.wait()
     writer.cancel()
     await server.shutdown(config.limits.shutdown_grace_seconds)

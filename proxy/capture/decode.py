@@ -63,9 +63,10 @@ from proxy.exchange.kafka import (
 from proxy.exchange.kafka import Event as ExchangeEvent
 from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
-from proxy.observe.observer import enable_lag, header_policy
+from proxy.observe.observer import header_policy, lag_link
 from proxy.observe.request_log import render
-from proxy.observe.summary import SummaryOptions
+from proxy.observe.summary import SummaryOptions, TopicIds
+from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
 
 _REQUEST_HEADER = struct.Struct(">hhi")
@@ -131,9 +132,13 @@ class CaptureDecoder:
         metrics, policy = Metrics(), header_policy(())
         # As a proxy with the shipped defaults: lag positions on Fetch and OffsetCommit
         # lines, pushed client metrics counted on PushTelemetry lines.
-        telemetry = Telemetry(TelemetryConfig(), metrics, policy, None)
-        self.hooks = CaptureHooks(metrics, None, summary or SummaryOptions(), policy, telemetry=telemetry)
-        enable_lag(self.hooks, LagConfig(), metrics)
+        summary = summary or SummaryOptions()
+        topic_ids = TopicIds()
+        links = (
+            TelemetryLink(Telemetry(TelemetryConfig(), metrics, policy, None)),
+            lag_link(LagConfig(), metrics, topic_ids, summary),
+        )
+        self.hooks = CaptureHooks(metrics, None, summary, policy, links=links, topic_ids=topic_ids)
         self.log = self.hooks.log = CaptureLog(self.output, apis, self.hooks)
         self.streams: OrderedDict[frozenset[Endpoint], Stream] = OrderedDict()
         self.closed: OrderedDict[frozenset[Endpoint], None] = OrderedDict()

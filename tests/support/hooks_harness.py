@@ -16,9 +16,9 @@ from codec import HeaderPolicy, Request, Response, encode_request, encode_respon
 from proxy.config import LagConfig
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
-from proxy.observe.observer import ObservingHooks, enable_lag
+from proxy.observe.observer import ObservingHooks, lag_link
 from proxy.observe.request_log import LineSink, RequestLog
-from proxy.observe.summary import SummaryOptions
+from proxy.observe.summary import SummaryOptions, TopicIds
 
 DEFAULTS = LagConfig()
 
@@ -28,9 +28,11 @@ class Harness:
         self.path = tmp_path / "requests.log"
         self.metrics = Metrics()
         self.log = RequestLog(LineSink(str(self.path)))
-        self.hooks = ObservingHooks(self.metrics, self.log, SummaryOptions(), HeaderPolicy())
-        if lag is not None:
-            enable_lag(self.hooks, lag, self.metrics)
+        summary, topic_ids = SummaryOptions(), TopicIds()
+        links = () if lag is None else (lag_link(lag, self.metrics, topic_ids, summary),)
+        self.hooks = ObservingHooks(
+            self.metrics, self.log, summary, HeaderPolicy(), links=links, topic_ids=topic_ids
+        )
         self.infos: dict[str, ConnectionInfo] = {}
         self.correlation = 0
 
