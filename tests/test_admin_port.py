@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from proxy_harness import LOCAL, FakeBroker, echo_broker
 from support.hostile import ObservedProxy, eventually
-from test_proxy_tls import issue, openssl
+from support.tls import issue, openssl
 
 from proxy.config import Config, ConfigError, parse_config
 from proxy.runner import start_proxy
