@@ -39,11 +39,7 @@ class LagLink(Observer):
         self.share = share
 
     def request(
-        self,
-        info: ConnectionInfo,
-        state: ConnState,
-        token: Token,
-        request: Any,
+        self, info: ConnectionInfo, state: ConnState, token: Token, request: Any,
         partition_stats: dict[tuple[str, int], Any] | None,
     ) -> None:
         """`partition_stats`: a Produce request's RecordStats by (topic, partition), when
@@ -69,11 +65,7 @@ class LagLink(Observer):
             token.asked_by = self
 
     def answered(
-        self,
-        info: ConnectionInfo,
-        state: ConnState | None,
-        token: Token,
-        response: Response | None,
+        self, info: ConnectionInfo, state: ConnState | None, token: Token, response: Response | None,
         fields: dict[str, Any] | None,
     ) -> dict[str, Any]:
         ask = token.ask
