@@ -1,5 +1,5 @@
 """Consumer, committed and follower lag and topic traffic (proxy/observe/lag/tracker.py,
-lag_series.py, traffic.py), driven through the observing hooks with real frames: the
+series.py, traffic.py), driven through the observing hooks with real frames: the
 whole-frame and the streamed (codec/stream.py) paths, log fields, /metrics series,
 caps, expiry and the 100,000-partition cardinality bound."""
 

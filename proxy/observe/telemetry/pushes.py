@@ -2,7 +2,7 @@
 
 A push (forwarded in observe mode, answered by the proxy in collect mode) is
 decompressed and decoded (proxy/observe/telemetry/otlp.py), its points kept as the instance's
-latest values (telemetry_store.py, exported on /metrics by telemetry_export.py) and
+latest values (store.py, exported on /metrics by export.py) and
 written to the telemetry log, one `client_metric` line per point kept. Decoding runs
 after the push went on (observe) or after its answer was sent (collect).
 """
