@@ -16,6 +16,7 @@ from codec import HeaderPolicy, Request, Response, encode_request, encode_respon
 from proxy.config import LagConfig
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
+from proxy.observe.chain import Observer
 from proxy.observe.observer import ObservingHooks, lag_link
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import SummaryOptions, TopicIds
@@ -24,12 +25,16 @@ DEFAULTS = LagConfig()
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, lag: LagConfig | None = DEFAULTS) -> None:
+    def __init__(
+        self, tmp_path: Path, lag: LagConfig | None = DEFAULTS, links: tuple[Observer, ...] = ()
+    ) -> None:
+        """`links`: more links for the observers' chain, after lag's."""
         self.path = tmp_path / "requests.log"
         self.metrics = Metrics()
         self.log = RequestLog(LineSink(str(self.path)))
         summary, topic_ids = SummaryOptions(), TopicIds()
-        links = () if lag is None else (lag_link(lag, self.metrics, topic_ids, summary),)
+        if lag is not None:
+            links = (lag_link(lag, self.metrics, topic_ids, summary), *links)
         self.hooks = ObservingHooks(
             self.metrics, self.log, summary, HeaderPolicy(), links=links, topic_ids=topic_ids
         )
