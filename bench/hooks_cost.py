@@ -346,7 +346,10 @@ def _replay_counted(tree: str, pairs: Path, cases: int, calls: int, out: Path) -
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p",
         sys.executable, "-P", str(replay), str(pairs), str(calls),
     ]
-    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    with open(f"{out}.valgrind.log", "wb") as log:  # valgrind's own chatter
+        proc = subprocess.Popen(
+            cmd, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+        )
     assert proc.stdin is not None and proc.stdout is not None
     counts = []
     try:
@@ -357,9 +360,9 @@ def _replay_counted(tree: str, pairs: Path, cases: int, calls: int, out: Path) -
             proc.stdin.flush()
             _expect(proc, "done")
             _callgrind(proc.pid, "-i", "off")
-            before = set(out.parent.glob(f"{out.name}.*"))
+            before = set(out.parent.glob(f"{out.name}.[0-9]*"))
             _callgrind(proc.pid, "--dump")
-            (dump,) = set(out.parent.glob(f"{out.name}.*")) - before
+            (dump,) = set(out.parent.glob(f"{out.name}.[0-9]*")) - before
             counts.append(_totals(dump))
             proc.stdin.write("next\n")
             proc.stdin.flush()
@@ -384,10 +387,15 @@ def _callgrind(pid: int, *args: str) -> None:
 
 
 def _totals(dump: Path) -> int:
-    for line in dump.read_text(errors="replace").splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    raise RuntimeError(f"no totals in {dump}")
+    """A dump's count (its `summary:` line may say 0 where `totals:` has it)."""
+    found = [
+        int(line.split()[1])
+        for line in dump.read_text(errors="replace").splitlines()
+        if line.startswith(("summary:", "totals:"))
+    ]
+    if not found:
+        raise RuntimeError(f"no totals in {dump}")
+    return max(found)
 
 
 def instructions_markdown(rows: list[dict[str, Any]]) -> str:
@@ -401,7 +409,7 @@ def instructions_markdown(rows: list[dict[str, Any]]) -> str:
     ]
     for (case, memo), trees in by_key.items():
         base, mine = trees.get("baseline"), trees["this tree"]
-        change = "–" if base is None else f"{(mine - base) / base * 100:+.2f} %"
+        change = "–" if not base else f"{(mine - base) / base * 100:+.2f} %"
         lines.append(f"| {case} | {memo} | {'–' if base is None else f'{base:,}'} | {mine:,} | {change} |")
     return "\n".join(lines) + "\n"
 
