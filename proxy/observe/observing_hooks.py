@@ -319,15 +319,13 @@ class ObservingHooks(Hooks):
         reply = error_response(api_key, api_version, correlation_id, INVALID_REQUEST, self.policy)
         return reply if reply is not None else b""  # no top-level error code: close
 
-    def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
-        pending.token = self._observe_request(info, frame, pending)
-
     def request_without_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
-        self.unanswered(info, pending, self._observe_request(info, frame, pending))
+        self.request_forwarded(info, frame, pending)
+        self.unanswered(info, pending, pending.token)
 
     def request_not_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         # decoded as a forwarded one is, for its request_incomplete line
-        pending.token = self._observe_request(info, frame, pending)
+        self.request_forwarded(info, frame, pending)
 
     def unanswered(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
         """The line of a request that gets no response (Produce with acks=0)."""
@@ -336,9 +334,13 @@ class ObservingHooks(Hooks):
             line = request_line(info, pending, token, self.states.get(info.conn_id), extra)
             self.log.write("request_no_response", line)
 
-    def _observe_request(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> Token:
+    def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        """A request decoded (or found in the memo) and observed; its token on `pending`.
+        (The hooks' entry itself, not a call away from it: one Python call less per
+        request, bench.hooks_cost --instructions.)"""
         api_key = pending.api_key
         state, token = self._started(info, pending)
+        pending.token = token
         key = None
         if api_key not in UNMEMOISED:
             key = self.request_memo.key(api_key, pending.api_version, frame)
@@ -349,7 +351,7 @@ class ObservingHooks(Hooks):
                     self._identify(info, state, request)
                     for link in self._request_links.get(api_key, _NO_LINKS):
                         link.request(info, state, token, request, None)
-                return token
+                return
         try:
             # A memoised request must not hold views of the chunk it came in: a copy.
             request = decode_request(frame if key is None else frame.tobytes(), self.policy)
@@ -358,15 +360,14 @@ class ObservingHooks(Hooks):
             token.decode_error = "unknown api key or version"
             if state is not None and state.identity.observe_unknown_request(frame):
                 self.refresh_identity(info, state)
-            return token
+            return
         except DecodeError as exc:
             self.decode_failed(state, token.api, "request")
             token.decode_error = str(exc)
-            return token
+            return
         self._decoded(info, state, token, request, self._request_links.get(api_key, _NO_LINKS))
         if key is not None:
             self.request_memo.put(key, (request, token.fields))
-        return token
 
     def _started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
         """A request seen (whole, streamed past or answered here): counted, its token made."""
@@ -583,10 +584,26 @@ class ObservingHooks(Hooks):
         if token is None:  # the request hook did not run (e.g. an answer the proxy made)
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
         state = self.states.get(info.conn_id)
+        fields: dict[str, Any] = {"errors": []}
         if token.decode_error is None:
-            fields = self._observe_response(info, state, frame, pending, token)
-        else:
-            fields = {"errors": []}
+            api_key, version, ask = pending.api_key, pending.api_version, token.ask
+            if api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
+                version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
+            # An answer a link's ask reads whole (Fetch, a Produce's base offsets, share
+            # groups, heartbeats) is decoded whole; others are skimmed (an OffsetCommit's
+            # too). Written out here, not in a method of its own: one Python call less
+            # per response (bench.hooks_cost --instructions).
+            response = None
+            try:
+                if token.response is None and api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole):
+                    fields = self._skimmed(frame, api_key, version)
+                else:
+                    response = token.response or decode_response(frame, api_key, version, self.policy)
+            except DecodeError as exc:
+                self.decode_failed(state, token.api, "response")
+                fields["response_decode_error"] = str(exc)
+            if response is not None:
+                fields = self._response_fields(info, state, pending, token, response)
         self.responded(info, pending, token, state, latency, len(frame) + 4, fields)
 
     def responded(
@@ -612,25 +629,6 @@ class ObservingHooks(Hooks):
             line = request_line(info, pending, token, state, extra)
             line.update(fields)
             log.write("request", line)
-
-    def _observe_response(
-        self, info: ConnectionInfo, state: ConnState | None, frame: memoryview, pending: Pending, token: Token
-    ) -> dict[str, Any]:
-        version = pending.api_version
-        if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
-            version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
-        ask = token.ask
-        try:
-            # an answer a link's ask reads whole (Fetch, a Produce's base offsets, share
-            # groups, heartbeats) is decoded whole; others are skimmed (an OffsetCommit's too)
-            skim = pending.api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole)
-            if token.response is None and skim:
-                return self._skimmed(frame, pending.api_key, version)
-            response = token.response or decode_response(frame, pending.api_key, version, self.policy)
-        except DecodeError as exc:
-            self.decode_failed(state, token.api, "response")
-            return {"errors": [], "response_decode_error": str(exc)}
-        return self._response_fields(info, state, pending, token, response)
 
     def _response_fields(
         self, info: ConnectionInfo, state: ConnState | None, pending: Pending, token: Token, response: Response
