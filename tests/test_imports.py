@@ -1,9 +1,9 @@
 """The modules of proxy/ import one way: config (and codec) at the bottom, the
-command line at the top, and the rooms in between (forward/, observe/, gateway/,
-admin/) each depend only on what is below them. The modules of pipeline/ too: no cycle,
-its command line (pipeline/cli.py) at the top. Read from the source with `ast`, every
-import counts: module level, inside functions (lazy), under TYPE_CHECKING and under
-`if __name__ == "__main__"`."""
+command line at the top, and the rooms in between (exchange/, forward/, observe/,
+gateway/, admin/, capture/) each depend only on what is below them. The modules of
+pipeline/ too: no cycle, its command line (pipeline/cli.py) at the top. Read from the
+source with `ast`, every import counts: module level, inside functions (lazy), under
+TYPE_CHECKING and under `if __name__ == "__main__"`."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ CONFIG_MAY_IMPORT: frozenset[str] = frozenset()
 BASE = frozenset({"config", "console", "hooks", "metrics", "tls", "signals"})
 # Which rooms a room may import from, besides BASE and itself.
 ROOMS_MAY_IMPORT: dict[str, frozenset[str]] = {
-    "forward": frozenset(),
+    "exchange": frozenset(),  # the sans-I/O Kafka exchange: below forwarding and captures
+    "forward": frozenset({"exchange"}),
     "observe": frozenset(),
     "admin": frozenset(),
     "gateway": frozenset({"forward", "observe"}),
-    "capture": frozenset({"forward", "observe"}),
+    "capture": frozenset({"exchange", "observe"}),
 }
 
 
@@ -148,6 +149,20 @@ def test_each_room_imports_only_what_is_below_it() -> None:
 def test_the_command_line_is_the_top() -> None:
     graph = import_graph()
     assert not [module for module, imports in graph.items() if "cli" in imports]
+
+
+def test_the_exchange_does_no_io() -> None:
+    """proxy/exchange/ is sans I/O: frames in, events out; no sockets, no event loop,
+    no logging (what it tells, its drivers say)."""
+    io = {"asyncio", "uvloop", "socket", "ssl", "selectors", "select", "structlog", "logging", "threading"}
+    for path in sorted((PROXY / "exchange").glob("*.py")):
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+        assert not imported & io, (path.name, sorted(imported & io))
 
 
 def test_no_import_cycle_in_pipeline_and_its_command_line_is_the_top() -> None:

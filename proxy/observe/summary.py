@@ -169,7 +169,7 @@ def request_fields(
 # Responses a log line needs whole (record batches, group payloads, identity); the
 # others are skimmed (codec/skim.py): parsed fully, materialising only names and errors.
 # (ShareFetch and ShareAcknowledge answers are decoded whole when share groups are
-# tracked, lag.enabled: proxy/observe/share.py reads them.)
+# tracked, lag.enabled: proxy/observe/lag/share.py reads them.)
 FULL_DECODE_RESPONSES = frozenset({
     FETCH, JOIN_GROUP, SYNC_GROUP, API_VERSIONS, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS,
     68, 71, 76, 88,  # Consumer/Share/StreamsGroupHeartbeat (member ids), telemetry (instance id)

@@ -57,7 +57,7 @@ class RawSaslPhase:
     def next_frame(self, head: bytes | memoryview, size: int) -> bool | None:
         """The client's next frame (first bytes `head`, `size` long): None if it is a
         request again (the phase is over), else whether it is a counted token, one the
-        broker answers. Shared by the proxy's exchange and `kafkalens decode`."""
+        broker answers."""
         if self.tokens_left is None:
             return None if looks_like_request(head, size) else False
         self.tokens_left -= 1

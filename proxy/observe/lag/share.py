@@ -215,6 +215,7 @@ class HeartbeatAsk:
     member says it owns (line fields), for its answer's line."""
 
     __slots__ = ("fields",)
+    whole = True  # its answer is decoded whole to be read against it (chain.py)
 
     def __init__(self, fields: dict[str, Any]) -> None:
         self.fields = fields
@@ -224,6 +225,7 @@ class ShareAsk:
     """What a ShareFetch or ShareAcknowledge request said that its answer is read against."""
 
     __slots__ = ("group", "acks", "fields", "budget")
+    whole = True
 
     def __init__(self, group: str, budget: Budget) -> None:
         self.group = group
