@@ -89,9 +89,12 @@ def test_watch_over_the_proxys_own_log(
     marker = {"event": "request", "ts": iso(later.replace(tzinfo=dt.UTC).timestamp()),
               "api": "Metadata", "errors": [], "latency_ms": 1.0}
     (logs / "requests.log.1").write_text(json.dumps(marker) + "\n")
-    settled = time.time() - 10  # the spool takes files not written to for a moment
-    for path in logs.iterdir():
-        os.utime(path, (settled, settled))
+    # The spool takes files not written to for a moment; the traffic's file is the older,
+    # so it is read first (files of one modification time are read in no set order, and
+    # the marker read first would make every window of the traffic late: dropped).
+    settled = time.time() - 10
+    os.utime(logs / "requests.log.2", (settled - 5, settled - 5))
+    os.utime(logs / "requests.log.1", (settled, settled))
     assert run_watch(spark, WatchOptions(str(logs), out=str(out), once=True,
                                          max_files_per_trigger=1)) == 0
 
