@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from support import ck_client, kp_client
 from support.capture import decode, events, tcpdump
-from test_pipeline_proxy_logs import (
+from support.proxy_log_checks import (
     OLD,
     check_consumer_group_and_topics_match_the_lines,
     check_inventory_and_usage_match_the_lines,
