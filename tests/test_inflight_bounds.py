@@ -43,6 +43,7 @@ from proxy_harness import (
 )
 from support import ck_client
 from support.clients import make_records, sort_records
+from support.framing import MODES, Recorder, collect_into, frame, split
 from support.hostile import (
     MIB,
     ObservedProxy,
@@ -55,7 +56,6 @@ from support.hostile import (
     hostile_proxy,
     observed_config,
 )
-from test_proxy_framing import MODES, Recorder, collect_into, frame, split
 from test_proxy_sasl import EXCHANGES, handshake_v0, sasl_v0_broker
 
 from proxy.forward.framing import PAUSE, FrameSplitter
