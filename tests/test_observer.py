@@ -8,73 +8,27 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.hooks_harness import PASSWORD, Harness, header
 
-from codec import HeaderPolicy, Request, Response, decode_response, encode_request, encode_response
-from proxy.hooks import ConnectionInfo, Pending
-from proxy.metrics import Metrics
+from codec import Request, Response, decode_response, encode_request, encode_response
+from proxy.hooks import Pending
 from proxy.observe.identity import kafka_uuid_text
-from proxy.observe.observer import ObservingHooks
-from proxy.observe.request_log import LineSink, RequestLog
-from proxy.observe.summary import SummaryOptions
 from tests.records_oracle import build_v2
 
 INSTANCE = uuid.UUID("11111111-2222-4333-8444-555555555555")
-PASSWORD = "s3cr3t-Pa55word!"
-
-
-class Harness:
-    def __init__(self, tmp_path: Path, enforcement: str = "log", **summary: Any) -> None:
-        self.path = tmp_path / "requests.log"
-        self.metrics = Metrics()
-        self.log = RequestLog(LineSink(str(self.path)))
-        self.hooks = ObservingHooks(
-            self.metrics, self.log, SummaryOptions(**summary), HeaderPolicy(), enforcement
-        )
-        self.info = ConnectionInfo("c-1", "plaintext", "10.0.0.7", 50123, "broker:9092")
-        self.info.metrics = self.metrics.connection_opened("plaintext")
-        self.hooks.connection_opened(self.info)
-
-    def exchange(self, request: Request, response: Response | None) -> Pending:
-        frame = encode_request(request)
-        pending = Pending(request.correlation_id, request.api_key, request.api_version,
-                          time.perf_counter(), len(frame) + 4)
-        if response is None:
-            self.hooks.request_without_response(self.info, memoryview(frame), pending)
-            return pending
-        self.hooks.request_forwarded(self.info, memoryview(frame), pending)
-        self.hooks.response_forwarded(self.info, memoryview(encode_response(response)), pending)
-        return pending
-
-    def close(self) -> None:
-        self.hooks.connection_closed(self.info, "client_closed")
-        self.log.close()
-
-    def lines(self) -> list[dict[str, Any]]:
-        self.log.flush()
-        return [json.loads(line) for line in self.path.read_text().splitlines()]
-
-    def metric_text(self) -> str:
-        return self.metrics.render().decode()
-
-
-def header(correlation_id: int, client_id: str | None = "app-1", **extra: Any) -> dict[str, Any]:
-    return {"correlation_id": correlation_id, "client_id": client_id, **extra}
-
-
 def api_versions_exchange(h: Harness, correlation_id: int = 1) -> None:
     request = Request(18, 3, header(correlation_id), {
         "client_software_name": "librdkafka", "client_software_version": "2.4.0"})
     response = Response(18, 3, {"correlation_id": correlation_id}, {
         "error_code": 0, "throttle_time_ms": 0,
         "api_keys": [{"api_key": 0, "min_version": 0, "max_version": 11}]})
-    h.exchange(request, response)
+    h.send(request, response)
 
 
 def test_request_line_carries_identity_and_the_required_fields(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     api_versions_exchange(h)
     metadata = Request(3, 12, header(2, client_id=None), {"topics": [{"topic_id": uuid.UUID(int=0), "name": "orders"}],
                        "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
@@ -83,7 +37,7 @@ def test_request_line_carries_identity_and_the_required_fields(tmp_path: Path) -
         "cluster_id": "c", "controller_id": 1, "topics": [{
             "error_code": 3, "name": "orders", "topic_id": uuid.UUID(int=0), "is_internal": False,
             "partitions": [], "topic_authorized_operations": -1}]})
-    h.exchange(metadata, meta_response)
+    h.send(metadata, meta_response)
     h.close()
     opened, versions, meta, closed = h.lines()
     assert opened["event"] == "connection_open" and opened["client_address"] == "10.0.0.7:50123"
@@ -120,8 +74,8 @@ def produce_request(correlation_id: int, acks: int, compression: str = "none") -
 
 
 def test_produce_record_stats_and_acks_zero(tmp_path: Path) -> None:
-    h = Harness(tmp_path, record_detail=True)
-    h.exchange(produce_request(5, 0, "zstd"), None)
+    h = Harness(tmp_path, lag=None, record_detail=True)
+    h.send(produce_request(5, 0, "zstd"), None)
     (_, line) = h.lines()
     assert line["event"] == "request_no_response"
     assert line["acks"] == 0 and line["latency_ms"] is None
@@ -135,7 +89,7 @@ def test_produce_record_stats_and_acks_zero(tmp_path: Path) -> None:
 
 
 def test_fetch_response_record_stats_and_partial_tail(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     batch = build_v2([(1, None, b"x" * 50, [])] * 4, compression="gzip")
     records = batch + batch[:20]  # the broker cut the last batch short: legal in Fetch
     request = Request(1, 11, header(6), {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
@@ -147,7 +101,7 @@ def test_fetch_response_record_stats_and_partial_tail(tmp_path: Path) -> None:
                 "partition_index": 0, "error_code": 0, "high_watermark": 4, "last_stable_offset": 4,
                 "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
                 "records": records}]}]})
-    h.exchange(request, response)
+    h.send(request, response)
     line = h.lines()[-1]
     assert line["record_stats"]["records"] == 4
     assert line["record_stats"]["compression"] == ["gzip"]
@@ -155,11 +109,11 @@ def test_fetch_response_record_stats_and_partial_tail(tmp_path: Path) -> None:
 
 
 def test_sasl_plain_principal_is_logged_and_the_password_never(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
-    h.exchange(Request(17, 1, header(1), {"mechanism": "PLAIN"}),
+    h = Harness(tmp_path, lag=None)
+    h.send(Request(17, 1, header(1), {"mechanism": "PLAIN"}),
                Response(17, 1, {"correlation_id": 1}, {"error_code": 0, "mechanisms": ["PLAIN"]}))
     token = b"\x00alice\x00" + PASSWORD.encode()
-    h.exchange(Request(36, 2, header(2), {"auth_bytes": token}),
+    h.send(Request(36, 2, header(2), {"auth_bytes": token}),
                Response(36, 2, {"correlation_id": 2}, {"error_code": 0, "error_message": None,
                         "auth_bytes": b"", "session_lifetime_ms": 0}))
     api_versions_exchange(h, 3)
@@ -172,7 +126,7 @@ def test_sasl_plain_principal_is_logged_and_the_password_never(tmp_path: Path) -
 
 
 def test_sensitive_config_values_are_never_logged(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     request = Request(19, 5, header(1), {"topics": [{
         "name": "t", "num_partitions": 1, "replication_factor": 1, "assignments": [],
         "configs": [{"name": "sasl.jaas.config", "value": "password=" + PASSWORD}]}],
@@ -182,7 +136,7 @@ def test_sensitive_config_values_are_never_logged(tmp_path: Path) -> None:
         "num_partitions": 1, "replication_factor": 1, "configs": [
             {"name": "sasl.jaas.config", "value": PASSWORD, "read_only": False,
              "config_source": 1, "is_sensitive": True}]}]})
-    h.exchange(request, response)
+    h.send(request, response)
     line = h.lines()[-1]
     assert line["config_names"] == ["sasl.jaas.config"]
     assert PASSWORD not in h.path.read_text()
@@ -200,10 +154,10 @@ def offset_delete_response(correlation_id: int, version: int) -> Response:
 
 
 def test_kip1313_log_mode_warns_and_counts(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
-    h.exchange(kip1313_request(1, INSTANCE), offset_delete_response(1, 1))
-    h.exchange(kip1313_request(2, None), offset_delete_response(2, 0))
-    h.exchange(kip1313_request(3, uuid.UUID(int=9)), offset_delete_response(3, 1))
+    h = Harness(tmp_path, lag=None)
+    h.send(kip1313_request(1, INSTANCE), offset_delete_response(1, 1))
+    h.send(kip1313_request(2, None), offset_delete_response(2, 0))
+    h.send(kip1313_request(3, uuid.UUID(int=9)), offset_delete_response(3, 1))
     lines = h.lines()
     violations = [line for line in lines if line["event"] == "kip1313_violation"]
     assert [v["correlation_id"] for v in violations] == [2, 3]
@@ -213,7 +167,7 @@ def test_kip1313_log_mode_warns_and_counts(tmp_path: Path) -> None:
 
 
 def test_kip1313_reject_mode_answers_invalid_request(tmp_path: Path) -> None:
-    h = Harness(tmp_path, enforcement="reject")
+    h = Harness(tmp_path, lag=None, enforcement="reject")
     assert h.hooks.inspects_requests
     first = encode_request(kip1313_request(1, INSTANCE))
     assert h.hooks.admit_request(h.info, memoryview(first), 47, 1, 1) is None
@@ -235,7 +189,7 @@ def newest_version(api_key: int) -> int:
 
 
 def test_api_versions_capped_to_what_the_codec_decodes(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     response = Response(18, 3, {"correlation_id": 1}, {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
         {"api_key": 0, "min_version": 3, "max_version": 99},
         {"api_key": 3, "min_version": 0, "max_version": 12},
@@ -255,7 +209,7 @@ def test_api_versions_capped_to_what_the_codec_decodes(tmp_path: Path) -> None:
 
 def test_api_versions_fallback_v0_is_decoded_and_capped(tmp_path: Path) -> None:
     # KIP-511: the client asked v9, which the broker does not know: a v0 body, error 35.
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     fallback = Response(18, 0, {"correlation_id": 4}, {"error_code": 35, "api_keys": [
         {"api_key": 18, "min_version": 0, "max_version": 77}]})
     pending = Pending(4, 18, 9, time.perf_counter(), 30)
@@ -268,10 +222,10 @@ def test_api_versions_fallback_v0_is_decoded_and_capped(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("rate", [0.0])
 def test_sampling_keeps_errors(tmp_path: Path, rate: float) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     h.log.sample_rate = rate
     api_versions_exchange(h)
-    h.exchange(kip1313_request(2, None), Response(47, 0, {"correlation_id": 2},
+    h.send(kip1313_request(2, None), Response(47, 0, {"correlation_id": 2},
                {"error_code": 69, "throttle_time_ms": 0, "topics": []}))
     events = [line["event"] for line in h.lines()]
     assert events == ["connection_open", "request"]
@@ -281,11 +235,11 @@ def test_sampling_keeps_errors(tmp_path: Path, rate: float) -> None:
 def test_record_detail_looks_at_a_bounded_number_of_records(tmp_path: Path) -> None:
     from proxy.observe.summary import MAX_DETAIL_RECORDS
 
-    h = Harness(tmp_path, record_detail=True)
+    h = Harness(tmp_path, lag=None, record_detail=True)
     batch = build_v2([(1, None, b"", [("k", b"v")])] * (MAX_DETAIL_RECORDS + 500), compression="zstd")
     request = Request(0, 9, header(1), {"transactional_id": None, "acks": 0, "timeout_ms": 1000,
                       "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
-    h.exchange(request, None)
+    h.send(request, None)
     stats = h.lines()[-1]["record_stats"]
     assert stats["records"] == MAX_DETAIL_RECORDS + 500  # the count comes from batch headers
     assert stats["header_keys"] == ["k"]
@@ -307,9 +261,9 @@ def metadata_pair(correlation_id: int, topic: str, error_code: int) -> tuple[Req
 def test_repeated_frames_are_memoised_and_each_line_keeps_its_own_correlation_id(
     tmp_path: Path,
 ) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     for corr, topic, error in ((5, "orders", 3), (6, "orders", 3), (7, "orders", 3), (8, "audit", 0)):
-        h.exchange(*metadata_pair(corr, topic, error))
+        h.send(*metadata_pair(corr, topic, error))
     memo_requests, memo_responses = h.hooks.request_memo, h.hooks.response_memo
     assert (memo_requests.hits, memo_requests.misses) == (2, 2)
     assert (memo_responses.hits, memo_responses.misses) == (2, 2)
@@ -327,7 +281,7 @@ def test_repeated_frames_are_memoised_and_each_line_keeps_its_own_correlation_id
 
 
 def test_a_memoised_request_keeps_no_view_of_the_chunk_it_came_in(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     # JoinGroup: its protocols' metadata is a bytes field, decoded as a view
     request = Request(11, 5, header(9), {
         "group_id": "g", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
@@ -341,18 +295,18 @@ def test_a_memoised_request_keeps_no_view_of_the_chunk_it_came_in(tmp_path: Path
 
 
 def test_sasl_requests_are_never_memoised(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     for corr in (1, 2):
         request = Request(36, 2, header(corr), {"auth_bytes": f"\0alice\0{PASSWORD}".encode()})
         response = Response(36, 2, {"correlation_id": corr}, {
             "error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0})
-        h.exchange(request, response)
+        h.send(request, response)
     assert h.hooks.request_memo.hits == h.hooks.request_memo.misses == 0
     assert h.hooks.response_memo.hits == h.hooks.response_memo.misses == 0
 
 
 def test_delegation_token_hmacs_are_never_kept_in_a_memo(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     hmac = b"HMAC-SECRET-0123456789"
     for corr in (1, 2):
         request = Request(41, 3, header(corr), {"owners": None})
@@ -360,14 +314,14 @@ def test_delegation_token_hmacs_are_never_kept_in_a_memo(tmp_path: Path) -> None
             "principal_type": "User", "principal_name": "alice", "token_requester_principal_type": "User",
             "token_requester_principal_name": "alice", "issue_timestamp": 1, "expiry_timestamp": 2,
             "max_timestamp": 3, "token_id": "t1", "hmac": hmac, "renewers": []}], "throttle_time_ms": 0})
-        h.exchange(request, response)
+        h.send(request, response)
     memos = (h.hooks.request_memo, h.hooks.response_memo)
     assert all(memo.hits == memo.misses == 0 for memo in memos)
     assert not any(hmac in key[2] for memo in memos for key in memo._entries)
 
 
 def test_memoised_api_versions_cap_answers_with_each_correlation_id(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     for corr in (11, 12):
         response = Response(18, 3, {"correlation_id": corr}, {"error_code": 0, "throttle_time_ms": 0,
                             "api_keys": [{"api_key": 0, "min_version": 3, "max_version": 99}]})

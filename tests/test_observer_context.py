@@ -9,8 +9,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from support.hooks_harness import PASSWORD, Harness, header
+
 from codec import Request, Response
-from tests.test_observer import PASSWORD, Harness, header
 
 GROUP, MEMBER, TOPIC = "g1", "m-1", "orders"
 
@@ -30,15 +31,15 @@ def assignment(topic: str) -> bytes:
 
 
 def test_raw_sasl_token_gives_the_principal_never_the_password(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
-    h.exchange(
+    h = Harness(tmp_path, lag=None)
+    h.send(
         Request(17, 0, header(1), {"mechanism": "PLAIN"}),
         Response(17, 0, {"correlation_id": 1}, {"error_code": 0, "mechanisms": ["PLAIN"]}),
     )
     assert h.lines()[-1]["principal"] is None
     h.hooks.sasl_token(h.info, memoryview(b"\x00bob\x00" + PASSWORD.encode()))
     assert h.info.identity["principal"] == "bob"  # /clients
-    h.exchange(
+    h.send(
         Request(18, 0, header(2), {}),
         Response(18, 0, {"correlation_id": 2}, {"error_code": 0, "api_keys": []}),
     )
@@ -108,10 +109,10 @@ DECODED = {"version": 0, "assigned_partitions": [{"topic": TOPIC, "partitions": 
 
 
 def test_group_messages_without_a_protocol_type_are_decoded(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
-    h.exchange(*join(5, 1))  # JoinGroup v5 and SyncGroup v3: no protocol type (KIP-559)
-    h.exchange(*sync(3, 2))
-    h.exchange(*sync(3, 3, generation=9))  # a generation not joined here: left opaque
+    h = Harness(tmp_path, lag=None)
+    h.send(*join(5, 1))  # JoinGroup v5 and SyncGroup v3: no protocol type (KIP-559)
+    h.send(*sync(3, 2))
+    h.send(*sync(3, 3, generation=9))  # a generation not joined here: left opaque
     joined, synced, other = h.lines()[1:]
     # the request's subscriptions (by protocol) and the leader's (by member) both stay
     assert joined["subscriptions"]["range"]["topics"] == [TOPIC]
@@ -122,11 +123,11 @@ def test_group_messages_without_a_protocol_type_are_decoded(tmp_path: Path) -> N
 
 
 def test_failed_join_teaches_nothing(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     request, response = join(5, 1)
     response.body["error_code"] = 79  # MEMBER_ID_REQUIRED
-    h.exchange(request, response)
-    h.exchange(*sync(3, 2))
+    h.send(request, response)
+    h.send(*sync(3, 2))
     assert h.lines()[-1]["assignments"][MEMBER]["opaque"]
 
 
@@ -204,11 +205,11 @@ def metadata_naming(topic_id: uuid.UUID) -> tuple[Request, Response]:
 
 
 def test_fetch_by_topic_id_lists_the_topic_names(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, lag=None)
     known, unknown = uuid.UUID(int=7), uuid.UUID(int=8)
-    h.exchange(*metadata_naming(known))
-    h.exchange(fetch_v13(2, known), fetch_v13_response(2))
-    h.exchange(fetch_v13(3, unknown), fetch_v13_response(3))
+    h.send(*metadata_naming(known))
+    h.send(fetch_v13(2, known), fetch_v13_response(2))
+    h.send(fetch_v13(3, unknown), fetch_v13_response(3))
     named, unnamed = h.lines()[-2:]
     assert named["topics"] == [TOPIC]
     assert unnamed["topics"] == [str(unknown)]  # never learnt: the id, as text

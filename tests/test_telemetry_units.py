@@ -29,19 +29,15 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.hooks_harness import Harness
 from support.telemetry import metrics_data
 
-from codec import HeaderPolicy, Request, decode_response, encode_request
+from codec import Request, decode_response, encode_request
 from proxy.config import TelemetryConfig
 from proxy.hooks import ConnectionInfo
-from proxy.metrics import Metrics
 from proxy.observe.identity import kafka_uuid, kafka_uuid_text
-from proxy.observe.request_log import LineSink, RequestLog
-from proxy.observe.summary import SummaryOptions
 from proxy.observe.telemetry.export import SnapshotCollector, families, snapshot
-from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.otlp import PushError, decode, payload, prometheus_name
-from proxy.observe.telemetry.pushes import Telemetry
 from proxy.observe.telemetry.store import ClientMeta, TelemetryStore
 
 HEADER_ID = uuid.UUID("11111111-2222-4333-8444-555555555555")
@@ -229,43 +225,9 @@ def test_workers_snapshots_merge_into_one_family_per_name(tmp_path: Path) -> Non
 # -- the observer: collect-mode answers and KIP-1313 -----------------------------------
 
 
-class Harness:
-    def __init__(self, tmp_path: Path, enforcement: str = "log", **telemetry: Any) -> None:
-        from proxy.observe.observer import ObservingHooks
-
-        self.path = tmp_path / "requests.log"
-        self.metrics = Metrics()
-        self.log = RequestLog(LineSink(str(self.path)))
-        config = TelemetryConfig(**telemetry)
-        self.hooks = ObservingHooks(
-            self.metrics,
-            self.log,
-            SummaryOptions(),
-            HeaderPolicy(),
-            enforcement,
-            links=(TelemetryLink(Telemetry(config, self.metrics, HeaderPolicy())),),
-        )
-        self.info = ConnectionInfo("c-1", "plaintext", "10.0.0.7", 50123, "broker:9092")
-        self.hooks.connection_opened(self.info)
-
-    def admit(self, request: Request) -> bytes | None:
-        frame = memoryview(encode_request(request))
-        return self.hooks.admit_request(
-            self.info, frame, request.api_key, request.api_version, request.correlation_id
-        )
-
-    def forward(self, request: Request) -> None:
-        from proxy.hooks import Pending
-
-        frame = encode_request(request)
-        pending = Pending(
-            request.correlation_id, request.api_key, request.api_version, time.perf_counter(), 0
-        )
-        self.hooks.request_forwarded(self.info, memoryview(frame), pending)
-
-    def lines(self) -> list[dict[str, Any]]:
-        self.log.flush()
-        return [json.loads(line) for line in self.path.read_text().splitlines()]
+def harness(tmp_path: Path, enforcement: str = "log", **telemetry: Any) -> Harness:
+    """The observing hooks with telemetry's link alone, configured with `telemetry`."""
+    return Harness(tmp_path, lag=None, enforcement=enforcement, telemetry=TelemetryConfig(**telemetry))
 
 
 def header_v3_first(h: Harness) -> None:
@@ -295,7 +257,7 @@ def subscriptions(corr: int, instance: uuid.UUID) -> Request:
 
 
 def test_collect_mode_hands_out_the_header_id_and_keeps_a_clients_own(tmp_path: Path) -> None:
-    h = Harness(
+    h = harness(
         tmp_path, collect=True, push_interval_ms=1500, metrics=("org.apache.kafka.producer.",)
     )
     # Held for an answer: KIP-714's two requests, and ApiVersions (whose versions the codec
@@ -329,13 +291,13 @@ def test_collect_mode_hands_out_the_header_id_and_keeps_a_clients_own(tmp_path: 
 
 
 def test_a_fresh_client_gets_a_random_id(tmp_path: Path) -> None:
-    h = Harness(tmp_path, collect=True)
+    h = harness(tmp_path, collect=True)
     first = decode_response(h.admit(subscriptions(1, uuid.UUID(int=0))) or b"", 71, 0).body
     assert first["client_instance_id"].version == 4
 
 
 def test_a_telemetry_id_other_than_the_headers_is_logged(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    h = harness(tmp_path)
     header_v3_second(h)
     h.forward(subscriptions(3, OTHER_ID))
     violations = [line for line in h.lines() if line["event"] == "kip1313_violation"]
@@ -345,7 +307,7 @@ def test_a_telemetry_id_other_than_the_headers_is_logged(tmp_path: Path) -> None
 
 
 def test_a_telemetry_id_other_than_the_headers_is_rejected_in_reject_mode(tmp_path: Path) -> None:
-    h = Harness(tmp_path, enforcement="reject")
+    h = harness(tmp_path, enforcement="reject")
     header_v3_second(h)
     reply = h.admit(subscriptions(3, OTHER_ID))
     assert reply is not None and decode_response(reply, 71, 0).body["error_code"] == 42
@@ -356,7 +318,7 @@ def test_the_broker_handing_out_another_id_than_the_headers_is_logged(tmp_path: 
     from codec import Response, encode_response
     from proxy.hooks import Pending
 
-    h = Harness(tmp_path)
+    h = harness(tmp_path)
     header_v3_second(h)
     request = subscriptions(3, uuid.UUID(int=0))
     pending = Pending(3, 71, 0, time.perf_counter(), 0)
@@ -390,18 +352,18 @@ def api_versions(h: Harness, listed: list[int]) -> list[int]:
 
 @pytest.mark.parametrize("answer", ["proxy", "broker"])
 def test_who_answers_when_the_broker_supports_telemetry(tmp_path: Path, answer: str) -> None:
-    h = Harness(tmp_path, collect=True, answer=answer)
+    h = harness(tmp_path, collect=True, answer=answer)
     assert api_versions(h, [3, 71, 72]) == [3, 71, 72]  # listed by the broker: unchanged
     answered = h.admit(subscriptions(1, uuid.UUID(int=0))) is not None
     assert answered == (answer == "proxy")
 
 
 def test_collect_mode_lists_telemetry_for_a_broker_without_it(tmp_path: Path) -> None:
-    h = Harness(tmp_path, collect=True, answer="broker")
+    h = harness(tmp_path, collect=True, answer="broker")
     assert api_versions(h, [3]) == [3, 71, 72]
     assert h.admit(subscriptions(1, uuid.UUID(int=0))) is not None  # the broker cannot
     (tmp_path / "observe").mkdir()
-    observing = Harness(tmp_path / "observe")
+    observing = harness(tmp_path / "observe")
     assert api_versions(observing, [3]) == [3]  # observe mode adds nothing
 
 
@@ -422,7 +384,7 @@ def test_instance_joins_skip_ambiguous_clients() -> None:
 def test_a_clients_other_connections_take_its_id_and_a_telemetry_exchange_keeps_its_own(
     tmp_path: Path,
 ) -> None:
-    h = Harness(tmp_path, collect=True)
+    h = harness(tmp_path, collect=True)
     other = ConnectionInfo("c-2", "plaintext", "10.0.0.7", 50124, "broker:9092")
     h.hooks.connection_opened(other)
     metadata = Request(3, 1, {"correlation_id": 1, "client_id": "app"}, {"topics": []})
