@@ -46,7 +46,6 @@ from support.clients import make_records, sort_records
 from support.framing import MODES, Recorder, collect_into, frame, split
 from support.hostile import (
     MIB,
-    ObservedProxy,
     PeakGrowth,
     ScriptedBroker,
     Sentinel,
@@ -54,8 +53,9 @@ from support.hostile import (
     connect,
     eventually,
     hostile_proxy,
-    observed_config,
+    sidecar_config,
 )
+from support.observed import ObservedProxy
 from test_proxy_sasl import EXCHANGES, handshake_v0, sasl_v0_broker
 
 from proxy.forward.framing import PAUSE, FrameSplitter
@@ -159,7 +159,7 @@ def test_pipelining_to_a_stuck_broker_holds_at_most_the_bound(tmp_path: Path) ->
     with (
         FakeBroker(broker) as fake,
         ObservedProxy(
-            observed_config(
+            sidecar_config(
                 fake.address,
                 tmp_path / "requests.log",
                 max_in_flight_requests=bound,
@@ -331,7 +331,7 @@ def test_requests_left_unanswered_close_both_sides(tmp_path: Path) -> None:
     with (
         FakeBroker(broker) as fake,
         ObservedProxy(
-            observed_config(fake.address, tmp_path / "requests.log", request_timeout_seconds=2)
+            sidecar_config(fake.address, tmp_path / "requests.log", request_timeout_seconds=2)
         ) as px,
         Sentinel(px.port) as sentinel,
     ):

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 from proxy_harness import FakeBroker, request_frame, write_frame
-from support.hostile import ObservedProxy, connect, eventually, observed_config
+from support.hostile import connect, eventually, sidecar_config
+from support.observed import ObservedProxy
 
 from proxy.forward.connection import DRAINING, IN_FLIGHT, PEER_BACKLOGGED, Connection
 
@@ -98,7 +99,7 @@ class StuckBroker:
 @contextmanager
 def proxy_before(broker: StuckBroker, tmp_path: Path, **limits: object) -> Iterator[ObservedProxy]:
     with FakeBroker(broker) as fake:
-        config = observed_config(fake.address, tmp_path / "requests.log", **limits)
+        config = sidecar_config(fake.address, tmp_path / "requests.log", **limits)
         with ObservedProxy(config) as px:
             yield px
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
-from support.hostile import ObservedProxy, connect, eventually, hostile_proxy, observed_config
+from support.hostile import connect, eventually, hostile_proxy, sidecar_config
+from support.observed import ObservedProxy
 
 from proxy.forward.connection import Connection
 
@@ -71,7 +72,7 @@ def test_requests_sent_before_a_failed_broker_connection_are_logged_incomplete(
     with (
         unanswering_broker() as broker,
         ObservedProxy(
-            observed_config(broker, tmp_path / "requests.log", connect_timeout_seconds=2)
+            sidecar_config(broker, tmp_path / "requests.log", connect_timeout_seconds=2)
         ) as px,
     ):
         sock = connect(px.port)
@@ -130,7 +131,7 @@ def test_requests_waiting_behind_the_bound_when_the_broker_connection_breaks(
         log_path = tmp_path / f"requests-{sent}.log"
         with (
             FakeBroker(broker) as fake,
-            ObservedProxy(observed_config(fake.address, log_path, max_in_flight_requests=2)) as px,
+            ObservedProxy(sidecar_config(fake.address, log_path, max_in_flight_requests=2)) as px,
         ):
             sock = connect(px.port)
             port = sock.getsockname()[1]

@@ -28,13 +28,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 from structlog.testing import capture_logs
-from support.hostile import (
-    ObservedProxy,
-    ScriptedBroker,
-    Sentinel,
-    api_versions_v0_answer,
-    connect,
-)
+from support.hostile import ScriptedBroker, Sentinel, api_versions_v0_answer, connect
+from support.observed import ObservedProxy
 
 from proxy.config import Config, ConfigError, load_config, parse_config
 from proxy.metrics import Metrics

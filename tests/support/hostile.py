@@ -10,7 +10,6 @@ means something.
 from __future__ import annotations
 
 import gc
-import json
 import socket
 import struct
 import threading
@@ -23,11 +22,10 @@ from typing import Any
 import cramjam
 import pytest
 from crc32c import crc32c
-from prometheus_client.parser import text_string_to_metric_families
-from proxy_harness import LOCAL, FakeBroker, ProxyThread, read_frame, request_frame, write_frame
+from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 
 from proxy.config import Config, parse_config
-from proxy.runner import start_proxy
+from support.observed import ObservedProxy
 
 MIB = 1 << 20
 API_VERSIONS = 18
@@ -38,7 +36,7 @@ _CLEAR_REFS = Path("/proc/self/clear_refs")
 # --- the proxy -------------------------------------------------------------------------
 
 
-def observed_config(
+def sidecar_config(
     upstream: str,
     log_path: Path,
     *,
@@ -56,54 +54,6 @@ def observed_config(
             "kip1313": {"enforcement": enforcement},
         }
     )
-
-
-class ObservedProxy(ProxyThread):
-    """`start_proxy(config)` as `kafkalens proxy` calls it: the hooks are the observing
-    ones (decode, request log, identity), not the harness's no-op `Hooks()`."""
-
-    def start(self) -> ObservedProxy:
-        self._thread.start()
-        self.running = self.run(start_proxy(self.config))
-        return self
-
-    def __enter__(self) -> ObservedProxy:
-        return self.start()
-
-    def metric(self, name: str, **labels: str) -> float:
-        """Sum of the samples of `name` whose labels include `labels`."""
-        assert self.running is not None
-        text = self.running.metrics.render().decode()
-        return sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == name and labels.items() <= sample.labels.items()
-        )
-
-    def client(self, sock: socket.socket) -> dict[str, Any] | None:
-        """The /clients entry of the proxy's connection with `sock`, if still open."""
-        port = f":{sock.getsockname()[1]}"
-        return next((c for c in self.clients() if c["client"].endswith(port)), None)
-
-    def closed(self, reason: str) -> float:
-        return self.metric("kafkalens_connections_closed_total", reason=reason)
-
-    def decode_errors(self, **labels: str) -> float:
-        return self.metric("kafkalens_decode_errors_total", **labels)
-
-    def log_lines(self, event: str, client_port: int | None = None) -> list[dict[str, Any]]:
-        """The request log's `event` lines so far (flushed first); only those about the
-        client connecting from `client_port` if given (the sentinel's are there too)."""
-        self.call(lambda: self.server.hooks.log.flush())  # type: ignore[attr-defined]
-        path = Path(self.config.request_log.path)
-        lines = [json.loads(line) for line in path.read_text().splitlines() if line]
-        port = f":{client_port}" if client_port is not None else ""
-        return [
-            line
-            for line in lines
-            if line["event"] == event and line.get("client_address", "").endswith(port)
-        ]
 
 
 # --- the broker ------------------------------------------------------------------------
@@ -161,10 +111,10 @@ class ScriptedBroker:
 def hostile_proxy(
     tmp_path: Path, scripts: dict[str, Any] | None = None, **options: Any
 ) -> Iterator[tuple[ObservedProxy, ScriptedBroker]]:
-    """An observed proxy in front of a ScriptedBroker; `options` go to observed_config."""
+    """An observed proxy in front of a ScriptedBroker; `options` go to sidecar_config."""
     broker = ScriptedBroker(scripts)
     with FakeBroker(broker) as fake:
-        config = observed_config(fake.address, tmp_path / "requests.log", **options)
+        config = sidecar_config(fake.address, tmp_path / "requests.log", **options)
         with ObservedProxy(config) as px:
             yield px, broker
         assert fake.errors == [], fake.errors

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -38,9 +39,21 @@ def observed_config(upstream: str, log_path: Path, enforcement: str = "log") -> 
 
 
 class ObservedProxy(ProxyThread):
-    def __init__(self, upstream: str, log_path: Path, enforcement: str = "log") -> None:
-        super().__init__(observed_config(upstream, log_path, enforcement))
-        self.log_path = log_path
+    """`start_proxy(config)` as `kafkalens proxy` calls it: the hooks are the observing
+    ones (decode, request log, identity, lag, telemetry) built from the config, not the
+    harness's no-op `Hooks()`. Given a Config, that one; given an upstream and a log
+    path, a sidecar in front of it (`observed_config`)."""
+
+    def __init__(
+        self, upstream: str | Config, log_path: Path | None = None, enforcement: str = "log"
+    ) -> None:
+        if isinstance(upstream, Config):
+            config = upstream
+        else:
+            assert log_path is not None, "an upstream needs a log path"
+            config = observed_config(upstream, log_path, enforcement)
+        super().__init__(config)
+        self.log_path = Path(config.request_log.path) if log_path is None else log_path
 
     def __enter__(self) -> ObservedProxy:
         return self.start()
@@ -77,6 +90,41 @@ class ObservedProxy(ProxyThread):
     def _flush_log(self) -> None:
         if self.observing.log is not None:
             self.observing.log.flush()
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` whose labels include `labels`."""
+        assert self.running is not None
+        text = self.running.metrics.render().decode()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
+
+    def client(self, sock: socket.socket) -> dict[str, Any] | None:
+        """The /clients entry of the proxy's connection with `sock`, if still open."""
+        port = f":{sock.getsockname()[1]}"
+        return next((c for c in self.clients() if c["client"].endswith(port)), None)
+
+    def closed(self, reason: str) -> float:
+        return self.metric("kafkalens_connections_closed_total", reason=reason)
+
+    def decode_errors(self, **labels: str) -> float:
+        return self.metric("kafkalens_decode_errors_total", **labels)
+
+    def log_lines(self, event: str, client_port: int | None = None) -> list[dict[str, Any]]:
+        """The request log's `event` lines so far (flushed first); only those about the
+        client connecting from `client_port` if given (the sentinel's are there too)."""
+        self.call(self._flush_log)
+        path = Path(self.config.request_log.path)
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line]
+        port = f":{client_port}" if client_port is not None else ""
+        return [
+            line
+            for line in lines
+            if line["event"] == event and line.get("client_address", "").endswith(port)
+        ]
 
     def lines(self) -> list[dict[str, Any]]:
         """Every request log line so far (flushed first; stopping the proxy flushes too)."""
