@@ -134,9 +134,7 @@ def records_test_batches() -> list[Case]:
     """The records tests' batches (all codecs, legacy and v2), if tests/ imports here."""
     sys.path.insert(0, str(ROOT / "tests"))
     try:
-        from records_oracle import CODECS, build_legacy, build_v2
-        from test_records import make_specs
-        from test_records_hostile import MIXED
+        from records_oracle import CODECS, MIXED, build_legacy, build_v2, make_specs
     except ImportError:
         return []
     finally:

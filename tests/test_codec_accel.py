@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import random
 import struct
@@ -21,9 +20,6 @@ import subprocess
 import sys
 import tracemalloc
 import uuid
-from collections.abc import Iterator
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,20 +28,25 @@ from hypothesis import strategies as st
 
 from codec import Request, Response, encode_data, encode_request, encode_response
 from codec import accel as accel_module
-from codec.absent import ReadOnlyDict
 from codec.compiler import Decoder
 from codec.messages import DEFAULT_POLICY, python_struct_decoder
 from codec.schema import ZERO_UUID, Field, api_messages, data_message_names, message
 from codec.wire import DEFAULT_ELEMENT_BUDGET, MAX_UNKNOWN_TAGS
 from tests.codec_strategies import plain, struct_value
-from tests.test_codec_hostile import mutated
-from tests.test_codec_inline import fetch_frame, join_group, metadata_frame
-
-REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "tests" / "data" / "golden"
-FRAMES: list[dict[str, Any]] = json.loads((GOLDEN / "index.json").read_text())["frames"]
-
-needs_accel = pytest.mark.skipif(not accel_module.AVAILABLE, reason="codec._accel is not built")
+from tests.support.codec_frames import (
+    FRAMES,
+    REPO,
+    TRUNCATED,
+    compare_frame,
+    compare_struct,
+    decoders,
+    fetch_frame,
+    golden,
+    mutated,
+    needs_accel,
+    outcome,
+    stages,
+)
 
 
 def test_the_extension_is_built_where_required() -> None:
@@ -60,99 +61,6 @@ def test_the_extension_is_built_where_required() -> None:
 
 
 # --- the two decoders of a struct, and what a call of each gives ------------------------
-
-
-@cache
-def decoders(name: str, version: int) -> tuple[Decoder, Decoder]:
-    """(Python, C) decoders of a message version."""
-    definition = message(name).definition(version)
-    assert definition is not None
-    pure = python_struct_decoder(name, version)
-    flexible = definition.is_flexible(version)
-    return pure, accel_module.compile_accel_decoder(definition.fields, version, flexible, name, pure)
-
-
-def outcome(decoder: Decoder, buf: Any, pos: Any, end: Any, budget: Any) -> tuple[Any, ...]:
-    """("ok", value, end, budget left) or ("error", class, offset, message, budget left)."""
-    k = [budget]
-    try:
-        value, stop = decoder(buf, pos, end, k)
-    except Exception as exc:  # noqa: BLE001 - compared, whatever it is
-        return ("error", type(exc), getattr(exc, "offset", None), str(exc), k[0])
-    return ("ok", value, stop, k[0])
-
-
-def assert_identical(ours: Any, theirs: Any, base: Any, where: str = "") -> None:
-    """Same types and values all the way down; views over `base` on both sides."""
-    assert type(ours) is type(theirs), (where, ours, theirs)
-    if isinstance(ours, dict):
-        assert list(ours) == list(theirs), where
-        for key in ours:
-            assert_identical(ours[key], theirs[key], base, f"{where}.{key}")
-    elif isinstance(ours, list | tuple):
-        assert len(ours) == len(theirs), where
-        for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            assert_identical(a, b, base, f"{where}[{index}]")
-    elif isinstance(ours, memoryview):
-        assert ours.obj is base and theirs.obj is base, where  # zero-copy, same buffer
-        assert ours.tobytes() == theirs.tobytes(), where
-        for attribute in ("format", "itemsize", "ndim", "shape", "strides", "readonly", "c_contiguous"):
-            assert getattr(ours, attribute) == getattr(theirs, attribute), (where, attribute)
-    elif isinstance(ours, float):
-        assert struct.pack(">d", ours) == struct.pack(">d", theirs), where  # NaN too
-    else:
-        assert ours == theirs, (where, ours, theirs)
-
-
-def containers(value: Any) -> Iterator[Any]:
-    if isinstance(value, dict | list):
-        yield value
-        for item in value.values() if isinstance(value, dict) else value:
-            yield from containers(item)
-    elif isinstance(value, tuple):
-        for item in value:
-            yield from containers(item)
-
-
-def assert_same_outcome(pure: tuple[Any, ...], fast: tuple[Any, ...], base: Any) -> None:
-    assert pure[0] == fast[0], (pure, fast)
-    if pure[0] == "error":
-        assert pure[1:] == fast[1:], (pure, fast)
-        return
-    assert_identical(fast[1], pure[1], base)
-    assert fast[2:] == pure[2:], (pure[2:], fast[2:])
-    # Decoded lists and dicts are never shared (within a message or with the program),
-    # but for the read-only defaults of absent tagged structs (codec/absent.py).
-    found = [c for c in containers(fast[1]) if not isinstance(c, ReadOnlyDict)]
-    assert len({id(c) for c in found}) == len(found)
-
-
-def compare_struct(name: str, version: int, frame: bytes, pos: int = 0, budget: int = DEFAULT_ELEMENT_BUDGET) -> tuple[Any, ...]:
-    buf = memoryview(frame)
-    pure, fast = decoders(name, version)
-    expected = outcome(pure, buf, pos, len(buf), budget)
-    assert_same_outcome(expected, outcome(fast, buf, pos, len(buf), budget), frame)
-    return expected
-
-
-def stages(kind: str, api_key: int, version: int) -> list[tuple[str, int]]:
-    """(message, version) of the header and the body decoder, as codec.messages plans."""
-    request, response = api_messages()[api_key]
-    body = DEFAULT_POLICY.body_version(api_key, version)
-    if kind == "request":
-        return [("RequestHeader", DEFAULT_POLICY.request_header_version(api_key, version)), (request.name, body)]
-    return [("ResponseHeader", DEFAULT_POLICY.response_header_version(api_key, version)), (response.name, body)]
-
-
-def compare_frame(frame: bytes, kind: str, api_key: int, version: int, budget: int = DEFAULT_ELEMENT_BUDGET) -> bool:
-    """Header then body from where the header ended, both ways; True if both decoded."""
-    pos = 0
-    for name, stage_version in stages(kind, api_key, version):
-        result = compare_struct(name, stage_version, frame, pos, budget)
-        if result[0] == "error":
-            return False
-        pos = result[2]
-    return True
 
 
 # --- generated messages of every api, version and direction ------------------------------
@@ -243,11 +151,6 @@ def test_generated_data_messages(name: str, version: int, data: st.DataObject) -
 # --- real frames, and broken copies of them ----------------------------------------------
 
 
-def golden(entry: dict[str, Any]) -> tuple[bytes, str, int, int]:
-    kind = "request" if entry["direction"] == "req" else "response"
-    return (GOLDEN / entry["file"]).read_bytes(), kind, entry["api_key"], entry["api_version"]
-
-
 @needs_accel
 def test_every_golden_frame_whole_with_junk_and_mutated() -> None:
     rng = random.Random(4)
@@ -265,24 +168,6 @@ def test_every_golden_frame_whole_with_junk_and_mutated() -> None:
                 data[at : at + 4] = struct.pack(">i", rng.choice((-1, -2, 2**31 - 1, len(data) - at)))
             compare_frame(bytes(data), kind, api_key, version)
         compare_frame(frame[: rng.randrange(len(frame))], kind, api_key, version)
-
-
-def few_golden_frames() -> list[tuple[bytes, str, int, int]]:
-    """One small real frame each of a few apis that matter, both directions."""
-    chosen: dict[tuple[str, int], tuple[bytes, str, int, int]] = {}
-    for entry in sorted(FRAMES, key=lambda e: e["size"]):
-        frame, kind, api_key, version = golden(entry)
-        if api_key in (0, 1, 3, 11, 14, 18, 19, 22) and 40 <= len(frame) <= 4000:
-            chosen.setdefault((kind, api_key), (frame, kind, api_key, version))
-    return list(chosen.values())
-
-
-TRUNCATED = few_golden_frames() + [
-    (fetch_frame(), "response", 1, 17),
-    (metadata_frame(), "response", 3, 13),
-    (join_group(300, 9)[1], "response", 11, 9),
-    (join_group(300, 5)[1], "response", 11, 5),
-]
 
 
 @needs_accel

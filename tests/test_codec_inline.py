@@ -29,7 +29,7 @@ from codec.compiler import compile_python_decoder
 from codec.schema import Field, api_messages, message
 from codec.skim import SkimBuilder, skim_response
 from tests.codec_strategies import field_value, plain
-from tests.test_codec_skim import compare
+from tests.support.codec_frames import compare, fetch_frame, join_group, metadata_frame
 
 
 def tagged_everywhere(fields: tuple[Field, ...], version: int) -> st.SearchStrategy[dict[str, Any]]:
@@ -80,17 +80,6 @@ def test_unknown_tags_at_every_depth_round_trip_and_skim(api_key: int, version: 
     compare(frame, api_key, version)
 
 
-def join_group(metadata_size: int, version: int) -> tuple[Response, bytes]:
-    members = [
-        {"member_id": "m", "group_instance_id": None, "metadata": bytes(range(256)) * (metadata_size // 256)
-         + bytes(metadata_size % 256)}
-    ]
-    body = {"generation_id": 1, "protocol_type": "consumer", "protocol_name": "range", "leader": "m",
-            "member_id": "m", "members": members}  # fmt: skip
-    response = Response(11, version, {"correlation_id": 1}, body)
-    return response, encode_response(response)
-
-
 @pytest.mark.parametrize("version", [5, 9])  # classic and flexible
 @pytest.mark.parametrize("size", [0, 125, 126, 127, 128, 255, 16_382, 16_383, 16_384, 70_000])
 def test_bytes_lengths_across_varint_widths(size: int, version: int) -> None:
@@ -103,34 +92,6 @@ def test_bytes_lengths_across_varint_widths(size: int, version: int) -> None:
             decode_response(frame[:cut], 11, version)
         with pytest.raises(DecodeError):
             skim_response(frame[:cut], 11, version)
-
-
-def fetch_frame() -> bytes:
-    partition = {
-        "partition_index": 0, "error_code": 3, "high_watermark": 5, "last_stable_offset": 5,
-        "log_start_offset": 0, "aborted_transactions": [{"producer_id": 1, "first_offset": 2}],
-        "preferred_read_replica": -1, "records": b"r" * 130,
-        "diverging_epoch": {"epoch": 2, "end_offset": 9},
-        "_unknown_tags": [(9, b"x")],
-    }  # fmt: skip
-    empty = {**partition, "aborted_transactions": None, "records": None, "_unknown_tags": []}
-    topic = {"topic_id": uuid.UUID(int=3), "partitions": [partition, empty]}
-    body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 1, "responses": [topic],
-            "node_endpoints": [{"node_id": 1, "host": "h", "port": 1, "rack": None}]}  # fmt: skip
-    return encode_response(Response(1, 17, {"correlation_id": 1}, body))
-
-
-def metadata_frame() -> bytes:
-    partitions = [
-        {"error_code": e, "partition_index": i, "leader_id": 1, "leader_epoch": 0, "replica_nodes": [1, 2],
-         "isr_nodes": [1], "offline_replicas": list(range(300)) if i == 1 else []}
-        for i, e in enumerate((0, 9))
-    ]  # fmt: skip
-    topic = {"error_code": 0, "name": "t", "topic_id": uuid.UUID(int=5), "is_internal": False,
-             "partitions": partitions, "topic_authorized_operations": -1}  # fmt: skip
-    body = {"throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b", "port": 1, "rack": "r"}],
-            "cluster_id": None, "controller_id": 1, "topics": [topic, {**topic, "name": None}]}  # fmt: skip
-    return encode_response(Response(3, 13, {"correlation_id": 1}, body))
 
 
 @pytest.mark.parametrize(("frame", "api_key", "version"), [(fetch_frame(), 1, 17), (metadata_frame(), 3, 13)])
