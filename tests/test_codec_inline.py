@@ -1,7 +1,7 @@
-"""The decoder's and skimmer's fast paths (codec/compiler.py, codec/skim.py): sub-structs
-decoded in line, the "no tagged fields" byte, bounds checks that cover the next byte,
-and one- and two-byte varints read in line. Each has a slow path beside it; these
-tests make sure both are taken and agree."""
+"""The interpreters' short paths (codec/interpreter.py, codec/_accel.c): the "no tagged
+fields" byte, bounds checks that cover the next byte (codec/layout.py's `check` and
+`peek`), one-byte varints, empty arrays. Each has a slow path beside it; these tests
+make sure both are taken and agree, decoding and skimming."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import codec.compiler
-import codec.skim
 from codec import (
     DecodeError,
     Request,
@@ -25,9 +23,8 @@ from codec import (
     encode_request,
     encode_response,
 )
-from codec.compiler import compile_python_decoder
-from codec.schema import Field, api_messages, message
-from codec.skim import SkimBuilder, skim_response
+from codec.schema import Field, api_messages
+from codec.skim import skim_response
 from tests.codec_strategies import field_value, plain
 from tests.support.codec_frames import compare, fetch_frame, join_group, metadata_frame
 
@@ -115,32 +112,6 @@ def test_every_truncation_and_every_byte_flip(frame: bytes, api_key: int, versio
                     skim_response(flipped, api_key, version)
             else:
                 compare(flipped, api_key, version)
-
-
-@pytest.mark.parametrize(("limit", "value"), [("_INLINE_INDENT", 1), ("_FUNCTION_CHARS", 400)])
-def test_sub_structs_not_written_in_line_are_called(
-    monkeypatch: pytest.MonkeyPatch, limit: str, value: int
-) -> None:
-    frame = metadata_frame()
-    definition = message("MetadataResponse").definition(13)
-    assert definition is not None
-    inline = compile_python_decoder(definition.fields, 13, True, "MetadataResponse")
-    monkeypatch.setattr(codec.compiler, limit, value)
-    called = compile_python_decoder(definition.fields, 13, True, "MetadataResponse")
-    assert called.__code__.co_code != inline.__code__.co_code
-    view = memoryview(frame)
-    body = 5  # after the response header: correlation id and an empty tag section
-    assert plain(called(view, body, len(view), [1000])) == plain(inline(view, body, len(view), [1000]))
-    namespace = codec.skim._namespace()
-    skim = namespace[SkimBuilder(namespace, 13, True).build(definition.fields, "MetadataResponse", top=True)]
-    found: dict[str, Any] = {c: [] for c in codec.skim.CATEGORIES} | {"counts": {}}
-    assert skim(view, body, len(view), found) == len(view)
-    assert found["errors"] == [9, 9] and found["topics"] == ["t"]
-    for cut in range(body, len(view)):
-        with pytest.raises(DecodeError):
-            called(view, body, cut, [1000])
-        with pytest.raises(DecodeError):
-            skim(view, body, cut, found)
 
 
 def test_empty_struct_arrays_cost_no_budget_and_big_ones_are_refused() -> None:

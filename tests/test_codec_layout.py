@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from codec import layout
+from codec import accel, layout
 from codec.kinds import Entity, Framing, Kind
 from codec.schema import MESSAGES, Field, message
 
@@ -22,10 +22,12 @@ REPO = Path(__file__).resolve().parent.parent
 ALL = [(name, version) for name in sorted(MESSAGES) for version in message(name).versions]
 
 
-def test_every_message_version_lowers() -> None:
+def test_every_message_version_lowers_and_the_c_interpreter_loads_it() -> None:
     for name, version in ALL:
         struct = layout.layout(name, version)
         assert struct.name == name
+        if accel.AVAILABLE:
+            accel.c_decoder(struct)
     assert len(ALL) > 650  # every request and response version, headers, data messages
 
 

@@ -1,7 +1,7 @@
 """Codec test frames and comparisons shared by the codec's test modules: hand-made
-frames that exercise the decoders' short paths, realistic and golden seeds and their
-mutations, Hypothesis exchanges of any api and version, the skimmer's expected result,
-and the C decoders compared with the Python ones."""
+frames that exercise the interpreters' bounds checks, realistic and golden seeds and
+their mutations, Hypothesis exchanges of any api and version, the skimmer's expected
+result, and the C interpreter compared with the Python one."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from codec import (
 )
 from codec import accel as accel_module
 from codec.absent import ReadOnlyDict
-from codec.compiler import Decoder
+from codec.accel import Decoder, PythonDecoder
 from codec.entities import collector
-from codec.messages import python_struct_decoder
+from codec.layout import layout
 from codec.schema import api_messages, message
 from codec.skim import skim_response
 from codec.wire import DEFAULT_ELEMENT_BUDGET
@@ -211,18 +211,20 @@ needs_accel = pytest.mark.skipif(not accel_module.AVAILABLE, reason="codec._acce
 @cache
 def decoders(name: str, version: int) -> tuple[Decoder, Decoder]:
     """(Python, C) decoders of a message version."""
-    definition = message(name).definition(version)
-    assert definition is not None
-    pure = python_struct_decoder(name, version)
-    flexible = definition.is_flexible(version)
-    return pure, accel_module.compile_accel_decoder(definition.fields, version, flexible, name, pure)
+    struct = layout(name, version)
+    return PythonDecoder(struct), accel_module.c_decoder(struct)
 
 
-def outcome(decoder: Decoder, buf: Any, pos: Any, end: Any, budget: Any) -> tuple[Any, ...]:
-    """("ok", value, end, budget left) or ("error", class, offset, message, budget left)."""
+def outcome(decoder: Decoder, buf: Any, pos: Any, end: Any, budget: Any, skim: bool = False) -> tuple[Any, ...]:
+    """("ok", value, end, budget left) or ("error", class, offset, message, budget left);
+    `skim`: the value is what skimming found."""
     k = [budget]
     try:
-        value, stop = decoder(buf, pos, end, k)
+        if skim:
+            value = {"topics": [], "groups": [], "transactional_ids": [], "errors": [], "topic_ids": [], "counts": {}}
+            stop = decoder.skim(buf, pos, end, k, value)
+        else:
+            value, stop = decoder(buf, pos, end, k)
     except Exception as exc:  # noqa: BLE001 - compared, whatever it is
         return ("error", type(exc), getattr(exc, "offset", None), str(exc), k[0])
     return ("ok", value, stop, k[0])
@@ -267,17 +269,20 @@ def assert_same_outcome(pure: tuple[Any, ...], fast: tuple[Any, ...], base: Any)
         return
     assert_identical(fast[1], pure[1], base)
     assert fast[2:] == pure[2:], (pure[2:], fast[2:])
-    # Decoded lists and dicts are never shared (within a message or with the program),
+    # Decoded lists and dicts are never shared (within a message or with the layout),
     # but for the read-only defaults of absent tagged structs (codec/absent.py).
     found = [c for c in containers(fast[1]) if not isinstance(c, ReadOnlyDict)]
     assert len({id(c) for c in found}) == len(found)
 
 
 def compare_struct(name: str, version: int, frame: bytes, pos: int = 0, budget: int = DEFAULT_ELEMENT_BUDGET) -> tuple[Any, ...]:
+    """Decode and skim the struct at `pos` with both interpreters; the decode's outcome."""
     buf = memoryview(frame)
     pure, fast = decoders(name, version)
     expected = outcome(pure, buf, pos, len(buf), budget)
     assert_same_outcome(expected, outcome(fast, buf, pos, len(buf), budget), frame)
+    skimmed = outcome(pure, buf, pos, len(buf), budget, skim=True)
+    assert_same_outcome(skimmed, outcome(fast, buf, pos, len(buf), budget, skim=True), frame)
     return expected
 
 
