@@ -74,6 +74,8 @@ typedef struct Op {
     int kind, framing, nullable, peek, entity;
     int size;             /* fixed-size kinds and uuid: the value's bytes */
     int check;            /* fixed-size kinds and uuid: the bytes its check covers (0: its run's) */
+    int run;              /* a regular field whose check covers a run of fixed-size fields: how many */
+    int step;             /* regular fields: the ops to the next one not in its run */
     Py_ssize_t slot;      /* its key's index in the struct's keys; -1 for an array's element */
     int64_t tag;          /* tagged fields */
     int64_t min_size;     /* arrays: the fewest bytes one element takes */
@@ -281,10 +283,11 @@ done:
 }
 
 /* The regular fields. A fixed-size field of check 0 must be covered by the check of
- * the fields before it in its run: what lets read_fixed read it unchecked. */
+ * the first field of its run: what lets read_run read the run after one check. */
 static int load_ops(Program *prog, PyObject *layout, PyObject *index, int depth)
 {
     PyObject *fields = tuple_attr(layout, "fields");
+    Op *first = NULL;     /* the first field of the run being loaded */
     Py_ssize_t i, covered = 0;
     int status = 0;
     if (fields == NULL)
@@ -295,14 +298,18 @@ static int load_ops(Program *prog, PyObject *layout, PyObject *index, int depth)
     for (i = 0; status == 0 && i < prog->nops; i++) {
         Op *op = &prog->ops[i];
         status = load_op(PyTuple_GET_ITEM(fields, i), index, depth, op);
-        if (status < 0 || op->tag >= 0)
+        if (status < 0 || op->tag >= 0) {
             status = status < 0 ? -1 : bad_layout("a tagged field among the regular ones");
-        else if (op->size && op->kind != KIND_UUID) {
-            covered = op->check ? op->check : covered;
-            if ((covered -= op->size) < 0)
+        } else if (op->size && op->kind != KIND_UUID) {
+            if (op->check)
+                first = op, covered = op->check;
+            if (first == NULL || (covered -= op->size) < 0)
                 status = bad_layout("a fixed-size field no check covers");
+            else
+                first->step = ++first->run;
         } else {
-            covered = 0;
+            op->step = 1;
+            first = NULL;
         }
     }
     Py_DECREF(fields);
@@ -732,18 +739,21 @@ static inline int keep(Reader *r, int entity, PyObject *value)
 /* A struct's values while it is decoded, by slot; NULL is the template's value. */
 typedef struct {
     PyObject *slot[MAX_FIELDS];
+    PyObject *const *likely;  /* the program's template values; skimming, none */
     PyObject *unknown;    /* _unknown_tags, once there is one */
     PyObject *explicit_;  /* _explicit_tags, once there is one */
     Py_ssize_t nunknown;  /* unknown tagged fields met (skimming keeps none) */
 } Fields;
 
+static PyObject *const no_likely[MAX_FIELDS];  /* all NULL */
+
 /* Set a slot, stealing value. Decoding, the template's very object (see likely()) is
  * kept as NULL, which a dict copied from the template already holds. */
-static inline int put(const Reader *r, Fields *f, const Program *prog, Py_ssize_t slot, PyObject *value)
+static inline int put(Fields *f, Py_ssize_t slot, PyObject *value)
 {
     if (value == NULL)
         return -1;
-    if (value == prog->values[slot] && !r->skim) {
+    if (value == f->likely[slot]) {
         Py_DECREF(value);
         value = NULL;
     }
@@ -753,28 +763,53 @@ static inline int put(const Reader *r, Fields *f, const Program *prog, Py_ssize_
 
 static PyObject *decode_struct(Reader *r, const Program *prog, Py_ssize_t end, PyObject *counts);
 
-/* A fixed-size value, checked by its own check (or its run's); skimming, an error code
- * that is not 0 is kept and nothing else built. */
-static inline PyObject *read_fixed(Reader *r, const Op *op, Py_ssize_t end)
+/* skim: an error code that is not 0 (at s, in bounds) is kept. */
+static int keep_error_code(Reader *r, const Op *op, const uint8_t *s)
+{
+    PyObject *code;
+    int status;
+    if (op->entity != ENTITY_ERROR_CODE || (s[0] | s[1]) == 0)
+        return 0;
+    if ((code = int_of((int16_t)be16(s))) == NULL)
+        return -1;
+    status = keep(r, op->entity, code);
+    Py_DECREF(code);
+    return status;
+}
+
+/* A fixed-size field alone (tagged): its own check. */
+static PyObject *read_fixed(Reader *r, const Op *op, Py_ssize_t end)
 {
     const uint8_t *s = r->b + r->p;
-    if (op->check && left(r, end) < op->check) {
+    if (left(r, end) < op->check) {
         fail_short(r->p, "value");
         return NULL;
     }
     r->p += op->size;
-    if (r->skim) {
-        if (op->entity == ENTITY_ERROR_CODE && (s[0] | s[1]) != 0) {
-            PyObject *code = int_of((int16_t)be16(s));
-            if (code == NULL || keep(r, op->entity, code) < 0) {
-                Py_XDECREF(code);
-                return NULL;
-            }
-            Py_DECREF(code);
-        }
-        Py_RETURN_NONE;
-    }
+    if (r->skim)
+        return keep_error_code(r, op, s) < 0 ? NULL : Py_NewRef(Py_None);
     return unpack_fixed(s, op->kind);
+}
+
+/* A run of op->run fixed-size fields from op on: one check (load_ops verified it covers
+ * them all), then each into its slot. */
+static int read_run(Reader *r, const Op *op, Py_ssize_t end, Fields *f)
+{
+    const uint8_t *s = r->b + r->p;
+    const Op *stop = op + op->run;
+    if (left(r, end) < op->check)
+        return fail_short(r->p, "value");
+    if (r->skim) {
+        for (; op < stop; s += op->size, op++)
+            if (keep_error_code(r, op, s) < 0)
+                return -1;
+    } else {
+        for (; op < stop; s += op->size, op++)
+            if (put(f, op->slot, unpack_fixed(s, op->kind)) < 0)
+                return -1;
+    }
+    r->p = s - r->b;
+    return 0;
 }
 
 static PyObject *read_uuid(Reader *r, const Op *op, Py_ssize_t end)
@@ -798,32 +833,42 @@ static PyObject *read_uuid(Reader *r, const Op *op, Py_ssize_t end)
     return uuid;
 }
 
-static const char *kind_name(int kind)
+/* A length or count, or null (returns 1): -1 if the field may not be null. */
+static inline int read_count(Reader *r, const Op *op, Py_ssize_t end, int64_t *out)
 {
-    return kind == KIND_STRING ? "string" : kind == KIND_BYTES ? "bytes" : "records";
+    if (read_length(r, op, end, out) < 0)
+        return -1;
+    if (*out >= 0)
+        return 0;
+    if (op->nullable)
+        return 1;
+    return fail_invalid(r->p, op->kind == KIND_ARRAY ? "null array in a field that is not nullable"
+                                                     : "null in a field that is not nullable");
 }
 
 /* A string (UTF-8, strict) or a zero-copy bytes/records view; skimming, only the strings
  * kept are decoded. */
-static PyObject *read_sized(Reader *r, const Op *op, Py_ssize_t end, int64_t length)
+static PyObject *read_sized(Reader *r, const Op *op, Py_ssize_t end)
 {
-    Py_ssize_t start = r->p;
+    Py_ssize_t start;
+    int64_t length = 0;
     PyObject *text;
+    int status = read_count(r, op, end, &length);
+    if (status != 0)
+        return status < 0 ? NULL : Py_NewRef(Py_None);
     if (op->peek ? length >= left(r, end) : length > left(r, end)) {
-        fail_short(r->p, kind_name(op->kind));
+        fail_short(r->p, op->kind == KIND_STRING ? "string" : op->kind == KIND_BYTES ? "bytes" : "records");
         return NULL;
     }
-    if (op->kind != KIND_STRING || (r->skim && op->entity == ENTITY_NONE)) {
-        r->p = start + (Py_ssize_t)length;
-        if (r->skim)
-            Py_RETURN_NONE;
-        return slice_view(r, start, r->p);
-    }
-    text = decode_text(r->b + start, (Py_ssize_t)length);
-    if (text == NULL)
-        return NULL;
+    start = r->p;
     r->p = start + (Py_ssize_t)length;
-    if (r->skim && keep(r, op->entity, text) < 0)
+    if (op->kind != KIND_STRING)
+        return r->skim ? Py_NewRef(Py_None) : slice_view(r, start, r->p);
+    if (r->skim && op->entity == ENTITY_NONE)
+        Py_RETURN_NONE;
+    if ((text = decode_text(r->b + start, (Py_ssize_t)length)) == NULL)
+        r->p = start;
+    else if (r->skim && keep(r, op->entity, text) < 0)
         Py_CLEAR(text);
     return text;
 }
@@ -853,12 +898,16 @@ static PyObject *read_fixed_elements(Reader *r, const Op *element, int64_t count
     return list;
 }
 
-/* The elements of an array whose count was read: checked against the bytes left before
- * any allocation; elements other than fixed-size ones cost the element budget. */
-static PyObject *read_array(Reader *r, const Op *op, Py_ssize_t end, int64_t count, PyObject *counts)
+/* An array: its count checked against the bytes left before any allocation; elements
+ * other than fixed-size ones cost the element budget. Skimming, the count of an array of
+ * the message's own struct goes to `counts`. */
+static PyObject *read_array(Reader *r, const Op *op, Py_ssize_t end, PyObject *counts)
 {
-    PyObject *list = NULL;
-    Py_ssize_t i;
+    PyObject *list;
+    int64_t count = 0, i;
+    int status = read_count(r, op, end, &count);
+    if (status != 0)
+        return status < 0 ? NULL : Py_NewRef(Py_None);
     /* count < 2^35 and min_size <= 2^20: the product cannot overflow */
     if (op->peek ? count * op->min_size >= left(r, end) : count * op->min_size > left(r, end)) {
         fail_invalid(r->p, "array count exceeds the bytes left");
@@ -866,12 +915,12 @@ static PyObject *read_array(Reader *r, const Op *op, Py_ssize_t end, int64_t cou
     }
     if (counts != NULL) {
         PyObject *number = PyLong_FromLongLong(count);
-        int status = number == NULL ? -1 : PyDict_SetItem(counts, op->name, number);
+        status = number == NULL ? -1 : PyDict_SetItem(counts, op->name, number);
         Py_XDECREF(number);
         if (status < 0)
             return NULL;
     }
-    if (op->element->size && op->element->kind != KIND_UUID)
+    if (op->element->kind <= KIND_BOOL)
         return read_fixed_elements(r, op->element, count);
     if (count > 0) {
         r->budget -= count;
@@ -880,54 +929,58 @@ static PyObject *read_array(Reader *r, const Op *op, Py_ssize_t end, int64_t cou
             return NULL;
         }
     }
-    if (!r->skim && (list = PyList_New((Py_ssize_t)count)) == NULL)  /* unset items are NULL: list_dealloc allows it */
+    if (r->skim) {
+        for (i = 0; i < count; i++) {
+            PyObject *item = read_value(r, op->element, end, NULL);
+            if (item == NULL)
+                return NULL;
+            Py_DECREF(item);
+        }
+        Py_RETURN_NONE;
+    }
+    if ((list = PyList_New((Py_ssize_t)count)) == NULL)  /* unset items are NULL: list_dealloc allows it */
         return NULL;
-    for (i = 0; i < (Py_ssize_t)count; i++) {
+    for (i = 0; i < count; i++) {
         PyObject *item = read_value(r, op->element, end, NULL);
         if (item == NULL) {
-            Py_XDECREF(list);
+            Py_DECREF(list);
             return NULL;
         }
-        if (list != NULL)
-            PyList_SET_ITEM(list, i, item);
-        else
-            Py_DECREF(item);
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
     }
-    if (list == NULL)
-        Py_RETURN_NONE;
     return list;
+}
+
+/* A nullable struct has a marker byte before it, 0xFF for null. */
+static PyObject *read_struct(Reader *r, const Op *op, Py_ssize_t end)
+{
+    if (op->framing == FRAMING_MARKER) {
+        if (r->p >= end) {
+            fail_short(r->p, "struct marker");
+            return NULL;
+        }
+        r->p += 1;
+        if (r->b[r->p - 1] == 0xFF)
+            Py_RETURN_NONE;
+    }
+    return decode_struct(r, op->sub, end, NULL);
 }
 
 /* interpreter._value: any field but a fixed-size one in a run. */
 static PyObject *read_value(Reader *r, const Op *op, Py_ssize_t end, PyObject *counts)
 {
-    int64_t length = 0;
-    if (op->size)
-        return op->kind == KIND_UUID ? read_uuid(r, op, end) : read_fixed(r, op, end);
-    if (op->kind == KIND_STRUCT) {
-        if (op->framing == FRAMING_MARKER) {
-            if (r->p >= end) {
-                fail_short(r->p, "struct marker");
-                return NULL;
-            }
-            r->p += 1;
-            if (r->b[r->p - 1] == 0xFF)
-                Py_RETURN_NONE;
-        }
-        return decode_struct(r, op->sub, end, NULL);
+    switch (op->kind) {
+    case KIND_STRING: case KIND_BYTES: case KIND_RECORDS:
+        return read_sized(r, op, end);
+    case KIND_STRUCT:
+        return read_struct(r, op, end);
+    case KIND_ARRAY:
+        return read_array(r, op, end, counts);
+    case KIND_UUID:
+        return read_uuid(r, op, end);
+    default:
+        return read_fixed(r, op, end);
     }
-    if (read_length(r, op, end, &length) < 0)
-        return NULL;
-    if (length < 0) {
-        if (op->nullable)
-            Py_RETURN_NONE;
-        fail_invalid(r->p, op->kind == KIND_ARRAY ? "null array in a field that is not nullable"
-                                                  : "null in a field that is not nullable");
-        return NULL;
-    }
-    if (op->kind == KIND_ARRAY)
-        return read_array(r, op, end, length, counts);
-    return read_sized(r, op, end, length);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -975,7 +1028,7 @@ static int read_known_tag(Reader *r, const Op *op, Py_ssize_t stop, const Progra
 {
     PyObject *value, *equal;
     int same;
-    if (put(r, f, prog, op->slot, read_value(r, op, stop, counts)) < 0)
+    if (put(f, op->slot, read_value(r, op, stop, counts)) < 0)
         return -1;
     if (r->p != stop)
         return fail_invalid(r->p, "tagged field size mismatch");
@@ -1019,7 +1072,7 @@ static int read_unknown_tag(Reader *r, int64_t tag, Py_ssize_t stop, Fields *f)
 /* The tagged-field section, when it is not a 0 byte. */
 NOINLINE static int read_tagged(Reader *r, const Program *prog, Py_ssize_t end, Fields *f, PyObject *counts)
 {
-    int64_t count, i;
+    int64_t count = 0, i;
     if (read_uvarint(r, end, &count) < 0)
         return -1;
     if (count > left(r, end))
@@ -1045,11 +1098,11 @@ NOINLINE static int read_tagged(Reader *r, const Program *prog, Py_ssize_t end, 
 }
 
 /* Tagged fields whose default is a list or a dict get a new one per decode. */
-NOINLINE static int put_fresh_defaults(const Reader *r, const Program *prog, Fields *f)
+NOINLINE static int put_fresh_defaults(const Program *prog, Fields *f)
 {
     Py_ssize_t i;
     for (i = 0; i < prog->nfresh; i++)
-        if (put(r, f, prog, prog->fresh[i]->slot, fresh_copy(prog->fresh[i]->deflt, 0)) < 0)
+        if (put(f, prog->fresh[i]->slot, fresh_copy(prog->fresh[i]->deflt, 0)) < 0)
             return -1;
     return 0;
 }
@@ -1150,20 +1203,24 @@ static PyObject *skimmed(Reader *r, const Program *prog, Fields *f)
 static PyObject *decode_struct(Reader *r, const Program *prog, Py_ssize_t end, PyObject *counts)
 {
     Fields f;
+    const Op *op, *stop = prog->ops + prog->nops;
     Py_ssize_t i;
     PyObject *result = NULL;
     for (i = 0; i < prog->nkeys; i++)
         f.slot[i] = NULL;
+    f.likely = r->skim ? no_likely : prog->values;
     f.unknown = f.explicit_ = NULL;
     f.nunknown = 0;
-    for (i = 0; i < prog->nops; i++) {
-        const Op *op = &prog->ops[i];
-        PyObject *value = op->size && op->kind != KIND_UUID ? read_fixed(r, op, end) : read_value(r, op, end, counts);
-        if (put(r, &f, prog, op->slot, value) < 0)
+    for (op = prog->ops; op < stop; op += op->step) {
+        if (op->run) {  /* a run of fixed-size fields */
+            if (read_run(r, op, end, &f) < 0)
+                goto done;
+        } else if (put(&f, op->slot, read_value(r, op, end, counts)) < 0) {
             goto done;
+        }
     }
     if (prog->flexible) {
-        if (prog->nfresh > 0 && !r->skim && put_fresh_defaults(r, prog, &f) < 0)
+        if (prog->nfresh > 0 && !r->skim && put_fresh_defaults(prog, &f) < 0)
             goto done;
         if (r->p < end && r->b[r->p] == 0)  /* no tagged fields: the usual case */
             r->p += 1;
@@ -1172,8 +1229,9 @@ static PyObject *decode_struct(Reader *r, const Program *prog, Py_ssize_t end, P
     }
     result = r->skim ? skimmed(r, prog, &f) : build_dict(prog, &f);
 done:
-    for (i = 0; i < prog->nkeys; i++)  /* what build_dict did not take */
-        Py_XDECREF(f.slot[i]);
+    if (result == NULL || r->skim)  /* else build_dict took them all */
+        for (i = 0; i < prog->nkeys; i++)
+            Py_XDECREF(f.slot[i]);
     Py_XDECREF(f.unknown);
     Py_XDECREF(f.explicit_);
     return result;
@@ -1240,17 +1298,22 @@ static int takes(PyObject *const *args, Reader *r, Py_ssize_t *end, Py_buffer *v
         || !budget_of(args[3], &r->budget))
         return 0;
     r->skim = found != NULL;
-    for (i = 0; i < 5; i++) {
-        r->found[i] = found == NULL || !PyDict_CheckExact(found) ? NULL : PyDict_GetItemWithError(found, found_keys[i]);
-        if (r->skim && (r->found[i] == NULL || !PyList_CheckExact(r->found[i]))) {
+    *counts = NULL;
+    if (found != NULL) {
+        if (!PyDict_CheckExact(found))
+            return 0;
+        for (i = 0; i < 5; i++) {
+            r->found[i] = PyDict_GetItemWithError(found, found_keys[i]);
+            if (r->found[i] == NULL || !PyList_CheckExact(r->found[i])) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        *counts = PyDict_GetItemWithError(found, counts_key);
+        if (*counts == NULL || !PyDict_CheckExact(*counts)) {
             PyErr_Clear();
             return 0;
         }
-    }
-    *counts = found == NULL ? NULL : PyDict_GetItemWithError(found, counts_key);
-    if (found != NULL && (*counts == NULL || !PyDict_CheckExact(*counts))) {
-        PyErr_Clear();
-        return 0;
     }
     if (PyObject_GetBuffer(args[0], view, PyBUF_FULL_RO) < 0) {  /* a released view, say */
         PyErr_Clear();
