@@ -1,6 +1,7 @@
 """The modules of proxy/ import one way: config (and codec) at the bottom, the
 command line at the top, and the rooms in between (forward/, observe/, gateway/,
-admin/) each depend only on what is below them. Read from the source with `ast`,
+admin/) each depend only on what is below them. codec/ imports one way too, nothing
+above it, and no module takes another's private names. Read from the source with `ast`,
 every import counts: module level, inside functions (lazy) and under TYPE_CHECKING."""
 
 from __future__ import annotations
@@ -8,7 +9,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PROXY = Path(__file__).resolve().parent.parent / "proxy"
+REPO = Path(__file__).resolve().parent.parent
+PROXY = REPO / "proxy"
+CODEC = REPO / "codec"
+# The one private name a codec module may import: the C extension, behind codec/accel.py.
+CODEC_PRIVATE_IMPORTS = {("accel", "_accel")}
 # What config.py may import from proxy/: nothing, it is the bottom layer.
 CONFIG_MAY_IMPORT: frozenset[str] = frozenset()
 # The top-level modules every room may use: configuration, the seam between forwarding
@@ -24,50 +29,54 @@ ROOMS_MAY_IMPORT: dict[str, frozenset[str]] = {
 }
 
 
-def module_name(path: Path) -> str:
+def module_name(path: Path, root: Path = PROXY) -> str:
     """'observe.observer' for proxy/observe/observer.py, 'config' for proxy/config.py."""
-    parts = path.relative_to(PROXY).with_suffix("").parts
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def proxy_imports(source: str, modules: set[str], package: str = "") -> set[str]:
-    """The proxy/ modules named by `source`'s import statements, wherever they are.
-    `package` is the importing module's package inside proxy/ ('' for proxy/ itself)."""
-    found: set[str] = set()
+def imported_names(source: str, package: str = "", top: str = "proxy") -> list[str]:
+    """Every dotted name `source`'s import statements name, wherever they are, relative
+    ones made absolute (`package`: the importing module's package inside `top`)."""
+    found: list[str] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            found += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.ImportFrom):  # relative: from . import x / from .x import y
-            anchor = ["proxy"] + ([p for p in package.split(".") if p])
+            anchor = [top] + ([p for p in package.split(".") if p])
             anchor = anchor[: len(anchor) - (node.level - 1)]
             base = ".".join(anchor + ([node.module] if node.module else []))
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            if parts[0] != "proxy":
-                continue
-            # the longest dotted prefix that is a module: proxy.observe.observer.X -> observe.observer
-            for end in range(len(parts), 1, -1):
-                if (candidate := ".".join(parts[1:end])) in modules:
-                    found.add(candidate)
-                    break
+            found += [base] + [f"{base}.{alias.name}" for alias in node.names]
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    paths = sorted(PROXY.rglob("*.py"))
-    modules = {module_name(path) for path in paths} - {""}
+def proxy_imports(source: str, modules: set[str], package: str = "", top: str = "proxy") -> set[str]:
+    """The `top` (proxy/) modules named by `source`'s import statements."""
+    found: set[str] = set()
+    for name in imported_names(source, package, top):
+        parts = name.split(".")
+        if parts[0] != top:
+            continue
+        # the longest dotted prefix that is a module: proxy.observe.observer.X -> observe.observer
+        for end in range(len(parts), 1, -1):
+            if (candidate := ".".join(parts[1:end])) in modules:
+                found.add(candidate)
+                break
+    return found
+
+
+def import_graph(root: Path = PROXY) -> dict[str, set[str]]:
+    paths = sorted(root.rglob("*.py"))
+    modules = {module_name(path, root) for path in paths} - {""}
     graph: dict[str, set[str]] = {}
     for path in paths:
-        name = module_name(path)
+        name = module_name(path, root)
         if not name:
             continue
         package = name.rpartition(".")[0] if path.name != "__init__.py" else name
-        imports = proxy_imports(path.read_text(encoding="utf-8"), modules, package)
+        imports = proxy_imports(path.read_text(encoding="utf-8"), modules, package, root.name)
         graph[name] = imports - {name}
     return graph
 
@@ -144,3 +153,57 @@ def test_each_room_imports_only_what_is_below_it() -> None:
 def test_the_command_line_is_the_top() -> None:
     graph = import_graph()
     assert not [module for module, imports in graph.items() if "cli" in imports]
+
+
+def test_no_import_cycle_in_codec() -> None:
+    graph = import_graph(CODEC)
+    assert {"messages", "layout", "interpreter", "accel", "stream", "records.batch"} <= set(graph)
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_codec_imports_nothing_above_it() -> None:
+    above = {"proxy", "pipeline", "bench", "tests"}
+    wrong = {
+        module_name(path, CODEC): sorted(n for n in imported_names(path.read_text(encoding="utf-8")) if n.split(".")[0] in above)
+        for path in CODEC.rglob("*.py")
+    }
+    assert not {m: names for m, names in wrong.items() if names}
+
+
+def codec_private_uses(source: str, importer: str) -> set[tuple[str, str]]:
+    """(importer, name) of each private name of another codec module that `source`
+    imports (`from codec.x import _y`, `import codec._x`) or reaches into (`x._y` with
+    `x` a codec module it imported)."""
+    found: set[tuple[str, str]] = set()
+    modules: set[str] = set()  # local names bound to codec modules
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "codec":
+            for alias in node.names:
+                if alias.name.startswith("_"):
+                    found.add((importer, alias.name))
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "codec":
+                    found |= {(importer, part) for part in parts[1:] if part.startswith("_")}
+                    modules.add(alias.asname or parts[0])
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+            continue
+        if node.value.id in modules and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.add((importer, node.attr))
+    return found
+
+
+def test_the_checker_sees_private_names() -> None:
+    source = "from codec.a import _b, c\nimport codec._d\nfrom codec import e\nx = e._f\ny = c.g\n"
+    assert codec_private_uses(source, "m") == {("m", "_b"), ("m", "_d"), ("m", "_f")}
+
+
+def test_no_codec_module_takes_another_ones_private_names() -> None:
+    found: set[tuple[str, str]] = set()
+    for path in CODEC.rglob("*.py"):
+        found |= codec_private_uses(path.read_text(encoding="utf-8"), module_name(path, CODEC))
+    assert found <= CODEC_PRIVATE_IMPORTS, sorted(found - CODEC_PRIVATE_IMPORTS)
