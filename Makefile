@@ -3,8 +3,9 @@ PY ?= .venv/bin/python
 
 .PHONY: generate test lint bench-codec
 
-generate:  ## regenerate codec/generated and the Kafka 4.0 readiness table from ../shared
+generate:  ## regenerate codec/generated, the Kafka 4.0 readiness table (codec/generate.py) and config/kafkalens.yaml (proxy/config.py)
 	$(PY) -m codec.generate
+	$(PY) -m proxy.config > config/kafkalens.yaml
 
 test:
 	$(PY) -m pytest

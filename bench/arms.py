@@ -28,6 +28,7 @@ EXTRA_ARMS = (
     "kafkalens-bare",
     "python-relay",
     "kafkalens-baseline",
+    "kafkalens-bare-baseline",
     "kafkalens-telemetry-off",
     "kafkalens-telemetry",
 )
@@ -188,6 +189,17 @@ def _bare(launch: Launch) -> subprocess.Popen[bytes]:
     return fronts.spawn(cmd, launch.log, fronts.working_tree_env())
 
 
+def _bare_baseline(launch: Launch) -> subprocess.Popen[bytes]:
+    """The bare machinery of the baseline checkout (bench.bare_proxy from this tree on
+    top of the baseline's proxy/): a change to forwarding, priced without the hooks."""
+    env = _baseline_env(launch)
+    env["PYTHONPATH"] += os.pathsep + str(fronts.REPO)
+    config = fronts.write_kafkalens_config(launch.work / f"{launch.name}.yaml", 1, False)
+    cmd = [sys.executable, "-P", "-m", "bench.bare_proxy", "--config", str(config)]
+    launch.notes.append("no hooks, the baseline checkout's forwarding")
+    return fronts.spawn([*cmd, *_addresses(launch)], launch.log, env)
+
+
 def _python_relay(launch: Launch) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable,
@@ -232,6 +244,7 @@ FRONTS: dict[str, FrontBuilder] = {
     "kafkalens-nolog": _kafkalens(1, False),
     "kafkalens-nolag": _kafkalens(1, True, lag=False),
     "kafkalens-bare": _bare,
+    "kafkalens-bare-baseline": _bare_baseline,
     "python-relay": _python_relay,
     "kafkalens-baseline": _kafkalens(1, True, baseline=True),
     "kafkalens-telemetry-off": _kafkalens(1, True, telemetry="off"),

@@ -97,6 +97,7 @@ def _instructions(work: Path) -> int:
 TEMPLATES: dict[str, Callable[[], wire.Template]] = {
     "ApiVersions": wire.api_versions,
     "Metadata": lambda: wire.metadata([throughput.TOPIC]),
+    "OffsetCommit": lambda: wire.offset_commit("kafkalens-bench-commit", throughput.TOPIC),
 }
 
 
@@ -104,20 +105,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS))
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--apis", default="ApiVersions,Metadata", help=f"of {', '.join(TEMPLATES)}")
+    parser.add_argument(
+        "--keep", type=Path, help="copy each callgrind output here (for callgrind_annotate)"
+    )
     args = parser.parse_args(argv)
+    apis = [a.strip() for a in args.apis.split(",") if a.strip()]
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
-    print("| arm | " + " | ".join(f"{api} instructions / request" for api in TEMPLATES) + " |")
-    print("|---|" + "---:|" * len(TEMPLATES))
+    print("| arm | " + " | ".join(f"{api} instructions / request" for api in apis) + " |")
+    print("|---|" + "---:|" * len(apis))
     for arm in args.arms.split(","):
         if arm == "haproxy" and shutil.which("haproxy") is None:
             print(f"| {arm} | skipped: haproxy is not installed |")
             continue
         counts = []
-        for api, template in TEMPLATES.items():
+        for api in apis:
             with tempfile.TemporaryDirectory(prefix=f"kafkalens-{arm}-{api}-") as tmp:
-                counts.append(count(arm, template(), args.requests, Path(tmp)))
+                counts.append(count(arm, TEMPLATES[api](), args.requests, Path(tmp)))
+                if args.keep is not None:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    for path in Path(tmp).glob("*.callgrind.*"):
+                        shutil.copy(path, args.keep / f"{arm}-{api}.{path.name}")
         print(f"| {arm} | " + " | ".join(f"{c:,}" for c in counts) + " |", flush=True)
     return 0
 

@@ -5,6 +5,14 @@ Metadata) are captured through the tests' recording relay in front of a tansu
 broker, then replayed through the hooks `kafkalens proxy` runs, whole and stage by
 stage. Run from the repository root: .venv/bin/python -m bench.hooks_cost
 
+`--share` adds a ShareFetch and a ShareAcknowledge pair of Kafka's own share consumer
+(tests/peers/java/share/ShareDriver.java: accepts, releases, rejects and renews),
+captured in front of Apache Kafka from tests/peers (needs Java and the installed
+peers), and the ShareFetch re-encoded with its acknowledgements and acquired records
+contiguous. For them "lag off" is the observation before share groups were tracked
+(the answers skimmed, no acknowledgement or acquired-record fields), "log on" the one
+with.
+
 Replaying a frame repeats it byte for byte, which the observer memoises
 (proxy/observe/memo.py): "all hooks, log on" is the cost of such a repeat, "first seen" that
 of a frame the process has not met before (the memo never answers).
@@ -63,6 +71,77 @@ def capture(records: int = 5000, partitions: int = 1000) -> dict[str, Pair]:
         "Metadata v12, 1 topic": _ours(pairs, 3)[0],
         f"Metadata v12, {partitions:,} partitions": _ours(pairs, 3)[-1],
     }
+
+
+def capture_share(records: int = 2000) -> dict[str, Pair]:
+    """The largest ShareFetch that acknowledged and was answered with acquired records,
+    and the largest ShareAcknowledge, of the Java share consumer in front of Apache Kafka."""
+    import tempfile
+
+    from support.kafka import NEWEST, kafka_libs
+    from support.share import ShareDriver
+
+    from proxy.apache_kafka import KafkaCluster
+
+    port = free_port(HOST)
+    with tempfile.TemporaryDirectory(prefix="kafkalens-bench-share-") as work:
+        cluster = KafkaCluster(libs=kafka_libs(NEWEST), work_dir=Path(work), advertise_proxied={1: f"{HOST}:{port}"})
+        with cluster, RecordingRelay(HOST, cluster.node(1).proxied_port or 0, port=port) as relay:
+            with ShareDriver(NEWEST) as driver:
+                driver.must("topic", cluster.bootstrap, "bench-share", 4)
+                driver.must("produce", cluster.bootstrap, "bench-share", records)
+                driver.must("earliest", cluster.bootstrap, "bench-share-group")
+                driver.must("renewable", cluster.bootstrap, "bench-share-group")
+                driver.must("consume", relay.bootstrap, "bench-share-group", "bench-share", records)
+                driver.must("close")
+            time.sleep(0.2)
+            pairs = [(q, r) for q, r in relay.pairs() if r is not None]
+    fetches = [p for p in pairs if p[0].api_key == 78 and _acknowledges(p[0]) and _acquires(p[1])]
+    acks = [p for p in pairs if p[0].api_key == 79]
+    fetch = max(fetches, key=lambda p: len(p[0].data) + len(p[1].data))
+    return {
+        "ShareFetch (Java, acks + records)": fetch,
+        "ShareFetch, the same contiguous": _contiguous(fetch),
+        "ShareAcknowledge (Java)": max(acks, key=lambda p: len(p[0].data)),
+    }
+
+
+def _contiguous(pair: Pair) -> Pair:
+    """`pair` re-encoded with each partition's acknowledgement batches merged into one
+    batch of accepts and its acquired ranges into one first delivery: what a consumer
+    accepting everything exchanges."""
+    from codec import Request, Response, encode_request, encode_response
+
+    request, response = pair
+    asked = decode_request(request.data)
+    for topic in asked.body["topics"]:
+        for partition in topic["partitions"]:
+            batches = partition["acknowledgement_batches"]
+            if batches:
+                partition["acknowledgement_batches"] = [{
+                    "first_offset": batches[0]["first_offset"], "last_offset": batches[-1]["last_offset"],
+                    "acknowledge_types": [1]}]  # fmt: skip
+    answer = decode_response(response.data, response.api_key, response.api_version)
+    for topic in answer.body["responses"]:
+        for partition in topic["partitions"]:
+            ranges = partition["acquired_records"]
+            if ranges:
+                partition["acquired_records"] = [{
+                    "first_offset": ranges[0]["first_offset"], "last_offset": ranges[-1]["last_offset"],
+                    "delivery_count": 1}]  # fmt: skip
+    data = encode_request(Request(request.api_key, request.api_version, asked.header, asked.body))
+    body = encode_response(Response(response.api_key, response.api_version, answer.header, answer.body))
+    return dataclasses.replace(request, data=data), dataclasses.replace(response, data=body)
+
+
+def _acknowledges(request: Frame) -> bool:
+    body = decode_request(request.data).body
+    return any(p.get("acknowledgement_batches") for t in body.get("topics") or () for p in t.get("partitions") or ())
+
+
+def _acquires(response: Frame) -> bool:
+    body = decode_response(response.data, response.api_key, response.api_version).body
+    return any(p.get("acquired_records") for t in body.get("responses") or () for p in t.get("partitions") or ())
 
 
 def _raw(port: int, *templates: wire.Template) -> None:
@@ -227,12 +306,19 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     import argparse
 
-    argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog="python -m bench.hooks_cost",
         description=(__doc__ or "").split("\n\n", 1)[0],
-        epilog="No options: it captures real frames (starts a tansu broker) and prints a table.",
-    ).parse_args()
+        epilog="It captures real frames (starts a tansu broker) and prints a table.",
+    )
+    parser.add_argument(
+        "--share", action="store_true",
+        help="also a ShareFetch and a ShareAcknowledge pair of Kafka's share consumer (Apache Kafka from tests/peers)",
+    )
+    args = parser.parse_args()
     cases = capture()
+    if args.share:
+        cases.update(capture_share())
     gc.collect()
     gc.freeze()  # as a serving kafkalens process does (proxy/runner.py)
     print(markdown(measure(cases)))

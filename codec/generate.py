@@ -1,17 +1,26 @@
 """Generate the codec's tables from Kafka's JSON message definitions.
 
-Usage: python -m codec.generate [--schemas DIR] [--out DIR] [--readiness FILE]
+Usage: python -m codec.generate [--schemas DIR] [--kafka-clients-jar JAR] [--out DIR]
+                                [--readiness FILE]
 
 Which definitions, and where to get them: codec/README.md, "Where the codec comes
-from" (DIR defaults to $KAFKALENS_SCHEMAS, else ../shared/kafka-message-schemas beside
-the repository). Reads every definition in the schema folders (oldest first) plus the
-project's KIP-1313 overlays (`codec/kip1313/`, newest), and for each message and each
-version keeps the definition of the newest source whose `validVersions` covers it.
+from". The sources, oldest first (a later one wins for the versions it covers):
+- `DIR/before-kip-896/`: the definitions before Kafka 4.0 removed old versions (so the
+  codec still reads the clients that use them); DIR defaults to $KAFKALENS_SCHEMAS, else
+  ../shared/kafka-message-schemas beside the repository;
+- `DIR/after-kip-896/`: a trunk snapshot with KIP-896's removals (2024-12-27);
+- the definitions of the newest Apache Kafka release the tests run against, as that
+  release ships them: `common/message/*.json` inside its `kafka-clients` jar from Maven
+  Central (`bash tests/peers/install` puts it in `tests/peers/build/kafka-<version>/`;
+  the version is the first line of `tests/peers/kafka-versions`);
+- the project's KIP-1313 overlays (`codec/kip1313/`).
 
-Writes, into codec/generated/: `schemas.py`, the facts only (names, types, versions,
-tags, defaults; never the `about` prose); `api_key.py`, the `ApiKey` enum of every
-request; `kinds.h`, codec/kinds.py's numbers for the C interpreter. And the Kafka 4.0
-readiness table (the versions the KIP-896 folder no longer accepts) to
+For each message and each version it keeps the definition of the newest source whose
+`validVersions` covers it. Writes, into codec/generated/: `schemas.py`, the facts only
+(names, types, versions, tags, defaults; never the `about` prose); `api_key.py`, the
+`ApiKey` enum of every request; `kinds.h`, codec/kinds.py's numbers for the C
+interpreter. And the Kafka 4.0 readiness table (the versions the KIP-896 folder no
+longer accepts) to
 `pipeline/data/kafka4_removed_versions.json`.
 """
 
@@ -22,6 +31,7 @@ import json
 import os
 import re
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +48,23 @@ OVERLAY_FOLDER = HERE / "kip1313"
 # What the committed output was generated from (codec/README.md says where to get it).
 SOURCES = (
     "apache/kafka's clients/src/main/resources/common/message/ at trunk of 2024-12-06"
-    " (4.0.0-SNAPSHOT: before-kip-896/) and of 2024-12-27 (4.1.0-SNAPSHOT: after-kip-896/)"
+    " (4.0.0-SNAPSHOT: before-kip-896/) and of 2024-12-27 (4.1.0-SNAPSHOT: after-kip-896/),"
+    " and the common/message/*.json of the newest Kafka release's kafka-clients jar"
+    " (tests/peers/kafka-versions; `bash tests/peers/install` fetches it)"
 )
+PEERS = REPO / "tests" / "peers"
+
+
+def newest_kafka_version() -> str:
+    """The newest Apache Kafka version the tests run against (tests/peers/kafka-versions)."""
+    return (PEERS / "kafka-versions").read_text().split()[0]
+
+
+def default_clients_jar() -> Path:
+    version = newest_kafka_version()
+    return PEERS / "build" / f"kafka-{version}" / f"kafka-clients-{version}.jar"
+
+
 OPEN_END = 0x7FFF
 
 _COMMENT = re.compile(r"^\s*//.*$", re.MULTILINE)
@@ -125,11 +150,23 @@ def message_facts(schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def collect_sources(schemas_dir: Path) -> list[dict[str, dict[str, Any]]]:
-    """Each source folder as {message name: raw schema}, oldest first."""
+def load_jar(jar: Path) -> dict[str, dict[str, Any]]:
+    """{message name: raw schema} of a kafka-clients jar's common/message/*.json."""
+    found: dict[str, dict[str, Any]] = {}
+    with zipfile.ZipFile(jar) as archive:
+        for name in sorted(archive.namelist()):
+            if name.startswith("common/message/") and name.endswith(".json"):
+                text = archive.read(name).decode()
+                found[Path(name).stem] = json.loads(_COMMENT.sub("", text))
+    return found
+
+
+def collect_sources(schemas_dir: Path, clients_jar: Path) -> list[dict[str, dict[str, Any]]]:
+    """Each source as {message name: raw schema}, oldest first."""
     sources = []
     for folder in SOURCE_FOLDERS:
         sources.append({p.stem: load_json(p) for p in sorted((schemas_dir / folder).glob("*.json"))})
+    sources.append(load_jar(clients_jar))
     sources.append({p.stem: load_json(p) for p in sorted(OVERLAY_FOLDER.glob("*.json"))})
     return sources
 
@@ -143,6 +180,8 @@ def merge_message(name: str, sources: list[dict[str, dict[str, Any]]]) -> dict[s
         if name not in source:
             continue
         raw = source[name]
+        if parse_versions(raw.get("validVersions")) is None:
+            continue  # "none": an API a newer Kafka removed whole (LeaderAndIsr, ...)
         kind, api_key = raw["type"], raw.get("apiKey")
         facts = message_facts(raw)
         low, high = facts["valid"]
@@ -162,14 +201,43 @@ def merge_message(name: str, sources: list[dict[str, dict[str, Any]]]) -> dict[s
     }
 
 
-def build_tables(schemas_dir: Path) -> dict[str, Any]:
-    sources = collect_sources(schemas_dir)
+def follow_renames(sources: list[dict[str, dict[str, Any]]]) -> list[dict[str, dict[str, Any]]]:
+    """Requests and responses under the name the newest source gives their api key:
+    Kafka renamed ListClientMetricsResources (api 74) to ListConfigResources, and the
+    older sources' versions belong to the same message."""
+    newest: dict[tuple[str, int], str] = {}
+    for source in reversed(sources):
+        for name, raw in source.items():
+            if raw.get("apiKey") is not None:
+                newest.setdefault((raw["type"], raw["apiKey"]), name)
+    renamed = []
+    for source in sources:
+        renamed.append(
+            {
+                (newest[(raw["type"], raw["apiKey"])] if raw.get("apiKey") is not None else name): raw
+                for name, raw in source.items()
+            }
+        )
+    return renamed
+
+
+def build_tables(schemas_dir: Path, clients_jar: Path) -> dict[str, Any]:
+    sources = follow_renames(collect_sources(schemas_dir, clients_jar))
     names = sorted({name for source in sources for name in source})
     return {name: merge_message(name, sources) for name in names}
 
 
+# Versions the KIP-896 folder (a trunk snapshot of 2024-12-27) lacks but Kafka 4 brokers
+# accept: Metadata v0-3 were added back before 4.0.0 (KAFKA-18648: kafka-python and
+# aiokafka need them), JoinGroup v0-1 in 4.0.1 and 4.1.0 (KAFKA-19444: librdkafka before
+# 2.11 with Kerberos). Apache Kafka 4.2 and 4.4 answer both (tests/
+# test_kafka_removed_versions.py asks them), so a client that uses them is ready.
+ACCEPTED_AGAIN = {"MetadataRequest": range(0, 4), "JoinGroupRequest": range(0, 2)}
+
+
 def readiness_table(schemas_dir: Path) -> dict[str, Any]:
-    """Request versions that the pre-4.0 folder accepts and the KIP-896 folder does not."""
+    """Request versions that the pre-4.0 folder accepts and the KIP-896 folder does not,
+    less those Kafka 4 brokers accept again (ACCEPTED_AGAIN)."""
     before = {p.stem: load_json(p) for p in (schemas_dir / SOURCE_FOLDERS[0]).glob("*Request.json")}
     after = {p.stem: load_json(p) for p in (schemas_dir / SOURCE_FOLDERS[1]).glob("*Request.json")}
     apis = []
@@ -178,7 +246,8 @@ def readiness_table(schemas_dir: Path) -> dict[str, Any]:
             continue
         old_low, old_high = parse_versions(old["validVersions"])  # type: ignore[misc]
         new_low, new_high = parse_versions(after[name]["validVersions"])  # type: ignore[misc]
-        removed = [v for v in range(old_low, old_high + 1) if not new_low <= v <= new_high]
+        removed = [v for v in range(old_low, old_high + 1)
+                   if not new_low <= v <= new_high and v not in ACCEPTED_AGAIN.get(name, ())]
         if removed:
             apis.append(
                 {
@@ -189,12 +258,14 @@ def readiness_table(schemas_dir: Path) -> dict[str, Any]:
                 }
             )
     apis.sort(key=lambda entry: entry["api_key"])
-    return {"source": "kafka-message-schemas before-kip-896 vs after-kip-896", "apis": apis}
+    source = "kafka-message-schemas before-kip-896 vs after-kip-896, less versions accepted again"
+    return {"source": source, "apis": apis}
 
 
 HEADER = '''\
-# GENERATED by codec/generate.py from Kafka's JSON message definitions and
-# codec/kip1313/. Do not edit: run `make generate` (python -m codec.generate).
+# GENERATED by codec/generate.py from Kafka's JSON message definitions (the
+# kafka-message-schemas folders and Apache Kafka's kafka-clients jar: see the
+# generator's docstring) and codec/kip1313/. Do not edit: run `make generate`.
 #
 # MESSAGES[name] = {"kind", "api_key", "versions": {version: definition index},
 #                   "definitions": [{"valid", "flexible", "header_versions", "fields"}]}
@@ -292,9 +363,11 @@ def render_kinds_header() -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(schemas_dir: Path, out_dir: Path, readiness_path: Path | None) -> list[Path]:
+def write_outputs(
+    schemas_dir: Path, clients_jar: Path, out_dir: Path, readiness_path: Path | None
+) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = build_tables(schemas_dir)
+    tables = build_tables(schemas_dir, clients_jar)
     outputs = {
         "schemas.py": render_module(tables),
         "api_key.py": render_api_keys(tables),
@@ -324,6 +397,7 @@ def missing(schemas: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schemas", type=Path, default=DEFAULT_SCHEMAS)
+    parser.add_argument("--kafka-clients-jar", type=Path, default=default_clients_jar())
     parser.add_argument("--out", type=Path, default=HERE / "generated")
     parser.add_argument(
         "--readiness", type=Path, default=REPO / "pipeline" / "data" / "kafka4_removed_versions.json"
@@ -332,7 +406,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.schemas.is_dir():
         print(f"generate: {missing(args.schemas)}", file=sys.stderr)
         return 2
-    for path in write_outputs(args.schemas, args.out, args.readiness):
+    if not args.kafka_clients_jar.is_file():
+        print(
+            f"generate: {args.kafka_clients_jar} not found: `bash tests/peers/install` fetches it",
+            file=sys.stderr,
+        )
+        return 2
+    for path in write_outputs(args.schemas, args.kafka_clients_jar, args.out, args.readiness):
         print(f"wrote {path}")
     return 0
 

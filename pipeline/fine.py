@@ -23,11 +23,11 @@ from pyspark.sql import functions as F
 
 from pipeline import semantics
 from pipeline.clients import CONN, GROUP_KEYS, IDENTITY
-from pipeline.schema import REQUEST_EVENTS, TELEMETRY_EVENT
+from pipeline.schema import INCOMPLETE_EVENT, REQUEST_EVENTS, TELEMETRY_EVENT
 
 LATENCY_BIN = 1.01  # each bin spans 1 %: bin b holds [1.01^b, 1.01^(b+1)) ms
 MIN_LATENCY_MS = 0.001  # 0 ms and below share the lowest bin
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
 UNKNOWN_API = "unknown"
 _COUNT_FIELDS = ("bytes", "records", "batches")
 # Keys of the `g` part that other parts are keyed by too.
@@ -59,11 +59,11 @@ def none() -> Column:  # a function: a Column needs the running session
     return F.array().cast("array<struct<k:int,i:int>>")
 
 
-def _parts(is_request: Column, good: Column) -> Column:
+def _parts(is_request: Column, refused: Column, good: Column) -> Column:
     """Which rows a line makes: g and l, a t per topic, a p per position and a c per
-    committed offset for a request, b for a bad line, e and m for a telemetry line, e
-    for another good one."""
-    carries = F.col("api_key").isin(PRODUCE, FETCH) & F.col("per_topic").isNotNull()
+    committed offset for a request, g alone for a request the broker refused by
+    closing, b for a bad line, e and m for a telemetry line, e for another good one."""
+    carries = F.col("api_key").isin(PRODUCE, FETCH, SHARE_FETCH) & F.col("per_topic").isNotNull()
     topics = F.transform(F.map_keys(F.col("per_topic")), lambda _, i: part_of("t", i))
 
     def each(array: str, kind: str) -> Column:
@@ -75,7 +75,8 @@ def _parts(is_request: Column, good: Column) -> Column:
                        each("positions", "p"), each("committed", "c"))
     other = F.when(F.col("event") == TELEMETRY_EVENT,
                    F.array(part_of("e"), part_of("m"))).otherwise(F.array(part_of("e")))
-    return F.when(is_request, request).when(good, other).otherwise(F.array(part_of("b")))
+    return (F.when(is_request, request).when(refused, F.array(part_of("g")))
+            .when(good, other).otherwise(F.array(part_of("b"))))
 
 
 def fine_rows(parsed: DataFrame) -> DataFrame:
@@ -88,6 +89,7 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
     """The rows the aggregation folds: a line's parts, each with its keys and values."""
     good = F.col("bad_reason").isNull()
     is_request = good & F.col("event").isin(*REQUEST_EVENTS)
+    refused = good & (F.col("event") == INCOMPLETE_EVENT) & (F.size(F.col("errors")) > 0)
     api = _api()
     failure = semantics.failed(F.col("errors"), api)
     latency = F.col("latency_ms")
@@ -98,7 +100,7 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
         semantics.waits_by_design(F.col("api_key"), F.col("max_wait_ms")).alias("_waits"),
         F.date_trunc("minute", F.col("ts")).alias("_minute"),
         F.floor(F.log(LATENCY_BIN, F.greatest(latency, F.lit(MIN_LATENCY_MS)))).alias("_lat_bin"),
-    ).select("*", F.explode(_parts(is_request, good)).alias("part"))
+    ).select("*", F.explode(_parts(is_request, refused, good)).alias("part"))
     kind, index = F.col("part.k"), F.col("part.i") + 1
 
     def on(*parts: str) -> Column:

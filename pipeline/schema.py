@@ -26,12 +26,16 @@ from pyspark.sql.types import (
 CORRUPT = "_corrupt_record"
 
 REQUEST_EVENTS = ("request", "request_no_response")
+# A request its connection closed on. One with `errors` the broker refused by closing
+# (a version it does not support, KIP-896): counted as a request with that error (in the
+# client tables and Kafka 4 readiness), without a latency; the others are events.
+INCOMPLETE_EVENT = "request_incomplete"
 CONNECTION_EVENTS = ("connection_open", "connection_close")
 # A data point of a client's own metrics (KIP-714), from the telemetry log (#20).
 TELEMETRY_EVENT = "client_metric"
 # A line of one of these events whose fields have the wrong types breaks the
 # contract and counts as bad; a line of any other event is ignored.
-KNOWN_EVENTS = REQUEST_EVENTS + CONNECTION_EVENTS + (TELEMETRY_EVENT,)
+KNOWN_EVENTS = REQUEST_EVENTS + CONNECTION_EVENTS + (TELEMETRY_EVENT, INCOMPLETE_EVENT)
 
 
 def _struct(spec: dict[str, DataType]) -> StructType:

@@ -1,4 +1,4 @@
-"""What the traffic looks like: latency, errors, topics and consumer groups.
+"""What the traffic looks like: latency, errors, topics and groups (consumer, share...).
 
 Percentiles are service latency, read from fine.fine_rows' histograms (bins 1 % wide:
 a latency that occurred, within 1 % of the exact one at its rank); requests that wait by
@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipeline.clients import OUTCOMES, span, sums
-from pipeline.fine import FETCH, PRODUCE, bucketed
+from pipeline.fine import FETCH, PRODUCE, SHARE_FETCH, bucketed
 
 QUANTILES = (0.5, 0.95, 0.99)
 WAITING_QUANTILES = (0.5, 0.99)
@@ -82,11 +82,11 @@ def top_topics(topics: DataFrame) -> DataFrame:
     responses) per topic; `topics` is fine.fine_rows' `t` part."""
     directed = [
         F.sum(F.when(F.col("api_key") == key, F.col(field)).otherwise(0)).alias(f"{verb}_{field}")
-        for key, verb in ((PRODUCE, "produced"), (FETCH, "fetched"))
+        for key, verb in ((PRODUCE, "produced"), (FETCH, "fetched"), (SHARE_FETCH, "share_fetched"))
         for field in ("bytes", "records", "batches")
     ]
     totals = topics.groupBy("topic").agg(*directed).withColumn(
-        "total_bytes", F.col("produced_bytes") + F.col("fetched_bytes")
+        "total_bytes", F.col("produced_bytes") + F.col("fetched_bytes") + F.col("share_fetched_bytes")
     )
     # One partition for the rank: a row per topic, few next to the lines.
     order = Window.orderBy(F.desc_nulls_last("total_bytes"), F.asc("topic"))
@@ -99,13 +99,25 @@ def _latest(column: str) -> Column:
     return F.max_by(column, newest).alias(column)
 
 
+# The kind of group an api's line shows (the others, OffsetCommit ..., any kind).
+GROUP_TYPES = {
+    "JoinGroup": "classic", "SyncGroup": "classic", "Heartbeat": "classic", "LeaveGroup": "classic",
+    "ConsumerGroupHeartbeat": "consumer", "StreamsGroupHeartbeat": "streams",
+    "ShareGroupHeartbeat": "share", "ShareFetch": "share", "ShareAcknowledge": "share",
+}  # fmt: skip
+
+
 def consumer_groups(groups: DataFrame) -> DataFrame:
-    """Per consumer group; `groups` is clients.groups_of(fine), whose rows keep
+    """Per group, classic, consumer (KIP-848), streams or share (KIP-932): `group_type`
+    from the apis its lines name; `groups` is clients.groups_of(fine), whose rows keep
     each line's own group fields and software (not the connection's resolved identity)."""
     grouped = groups.where(F.col("group_id").isNotNull() & (F.col("group_id") != ""))
     member = F.when(F.col("member_id") != "", F.col("member_id"))
     software = F.concat_ws("/", "client_software_name", "client_software_version")
+    kinds = F.create_map(*[F.lit(x) for pair in sorted(GROUP_TYPES.items()) for x in pair])
+    types = F.array_sort(F.collect_set(F.element_at(kinds, F.col("api"))))
     stats = grouped.groupBy("group_id").agg(
+        F.when(F.size(types) > 0, F.array_join(types, ",")).alias("group_type"),
         _latest("protocol_type"),
         _latest("protocol_name").alias("assignor"),
         F.count_distinct(member).alias("distinct_member_ids"),
@@ -120,3 +132,4 @@ def consumer_groups(groups: DataFrame) -> DataFrame:
     return stats.withColumn(
         "member_count", F.coalesce(F.col("max_members"), F.col("distinct_member_ids"))
     )
+

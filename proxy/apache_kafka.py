@@ -75,8 +75,12 @@ def java_binary(java_home: str | None = None) -> str:
 
 def new_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as
-    `kafka-storage.sh random-uuid` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    `kafka-storage.sh random-uuid` prints). Like Kafka's Uuid.randomUuid, never one that
+    starts with "-": the storage tool would read `-t -xyz...` as an option (1 in 64)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 _prctl: Callable[..., int] | None
@@ -178,6 +182,22 @@ class KafkaCluster:
             )
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
+        self.plan()
+        for member in self.members:
+            self._format(member)
+        for member in self.members:
+            self._launch(member)
+        try:
+            for member in self.members:
+                self._wait_ready(member, timeout)
+        except BrokerUnavailable:
+            self.stop()
+            raise
+        return self
+
+    def plan(self) -> KafkaCluster:
+        """Chooses each node's ports (once), so that what sits in front of the cluster
+        can be configured before it starts; `start` plans too."""
         if not self.members:
             for node_id in range(1, self.nodes + 1):
                 self.members.append(
@@ -193,16 +213,6 @@ class KafkaCluster:
                         log_path=self.work_dir / f"node-{node_id}" / "kafka.log",
                     )
                 )
-        for member in self.members:
-            self._format(member)
-        for member in self.members:
-            self._launch(member)
-        try:
-            for member in self.members:
-                self._wait_ready(member, timeout)
-        except BrokerUnavailable:
-            self.stop()
-            raise
         return self
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -20,7 +20,7 @@ from proxy.config import (
     summary,
 )
 from proxy.console import EXIT_CONFIG, OneLineParser, configure_logging, fail
-from proxy.preflight import check_request_log_path, check_startup
+from proxy.preflight import check_request_log_path, check_startup, folders_created_at_start
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -131,6 +131,8 @@ def check_config(path: str, *, check_ports: bool = False) -> int:
     print(f"{path}: OK")
     for line in summary(config):
         print(f"  {line}")
+    for key, folder in folders_created_at_start(config):
+        print(f"  {key}: {folder} does not exist yet; kafkalens proxy creates it as it starts")
     return 0
 
 

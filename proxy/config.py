@@ -1,35 +1,77 @@
-"""Load and validate kafkalens.yaml into frozen dataclasses.
+"""Every key of kafkalens.yaml, declared once, and the one reader of the file.
 
-config/kafkalens.yaml is the contract: every key there, with its default, and no
-other key. A `ConfigError` names the key path and what is wrong, e.g.
-``limits.max_frame_bytes: must be a positive integer, got -1``. Command-line flags
-are applied on top of the file through `Overrides`.
+A key is declared where its value lives: a field of one of the frozen dataclasses below
+(`Config` and its sections), made by a *kind* function that says what the key holds:
 
-Unknown keys are named before anything else is checked, with the nearest known key
-suggested; every number has a finite upper bound (`MAXIMA`, with the reason shown
-in the error), so no value can switch a protection off.
+    max_frame_bytes: int = integer(
+        default=104857600,
+        at_most=(INT32_MAX, "a Kafka frame's length is an int32"),
+        doc="The largest frame read from a client or a broker.",
+    )
 
-Hand-written rather than a schema library: msgspec (already a pipeline extra)
-reports ``Expected `int` <= 2147483647 - at `$.limits.max_frame_bytes` `` and
-``Object contains unknown field `upstrem` ``, with no suggestion and no reason,
-and would turn these dataclasses into Structs; pydantic v2 adds pydantic-core
-(~5 MB) to the image, prints multi-line errors, and still needs the host:port,
-version-range and cross-key checks written by hand. Both would need the same
-custom layer for suggestions and reasons that `_Section` already is.
+That one declaration is the key's name, type, default (the dataclass default: `Limits()`
+has it), bounds with their reason, and its documentation. The rest is derived from the
+declarations: the reader (`parse_config`, one generic walk, `read_section`), the
+unknown-key check and its suggestion, `SECTION_SCHEMAS` and `MAXIMA` (views for tests and
+tools), `kafkalens proxy --help`'s built-in defaults, and config/kafkalens.yaml, which
+`python -m proxy.config > config/kafkalens.yaml` writes (tests/test_config.py fails when
+the file in the repository is not what it would write).
 
-Checks of the machine rather than the file (log path writable, certificates
-loadable, api names known, ports free) are in proxy/preflight.py.
+The kinds: `integer` and `seconds` (a finite `at_most` with its reason is required: past
+it a value no longer tunes a protection but switches it off), `fraction` (0..1), `flag`,
+`text`, `choice`, `file_path` (a file this process can read, checked as the file is parsed),
+`address` (HOST:PORT), `items` (a list, each item checked by a function), `section` (a
+nested mapping of keys: another decorated dataclass) and `custom` (a shape of its own:
+gateway.broker_ports, kip1313.header_v3); `listeners` has its own (`listener_list`). A declaration
+without `default=` is a required key. A rule across keys of one section is that
+section's `_check` method, run once the section is read.
+
+Adding a key is one field in its section plus its use, then regenerating the file:
+
+    max_share_groups: int = integer(
+        default=1000, at_most=(100_000, "each share group is a time series"),
+        doc="Share groups with their own series; later ones count under group=\"other\".",
+    )
+
+Porting a key from a branch written against the older layout (a dataclass field, an
+`s.integer("name", default)` line in a `_section()` function, a line in `MAXIMA`, and
+text in config/kafkalens.yaml): the field becomes the declaration above, with the
+`MAXIMA` line's bound and reason as `at_most=` and the yaml comment as `doc=`; the parse
+line and the `MAXIMA` line go, and config/kafkalens.yaml is regenerated rather than
+merged. A new section is a new `@config_section` dataclass and one `section(...)` field
+in its parent; a cross-key check in a `_section()` function moves to its `_check`.
+
+Errors: a `ConfigError` names the key path and what is wrong, e.g.
+``limits.max_frame_bytes: must be a positive integer, got -1``; unknown keys are named
+before anything else is checked, with the nearest known key suggested (the same key in
+another section first: `max_frame_bytes` at the top level is `limits.max_frame_bytes`).
+Command-line flags are applied on top of the file through `Overrides`.
+
+Hand-written rather than a schema library: msgspec (already a pipeline extra) reports
+``Expected `int` <= 2147483647 - at `$.limits.max_frame_bytes` `` and ``Object contains
+unknown field `upstrem` ``, with no suggestion and no reason, and would turn these
+dataclasses into Structs; pydantic v2 adds pydantic-core (~5 MB) to the image, prints
+multi-line errors, and still needs the host:port, version-range and cross-key checks
+written by hand. Both would need the same layer for suggestions and reasons that the
+kinds below already are.
+
+Checks of the machine rather than the file (log path writable, certificates loadable,
+api names known, ports free) are in proxy/preflight.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
-from collections.abc import Mapping
+import sys
+import textwrap
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast, dataclass_transform
 
 import yaml
 
@@ -39,8 +81,13 @@ ENFORCEMENTS = ("log", "reject")
 TELEMETRY_ANSWERERS = ("proxy", "broker")
 # KIP-714 / Kafka's record compression ids, by the names the config uses.
 COMPRESSION_TYPES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-_MISSING = object()
+INT32_MAX = 2**31 - 1
+LOOPBACK_HOSTS = ("localhost", "::1")
 _VERSION_SPEC = re.compile(r"^\s*(\d+)\s*(\+|-\s*(\d+))?\s*$")
+_ABSENT: Any = object()  # a key the document does not give
+_REQUIRED: Any = dataclasses.MISSING  # a declaration without default=
+_NO_EXAMPLE: Any = object()
+_KEY = "kafkalens.key"  # where a field's metadata holds its `Key`
 
 
 class ConfigError(ValueError):
@@ -62,104 +109,6 @@ class Address:
 
 
 @dataclass(frozen=True)
-class ListenerTLS:
-    cert: str
-    key: str
-    client_ca: str | None = None
-    require_client_cert: bool = False
-    min_version: str = "TLSv1.2"
-
-
-@dataclass(frozen=True)
-class ListenerConfig:
-    name: str
-    listen: Address
-    upstream: Address
-    tls: ListenerTLS | None = None
-
-
-@dataclass(frozen=True)
-class GatewayConfig:
-    bootstrap_servers: tuple[Address, ...]
-    advertised_host: str
-    bootstrap_listen: Address = Address("0.0.0.0", 9092)
-    listen_host: str = "0.0.0.0"
-    broker_port_base: int = 9100
-    broker_ports: Mapping[int, int] = field(default_factory=dict)
-    tls: ListenerTLS | None = None  # clients' side of the bootstrap and every broker listener
-
-
-@dataclass(frozen=True)
-class UpstreamTLS:
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    check_hostname: bool = True
-    server_hostname: str | None = None
-    min_version: str = "TLSv1.2"
-
-
-@dataclass(frozen=True)
-class MetricsConfig:
-    listen: Address = Address("0.0.0.0", 9180)
-    max_label_values: int = 50
-    max_error_series: int = 256
-    clients_token_file: str | None = None  # /clients on `listen` with this bearer token
-    clients_listen: Address | None = None  # /clients on this loopback listener
-    allowed_hosts: tuple[str, ...] | None = None  # None: any Host header on `listen`
-    tls: ListenerTLS | None = None
-    max_connections: int = 32  # open at once, per admin listener
-
-
-@dataclass(frozen=True)
-class RequestLogConfig:
-    path: str = "-"
-    max_bytes: int = 104857600
-    backups: int = 5
-    sample_rate: float = 1.0
-    apis: tuple[str | int, ...] = ()
-    errors_only: bool = False
-    record_detail: bool = False
-    header_value_allowlist: tuple[str, ...] = ("traceparent", "tracestate")
-    max_string_length: int = 256
-    flush_interval_seconds: float = 0.5
-    max_queued_bytes: int = 16777216
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_frame_bytes: int = 104857600
-    max_frame_bytes_before_auth: int = 1048576
-    max_connections: int = 10000
-    max_connections_per_ip: int = 1000
-    max_in_flight_requests: int = 100
-    request_timeout_seconds: float = 600.0
-    connect_timeout_seconds: float = 10.0
-    idle_timeout_seconds: float = 600.0
-    frame_timeout_seconds: float = 30.0
-    shutdown_grace_seconds: float = 25.0
-    decompression_limit_bytes: int = 67108864
-    observe_whole_frame_bytes: int = 262144
-    observe_seconds_per_read: float = 0.1
-    observe_max_field_bytes: int = 65536
-    observe_max_elements: int = 20000
-    socket_buffer_bytes: int = 1048576
-
-
-@dataclass(frozen=True)
-class LagConfig:
-    """Consumer lag and topic traffic from the Fetch, OffsetCommit and Produce seen."""
-
-    enabled: bool = True
-    max_topics: int = 1000  # (group, topic) pairs of the per-topic lag; topics of traffic
-    max_partitions: int = 10000  # per-partition series of each kind; traffic label sets
-    max_clients: int = 1000  # client label values of per-partition lag; principals of traffic
-    max_tracked: int = 200000  # entries of each lag table kept in memory
-    max_logged_partitions: int = 1000  # "positions"/"committed" elements of one log line
-    idle_expiry_seconds: float = 300.0  # a consumer's series goes this long after its last fetch
-
-
-@dataclass(frozen=True)
 class HeaderV3Rule:
     """Request header v3 for `api` (a name like "Metadata" or a key) from `min_version`."""
 
@@ -168,41 +117,910 @@ class HeaderV3Rule:
     max_version: int | None = None  # None: every version from min_version on
 
 
+# --- kinds: what a key holds, how it is read and checked, how it is written -------------
+
+
+class Kind:
+    """How one key's YAML value becomes its Python value (`read`, raising ConfigError
+    for `key`), and what config/kafkalens.yaml says of it (`bounds`, `as_yaml`)."""
+
+    nullable = False  # null is "not given": the default (so is null for a None default)
+    reads_absent = False  # `read` decides what a key left out means (else: the default)
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> Any:
+        """`given`: the keys of the same section read so far (in declaration order)."""
+        raise NotImplementedError
+
+    def bounds(self) -> str:
+        return ""
+
+    def as_yaml(self, value: Any) -> object:
+        """The value as the file writes it (plain YAML data)."""
+        return _plain(value)
+
+
 @dataclass(frozen=True)
+class Integer(Kind):
+    minimum: int
+    maximum: int
+    why: str
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+            what = "a positive integer" if self.minimum == 1 else f"an integer >= {self.minimum}"
+            raise ConfigError(key, f"must be {what}, got {_show(value)}")
+        if not value <= self.maximum:
+            raise ConfigError(key, f"must be {self.bounds()}, got {_show(value)}")
+        return value
+
+    def bounds(self) -> str:
+        return f"{self.minimum}..{self.maximum} ({self.why})"
+
+
+@dataclass(frozen=True)
+class Seconds(Kind):
+    maximum: float
+    why: str
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ConfigError(key, f"must be a positive number, got {_show(value)}")
+        if not value <= self.maximum:
+            raise ConfigError(key, f"must be {self.bounds()}, got {_show(value)}")
+        return float(value)
+
+    def bounds(self) -> str:
+        return f"more than 0 and at most {_number(self.maximum)} ({self.why})"
+
+    def as_yaml(self, value: Any) -> object:
+        return _number(value)
+
+
+class Fraction(Kind):
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ConfigError(key, f"must be a number 0..1, got {_show(value)}")
+        return float(value)
+
+    def bounds(self) -> str:
+        return "0..1"
+
+
+class Flag(Kind):
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"must be true or false, got {_show(value)}")
+        return value
+
+
+@dataclass(frozen=True)
+class Text(Kind):
+    pattern: str | None = None
+    shape: str = ""  # what `pattern` allows, in words
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> str:
+        text = _nonempty_str(value, key)
+        if self.pattern is not None and not re.fullmatch(self.pattern, text):
+            raise ConfigError(key, f"must be {self.shape}, got {text!r}")
+        return text
+
+    def bounds(self) -> str:
+        return self.shape
+
+
+@dataclass(frozen=True)
+class Choice(Kind):
+    options: tuple[str, ...]
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> str:
+        if value not in self.options:
+            raise ConfigError(key, f"must be {self.bounds()}, got {_show(value)}")
+        return str(value)
+
+    def bounds(self) -> str:
+        return f"one of {', '.join(self.options)}"
+
+
+class ReadableFile(Kind):
+    """A path that must name a readable file (checked now, not at the first handshake)."""
+
+    nullable = True
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> str:
+        return readable_file(_nonempty_str(value, key), key)
+
+
+@dataclass(frozen=True)
+class AddressKind(Kind):
+    listen: bool = False  # a listen address may have port 0 (any free port)
+    loopback: bool = False
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> Address:
+        address = (
+            value
+            if isinstance(value, Address)
+            else parse_address(value, key, allow_port_zero=self.listen)
+        )
+        if self.loopback and not _is_loopback(address.host):
+            raise ConfigError(
+                key, f"must be a loopback address (127.0.0.1, [::1], localhost), got {address}"
+            )
+        return address
+
+    def bounds(self) -> str:
+        return "a loopback HOST:PORT" if self.loopback else ""
+
+
+@dataclass(frozen=True)
+class Items(Kind):
+    """A list, each item checked (and converted) by `each(item, "key[i]")`."""
+
+    each: Callable[[object, str], Any]
+    at_least_one: str | None = None  # the problem an empty list is, if it is one
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise ConfigError(key, f"must be a list, got {_show(value)}")
+        if not value and self.at_least_one is not None:
+            raise ConfigError(key, self.at_least_one)
+        return tuple(self.each(item, f"{key}[{i}]") for i, item in enumerate(value))
+
+
+@dataclass(frozen=True)
+class Section(Kind):
+    """A mapping of the keys that `cls` declares; null or left out: its defaults."""
+
+    cls: type
+    nullable = True
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> Any:
+        return read_section(self.cls, value, key)
+
+
+@dataclass(frozen=True)
+class Custom(Kind):
+    """A key of a shape of its own: `parse(value, key)`, and `to_yaml` back."""
+
+    parse: Callable[[object, str], Any]
+    to_yaml: Callable[[Any], object]
+    nullable = True
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> Any:
+        return self.parse(value, key)
+
+    def as_yaml(self, value: Any) -> object:
+        return self.to_yaml(value)
+
+
+@dataclass(frozen=True)
+class Key:
+    """What a field's metadata holds: the rest of the key's declaration."""
+
+    kind: Kind
+    doc: str
+    example: object = _NO_EXAMPLE  # shown where the file has no default to show
+    missing: str = "is required"  # the problem a required key left out is
+
+
+# --- declaring keys: the field specifiers ---------------------------------------------
+
+
+def _declare(
+    kind: Kind,
+    doc: str,
+    default: object,
+    *,
+    example: object = _NO_EXAMPLE,
+    missing: str = "is required",
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
+    if not doc.strip():
+        raise TypeError("every key has a doc")
+    metadata = {_KEY: Key(kind, doc, example, missing)}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def integer(*, default: int, at_most: tuple[int, str], doc: str, minimum: int = 1) -> int:
+    return _declare(Integer(minimum, *at_most), doc, default)
+
+
+def seconds(*, default: float, at_most: tuple[float, str], doc: str) -> float:
+    return _declare(Seconds(*at_most), doc, default)
+
+
+def fraction(*, default: float, doc: str) -> float:
+    return _declare(Fraction(), doc, default)
+
+
+def flag(*, default: bool, doc: str) -> bool:
+    return _declare(Flag(), doc, default)
+
+
+def text(
+    *,
+    default: str | None = _REQUIRED,
+    doc: str,
+    pattern: tuple[str, str] | None = None,
+    example: object = _NO_EXAMPLE,
+) -> Any:
+    """A non-empty string; `pattern`: (regular expression, what it allows in words)."""
+    kind = Text(*pattern) if pattern else Text()
+    return _declare(kind, doc, default, example=example)
+
+
+def choice(*, default: str, options: tuple[str, ...], doc: str) -> str:
+    return _declare(Choice(options), doc, default)
+
+
+def file_path(
+    *,
+    default: None = _REQUIRED,
+    doc: str,
+    example: object = _NO_EXAMPLE,
+    missing: str = "is required",
+) -> Any:
+    """A file this process can read: certificates, keys, CAs, token files."""
+    return _declare(ReadableFile(), doc, default, example=example, missing=missing)
+
+
+def address(
+    *, default: Address | None = _REQUIRED, doc: str, listen: bool = False, loopback: bool = False
+) -> Any:
+    return _declare(AddressKind(listen, loopback), doc, default)
+
+
+def items(
+    *,
+    default: tuple[Any, ...] | None = _REQUIRED,
+    each: Callable[[object, str], Any],
+    doc: str,
+    at_least_one: str | None = None,
+    example: object = _NO_EXAMPLE,
+) -> Any:
+    return _declare(
+        Items(each, at_least_one),
+        doc,
+        default,
+        example=example,
+        missing=at_least_one or "is required",
+    )
+
+
+def section(cls: type, *, default: object, doc: str) -> Any:
+    return _declare(Section(cls), doc, default)
+
+
+def custom(
+    *,
+    parse: Callable[[object, str], Any],
+    to_yaml: Callable[[Any], object],
+    doc: str,
+    default: object = _REQUIRED,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
+    return _declare(Custom(parse, to_yaml), doc, default, default_factory=default_factory)
+
+
+def listener_list(*, default: tuple[ListenerConfig, ...], doc: str) -> Any:
+    return _declare(Listeners(default), doc, default)
+
+
+S = TypeVar("S")
+
+
+@dataclass_transform(
+    frozen_default=True,
+    kw_only_default=True,
+    field_specifiers=(
+        integer, seconds, fraction, flag, text, choice, file_path, address, items,
+        section, custom, listener_list,
+    ),
+)  # fmt: skip
+def config_section(cls: type[S]) -> type[S]:
+    """A mapping of kafkalens.yaml: a frozen dataclass whose every field is a key."""
+    made = dataclass(frozen=True, kw_only=True)(cls)
+    for f in fields(made):  # type: ignore[arg-type]
+        if _KEY not in f.metadata:
+            raise TypeError(f"{cls.__name__}.{f.name}: declare it with a kind (integer, text...)")
+    return made
+
+
+# --- item and value checks the declarations name ----------------------------------------
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _show(value: object) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _number(value: float) -> float:
+    """3600.0 as 3600, as the file and the messages write it."""
+    return int(value) if float(value).is_integer() else value
+
+
+def _nonempty_str(item: object, key: str) -> str:
+    if not isinstance(item, str) or not item:
+        raise ConfigError(key, f"must be a non-empty string, got {_show(item)}")
+    return item
+
+
+def _host_name(item: object, key: str) -> str:
+    return _nonempty_str(item, key).lower()
+
+
+def _is_loopback(host: str) -> bool:
+    return host.lower() in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def _api_ref(item: object, key: str) -> str | int:
+    """An api named like "Produce" or given by its key (0..32767)."""
+    if isinstance(item, int) and not isinstance(item, bool) and 0 <= item <= 32767:
+        return item
+    if isinstance(item, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", item):
+        return item
+    raise ConfigError(key, f"must be an api name like Produce or an api key, got {item!r}")
+
+
+def _metric_prefix(item: object, key: str) -> str:
+    """A metric name prefix; "" subscribes to every metric (KIP-714)."""
+    if not isinstance(item, str):
+        raise ConfigError(key, f"must be a metric name prefix (a string), got {_show(item)}")
+    return item
+
+
+def _compression_type(item: object, key: str) -> str:
+    if item not in COMPRESSION_TYPES:
+        raise ConfigError(key, f"must be one of {', '.join(COMPRESSION_TYPES)}, got {_show(item)}")
+    return str(item)
+
+
+def _upstream(item: object, key: str) -> Address:
+    return parse_address(item, key)
+
+
+def _broker_ports(raw: object, key: str) -> dict[int, int]:
+    if not isinstance(raw, dict):
+        raise ConfigError(key, f"must be a mapping node_id: port, got {_show(raw)}")
+    ports: dict[int, int] = {}
+    for node, port in raw.items():
+        where = f"{key}.{node}"
+        if isinstance(node, bool) or not isinstance(node, int) or node < 0:
+            raise ConfigError(where, f"node id must be an integer >= 0, got {node!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ConfigError(where, f"port must be 1..65535, got {port!r}")
+        ports[node] = port
+    return ports
+
+
+def _header_v3(raw: object, key: str) -> tuple[HeaderV3Rule, ...]:
+    if not isinstance(raw, dict):
+        raise ConfigError(key, f"must be a mapping api: versions, got {_show(raw)}")
+    return tuple(_header_v3_rule(api, spec, f"{key}.{api}") for api, spec in raw.items())
+
+
+def _header_v3_rule(api: object, spec: object, key: str) -> HeaderV3Rule:
+    """`spec`: "3+" (3 and later), "3-5", "3" or 3."""
+    name = _api_ref(api, key)
+    if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+        return HeaderV3Rule(name, spec, spec)
+    match = _VERSION_SPEC.match(spec) if isinstance(spec, str) else None
+    if match is None:
+        raise ConfigError(key, f'must be versions like "3+", "3-5" or 3, got {spec!r}')
+    low = int(match.group(1))
+    if match.group(2) == "+":
+        return HeaderV3Rule(name, low, None)
+    high = int(match.group(3)) if match.group(3) else low
+    if high < low:
+        raise ConfigError(key, f"version range {spec!r} is empty")
+    return HeaderV3Rule(name, low, high)
+
+
+def _header_v3_yaml(rules: tuple[HeaderV3Rule, ...]) -> dict[object, object]:
+    def versions(rule: HeaderV3Rule) -> object:
+        if rule.max_version is None:
+            return f"{rule.min_version}+"
+        if rule.max_version == rule.min_version:
+            return rule.min_version
+        return f"{rule.min_version}-{rule.max_version}"
+
+    return {rule.api: versions(rule) for rule in rules}
+
+
+# --- the keys ---------------------------------------------------------------------------
+
+
+@config_section
+class ListenerTLS:
+    cert: str = file_path(
+        doc="the server certificate (PEM, with its chain)",
+        example="/etc/kafkalens/tls/server.crt",
+        missing="is required for TLS",
+    )
+    key: str = file_path(
+        doc="its private key (PEM)",
+        example="/etc/kafkalens/tls/server.key",
+        missing="is required for TLS",
+    )
+    client_ca: str | None = file_path(
+        default=None,
+        doc="verify client certificates with this CA",
+        example="/etc/kafkalens/tls/ca.crt",
+    )
+    require_client_cert: bool = flag(
+        default=False, doc="refuse a client without a certificate client_ca signed"
+    )
+    min_version: str = choice(
+        default="TLSv1.2", options=TLS_VERSIONS, doc="TLSv1.2 or TLSv1.3; older is refused"
+    )
+
+    def _check(self, path: str) -> None:
+        if self.require_client_cert and self.client_ca is None:
+            raise ConfigError(f"{path}.client_ca", "is required when require_client_cert is true")
+
+
+@config_section
+class ListenerConfig:
+    name: str = text(
+        doc="names the listener in metrics labels and log lines",
+        pattern=(r"[A-Za-z0-9_.-]{1,64}", "1-64 of A-Z a-z 0-9 _ . -"),
+    )
+    listen: Address = address(
+        doc="the address clients connect to (port 0: any free port)", listen=True
+    )
+    upstream: Address = address(doc="the broker this listener forwards to")
+    tls: ListenerTLS | None = section(
+        ListenerTLS, default=None, doc="Client-side TLS termination (omit for plaintext):"
+    )
+
+
+@config_section
+class GatewayConfig:
+    bootstrap_listen: Address = address(
+        default=Address("0.0.0.0", 9092), doc="clients bootstrap here", listen=True
+    )
+    bootstrap_servers: tuple[Address, ...] = items(
+        each=_upstream,
+        doc="the cluster's brokers, asked for its metadata",
+        at_least_one="must list at least one HOST:PORT",
+        example=["broker-0:9092", "broker-1:9092"],
+    )
+    advertised_host: str = text(
+        doc="host put into rewritten broker addresses", example="kafkalens.example.com"
+    )
+    listen_host: str = text(default="0.0.0.0", doc="host the per-broker listeners bind")
+    broker_port_base: int = integer(
+        default=9100, minimum=0, at_most=(65535, "a TCP port"),
+        doc="broker node N is served on port base + N",
+    )  # fmt: skip
+    broker_ports: Mapping[int, int] = custom(
+        parse=_broker_ports,
+        to_yaml=dict,
+        default_factory=dict,
+        doc="or an explicit map, e.g. {0: 9200, 1: 9201}",
+    )
+    tls: ListenerTLS | None = section(
+        ListenerTLS, default=None, doc="clients' side of the bootstrap and every broker listener"
+    )
+
+
+@config_section
+class UpstreamTLS:
+    ca: str | None = file_path(
+        default=None,
+        doc="the brokers' CA (default: the system's)",
+        example="/etc/kafkalens/tls/ca.crt",
+    )
+    cert: str | None = file_path(
+        default=None, doc="optional client certificate", example="/etc/kafkalens/tls/client.crt"
+    )
+    key: str | None = file_path(
+        default=None, doc="its private key", example="/etc/kafkalens/tls/client.key"
+    )
+    check_hostname: bool = flag(default=True, doc="the broker's certificate must name it")
+    server_hostname: str | None = text(
+        default=None, doc="override the name checked (default: upstream host)"
+    )
+    min_version: str = choice(
+        default="TLSv1.2", options=TLS_VERSIONS, doc="TLSv1.2 or TLSv1.3; older is refused"
+    )
+
+    def _check(self, path: str) -> None:
+        if (self.cert is None) != (self.key is None):
+            which = "key" if self.key is None else "cert"
+            raise ConfigError(f"{path}.{which}", "cert and key go together")
+
+
+@config_section
+class MetricsConfig:
+    listen: Address = address(
+        default=Address("0.0.0.0", 9180),
+        doc="/metrics, /healthz, /readyz (and /clients with clients_token_file)",
+        listen=True,
+    )
+    max_label_values: int = integer(
+        default=50,
+        at_most=(10_000, "each value is a time series of every labelled metric"),
+        doc="Client-controlled label values (software name/version pairs) are capped to the"
+        ' first N seen; the rest are reported as "other". Upstream addresses (gateway mode,'
+        ' named by brokers) get max(N, 64). Api versions the codec does not know are "other".',
+    )
+    max_error_series: int = integer(
+        default=256,
+        at_most=(10_000, "each (api, error) pair is a time series"),
+        doc="(api, error) pairs with their own series; later pairs, and error codes that are"
+        ' not Kafka\'s, count under error="other".',
+    )
+    max_connections: int = integer(
+        default=32,
+        at_most=(10_000, "each open admin connection holds a socket and a buffer"),
+        doc="Connections open at once on each admin listener. A connection past this (or past"
+        " max_connections_per_address) takes the place of the oldest one still waiting for its"
+        " request (of its own address, past the per-address limit), which is answered 503:"
+        " idle connections cannot shut probes and scrapes out. Only if none is waiting is the"
+        " newcomer answered 503. Counted in"
+        ' kafkalens_admin_refused_total{reason="too_many_connections"|"per_address_limit"}.',
+    )
+    max_connections_per_address: int = integer(
+        default=8,
+        at_most=(10_000, "each open admin connection holds a socket and a buffer"),
+        doc="Of those, open at once from one client address (an IPv6 /64).",
+    )
+    clients_token_file: str | None = file_path(
+        default=None,
+        doc='/clients on `listen`, for requests with "Authorization: Bearer <token>", the token'
+        " being this file's content (surrounding whitespace ignored). The file is read again"
+        " when it changes (a rotated Kubernetes Secret); unreadable or empty: refused.",
+    )
+    clients_listen: Address | None = address(
+        default=None,
+        loopback=True,
+        listen=True,
+        doc="/clients (and the other endpoints) on a second listener, without a token. Must be"
+        " a loopback address, e.g. 127.0.0.1:9181; it only answers Host headers naming the"
+        " loopback address it was reached on, localhost or allowed_hosts.",
+    )
+    allowed_hosts: tuple[str, ...] | None = items(
+        default=None,
+        each=_host_name,
+        doc="Host header names (without port) the admin port answers besides the address a"
+        " request came in on and localhost, e.g. [kafkalens.monitoring.svc]; others get 421"
+        " (DNS rebinding). [] allows those two only; null answers any Host on `listen`.",
+    )
+    tls: ListenerTLS | None = section(
+        ListenerTLS,
+        default=None,
+        doc="HTTPS on `listen` (clients_listen stays plain HTTP on loopback):",
+    )
+
+
+@config_section
+class RequestLogConfig:
+    path: str = text(
+        default="-",
+        doc='"-" for stdout, or a file (kafkalens proxy creates its folder if missing)',
+    )
+    max_bytes: int = integer(
+        default=104857600,
+        at_most=(2**40, "1 TiB: the size a log file is rotated at"),
+        doc="rotate past this size: requests.log -> requests.log.1 ...",
+    )
+    backups: int = integer(
+        default=5, minimum=0, at_most=(1000, "every rotation renames each backup"),
+        doc="rotated files kept",
+    )  # fmt: skip
+    flush_interval_seconds: float = seconds(
+        default=0.5,
+        at_most=(3600, "1 hour: lines wait in memory meanwhile"),
+        doc="a line is in the file within this long, traffic or not",
+    )
+    max_queued_bytes: int = integer(
+        default=16777216,
+        at_most=(2**32, "4 GiB held in memory"),
+        doc="lines waiting for a slow or failing disk; beyond: dropped, counted",
+    )
+    sample_rate: float = fraction(
+        default=1.0, doc="fraction of successful requests logged (errors always are)"
+    )
+    apis: tuple[str | int, ...] = items(
+        default=(), each=_api_ref, doc="only these apis (names like Produce, or keys); [] = all"
+    )
+    errors_only: bool = flag(default=False, doc="only requests answered with an error")
+    record_detail: bool = flag(
+        default=False,
+        doc="iterate records (decompressing) for per-record stats and header keys",
+    )
+    header_value_allowlist: tuple[str, ...] = items(
+        default=("traceparent", "tracestate"),
+        each=_nonempty_str,
+        doc="record headers whose values are logged (the others: keys only)",
+    )
+    max_string_length: int = integer(
+        default=256,
+        at_most=(1_048_576, "1 MiB: client strings are copied into every line"),
+        doc="client-controlled strings are cut to this many characters",
+    )
+
+
+@config_section
+class Limits:
+    max_frame_bytes: int = integer(
+        default=104857600,
+        at_most=(INT32_MAX, "a Kafka frame's length is an int32"),
+        doc="the largest frame read from a client or a broker",
+    )
+    max_frame_bytes_before_auth: int = integer(
+        default=1048576,
+        at_most=(INT32_MAX, "a Kafka frame's length is an int32"),
+        doc="before SASL authentication completes (at most max_frame_bytes)",
+    )
+    max_connections: int = integer(
+        default=10000,
+        at_most=(1_048_576, "Linux's default nr_open, and each connection needs two sockets"),
+        doc="client connections open at once",
+    )
+    max_connections_per_ip: int = integer(
+        default=1000, at_most=(1_048_576, "Linux's default nr_open"), doc="of those, from one IP"
+    )
+    max_in_flight_requests: int = integer(
+        default=100,
+        at_most=(1_000_000, "librdkafka's own maximum per connection"),
+        doc="per connection; reading from the client waits beyond",
+    )
+    request_timeout_seconds: float = seconds(
+        default=600.0,
+        at_most=(86400, "1 day: a stuck broker must be let go some time"),
+        doc="unanswered this long: broker stuck, close; keep above clients'"
+        " max.poll.interval.ms (JoinGroup)",
+    )
+    connect_timeout_seconds: float = seconds(
+        default=10.0, at_most=(3600, "1 hour"), doc="to the upstream broker"
+    )
+    idle_timeout_seconds: float = seconds(
+        default=600.0,
+        at_most=(86400, "1 day: a dead peer must be let go some time"),
+        doc="no bytes either way",
+    )
+    frame_timeout_seconds: float = seconds(
+        default=30.0,
+        at_most=(3600, "1 hour: a slow sender holds a frame buffer meanwhile"),
+        doc="a started frame must complete within this",
+    )
+    shutdown_grace_seconds: float = seconds(
+        default=25.0,
+        at_most=(3600, "1 hour: orchestrators kill a stopping process long before"),
+        doc="SIGTERM: drain in-flight requests this long",
+    )
+    decompression_limit_bytes: int = integer(
+        default=67108864,
+        at_most=(2**32, "4 GiB: a batch is inflated in memory"),
+        doc="per batch, when record_detail is on",
+    )
+    observe_whole_frame_bytes: int = integer(
+        default=262144,
+        minimum=0,
+        at_most=(2**30, "1 GiB: a frame assembled whole costs its size per direction"),
+        doc="Frames the request log reads are assembled whole up to this size (the most a"
+        " direction keeps for it); larger ones are decoded as they stream past, never kept.",
+    )
+    observe_seconds_per_read: float = seconds(
+        default=0.1,
+        at_most=(10, "10 s: decoding one read stalls every connection of the process"),
+        doc="Decoding one read of such a frame may take this long; past it the frame is a"
+        " decode error (counted) and the rest goes on unparsed: the event loop is never held"
+        " longer.",
+    )
+    observe_max_field_bytes: int = integer(
+        default=65536,
+        at_most=(2**30, "1 GiB: a field is held whole while it is parsed"),
+        doc="Of a frame decoded as it streams: the most one field (a string, bytes, a tagged"
+        " field) may hold while it is parsed (past it: a decode error).",
+    )
+    observe_max_elements: int = integer(
+        default=20000,
+        at_most=(10_000_000, "each decoded element costs memory per frame"),
+        doc="Of a frame decoded as it streams: the most array elements decoded over the frame"
+        " (past it they are read and dropped, counted in"
+        " kafkalens_observed_elements_dropped_total and the line's observed_elements_dropped).",
+    )
+    socket_buffer_bytes: int = integer(
+        default=1048576,
+        minimum=0,
+        at_most=(2**28, "256 MiB: the kernel holds this much per socket"),
+        doc="SO_SNDBUF and SO_RCVBUF of both sockets of a connection (the kernel doubles it):"
+        " bounds the kernel's buffers as the proxy's own are bounded. 0: the kernel's"
+        " autotuned sizes (up to net.ipv4.tcp_wmem/tcp_rmem max, MBs per socket). 256 KiB"
+        " cost ~20 % more proxy CPU per GB on big frames than 1 MiB (bench.big_frames).",
+    )
+
+    def _check(self, path: str) -> None:
+        if self.max_frame_bytes_before_auth > self.max_frame_bytes:
+            raise ConfigError(
+                f"{path}.max_frame_bytes_before_auth",
+                f"must not exceed limits.max_frame_bytes ({self.max_frame_bytes}),"
+                f" got {self.max_frame_bytes_before_auth}",
+            )
+
+
+@config_section
+class LagConfig:
+    """Consumer lag, share groups and topic traffic from the Fetch, ShareFetch,
+    ShareAcknowledge, group heartbeat, OffsetCommit and Produce exchanges seen."""
+
+    enabled: bool = flag(default=True, doc="off: none of the metrics and log fields above")
+    max_topics: int = integer(
+        default=1000,
+        at_most=(100_000, "each (group, topic) pair is a time series"),
+        doc="(group, topic) pairs of the per-topic lag and share counters; topics of traffic."
+        " Past this cap (and"
+        ' each below) the label values are "other" (summed), counted in'
+        " kafkalens_lag_series_dropped_total{kind}; the per-topic lag sums every partition.",
+    )
+    max_partitions: int = integer(
+        default=10000,
+        at_most=(1_000_000, "each partition of each kind is a time series"),
+        doc="per-partition series of each kind; traffic label sets",
+    )
+    max_clients: int = integer(
+        default=1000,
+        at_most=(100_000, "each client is a label value of every partition it reads"),
+        doc="client label values of per-partition lag; principals of traffic",
+    )
+    max_tracked: int = integer(
+        default=200000,
+        at_most=(10_000_000, "each tracked partition costs about 200 bytes per table"),
+        doc='partitions kept in memory per table (kind "tracked" past it)',
+    )
+    max_logged_partitions: int = integer(
+        default=1000,
+        minimum=0,
+        at_most=(1_000_000, "each is an object in a request log line"),
+        doc="Elements of one log line's positions, committed, acquired, acknowledgements,"
+        " fetch_partitions, forgotten_partitions, assignment and owned_partitions lists (the"
+        " rest counted in the line and in kafkalens_log_lists_truncated_total{field})",
+    )
+    max_logged_ranges: int = integer(
+        default=1000,
+        minimum=0,
+        at_most=(1_000_000, "each is an array in a request log line"),
+        doc="share-group offset ranges listed in one log line (the rest counted)",
+    )
+    max_range_offsets: int = integer(
+        default=1_000_000,
+        at_most=(2**31 - 1, "a broker locks at most a few thousand records of a partition"),
+        doc="An acquired or acknowledged offset range longer than this is malformed: not"
+        ' counted (kafkalens_share_ranges_invalid_total{reason="too_long"})',
+    )
+    idle_expiry_seconds: float = seconds(
+        default=1800.0,
+        at_most=(7 * 86400, "1 week: a consumer that left must be let go some time"),
+        doc="A consumer's series goes this long after its last fetch of the partition, a"
+        " group's committed lag this long after its last commit: longer than the lag alerts"
+        " need (deploy/prometheus/alerts.yml: 20-30 minutes of growth) to page on a consumer"
+        " that stopped altogether while its producers go on.",
+    )
+
+
+@config_section
 class Kip1313Config:
-    enforcement: str = "log"
-    header_v3: tuple[HeaderV3Rule, ...] = ()
+    enforcement: str = choice(
+        default="log",
+        options=ENFORCEMENTS,
+        doc="log (warning + counter) | reject (INVALID_REQUEST, error 42)",
+    )
+    header_v3: tuple[HeaderV3Rule, ...] = custom(
+        parse=_header_v3,
+        to_yaml=_header_v3_yaml,
+        default=(),
+        doc="(api, versions) that use request header v3 beyond the KIP's own three RPCs, for"
+        " brokers that adopt it for every RPC. A version past the schema's newest reuses the"
+        ' newest body. Example: {DeleteGroups: "3+", Metadata: "14+"}',
+    )
 
 
-@dataclass(frozen=True)
+@config_section
 class TelemetryLogConfig:
     """The telemetry log: one JSON line per pushed data point (None: no file)."""
 
-    path: str | None = None
-    max_bytes: int = 104857600
-    backups: int = 5
-    flush_interval_seconds: float = 1.0
-    max_queued_bytes: int = 16777216
+    path: str | None = text(default=None, doc='a file, "-" for stdout, or null (off)')
+    max_bytes: int = integer(
+        default=104857600,
+        at_most=(2**40, "1 TiB: the size a log file is rotated at"),
+        doc="rotate past this size",
+    )
+    backups: int = integer(
+        default=5, minimum=0, at_most=(1000, "every rotation renames each backup"),
+        doc="rotated files kept",
+    )  # fmt: skip
+    flush_interval_seconds: float = seconds(
+        default=1.0,
+        at_most=(3600, "1 hour: lines wait in memory meanwhile"),
+        doc="a line is in the file within this long",
+    )
+    max_queued_bytes: int = integer(
+        default=16777216,
+        at_most=(2**32, "4 GiB held in memory"),
+        doc="lines waiting for the disk; beyond: dropped, counted",
+    )
 
 
-@dataclass(frozen=True)
+@config_section
 class TelemetryConfig:
     """KIP-714 client telemetry (proxy/observe/telemetry.py)."""
 
-    observe: bool = True
-    collect: bool = False
-    answer: str = "proxy"  # collect mode, broker that supports telemetry: who answers
-    metrics: tuple[str, ...] = ("org.apache.kafka.",)
-    push_interval_ms: int = 30000
-    compression_types: tuple[str, ...] = ("zstd", "lz4", "gzip", "snappy")
-    max_push_bytes: int = 1048576
-    max_decompressed_bytes: int = 8388608
-    max_instances: int = 1000
-    max_series: int = 20000
-    max_points_per_push: int = 2000
-    max_attributes: int = 16
-    expire_after_intervals: int = 3
-    log: TelemetryLogConfig = TelemetryLogConfig()
+    observe: bool = flag(default=True, doc="decode the PushTelemetry requests forwarded")
+    collect: bool = flag(default=False, doc="the proxy answers telemetry itself")
+    answer: str = choice(
+        default="proxy",
+        options=TELEMETRY_ANSWERERS,
+        doc="collect mode, broker that supports telemetry: who answers",
+    )
+    metrics: tuple[str, ...] = items(
+        default=("org.apache.kafka.",),
+        each=_metric_prefix,
+        doc='metric name prefixes requested; [""] = every metric',
+    )
+    push_interval_ms: int = integer(
+        default=30000,
+        minimum=100,
+        at_most=(86_400_000, "1 day: a series expires a few intervals after its last push"),
+        doc="the interval the proxy's subscription asks clients to push at",
+    )
+    compression_types: tuple[str, ...] = items(
+        default=("zstd", "lz4", "gzip", "snappy"),
+        each=_compression_type,
+        doc="accepted for pushes (none always is)",
+    )
+    max_push_bytes: int = integer(
+        default=1048576,
+        at_most=(64 * 2**20, "64 MiB: a push is held whole while it is decoded"),
+        doc="a larger push is not decoded (counted); collect: TelemetryMaxBytes",
+    )
+    max_decompressed_bytes: int = integer(
+        default=8388608,
+        at_most=(2**30, "1 GiB: a push is inflated in memory"),
+        doc="a push inflating past this is not decoded (counted)",
+    )
+    max_instances: int = integer(
+        default=1000,
+        at_most=(1_000_000, "each client instance holds its latest values"),
+        doc="client instances with series; more are dropped, counted",
+    )
+    max_series: int = integer(
+        default=20000,
+        at_most=(10_000_000, "each series is a line of /metrics"),
+        doc="client metric series in all; more are dropped, counted",
+    )
+    max_points_per_push: int = integer(
+        default=2000,
+        at_most=(1_000_000, "a push's points are read on the event loop, ~20 us each"),
+        doc="read of one push; more are counted",
+    )
+    max_attributes: int = integer(
+        default=16,
+        minimum=0,
+        at_most=(1000, "each attribute is a label of a series"),
+        doc="data point attributes kept as labels; more are dropped",
+    )
+    expire_after_intervals: int = integer(
+        default=3,
+        at_most=(1000, "series of gone clients linger this many push intervals"),
+        doc="series of a client that stopped pushing go after this many intervals",
+    )
+    log: TelemetryLogConfig = section(
+        TelemetryLogConfig,
+        default=TelemetryLogConfig(),
+        doc='One JSON line per pushed data point (event "client_metric"), rotated and'
+        " reopened on SIGHUP like the request log.",
+    )
 
 
 DEFAULT_LISTENER = ListenerConfig(
@@ -211,18 +1029,118 @@ DEFAULT_LISTENER = ListenerConfig(
 
 
 @dataclass(frozen=True)
+class Listeners(Kind):
+    """`listeners`: sidecar mode's list of listener sections (left out: `default`);
+    gateway mode has none."""
+
+    default: tuple[ListenerConfig, ...]
+    reads_absent = True
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> tuple[ListenerConfig, ...]:
+        required = given["mode"] == "sidecar"
+        if value is _ABSENT or value is None:
+            return self.default if required else ()
+        if not required:
+            raise ConfigError(key, "is for mode sidecar; gateway mode uses `gateway`")
+        if not isinstance(value, list) or not value:
+            raise ConfigError(key, f"must be a non-empty list, got {_show(value)}")
+        found = tuple(
+            read_section(ListenerConfig, item, f"{key}[{i}]") for i, item in enumerate(value)
+        )
+        _check_unique(found)
+        return found
+
+
+def _check_unique(listeners: tuple[ListenerConfig, ...]) -> None:
+    names: set[str] = set()
+    addresses: set[Address] = set()
+    for i, listener in enumerate(listeners):
+        if listener.name in names:
+            raise ConfigError(f"listeners[{i}].name", f"duplicate listener name {listener.name!r}")
+        names.add(listener.name)
+        if listener.listen in addresses and listener.listen.port != 0:
+            raise ConfigError(f"listeners[{i}].listen", f"address {listener.listen} used twice")
+        addresses.add(listener.listen)
+
+
+@config_section
 class Config:
-    mode: str = "sidecar"
-    listeners: tuple[ListenerConfig, ...] = (DEFAULT_LISTENER,)
-    gateway: GatewayConfig | None = None
-    upstream_tls: UpstreamTLS | None = None
-    metrics: MetricsConfig = MetricsConfig()
-    request_log: RequestLogConfig = RequestLogConfig()
-    limits: Limits = Limits()
-    kip1313: Kip1313Config = Kip1313Config()
-    telemetry: TelemetryConfig = TelemetryConfig()
-    workers: int = 1
-    lag: LagConfig = LagConfig()
+    mode: str = choice(
+        default="sidecar",
+        options=MODES,
+        doc="sidecar: each listener forwards to one upstream broker, frames pass unchanged"
+        " (the broker advertises the sidecar's address itself).\n"
+        "gateway: one bootstrap listener for a whole cluster plus one listener per broker;"
+        " broker addresses in responses are rewritten to the proxy's.",
+    )
+    listeners: tuple[ListenerConfig, ...] = listener_list(
+        default=(DEFAULT_LISTENER,),
+        doc="Sidecar listeners: client-facing address -> one upstream broker.",
+    )
+    gateway: GatewayConfig | None = section(
+        GatewayConfig,
+        default=None,
+        doc="Gateway mode (mode: gateway) uses this instead of `listeners`.",
+    )
+    upstream_tls: UpstreamTLS | None = section(
+        UpstreamTLS, default=None, doc="TLS from the proxy to the brokers (omit for plaintext)."
+    )
+    metrics: MetricsConfig = section(
+        MetricsConfig,
+        default=MetricsConfig(),
+        doc="The admin port: /metrics, /healthz, /readyz (open, for Prometheus and Kubernetes)"
+        " and /clients (every connection's address, client id and SASL principal: off unless"
+        " clients_token_file or clients_listen is set).",
+    )
+    request_log: RequestLogConfig = section(
+        RequestLogConfig,
+        default=RequestLogConfig(),
+        doc="One JSON line per request, to stdout or to a file rotated by size (max_bytes,"
+        " backups) and reopened on SIGHUP (logrotate: deploy/logrotate/kafkalens).",
+    )
+    limits: Limits = section(
+        Limits,
+        default=Limits(),
+        doc="What a client or a broker can make the proxy hold, and how long it waits.",
+    )
+    kip1313: Kip1313Config = section(
+        Kip1313Config,
+        default=Kip1313Config(),
+        doc="KIP-1313: a connection whose first request used request header v3 must carry the"
+        " same non-zero client instance id on every later request (SaslHandshake excepted).",
+    )
+    telemetry: TelemetryConfig = section(
+        TelemetryConfig,
+        default=TelemetryConfig(),
+        doc="KIP-714 client telemetry (clients' own metrics: librdkafka >= 2.5, Java >= 3.7)."
+        " observe: decode the PushTelemetry requests the proxy forwards (when the broker hands"
+        " out subscriptions). collect: the proxy answers GetTelemetrySubscriptions and"
+        " PushTelemetry itself (and adds them to the ApiVersions it returns), so every client"
+        " gets a client instance id and its metrics reach /metrics on any broker. State is per"
+        " worker process (workers > 1: each keeps the clients that pushed to it).",
+    )
+    workers: int = integer(
+        default=1,
+        at_most=(
+            256,
+            "each worker is a whole process; fixed rather than per core so a file validates"
+            " alike on every machine",
+        ),
+        doc="Worker processes sharing the listen ports (SO_REUSEPORT) to use more than one core.",
+    )
+    lag: LagConfig = section(
+        LagConfig,
+        default=LagConfig(),
+        doc="Consumer lag and topic traffic from the Fetch, OffsetCommit and Produce the proxy"
+        ' forwards (README "Consumer lag and topic traffic"): the'
+        " kafkalens_consumer_lag_records, kafkalens_committed_lag_records,"
+        " kafkalens_follower_lag_records and kafkalens_topic_* metrics, and the request log's"
+        ' "positions" and "committed" fields.',
+    )
+
+    def _check(self, path: str) -> None:
+        if self.mode == "gateway" and self.gateway is None:
+            raise ConfigError("gateway", "is required when mode is gateway")
 
 
 @dataclass(frozen=True)
@@ -235,79 +1153,45 @@ class Overrides:
     request_log: str | None = None
 
 
-# The dataclass whose fields are the keys of each section, so that an unknown key is
-# named before any other problem (`upstrem` is a typo, not a missing `upstream`).
-# Paths as in MAXIMA; a new section is one line, a new key of a section nothing.
-SECTION_SCHEMAS: dict[str, type] = {
-    "": Config,
-    "listeners[]": ListenerConfig,
-    "listeners[].tls": ListenerTLS,
-    "gateway": GatewayConfig,
-    "gateway.tls": ListenerTLS,
-    "metrics.tls": ListenerTLS,
-    "upstream_tls": UpstreamTLS,
-    "metrics": MetricsConfig,
-    "request_log": RequestLogConfig,
-    "limits": Limits,
-    "kip1313": Kip1313Config,
-    "telemetry": TelemetryConfig,
-    "telemetry.log": TelemetryLogConfig,
-    "lag": LagConfig,
+# --- views of the declarations ----------------------------------------------------------
+
+
+@cache
+def _declared(cls: type) -> dict[str, tuple[dataclasses.Field[Any], Key]]:
+    """The keys of section `cls` in declaration order: name -> (field, Key)."""
+    return {f.name: (f, f.metadata[_KEY]) for f in fields(cls)}
+
+
+def _subsections(kind: Kind) -> Iterator[tuple[str, type]]:
+    if isinstance(kind, Section):
+        yield "", kind.cls
+    elif isinstance(kind, Listeners):
+        yield "[]", ListenerConfig
+
+
+def _walk(cls: type = Config, path: str = "") -> Iterator[tuple[str, type]]:
+    """(generic path, section class) of every section, depth first in declaration order."""
+    yield path, cls
+    for name, (_f, key) in _declared(cls).items():
+        for suffix, inner in _subsections(key.kind):
+            yield from _walk(inner, f"{_join(path, name)}{suffix}")
+
+
+# The section class of each mapping of the file, by its path with list indices as []
+# ("listeners[].tls"), so that an unknown key is named before any other problem.
+SECTION_SCHEMAS: dict[str, type] = dict(_walk())
+
+# The largest value of every number in the file, and why, by key path (as above): past
+# it a value no longer tunes a protection but switches it off.
+MAXIMA: dict[str, tuple[float, str]] = {
+    _join(section_path, name): (key.kind.maximum, key.kind.why)
+    for section_path, cls in SECTION_SCHEMAS.items()
+    for name, (_f, key) in _declared(cls).items()
+    if isinstance(key.kind, Integer | Seconds)
 }
 
-# The largest value of every number in the file, and why: past it a value no longer
-# tunes a protection but switches it off (an endless timeout, an unbounded buffer).
-# Keys are paths with list indices as [] ("listeners[].x"); a new key is one line.
-INT32_MAX = 2**31 - 1
-MAXIMA: dict[str, tuple[float, str]] = {
-    "workers": (256, "each worker is a whole process; fixed rather than per core so a file validates alike on every machine"),
-    "metrics.max_label_values": (10_000, "each value is a time series of every labelled metric"),
-    "request_log.max_bytes": (2**40, "1 TiB: the size a log file is rotated at"),
-    "request_log.backups": (1000, "every rotation renames each backup"),
-    "request_log.max_string_length": (1_048_576, "1 MiB: client strings are copied into every line"),
-    "limits.max_frame_bytes": (INT32_MAX, "a Kafka frame's length is an int32"),
-    "limits.max_frame_bytes_before_auth": (INT32_MAX, "a Kafka frame's length is an int32"),
-    "limits.max_connections": (1_048_576, "Linux's default nr_open, and each connection needs two sockets"),
-    "limits.max_connections_per_ip": (1_048_576, "Linux's default nr_open"),
-    "limits.connect_timeout_seconds": (3600, "1 hour"),
-    "limits.idle_timeout_seconds": (86400, "1 day: a dead peer must be let go some time"),
-    "limits.frame_timeout_seconds": (3600, "1 hour: a slow sender holds a frame buffer meanwhile"),
-    "limits.shutdown_grace_seconds": (3600, "1 hour: orchestrators kill a stopping process long before"),
-    "limits.decompression_limit_bytes": (2**32, "4 GiB: a batch is inflated in memory"),
-    "gateway.broker_port_base": (65535, "a TCP port"),
-    # Keys that branches merged alongside this table add, their bounds ready:
-    "metrics.max_error_series": (10_000, "each (api, error) pair is a time series"),
-    "metrics.max_connections": (10_000, "each open admin connection holds a socket and a buffer"),
-    "limits.max_in_flight_requests": (1_000_000, "librdkafka's own maximum per connection"),
-    "limits.request_timeout_seconds": (86400, "1 day: a stuck broker must be let go some time"),
-    "limits.observe_whole_frame_bytes": (2**30, "1 GiB: a frame assembled whole costs its size per direction"),
-    "limits.observe_seconds_per_read": (10, "10 s: decoding one read stalls every connection of the process"),
-    "limits.observe_max_field_bytes": (2**30, "1 GiB: a field is held whole while it is parsed"),
-    "limits.observe_max_elements": (10_000_000, "each decoded element costs memory per frame"),
-    "limits.socket_buffer_bytes": (2**28, "256 MiB: the kernel holds this much per socket"),
-    "request_log.flush_interval_seconds": (3600, "1 hour: lines wait in memory meanwhile"),
-    "request_log.max_queued_bytes": (2**32, "4 GiB held in memory"),
-    "telemetry.push_interval_ms": (86_400_000, "1 day: a series expires a few intervals after its last push"),
-    "telemetry.max_push_bytes": (64 * 2**20, "64 MiB: a push is held whole while it is decoded"),
-    "telemetry.max_decompressed_bytes": (2**30, "1 GiB: a push is inflated in memory"),
-    "telemetry.max_instances": (1_000_000, "each client instance holds its latest values"),
-    "telemetry.max_series": (10_000_000, "each series is a line of /metrics"),
-    "telemetry.max_points_per_push": (1_000_000, "a push's points are read on the event loop, ~20 us each"),
-    "telemetry.max_attributes": (1000, "each attribute is a label of a series"),
-    "telemetry.expire_after_intervals": (1000, "series of gone clients linger this many push intervals"),
-    "telemetry.log.max_bytes": (2**40, "1 TiB: the size a log file is rotated at"),
-    "telemetry.log.backups": (1000, "every rotation renames each backup"),
-    "telemetry.log.flush_interval_seconds": (3600, "1 hour: lines wait in memory meanwhile"),
-    "telemetry.log.max_queued_bytes": (2**32, "4 GiB held in memory"),
-    "lag.max_topics": (100_000, "each (group, topic) pair is a time series"),
-    "lag.max_partitions": (1_000_000, "each partition of each kind is a time series"),
-    "lag.max_clients": (100_000, "each client is a label value of every partition it reads"),
-    "lag.max_tracked": (10_000_000, "each tracked partition costs about 200 bytes per table"),
-    "lag.max_logged_partitions": (1_000_000, "each is an object in a request log line"),
-    "lag.idle_expiry_seconds": (7 * 86400, "1 week: a consumer that left must be let go some time"),
-}
-# Without an entry (a key added without its line): still finite.
-DEFAULT_MAXIMUM = {int: (INT32_MAX, "the largest int32"), float: (86400, "1 day")}
+
+# --- the reader -------------------------------------------------------------------------
 
 
 def parse_address(text: object, key: str, *, allow_port_zero: bool = False) -> Address:
@@ -323,117 +1207,6 @@ def parse_address(text: object, key: str, *, allow_port_zero: bool = False) -> A
     if not lowest <= port <= 65535:
         raise ConfigError(key, f"port must be {lowest}..65535, got {port}")
     return Address(host, port)
-
-
-class _Section:
-    """Reads one mapping of the YAML, each getter naming the full key path on error."""
-
-    def __init__(self, data: object, path: str) -> None:
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError(path or "(top level)", f"must be a mapping, got {_show(data)}")
-        self.data: dict[Any, Any] = data
-        self.path = path
-        self._read: set[str] = set()
-        schema = SECTION_SCHEMAS.get(generic_key(path))
-        if schema is not None:
-            self._refuse_unknown({f.name for f in fields(schema)})
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def raw(self, name: str, default: object = _MISSING) -> Any:
-        self._read.add(name)
-        value = self.data.get(name, _MISSING)
-        if value is _MISSING:
-            if default is _MISSING:
-                raise ConfigError(self.key(name), "is required")
-            return default
-        return value
-
-    def has(self, name: str) -> bool:
-        return name in self.data and self.data[name] is not None
-
-    def done(self) -> None:
-        """Unknown keys are errors: a typo must not silently fall back to a default."""
-        self._refuse_unknown(self._read)
-
-    def _refuse_unknown(self, known: set[str]) -> None:
-        for name in self.data:
-            if name not in known:
-                hint = _suggest(str(name), known, self.path)
-                raise ConfigError(self.key(str(name)), f"unknown key{hint}")
-
-    def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
-        value = self.raw(name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise ConfigError(self.key(name), f"must be {what}, got {_show(value)}")
-        self._at_most(name, value, int, f"{minimum}..")
-        return value
-
-    def seconds(self, name: str, default: float) -> float:
-        value = self.raw(name, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ConfigError(self.key(name), f"must be a positive number, got {_show(value)}")
-        self._at_most(name, value, float, "more than 0 and at most ")
-        return float(value)
-
-    def _at_most(self, name: str, value: float, kind: type, low: str) -> None:
-        key = self.key(name)
-        maximum, why = MAXIMA.get(generic_key(key), DEFAULT_MAXIMUM[kind])
-        if not value <= maximum:
-            shown = int(maximum) if float(maximum).is_integer() else maximum
-            raise ConfigError(key, f"must be {low}{shown} ({why}), got {_show(value)}")
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self.raw(name, default)
-        if not isinstance(value, bool):
-            raise ConfigError(self.key(name), f"must be true or false, got {_show(value)}")
-        return value
-
-    def string(self, name: str, default: object = _MISSING) -> str:
-        value = self.raw(name, default)
-        if not isinstance(value, str) or not value:
-            raise ConfigError(self.key(name), f"must be a non-empty string, got {_show(value)}")
-        return value
-
-    def optional_string(self, name: str) -> str | None:
-        if not self.has(name):
-            self.raw(name, None)
-            return None
-        return self.string(name)
-
-    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
-        value = self.raw(name, default)
-        if value not in choices:
-            raise ConfigError(
-                self.key(name), f"must be one of {', '.join(choices)}, got {_show(value)}"
-            )
-        return str(value)
-
-    def address(self, name: str, default: object = _MISSING, *, listen: bool = False) -> Address:
-        value = self.raw(name, default)
-        if isinstance(value, Address):
-            return value
-        return parse_address(value, self.key(name), allow_port_zero=listen)
-
-    def file(self, name: str) -> str | None:
-        """A path that must name a readable file (checked now, not at the first handshake)."""
-        if not self.has(name):
-            self.raw(name, None)
-            return None
-        return readable_file(self.string(name), self.key(name))
-
-    def section(self, name: str) -> _Section:
-        return _Section(self.raw(name, None), self.key(name))
-
-    def list(self, name: str, default: list[Any]) -> list[Any]:
-        value = self.raw(name, default)
-        if not isinstance(value, list):
-            raise ConfigError(self.key(name), f"must be a list, got {_show(value)}")
-        return value
 
 
 def readable_file(path: str, key: str) -> str:
@@ -452,23 +1225,54 @@ def generic_key(key: str) -> str:
     return re.sub(r"\[\d+\]", "[]", key)
 
 
+def read_section(cls: type[S], data: object, path: str) -> S:
+    """The one reader: every key `cls` declares, from the mapping `data` at `path`.
+    Unknown keys first (a typo must not surface as a missing key, nor fall back to a
+    default), then each key in declaration order, then the section's `_check`."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(path or "(top level)", f"must be a mapping, got {_show(data)}")
+    declared = _declared(cast(type, cls))
+    for name in data:
+        if name not in declared:
+            hint = _suggest(str(name), set(declared), path)
+            raise ConfigError(_join(path, str(name)), f"unknown key{hint}")
+    values: dict[str, Any] = {}
+    for name, (f, key) in declared.items():
+        where = _join(path, name)
+        value = data.get(name, _ABSENT)
+        if value is None and (key.kind.nullable or f.default is None):
+            value = _ABSENT
+        if value is not _ABSENT or key.kind.reads_absent:
+            values[name] = key.kind.read(value, where, values)
+        elif f.default is not dataclasses.MISSING:
+            values[name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            values[name] = f.default_factory()
+        else:
+            raise ConfigError(where, key.missing)
+    result = cls(**values)
+    check: Callable[[str], None] | None = getattr(result, "_check", None)
+    if check is not None:
+        check(path)
+    return result
+
+
 def _suggest(name: str, known: set[str], path: str) -> str:
-    """ (did you mean X?): the same key in another section (put at the wrong level),
+    """(did you mean X?): the same key in another section (put at the wrong level),
     else the nearest key of this one (misspelt)."""
     here = generic_key(path)
-    for section, schema in SECTION_SCHEMAS.items():
-        if section != here and name in {f.name for f in fields(schema)}:
-            return f" (did you mean {section + '.' if section else ''}{name}?)"
+    for section_path, cls in SECTION_SCHEMAS.items():
+        if section_path != here and name in _declared(cls):
+            return f" (did you mean {section_path + '.' if section_path else ''}{name}?)"
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def _show(value: object) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
+def parse_config(data: object) -> Config:
+    """Validate an already-loaded YAML document."""
+    return read_section(Config, data, "")
 
 
 def load_config(path: str | Path | None = None, overrides: Overrides | None = None) -> Config:
@@ -576,359 +1380,6 @@ def _override_gateway(data: dict[str, Any], flags: Overrides) -> None:
     data["gateway"] = gateway
 
 
-def parse_config(data: object) -> Config:
-    """Validate an already-loaded YAML document."""
-    root = _Section(data, "")
-    mode = root.choice("mode", "sidecar", MODES)
-    gateway = _gateway(root.section("gateway")) if root.has("gateway") else None
-    root.raw("gateway", None)
-    if mode == "gateway" and gateway is None:
-        raise ConfigError("gateway", "is required when mode is gateway")
-    listeners = _listeners(root, required=mode == "sidecar")
-    config = Config(
-        mode=mode,
-        listeners=listeners,
-        gateway=gateway,
-        upstream_tls=_upstream_tls(root.section("upstream_tls"))
-        if root.has("upstream_tls")
-        else None,
-        metrics=_metrics(root.section("metrics")),
-        request_log=_request_log(root.section("request_log")),
-        limits=_limits(root.section("limits")),
-        kip1313=_kip1313(root.section("kip1313")),
-        telemetry=_telemetry(root.section("telemetry")),
-        workers=root.integer("workers", 1),
-        lag=_lag(root.section("lag")),
-    )
-    root.raw("upstream_tls", None)
-    root.done()
-    return config
-
-
-def _listeners(root: _Section, *, required: bool) -> tuple[ListenerConfig, ...]:
-    raw = root.raw("listeners", None)
-    if raw is None:
-        return (DEFAULT_LISTENER,) if required else ()
-    if not required:
-        raise ConfigError("listeners", "is for mode sidecar; gateway mode uses `gateway`")
-    if not isinstance(raw, list) or (required and not raw):
-        raise ConfigError("listeners", f"must be a non-empty list, got {_show(raw)}")
-    listeners = tuple(_listener(_Section(item, f"listeners[{i}]")) for i, item in enumerate(raw))
-    _check_unique(listeners)
-    return listeners
-
-
-def _listener(s: _Section) -> ListenerConfig:
-    name = s.string("name")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
-        raise ConfigError(s.key("name"), f"must be 1-64 of A-Z a-z 0-9 _ . -, got {name!r}")
-    listener = ListenerConfig(
-        name=name,
-        listen=s.address("listen", listen=True),
-        upstream=s.address("upstream"),
-        tls=_listener_tls(s.section("tls")) if s.has("tls") else None,
-    )
-    s.raw("tls", None)
-    s.done()
-    return listener
-
-
-def _check_unique(listeners: tuple[ListenerConfig, ...]) -> None:
-    names: set[str] = set()
-    addresses: set[Address] = set()
-    for i, listener in enumerate(listeners):
-        if listener.name in names:
-            raise ConfigError(f"listeners[{i}].name", f"duplicate listener name {listener.name!r}")
-        names.add(listener.name)
-        if listener.listen in addresses and listener.listen.port != 0:
-            raise ConfigError(f"listeners[{i}].listen", f"address {listener.listen} used twice")
-        addresses.add(listener.listen)
-
-
-def _listener_tls(s: _Section) -> ListenerTLS:
-    cert, key = s.file("cert"), s.file("key")
-    if cert is None or key is None:
-        raise ConfigError(s.key("cert" if cert is None else "key"), "is required for TLS")
-    tls = ListenerTLS(
-        cert=cert,
-        key=key,
-        client_ca=s.file("client_ca"),
-        require_client_cert=s.boolean("require_client_cert", False),
-        min_version=s.choice("min_version", "TLSv1.2", TLS_VERSIONS),
-    )
-    if tls.require_client_cert and tls.client_ca is None:
-        raise ConfigError(s.key("client_ca"), "is required when require_client_cert is true")
-    s.done()
-    return tls
-
-
-def _upstream_tls(s: _Section) -> UpstreamTLS:
-    tls = UpstreamTLS(
-        ca=s.file("ca"),
-        cert=s.file("cert"),
-        key=s.file("key"),
-        check_hostname=s.boolean("check_hostname", True),
-        server_hostname=s.optional_string("server_hostname"),
-        min_version=s.choice("min_version", "TLSv1.2", TLS_VERSIONS),
-    )
-    if (tls.cert is None) != (tls.key is None):
-        raise ConfigError(s.key("key" if tls.key is None else "cert"), "cert and key go together")
-    s.done()
-    return tls
-
-
-def _gateway(s: _Section) -> GatewayConfig:
-    servers = s.list("bootstrap_servers", [])
-    if not servers:
-        raise ConfigError(s.key("bootstrap_servers"), "must list at least one HOST:PORT")
-    gateway = GatewayConfig(
-        bootstrap_listen=s.address("bootstrap_listen", "0.0.0.0:9092", listen=True),
-        bootstrap_servers=tuple(
-            parse_address(item, f"{s.key('bootstrap_servers')}[{i}]")
-            for i, item in enumerate(servers)
-        ),
-        advertised_host=s.string("advertised_host"),
-        listen_host=s.string("listen_host", "0.0.0.0"),
-        broker_port_base=s.integer("broker_port_base", 9100, minimum=0),
-        broker_ports=_broker_ports(s),
-        tls=_listener_tls(s.section("tls")) if s.has("tls") else None,
-    )
-    s.raw("tls", None)
-    s.done()
-    return gateway
-
-
-def _broker_ports(s: _Section) -> dict[int, int]:
-    raw = s.raw("broker_ports", {})
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(
-            s.key("broker_ports"), f"must be a mapping node_id: port, got {_show(raw)}"
-        )
-    ports: dict[int, int] = {}
-    for node, port in raw.items():
-        key = f"{s.key('broker_ports')}.{node}"
-        if isinstance(node, bool) or not isinstance(node, int) or node < 0:
-            raise ConfigError(key, f"node id must be an integer >= 0, got {node!r}")
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise ConfigError(key, f"port must be 1..65535, got {port!r}")
-        ports[node] = port
-    return ports
-
-
-def _metrics(s: _Section) -> MetricsConfig:
-    metrics = MetricsConfig(
-        listen=s.address("listen", "0.0.0.0:9180", listen=True),
-        max_label_values=s.integer("max_label_values", 50),
-        max_error_series=s.integer("max_error_series", 256),
-        clients_token_file=s.file("clients_token_file"),
-        clients_listen=_loopback(s, "clients_listen") if s.has("clients_listen") else None,
-        allowed_hosts=tuple(
-            _nonempty_str(item, f"{s.key('allowed_hosts')}[{i}]").lower()
-            for i, item in enumerate(s.list("allowed_hosts", []))
-        )
-        if s.has("allowed_hosts")
-        else None,
-        tls=_listener_tls(s.section("tls")) if s.has("tls") else None,
-        max_connections=s.integer("max_connections", 32),
-    )
-    s.raw("clients_listen", None)
-    s.raw("allowed_hosts", None)
-    s.raw("tls", None)
-    s.done()
-    return metrics
-
-
-LOOPBACK_HOSTS = ("localhost", "::1")
-
-
-def _loopback(s: _Section, name: str) -> Address:
-    address = s.address(name, listen=True)
-    if address.host.lower() not in LOOPBACK_HOSTS and not address.host.startswith("127."):
-        raise ConfigError(
-            s.key(name), f"must be a loopback address (127.0.0.1, [::1], localhost), got {address}"
-        )
-    return address
-
-
-def _request_log(s: _Section) -> RequestLogConfig:
-    sample_rate = s.raw("sample_rate", 1.0)
-    if (
-        isinstance(sample_rate, bool)
-        or not isinstance(sample_rate, int | float)
-        or not (0.0 <= sample_rate <= 1.0)
-    ):
-        raise ConfigError(s.key("sample_rate"), f"must be a number 0..1, got {_show(sample_rate)}")
-    log = RequestLogConfig(
-        path=s.string("path", "-"),
-        max_bytes=s.integer("max_bytes", 104857600),
-        backups=s.integer("backups", 5, minimum=0),
-        sample_rate=float(sample_rate),
-        apis=tuple(
-            _api_ref(item, f"{s.key('apis')}[{i}]") for i, item in enumerate(s.list("apis", []))
-        ),
-        errors_only=s.boolean("errors_only", False),
-        record_detail=s.boolean("record_detail", False),
-        header_value_allowlist=tuple(
-            _nonempty_str(item, f"{s.key('header_value_allowlist')}[{i}]")
-            for i, item in enumerate(
-                s.list("header_value_allowlist", ["traceparent", "tracestate"])
-            )
-        ),
-        max_string_length=s.integer("max_string_length", 256),
-        flush_interval_seconds=s.seconds("flush_interval_seconds", 0.5),
-        max_queued_bytes=s.integer("max_queued_bytes", 16777216),
-    )
-    s.done()
-    return log
-
-
-def _api_ref(item: object, key: str) -> str | int:
-    """An api named like "Produce" or given by its key (0..32767)."""
-    if isinstance(item, int) and not isinstance(item, bool) and 0 <= item <= 32767:
-        return item
-    if isinstance(item, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", item):
-        return item
-    raise ConfigError(key, f"must be an api name like Produce or an api key, got {item!r}")
-
-
-def _nonempty_str(item: object, key: str) -> str:
-    if not isinstance(item, str) or not item:
-        raise ConfigError(key, f"must be a non-empty string, got {_show(item)}")
-    return item
-
-
-def _limits(s: _Section) -> Limits:
-    limits = Limits(
-        max_frame_bytes=s.integer("max_frame_bytes", 104857600),
-        max_frame_bytes_before_auth=s.integer("max_frame_bytes_before_auth", 1048576),
-        max_connections=s.integer("max_connections", 10000),
-        max_connections_per_ip=s.integer("max_connections_per_ip", 1000),
-        max_in_flight_requests=s.integer("max_in_flight_requests", 100),
-        request_timeout_seconds=s.seconds("request_timeout_seconds", 600.0),
-        connect_timeout_seconds=s.seconds("connect_timeout_seconds", 10.0),
-        idle_timeout_seconds=s.seconds("idle_timeout_seconds", 600.0),
-        frame_timeout_seconds=s.seconds("frame_timeout_seconds", 30.0),
-        shutdown_grace_seconds=s.seconds("shutdown_grace_seconds", 25.0),
-        decompression_limit_bytes=s.integer("decompression_limit_bytes", 67108864),
-        observe_whole_frame_bytes=s.integer("observe_whole_frame_bytes", 262144, minimum=0),
-        observe_seconds_per_read=s.seconds("observe_seconds_per_read", 0.1),
-        observe_max_field_bytes=s.integer("observe_max_field_bytes", 65536, minimum=1),
-        observe_max_elements=s.integer("observe_max_elements", 20000, minimum=1),
-        socket_buffer_bytes=s.integer("socket_buffer_bytes", 1048576, minimum=0),
-    )
-    if limits.max_frame_bytes > 2**31 - 1:
-        raise ConfigError(
-            s.key("max_frame_bytes"), f"must be at most {2**31 - 1}, got {limits.max_frame_bytes}"
-        )
-    if limits.max_frame_bytes_before_auth > limits.max_frame_bytes:
-        raise ConfigError(
-            s.key("max_frame_bytes_before_auth"),
-            f"must not exceed limits.max_frame_bytes ({limits.max_frame_bytes}),"
-            f" got {limits.max_frame_bytes_before_auth}",
-        )
-    s.done()
-    return limits
-
-
-def _lag(s: _Section) -> LagConfig:
-    lag = LagConfig(
-        enabled=s.boolean("enabled", True),
-        max_topics=s.integer("max_topics", 1000),
-        max_partitions=s.integer("max_partitions", 10000),
-        max_clients=s.integer("max_clients", 1000),
-        max_tracked=s.integer("max_tracked", 200000),
-        max_logged_partitions=s.integer("max_logged_partitions", 1000, minimum=0),
-        idle_expiry_seconds=s.seconds("idle_expiry_seconds", 300.0),
-    )
-    s.done()
-    return lag
-
-
-def _kip1313(s: _Section) -> Kip1313Config:
-    raw = s.raw("header_v3", {})
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(s.key("header_v3"), f"must be a mapping api: versions, got {_show(raw)}")
-    rules = tuple(
-        _header_v3_rule(api, spec, f"{s.key('header_v3')}.{api}") for api, spec in raw.items()
-    )
-    kip = Kip1313Config(enforcement=s.choice("enforcement", "log", ENFORCEMENTS), header_v3=rules)
-    s.done()
-    return kip
-
-
-def _telemetry(s: _Section) -> TelemetryConfig:
-    telemetry = TelemetryConfig(
-        observe=s.boolean("observe", True),
-        collect=s.boolean("collect", False),
-        answer=s.choice("answer", "proxy", TELEMETRY_ANSWERERS),
-        metrics=tuple(
-            _metric_prefix(item, f"{s.key('metrics')}[{i}]")
-            for i, item in enumerate(s.list("metrics", ["org.apache.kafka."]))
-        ),
-        push_interval_ms=s.integer("push_interval_ms", 30000, minimum=100),
-        compression_types=tuple(
-            _compression_type(item, f"{s.key('compression_types')}[{i}]")
-            for i, item in enumerate(s.list("compression_types", ["zstd", "lz4", "gzip", "snappy"]))
-        ),
-        max_push_bytes=s.integer("max_push_bytes", 1048576),
-        max_decompressed_bytes=s.integer("max_decompressed_bytes", 8388608),
-        max_instances=s.integer("max_instances", 1000),
-        max_series=s.integer("max_series", 20000),
-        max_points_per_push=s.integer("max_points_per_push", 2000),
-        max_attributes=s.integer("max_attributes", 16, minimum=0),
-        expire_after_intervals=s.integer("expire_after_intervals", 3),
-        log=_telemetry_log(s.section("log")),
-    )
-    s.done()
-    return telemetry
-
-
-def _metric_prefix(item: object, key: str) -> str:
-    """A metric name prefix; "" subscribes to every metric (KIP-714)."""
-    if not isinstance(item, str):
-        raise ConfigError(key, f"must be a metric name prefix (a string), got {_show(item)}")
-    return item
-
-
-def _compression_type(item: object, key: str) -> str:
-    if item not in COMPRESSION_TYPES:
-        raise ConfigError(key, f"must be one of {', '.join(COMPRESSION_TYPES)}, got {_show(item)}")
-    return str(item)
-
-
-def _telemetry_log(s: _Section) -> TelemetryLogConfig:
-    log = TelemetryLogConfig(
-        path=s.optional_string("path"),
-        max_bytes=s.integer("max_bytes", 104857600),
-        backups=s.integer("backups", 5, minimum=0),
-        flush_interval_seconds=s.seconds("flush_interval_seconds", 1.0),
-        max_queued_bytes=s.integer("max_queued_bytes", 16777216),
-    )
-    s.done()
-    return log
-
-
-def _header_v3_rule(api: object, spec: object, key: str) -> HeaderV3Rule:
-    """`spec`: "3+" (3 and later), "3-5", "3" or 3."""
-    name = _api_ref(api, key)
-    if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
-        return HeaderV3Rule(name, spec, spec)
-    match = _VERSION_SPEC.match(spec) if isinstance(spec, str) else None
-    if match is None:
-        raise ConfigError(key, f'must be versions like "3+", "3-5" or 3, got {spec!r}')
-    low = int(match.group(1))
-    if match.group(2) == "+":
-        return HeaderV3Rule(name, low, None)
-    high = int(match.group(3)) if match.group(3) else low
-    if high < low:
-        raise ConfigError(key, f"version range {spec!r} is empty")
-    return HeaderV3Rule(name, low, high)
-
-
 def summary(config: Config) -> list[str]:
     """Human lines describing a valid config, for `kafkalens check-config`."""
     lines = [f"mode: {config.mode}, workers: {config.workers}"]
@@ -978,3 +1429,134 @@ def check_shareable(config: Config) -> None:
     if config.mode == "gateway" and config.gateway and config.gateway.bootstrap_listen.port == 0:
         raise ConfigError("gateway.bootstrap_listen", "port 0 cannot be shared by workers > 1")
 
+
+# --- config/kafkalens.yaml, written from the declarations --------------------------------
+
+DOCUMENTED_FILE_HEADER = """\
+kafkalens configuration: the documented default.
+
+Every key is optional; the values below are the defaults. Command-line flags
+(`kafkalens proxy --listen ... --upstream ... --metrics ... --request-log ...`)
+override the file. Validate a file without starting: `kafkalens check-config FILE`
+(add --check-ports to also bind the listen addresses); it also checks api names,
+that request_log.path can be written and that certificates load. Unknown keys are
+errors. Every number has a finite maximum, named with its reason when exceeded and
+given below with each key: timeouts 1 hour (idle_timeout_seconds 1 day), frame
+sizes 2^31-1 (Kafka's int32), decompression_limit_bytes 4 GiB, request_log.max_bytes
+1 TiB, connections 1048576, workers 256.
+In the container image the file is read from /etc/kafkalens/kafkalens.yaml.
+
+Written by `python -m proxy.config` from the keys declared in proxy/config.py."""
+WIDTH = 88  # of the file's comment lines
+
+
+def documented_file() -> str:
+    """config/kafkalens.yaml: every key with its default, documentation and bounds."""
+    out = [f"# {line}".rstrip() for line in DOCUMENTED_FILE_HEADER.splitlines()]
+    _write_keys(Config, Config(), "", out)
+    return "\n".join(out) + "\n"
+
+
+def _write_keys(cls: type, value: object, indent: str, out: list[str]) -> None:
+    for name, (_f, key) in _declared(cls).items():
+        if not indent:
+            out.append("")
+        current = getattr(value, name)
+        kind = key.kind
+        _comment(out, indent, key.doc)
+        if bounds := _bounds_of(key):
+            _comment(out, indent, f"Allowed: {bounds}")
+        if isinstance(kind, Section) and current is None:  # optional: an example to uncomment
+            out.append(f"{indent}# {name}:")
+            out.extend(f"{indent}# {line}" for line in _aligned(_example(kind.cls, "  ")))
+        elif isinstance(kind, Section):
+            out.append(f"{indent}{name}:")
+            _write_keys(kind.cls, current, indent + "  ", out)
+        elif isinstance(kind, Listeners):
+            out.append(f"{indent}{name}:")
+            for listener in current:
+                item: list[str] = []
+                _write_keys(ListenerConfig, listener, indent + "    ", item)
+                first = next(i for i, line in enumerate(item) if not line.lstrip().startswith("#"))
+                item[:first] = [f"{indent}  {line.lstrip()}" for line in item[:first]]
+                item[first] = f"{indent}  - {item[first].lstrip()}"
+                out.extend(item)
+        else:
+            out.append(f"{indent}{name}: {_yaml_text(kind.as_yaml(current))}{_unit(name, current)}")
+
+
+def _example(cls: type, indent: str) -> list[tuple[str, str]]:
+    """The keys of an optional section as (line, its doc), to write as an example."""
+    rows: list[tuple[str, str]] = []
+    for name, (f, key) in _declared(cls).items():
+        doc = "; ".join(part for part in (key.doc.rstrip(".:"), _bounds_of(key)) if part)
+        if isinstance(key.kind, Section):
+            rows.append((f"{indent}{name}:", doc))
+            rows.extend(_example(key.kind.cls, indent + "  "))
+            continue
+        if key.example is not _NO_EXAMPLE:
+            shown = key.example
+        elif f.default_factory is not dataclasses.MISSING:
+            shown = key.kind.as_yaml(f.default_factory())
+        else:
+            shown = key.kind.as_yaml(f.default)
+        rows.append((f"{indent}{name}: {_yaml_text(shown)}", doc))
+    return rows
+
+
+def _aligned(rows: list[tuple[str, str]]) -> list[str]:
+    width = max(len(line) for line, _doc in rows) + 2
+    return [f"{line:<{width}}# {doc}" if doc else line for line, doc in rows]
+
+
+def _bounds_of(key: Key) -> str:
+    """What the documented file says of a key's bounds (a choice its doc names: nothing)."""
+    kind = key.kind
+    if isinstance(kind, Choice) and all(option in key.doc for option in kind.options):
+        return ""
+    return kind.bounds()
+
+
+def _comment(out: list[str], indent: str, doc: str) -> None:
+    for paragraph in doc.split("\n"):
+        out.extend(
+            textwrap.wrap(
+                paragraph,
+                WIDTH,
+                initial_indent=f"{indent}# ",
+                subsequent_indent=f"{indent}# ",
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
+        )
+
+
+def _unit(name: str, value: object) -> str:
+    """# 100 MiB after a size in bytes that is a whole number of KiB."""
+    if "_bytes" not in name or not isinstance(value, int) or value < 1024:
+        return ""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value % size == 0:
+            return f"  # {value // size} {unit}"
+    return ""
+
+
+def _plain(value: object) -> object:
+    """A value of the dataclasses as plain YAML data."""
+    if isinstance(value, Address):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _yaml_text(value: object) -> str:
+    """`value` as YAML on one line (flow style, quoted where YAML would misread it)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000, sort_keys=False).strip()
+    return text.removesuffix("\n...").strip()
+
+
+if __name__ == "__main__":
+    sys.stdout.write(documented_file())

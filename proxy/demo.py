@@ -1,7 +1,9 @@
-"""`kafkalens demo`: an in-memory tansu broker with the proxy in front of it.
+"""`kafkalens demo`: an embedded broker with the proxy in front of it.
 
-The broker listens on a free internal port and advertises the proxy's port, so
-every client connection, including those made after metadata discovery, goes
+The broker is an in-memory tansu (the default: it starts in a second), or with
+`--broker apache-kafka` one Apache Kafka node (KRaft) started from its jars, which needs
+Java 17 or newer. Either listens on a free internal port and advertises the proxy's
+port, so every client connection, including those made after metadata discovery, goes
 through the proxy. Ctrl-C or SIGTERM stops both and exits 0.
 """
 
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from proxy.apache_kafka import KafkaCluster
 from proxy.config import Address, Config, ConfigError, Overrides, load_config
 from proxy.console import OneLineParser, configure_logging, fail
 from proxy.preflight import check_request_log_path
@@ -30,9 +33,15 @@ DEMO_GRACE_SECONDS = 5.0
 # A laptop's broker for trying clients out: 10,000 connections (the proxy's default)
 # need more open files than many shells allow, and the warning would only alarm.
 DEMO_MAX_CONNECTIONS = 1000
-# `kafkalens watch` reads a log once it is rotated: the demo rotates it often, by time,
-# since its traffic is too light for size-based rotation.
-DEMO_ROTATE_SECONDS = 60.0
+# The request log rotates by size (request_log.max_bytes), as the proxy's does, so that
+# `tail -f` and `tail -n` on it show the latest lines however long the demo has run.
+# `kafkalens watch` reads a log once it is rotated, and the demo's traffic is too light
+# for size-based rotation: --rotate-every rotates it by time too, for the watch.
+WATCH_ROTATE_SECONDS = 60  # what the banner and the README suggest for the watch
+TANSU, APACHE_KAFKA = "tansu", "apache-kafka"
+# A source checkout's jars, as `bash tests/peers/install` puts them (newest version first
+# in kafka-versions).
+_PEERS = Path(__file__).resolve().parent.parent / "tests" / "peers"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,10 +59,79 @@ def _parser() -> argparse.ArgumentParser:
         help="request log (default %(default)s)",
     )
     parser.add_argument(
-        "--rotate-every", type=float, default=DEMO_ROTATE_SECONDS, metavar="SECONDS",
-        help="rotate the request log this often, for `kafkalens watch` (default %(default)s)",
+        "--rotate-every", type=float, default=None, metavar="SECONDS",
+        help="also rotate the request log this often, so that `kafkalens watch` beside the"
+        " demo has rotated files to read (default: by size only, as the proxy does)",
+    )
+    parser.add_argument(
+        "--broker", choices=(TANSU, APACHE_KAFKA), default=TANSU,
+        help="the broker behind the proxy: tansu, in memory, or apache-kafka, one KRaft node"
+        " started from Apache Kafka's jars with Java 17+ (default %(default)s)",
+    )
+    parser.add_argument(
+        "--kafka-libs", metavar="DIR",
+        help="Apache Kafka's jars for --broker apache-kafka: the libs/ directory of a Kafka"
+        " download (default $KAFKA_HOME/libs, else the newest tests/peers/install put in"
+        " tests/peers/build/ of a source checkout)",
     )
     return parser
+
+
+def default_kafka_libs() -> Path | None:
+    """$KAFKA_HOME/libs, else the newest jars a source checkout's tests installed."""
+    home = os.environ.get("KAFKA_HOME")
+    if home:
+        return Path(home) / "libs"
+    versions = _PEERS / "kafka-versions"
+    if versions.is_file():
+        newest = versions.read_text().split()[0]
+        return _PEERS / "build" / f"kafka-{newest}"
+    return None
+
+
+class KafkaBroker:
+    """One Apache Kafka node whose PROXIED listener advertises the proxy's port; its
+    data and log in `work_dir` (formatted afresh at every start, as tansu's memory is)."""
+
+    def __init__(self, libs: Path, work_dir: Path, proxy_port: int) -> None:
+        self.cluster = KafkaCluster(
+            libs=libs, work_dir=work_dir, nodes=1, advertise_proxied={1: f"{HOST}:{proxy_port}"}
+        ).plan()
+        self.log_path = self.cluster.node(1).log_path
+
+    @property
+    def upstream(self) -> str:
+        return self.cluster.node(1).proxied_address
+
+    @property
+    def title(self) -> str:
+        return f"Apache Kafka {self.cluster.version}"
+
+    def start(self) -> None:
+        print(f"kafkalens demo: starting {self.title} (its log: {self.log_path})", flush=True)
+        self.cluster.start()
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+def _kafka_broker(libs_arg: str | None, log_path: Path, port: int) -> KafkaBroker:
+    libs = Path(libs_arg) if libs_arg else default_kafka_libs()
+    if libs is None or not any(libs.glob("kafka_2.13-*.jar")):
+        where = f"no Apache Kafka jars (kafka_2.13-*.jar) in {libs}" if libs else "no jars given"
+        fail(
+            f"--broker {APACHE_KAFKA}: {where}; give the libs/ directory of a Kafka download"
+            " with --kafka-libs DIR (or set KAFKA_HOME)"
+        )
+    return KafkaBroker(libs, broker_output(log_path, APACHE_KAFKA), port)
+
+
+def broker_output(log_path: Path, broker: str) -> Path:
+    """Where the broker writes (tansu its log, Apache Kafka its data and log): beside the
+    request log's directory, not in it, since `kafkalens report`/`watch` on that
+    directory read every file there and the broker's own output is no request log."""
+    folder = log_path.parent
+    return folder.with_name(f"{folder.name}-tansu.log" if broker == TANSU else f"{folder.name}-kafka")
 
 
 def port_taken(port: int) -> bool:
@@ -68,7 +146,7 @@ def port_taken(port: int) -> bool:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if not args.rotate_every > 0:
+    if args.rotate_every is not None and not args.rotate_every > 0:
         fail(f"--rotate-every: must be > 0, got {args.rotate_every}")
     for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
         if not 1 <= port <= 65535:
@@ -76,14 +154,24 @@ def main(argv: list[str]) -> int:
         if port_taken(port):
             fail(f"port {port} is already in use; choose another with {flag}")
     log_path = Path(args.log)
-    internal = free_port(HOST)
+    broker: TansuBroker | KafkaBroker
+    if args.broker == APACHE_KAFKA:
+        broker = _kafka_broker(args.kafka_libs, log_path, args.port)
+        upstream = broker.upstream
+    else:
+        if args.kafka_libs:
+            fail(f"--kafka-libs is for --broker {APACHE_KAFKA}")
+        internal = free_port(HOST)
+        broker_log = broker_output(log_path, TANSU)
+        broker = TansuBroker(host=HOST, port=internal, advertised_port=args.port, log_path=broker_log)
+        upstream = f"{HOST}:{internal}"
     try:
         check_request_log_path(str(log_path), "--log")
         config = load_config(
             None,
             Overrides(
                 listen=f"{HOST}:{args.port}",
-                upstream=f"{HOST}:{internal}",
+                upstream=upstream,
                 metrics=f"{HOST}:{args.metrics_port}",
                 request_log=str(log_path),
             ),
@@ -98,10 +186,6 @@ def main(argv: list[str]) -> int:
     metrics = dataclasses.replace(config.metrics, clients_listen=Address(HOST, 0))
     config = dataclasses.replace(config, limits=limits, metrics=metrics)
     configure_logging()
-    # Beside the log directory, not in it: `kafkalens report`/`watch` on that directory
-    # read every file there, and the broker's own log is not a request log.
-    broker_log = log_path.parent.with_name(f"{log_path.parent.name}-tansu.log")
-    broker = TansuBroker(host=HOST, port=internal, advertised_port=args.port, log_path=broker_log)
     import uvloop
 
     try:
@@ -139,9 +223,13 @@ def rotate_log(sink: Any, backups: int) -> None:
     sink.reopen()  # the writer thread reopens after the lines queued so far
 
 
-async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every: float) -> int:
-    from proxy.runner import start_proxy, wait_for_stop_signal
+async def _run(
+    config: Config, broker: TansuBroker | KafkaBroker, log_path: Path, rotate_every: float | None
+) -> int:
+    from proxy.runner import start_proxy
+    from proxy.signals import stop_signal
 
+    stop = stop_signal()  # before the listeners open
     running = await start_proxy(config)
     try:
         await asyncio.to_thread(broker.start)
@@ -149,27 +237,49 @@ async def _run(config: Config, broker: TansuBroker, log_path: Path, rotate_every
         print(f"kafkalens: error: {exc}", file=sys.stderr)
         await running.stop(0)
         return 1
-    backups = config.request_log.backups
-    rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
+    rotating: asyncio.Task[None] | None = None
+    if rotate_every is not None:
+        backups = config.request_log.backups
+        rotating = asyncio.create_task(_rotate_every(running.server.hooks, backups, rotate_every))
     try:
-        _banner(config, log_path, running.clients_address, rotate_every)
-        await wait_for_stop_signal()
+        title = broker.title if isinstance(broker, KafkaBroker) else "a tansu broker"
+        _banner(config, log_path, running.clients_address, rotate_every, title)
+        await stop.wait()
         print("stopping...", flush=True)
-        rotating.cancel()
+        if rotating is not None:
+            rotating.cancel()
         await running.stop(config.limits.shutdown_grace_seconds)
     finally:
-        rotating.cancel()
+        if rotating is not None:
+            rotating.cancel()
         await asyncio.to_thread(broker.stop)
     return 0
 
 
-def _banner(config: Config, log_path: Path, clients: Address | None, rotate_every: float) -> None:
+def _banner(
+    config: Config,
+    log_path: Path,
+    clients: Address | None,
+    rotate_every: float | None,
+    title: str,
+) -> None:
     listen = config.listeners[0].listen
+    if rotate_every is None:
+        size = config.request_log.max_bytes
+        shown = f"{size // 2**20} MiB" if size % 2**20 == 0 else f"{size} bytes"
+        follow = f"tail -f {log_path} | jq ."
+        rotation = (
+            f"rotated at {shown}; for kafkalens watch {log_path.parent},"
+            f" run the demo with --rotate-every {WATCH_ROTATE_SECONDS}"
+        )
+    else:  # follow the name, not the file: it is renamed at each rotation
+        follow = f"tail -F {log_path} | jq ."
+        rotation = f"rotated every {rotate_every:g} s (kafkalens watch {log_path.parent})"
     lines = [
-        "kafkalens demo: a tansu broker behind the proxy",
+        f"kafkalens demo: {title} behind the proxy",
         f"  bootstrap servers: {listen}",
-        f"  request log:       {log_path}   (tail -f {log_path} | jq .)",
-        f"                     rotated every {rotate_every:g} s (kafkalens watch {log_path.parent})",
+        f"  request log:       {log_path}   ({follow})",
+        f"                     {rotation}",
         f"  metrics:           http://{config.metrics.listen}/metrics",
         f"  clients:           http://{clients}/clients",
         "  Ctrl-C to stop",

@@ -165,6 +165,11 @@ class Hooks:
     ) -> None:
         """After forwarding a request the broker will not answer (Produce acks=0)."""
 
+    def request_not_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        """A whole request the client sent that the connection, now closing, never
+        forwarded (its broker connection failed or broke first, or it waited behind
+        limits.max_in_flight_requests): request_incomplete follows. May set `pending.token`."""
+
     def request_stream(
         self, info: ConnectionInfo, pending: Pending, expects_response: bool
     ) -> FrameObserver | None:

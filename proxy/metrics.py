@@ -31,7 +31,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from codec.error_codes import ERROR_CODES, error_name
@@ -136,6 +136,11 @@ class ApiMetrics:
         self.duration = m.request_duration.labels(api=name)
         self.request_bytes = m.request_bytes.labels(api=name)
         self.response_bytes = m.response_bytes.labels(api=name)
+        # At 0 from this api's first request: a counter series that appears at 1 has no
+        # increase to show, so rate() and the alerts would miss its first burst.
+        for direction in ("request", "response"):
+            m.decode_errors.labels(api=name, direction=direction)
+        m.request_timeouts.labels(api=name)
         # Not yet added to the series above (see `flush`).
         self._requests: dict[int, int] = {}  # api version -> count
         self._request_bytes = 0
@@ -284,12 +289,19 @@ class ConnectionMetrics:
         self._m.connections_closed.labels(listener=self.listener, reason=reason).inc()
 
 
+ADMIN_REFUSALS = (
+    "too_many_connections", "per_address_limit", "clients_off", "unauthorized", "host",
+    "bad_request", "method", "header_too_large", "header_timeout",
+)  # fmt: skip
+
+
 class AdminRefusals:
     """Requests the admin port (proxy/admin/http.py) refused, by reason: a collector of
-    its own, so that the parent of workers, which has no Metrics, exports it too."""
+    its own, so that the parent of workers, which has no Metrics, exports it too. Every
+    reason is at 0 from the start, so that the first refusals show in rate() too."""
 
     def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, int] = dict.fromkeys(ADMIN_REFUSALS, 0)
 
     def note(self, reason: str) -> None:
         self.counts[reason] = self.counts.get(reason, 0) + 1
@@ -297,12 +309,43 @@ class AdminRefusals:
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(
             "kafkalens_admin_refused",
-            "Admin port requests refused, by reason (too_many_connections, clients_off, "
+            "Admin port requests refused, by reason (too_many_connections, per_address_limit, clients_off, "
             "unauthorized, host, bad_request, method, header_too_large, header_timeout).",
             labels=("reason",),
         )
         for reason, count in sorted(self.counts.items()):
             family.add_metric((reason,), count)
+        yield family
+
+
+class UpstreamReachability:
+    """Whether each upstream accepted the last TCP connection of the background probe
+    (proxy/admin/readiness.py, what /readyz reports): a collector of its own, so that
+    the parent of workers, which has no Metrics, exports it too. A broker that is down
+    shows here whether or not clients are trying it. At most MAX_SERIES upstreams get a
+    series of their own; the rest are one series "other", 1 only if all are reachable."""
+
+    MAX_SERIES = 64
+
+    def __init__(self) -> None:
+        self.results: dict[str, bool] = {}  # replaced whole by each probe round
+
+    def update(self, results: dict[str, bool]) -> None:
+        self.results = results
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kafkalens_upstream_reachable",
+            "1 if the upstream broker accepted the background probe's last TCP connection"
+            " (every 2 s), else 0.",
+            labels=("upstream",),
+        )
+        results = sorted(self.results.items())
+        for upstream, ok in results[: self.MAX_SERIES]:
+            family.add_metric((sanitize_label(upstream),), 1.0 if ok else 0.0)
+        rest = results[self.MAX_SERIES :]
+        if rest:
+            family.add_metric((OTHER,), 1.0 if all(ok for _, ok in rest) else 0.0)
         yield family
 
 
@@ -319,6 +362,8 @@ class Metrics:
         self.registry.register(_Flusher(self))  # first: collected before the series
         self.admin_refusals = AdminRefusals()
         self.registry.register(self.admin_refusals)
+        self.upstream_reachability = UpstreamReachability()
+        self.registry.register(self.upstream_reachability)
         self._apis: dict[str, ApiMetrics] = {}
         self._instances: RefCounts[Hashable] = RefCounts()
         self._render_thread = threading.local()  # .flushed: the loop flushed already
@@ -387,6 +432,11 @@ class Metrics:
             "KIP-1313 client instance id violations.",
             ("action",),
         )
+        # at 0 from the start: the first ones show in rate() too
+        for reason in ("api_key", "api_version"):
+            self.unknown_requests.labels(reason=reason)
+        for action in ("logged", "rejected"):
+            self.kip1313_violations.labels(action=action)
 
     def _define_connection_metrics(self) -> None:
         c = self._counter
@@ -416,7 +466,9 @@ class Metrics:
         c = self._counter
         self.upstream_failures = c(
             "kafkalens_upstream_failures_total",
-            "Failed or lost upstream broker connections.",
+            "Upstream broker connections that could not be opened (connect_refused, timeout,"
+            " tls), were reset (reset), or that the broker closed with requests unanswered"
+            " (closed); not those it closed idle.",
             ("upstream", "reason"),
         )
         self.gateway_listener_errors = c(
@@ -431,6 +483,28 @@ class Metrics:
             "kafkalens_in_flight_limit_hits_total",
             "Times reading from a client paused: limits.max_in_flight_requests of its"
             " requests awaited their responses.",
+        )
+        self.paused_clients_gone = c(
+            "kafkalens_paused_clients_gone_total",
+            "Clients that closed or reset while reading from them was paused, seen at once"
+            " and their connection closed, by why it was paused: in_flight"
+            " (limits.max_in_flight_requests), backlogged (the broker not reading),"
+            " draining.",
+            ("paused",),
+        )
+        for paused in ("in_flight", "backlogged", "draining"):
+            self.paused_clients_gone.labels(paused=paused)
+        self.requests_incomplete = c(
+            "kafkalens_requests_incomplete_total",
+            "Requests that were awaiting their response when the connection closed (each"
+            " a request_incomplete line of the request log), by api and the close reason.",
+            ("api", "reason"),
+        )
+        self.incomplete_requests_unlogged = c(
+            "kafkalens_incomplete_requests_unlogged_total",
+            "Requests a closing connection had received and not forwarded, past"
+            " limits.max_in_flight_requests of them: in kafkalens_requests_incomplete_total,"
+            " without a request_incomplete line each.",
         )
         self.request_timeouts = c(
             "kafkalens_request_timeouts_total",
@@ -537,8 +611,37 @@ class Metrics:
             ' entries not tracked (kind "tracked": lag.max_tracked).',
             ("kind",),
         )
-        for kind in ("consumer", "consumer_topic", "committed", "follower", "traffic", "tracked"):
+        for kind in ("consumer", "consumer_topic", "committed", "follower", "traffic", "share", "tracked"):
             self.lag_series_dropped.labels(kind=kind)  # at 0 from the start, for alerts
+        share = ("group", "topic")
+        self.share_delivered = c(
+            "kafkalens_share_records_delivered_total",
+            "Records (offsets) a share group's members acquired, from ShareFetch answers.",
+            share,
+        )
+        self.share_redelivered = c(
+            "kafkalens_share_records_redelivered_total",
+            "Of kafkalens_share_records_delivered_total, those delivered before (delivery count above 1).",
+            share,
+        )
+        self.share_acknowledged = c(
+            "kafkalens_share_records_acknowledged_total",
+            "Records a share group's members acknowledged and the broker confirmed, by type"
+            " (accept, release, reject, renew).",
+            (*share, "type"),
+        )
+        self.share_ranges_invalid = c(
+            "kafkalens_share_ranges_invalid_total",
+            "Partitions whose acknowledgement batches (what=acknowledgement) or acquired"
+            " records (what=acquired) were malformed, by the first fault; not counted.",
+            ("what", "reason"),
+        )
+        self.log_lists_truncated = c(
+            "kafkalens_log_lists_truncated_total",
+            "Request-log lines whose list `field` was cut at its cap (lag.max_logged_partitions,"
+            " lag.max_logged_ranges); the line counts what it left out.",
+            ("field",),
+        )
 
     def _define_capping(self, max_label_values: int, max_error_series: int) -> None:
         capped = self._counter(
@@ -578,6 +681,14 @@ class Metrics:
     def connection_opened(self, listener: str) -> ConnectionMetrics:
         return ConnectionMetrics(self, listener)
 
+    def listener_added(self, listener: str) -> None:
+        """A listener opened: its connection and rejection counters at 0, so that the
+        first connections and a first burst of rejections show in rate() (and the
+        alert) too."""
+        self.connections_opened.labels(listener=listener)
+        for reason in ("max_connections", "per_ip_limit", "fd_limit"):
+            self.connections_rejected.labels(listener=listener, reason=reason)
+
     def connection_rejected(self, listener: str, reason: str) -> None:
         """`reason`: max_connections, per_ip_limit, fd_limit, tls_handshake, ..."""
         self.connections_rejected.labels(listener=listener, reason=reason).inc()
@@ -585,6 +696,14 @@ class Metrics:
     def request_timeout(self, api: str) -> None:
         """`api`: the name of the oldest unanswered request (a bounded set, like `api`)."""
         self.request_timeouts.labels(api=api).inc()
+
+    def paused_client_gone(self, paused: str) -> None:
+        """`paused`: in_flight, backlogged or draining."""
+        self.paused_clients_gone.labels(paused=paused).inc()
+
+    def request_incomplete(self, api: str, reason: str) -> None:
+        """`api` a name the codec knows (or unknown), `reason` a close reason."""
+        self.requests_incomplete.labels(api=api, reason=reason).inc()
 
     def upstream_failure(self, upstream: str, reason: str) -> None:
         """`reason`: connect_refused, timeout, tls, reset, ..."""

@@ -33,9 +33,8 @@ def check_startup(config: Config, *, api_names: bool = True, ports: bool = False
     check_supported(config)
     if api_names:
         check_api_names(config)
-    check_request_log_path(config.request_log.path, "request_log.path")
-    if config.telemetry.log.path is not None:
-        check_request_log_path(config.telemetry.log.path, "telemetry.log.path")
+    for key, path in log_paths(config):
+        check_request_log_path(path, key)
     check_tls(config)
     check_environment(config)
     if ports:
@@ -70,10 +69,31 @@ def _unknown_api(name: str, names: set[str]) -> str:
     return f"unknown api {name!r}{hint}"
 
 
+def log_paths(config: Config) -> Iterator[tuple[str, str]]:
+    """(key, path) of the files `kafkalens proxy` writes lines to (stdout, "-", aside)."""
+    for key, path in (
+        ("request_log.path", config.request_log.path),
+        ("telemetry.log.path", config.telemetry.log.path),
+    ):
+        if path is not None and path != "-":
+            yield key, path
+
+
+def folders_created_at_start(config: Config) -> list[tuple[str, Path]]:
+    """(key, folder) of each log's folder that does not exist yet: `kafkalens proxy`
+    creates it as it starts (check_request_log_path checked that it can), while
+    `kafkalens check-config` creates nothing and names them."""
+    return [
+        (key, Path(path).parent)
+        for key, path in log_paths(config)
+        if not Path(path).parent.exists()
+    ]
+
+
 def check_request_log_path(path: str, key: str) -> None:
     """A file the proxy can append to and rotate beside: not a directory, and either
-    writable or creatable (missing folders are created, so the nearest existing one
-    must take new files)."""
+    writable or creatable (the proxy creates missing folders as it starts, so the
+    nearest existing one must take new files; nothing is created here)."""
     if path == "-":
         return
     target = Path(path)

@@ -18,7 +18,8 @@ from proxy.forward.server import Server
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks
-from proxy.signals import reopen_logs_on_sighup, wait_for_stop_signal
+from proxy.signals import reopen_logs_on_sighup, stop_signal
+from proxy.signals import wait_for_stop_signal as wait_for_stop_signal  # bench/bare_proxy.py
 
 
 @dataclass
@@ -90,7 +91,7 @@ async def start_proxy(
     )
     hooks = hooks if hooks is not None else build_hooks(config, metrics)
     server = await open_server(config, hooks, metrics)
-    probe = UpstreamProbe(server.upstreams)
+    probe = UpstreamProbe(server.upstreams, reachability=metrics.upstream_reachability)
     probe.start()
     running: RunningProxy | None = None
 
@@ -127,11 +128,12 @@ def freeze_startup_objects() -> None:
 
 async def serve(config: Config, on_ready: Callable[[RunningProxy], None] | None = None) -> None:
     """Run until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reopens the log."""
+    stop = stop_signal()  # before the listeners open
     running = await start_proxy(config)
     freeze_startup_objects()
     keep_large_buffers()
     reopen_logs_on_sighup(running.server.hooks)
     if on_ready is not None:
         on_ready(running)
-    await wait_for_stop_signal()
+    await stop.wait()
     await running.stop(config.limits.shutdown_grace_seconds)

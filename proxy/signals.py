@@ -18,14 +18,24 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 REOPEN_SIGNAL = signal.SIGHUP
 
 
-async def wait_for_stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
-    """Until one of `signals`. A second one during the shutdown that follows is ignored
-    rather than killing the process halfway through draining."""
+def stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> asyncio.Event:
+    """Set by the first of `signals` from now on. Taken before the listeners open: from
+    the moment a port answers, a SIGTERM (an orchestrator stopping a pod it just saw
+    ready) is a graceful stop, not the default action killing the process with the
+    connections it accepted meanwhile (it did, every time, for SIGTERM sent as soon as
+    the port answered: start-up's garbage collection comes in between). A second signal
+    during the shutdown that follows is ignored rather than killing the process halfway
+    through draining."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
+
+
+async def wait_for_stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
+    """Until one of `signals` (from now on: see stop_signal)."""
+    await stop_signal(signals).wait()
 
 
 def ignore_reopen_signal() -> None:

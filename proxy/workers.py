@@ -119,9 +119,10 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy.metrics import Metrics
     from proxy.observe.observer import build_hooks
     from proxy.preflight import check_api_names
-    from proxy.runner import freeze_startup_objects, open_server, wait_for_stop_signal
-    from proxy.signals import reopen_logs_on_sighup
+    from proxy.runner import freeze_startup_objects, open_server
+    from proxy.signals import reopen_logs_on_sighup, stop_signal
 
+    stop = stop_signal((signal.SIGTERM,))  # before the listeners open
     config = worker_config(config, index)
     metrics = Metrics(
         config.metrics.max_label_values, max_error_series=config.metrics.max_error_series
@@ -138,7 +139,7 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     reopen_logs_on_sighup(server.hooks)
     ready.put(index, None)
     writer = asyncio.get_running_loop().create_task(_write_clients(server, hooks.telemetry))
-    await wait_for_stop_signal((signal.SIGTERM,))
+    await stop.wait()
     writer.cancel()
     await server.shutdown(config.limits.shutdown_grace_seconds)
 
@@ -287,18 +288,30 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
     from proxy.admin.http import Endpoints, start_admin
     from proxy.admin.readiness import UpstreamProbe
-    from proxy.metrics import AdminRefusals
-    from proxy.signals import on_reopen_signal, wait_for_stop_signal
+    from proxy.metrics import AdminRefusals, UpstreamReachability
+    from proxy.signals import on_reopen_signal, stop_signal
 
+    stop = stop_signal()  # before the workers open the listeners
     pool = WorkerPool(config, metrics_dir)
     for index in range(config.workers):
         pool.spawn(index)
+    starting = asyncio.ensure_future(pool.wait_ready(config.workers))
+    stopped = asyncio.ensure_future(stop.wait())
     try:
-        await pool.wait_ready(config.workers)
+        await asyncio.wait((starting, stopped), return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # stopped while the workers start: they drain and stop
+            starting.cancel()
+            await pool.stop(config.limits.shutdown_grace_seconds)
+            return
+        starting.result()
     except BaseException:
+        starting.cancel()
         await pool.stop(0)
         raise
-    probe = UpstreamProbe(lambda: configured_upstreams(config))
+    finally:
+        stopped.cancel()
+    reachability = UpstreamReachability()
+    probe = UpstreamProbe(lambda: configured_upstreams(config), reachability=reachability)
     probe.start()
 
     def ready() -> tuple[bool, str]:
@@ -308,7 +321,10 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
 
     refusals = AdminRefusals()
     endpoints = Endpoints(
-        metrics=lambda: pool.render_metrics(refusals), ready=ready, clients=pool.clients, refusals=refusals
+        metrics=lambda: pool.render_metrics(refusals, reachability),
+        ready=ready,
+        clients=pool.clients,
+        refusals=refusals,
     )
     try:
         http = await start_admin(config.metrics, endpoints)
@@ -318,7 +334,7 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     supervisor = asyncio.get_running_loop().create_task(pool.supervise())
     log.info("workers ready", workers=config.workers)
     on_reopen_signal(pool.reopen_logs)
-    await wait_for_stop_signal()
+    await stop.wait()
     supervisor.cancel()
     http.close()
     await probe.stop()

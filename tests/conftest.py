@@ -116,3 +116,59 @@ def apache_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K
     it again before it ends (KafkaCluster.start_node)."""
     with kafka_cluster(tmp_path_factory.mktemp("kafka-cluster"), nodes=3) as cluster:
         yield cluster
+
+
+class _WholeSuite:
+    """Whether this session ran the whole suite, for the compatibility table's check: a
+    complete run also finds the table's rows that no test recorded any more."""
+
+    collected_all = False
+    deselected = 0
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    testpaths = [str(Path(config.rootpath, p).resolve()) for p in config.getini("testpaths")]
+    given = [str(Path(config.invocation_params.dir, a).resolve()) for a in config.args]
+    _WholeSuite.collected_all = sorted(given) == sorted(testpaths) and not getattr(
+        config.option, "lf", False
+    )
+
+
+_COMPAT_PROBLEMS = pytest.StashKey[list[str]]()
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    _WholeSuite.deselected += len(items)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The compatibility rows the run recorded (support.compat) go to
+    tests/peers/build/compat.json; a README table that differs from them fails the run."""
+    from support import compat
+    from support.kafka import SKIPPED_FOR
+
+    complete = (
+        _WholeSuite.collected_all
+        and not _WholeSuite.deselected
+        and not SKIPPED_FOR
+        and session.testsfailed == 0
+        and not session.shouldstop
+        and exitstatus == pytest.ExitCode.OK
+    )
+    compat.write(compat.ROWS_PATH, complete)
+    problems = compat.check_readme(complete)
+    session.config.stash[_COMPAT_PROBLEMS] = problems
+    if problems and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    problems = config.stash.get(_COMPAT_PROBLEMS, [])
+    if problems:
+        terminalreporter.section("README.md's compatibility table is stale", sep="=", red=True)
+        for problem in problems:
+            terminalreporter.line(f"  {problem}")
+        terminalreporter.line(
+            "Regenerate it from this run's rows: .venv/bin/python tests/support/compat.py"
+        )

@@ -32,12 +32,12 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # and it rejects negative timestamps and error codes that are not in its enum.
 TIMEDELTA_I64_BOUND = 2**50
 DATETIME_BOUND = 2**42 - 1
-# Kafka renamed ListClientMetricsResources (api 74) to ListConfigResources; v0 is the same.
+# Fields Kafka renamed after kio 0.6.5's snapshot, ours -> kio's (same wire form):
+# TxnOffsetCommit's generation id also carries a KIP-848 member epoch in Kafka 4.4, and
+# StreamsGroupHeartbeat v1 widened the recovery lag to int64, renaming v0's.
 ALIASES = {
-    "ListClientMetricsResourcesResponse": {
-        "client_metrics_resources": "config_resources",
-        "name": "resource_name",
-    }
+    "TxnOffsetCommitRequest": {"generation_id_or_member_epoch": "generation_id"},
+    "StreamsGroupHeartbeatResponse": {"acceptable_recovery_lag_legacy": "acceptable_recovery_lag"},
 }
 
 

@@ -2,7 +2,10 @@
 token of metrics.clients_token_file or on the loopback listener metrics.clients_listen;
 Host headers checked where asked; HTTPS with metrics.tls. /metrics, /healthz and
 /readyz stay open. Live proxies with their real hooks; /clients with a real client
-through the proxy to tansu."""
+through the proxy to tansu.
+
+The broker is tansu: the admin port is kafkalens's own, the same whatever the broker.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from typing import Any
 
 import pytest
 from proxy_harness import LOCAL, FakeBroker, echo_broker
-from test_hostile_support import ObservedProxy, eventually
-from test_proxy_tls import issue, openssl
+from support.hostile import ObservedProxy, eventually
+from support.tls import issue, openssl
 
 from proxy.config import Config, ConfigError, parse_config
 from proxy.runner import start_proxy
@@ -237,40 +240,113 @@ def test_an_empty_allowed_hosts_list_allows_only_the_address_and_localhost(tmp_p
 
 
 def refused(port: int) -> dict[str, float]:
-    """kafkalens_admin_refused_total by reason, read from /metrics."""
+    """kafkalens_admin_refused_total by reason, read from /metrics (every reason is
+    there from the start, at 0: only those above)."""
     text = get(port, "/metrics")[2].decode()
     counts = {}
     for line in text.splitlines():
         if line.startswith("kafkalens_admin_refused_total{"):
             labels, _, value = line.rpartition(" ")
-            counts[labels.split('reason="')[1].split('"')[0]] = float(value)
+            if float(value):
+                counts[labels.split('reason="')[1].split('"')[0]] = float(value)
     return counts
 
 
-def healthy(port: int) -> bool:
-    try:
-        return raw(port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
-    except ConnectionResetError:
-        return False
+def admin_open(px: ObservedProxy) -> int:
+    """Connections the admin port's main listener counts as open (read on its loop)."""
+    assert px.running is not None
+    return int(px.call(lambda: px.running.admin.gates["metrics.listen"].open))  # type: ignore[union-attr]
 
 
-def test_connections_past_max_connections_get_503_and_are_counted(tmp_path: Path) -> None:
+def connect_from(source: str, port: int) -> socket.socket:
+    sock = socket.socket()
+    sock.settimeout(5)
+    sock.bind((source, 0))
+    sock.connect((LOCAL, port))
+    return sock
+
+
+def busy_answer(sock: socket.socket) -> bytes:
+    """What the port sent a connection it turned away, up to its close."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_connection_past_max_connections_replaces_the_oldest_idle_one(tmp_path: Path) -> None:
+    """At metrics.max_connections, a newcomer takes the place of the oldest connection
+    still waiting for its request."""
     config = admin_config(f"{LOCAL}:{free_port()}", tmp_path, max_connections=3)
     with ObservedProxy(config) as px:
         port = px.http_port
-        idle = [socket.create_connection((LOCAL, port), timeout=5) for _ in range(3)]
-        try:
-            # Answered on connect, before any request: one sent meanwhile would meet a
-            # closed socket (a reset, which is a refusal too).
-            answer = raw(port, b"")
-            assert answer.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1" in answer
-            assert b"too many admin connections" in answer
-        finally:
-            idle.pop().close()
-        assert eventually(lambda: healthy(port), 5)  # once the proxy saw the close
+        crowd = [connect_from("127.0.0.2", port) for _ in range(2)]
+        lone = connect_from("127.0.0.3", port)
+        assert eventually(lambda: admin_open(px) == 3, 5)  # the proxy took all three in
+        # the newcomer from a third address: the oldest (127.0.0.2's first) makes room
+        assert raw(port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+        answer = busy_answer(crowd[0])
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1" in answer
+        assert b"too many admin connections" in answer
+        # the others were left alone, and are served when they ask
+        for sock in (crowd[1], lone):
+            sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            assert busy_answer(sock).startswith(b"HTTP/1.1 200 ")
         assert refused(port) == {"too_many_connections": 1}
-        for sock in idle:
+        for sock in (*crowd, lone):
             sock.close()
+
+
+def test_one_address_holds_at_most_max_connections_per_address(tmp_path: Path) -> None:
+    config = admin_config(f"{LOCAL}:{free_port()}", tmp_path, max_connections_per_address=2)
+    with ObservedProxy(config) as px:
+        port = px.http_port
+        first, second = (connect_from("127.0.0.2", port) for _ in range(2))
+        assert eventually(lambda: admin_open(px) == 2, 5)
+        third = connect_from("127.0.0.2", port)  # past the address's limit: replaces `first`
+        assert busy_answer(first).startswith(b"HTTP/1.1 503 ")
+        assert get(port, "/healthz")[0] == 200  # another address is not concerned
+        for sock in (second, third):
+            sock.sendall(b"GET /readyz HTTP/1.0\r\n\r\n")
+            assert busy_answer(sock).startswith(b"HTTP/1.1 ")
+        assert refused(port) == {"per_address_limit": 1}
+        for sock in (first, second, third):
+            sock.close()
+
+
+def test_a_newcomer_is_refused_only_when_every_connection_it_could_replace_is_answering() -> None:
+    from proxy.admin.http import Endpoints, Gate, HttpProtocol
+
+    gate = Gate(limit=2, per_address=1)
+    endpoints = Endpoints(metrics=lambda: b"", ready=lambda: (True, "ready"), clients=list)
+
+    def arriving(address: str) -> HttpProtocol:
+        conn = HttpProtocol(endpoints, gate=gate)
+        conn.address = address
+        return conn
+
+    answering = arriving("10.0.0.1")
+    assert gate.admit(answering) is None
+    answering.waiting = False  # its request is in: being answered, never replaced
+    assert gate.admit(arriving("10.0.0.1")) == "per_address_limit"
+    other = arriving("10.0.0.2")
+    assert gate.admit(other) is None
+    other.waiting = False
+    assert gate.admit(arriving("10.0.0.3")) == "too_many_connections"
+    assert gate.open == 2
+    gate.release(other)
+    gate.release(other)  # released once only
+    assert gate.open == 1 and gate.admit(arriving("10.0.0.3")) is None
+
+
+def test_the_per_address_limit_counts_an_ipv6_host_by_its_64() -> None:
+    from proxy.admin.http import address_key
+
+    assert address_key(("2001:db8:1:2::1", 5, 0, 0)) == address_key(("2001:db8:1:2:ffff::9", 5, 0, 0))
+    assert address_key(("2001:db8:1:2::1", 5, 0, 0)) == "2001:db8:1:2::/64"
+    assert address_key(("2001:db8:1:3::1", 5, 0, 0)) != address_key(("2001:db8:1:2::1", 5, 0, 0))
+    assert address_key(("::ffff:10.1.2.3", 5, 0, 0)) == "10.1.2.3"
+    assert address_key(("10.1.2.3", 5)) == "10.1.2.3"
 
 
 def test_each_refusal_is_counted_by_reason(tmp_path: Path) -> None:

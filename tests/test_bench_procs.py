@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 from bench.procs import CpuWindow, memory_kib, pss_kib, user_system_seconds
 
@@ -46,21 +48,37 @@ def test_user_and_system_sum_to_cpu_seconds() -> None:
     assert user > 0 and system >= 0
 
 
+# A process of its own, so that nothing else in the measured tree (the test session's own
+# children: brokers a fixture started) hides what the fork adds.
+_FORKER = """
+import os, sys
+ballast = bytearray(os.urandom(64 << 20))  # 64 MiB of private pages, touched
+print("alone", flush=True)
+sys.stdin.readline()
+if os.fork() == 0:
+    sys.stdin.readline()  # the child waits, sharing every page with its parent
+    os._exit(0)
+print("both", flush=True)
+sys.stdin.readline()
+"""
+
+
 def test_pss_counts_a_forked_childs_shared_pages_once() -> None:
-    alone_rss, alone_pss = memory_kib(os.getpid(), "VmRSS"), pss_kib(os.getpid())
-    never_written, keep_open = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.read(never_written, 1)  # blocks until killed
-        os._exit(0)
+    forker = subprocess.Popen([sys.executable, "-c", _FORKER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert forker.stdin is not None and forker.stdout is not None
     try:
-        rss_both = memory_kib(os.getpid(), "VmRSS")
-        pss_both = pss_kib(os.getpid())
-        # the child shares nearly all its pages with us: RSS doubles, PSS barely grows
+        assert forker.stdout.readline().strip() == "alone"
+        alone_rss, alone_pss = memory_kib(forker.pid, "VmRSS"), pss_kib(forker.pid)
+        forker.stdin.write("fork\n")
+        forker.stdin.flush()
+        assert forker.stdout.readline().strip() == "both"
+        rss_both, pss_both = memory_kib(forker.pid, "VmRSS"), pss_kib(forker.pid)
+        # the child shares nearly all its pages with its parent: RSS doubles, PSS barely grows
         assert rss_both > 1.5 * alone_rss
         assert pss_both < 1.3 * alone_pss
     finally:
-        os.kill(child, 9)
-        os.waitpid(child, 0)
-        os.close(never_written)
-        os.close(keep_open)
+        forker.stdin.close()  # the child (an orphan once the parent is killed) reads EOF
+        forker.kill()
+        forker.wait()
+        forker.stdout.close()

@@ -1,19 +1,18 @@
-"""`kafkalens` as a user runs it: exit codes, one-line errors, SIGTERM drain, demo."""
+"""`kafkalens` as a user runs it: exit codes, one-line errors, SIGTERM drain, demo.
+
+The demo's default broker is tansu; `--broker apache-kafka`: test_kafka_clients_demo.py.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from proxy_harness import (
@@ -24,30 +23,17 @@ from proxy_harness import (
     read_frame,
     write_frame,
 )
+from support.cli import (
+    children_of,
+    http_get,
+    http_json,
+    http_status,
+    kafkalens,
+    run,
+    workers_config,
+)
 
 from proxy.tansu import free_port, wait_for_port
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def kafkalens(*args: str, **kwargs: object) -> subprocess.Popen[str]:
-    # the checkout first on the path, whatever the working directory (the demo runs in tmp)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", *args],
-        cwd=kwargs.pop("cwd", REPO),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kwargs,  # type: ignore[call-overload]
-    )
-
-
-def run(*args: str, cwd: Path = REPO) -> tuple[int, str, str]:
-    proc = kafkalens(*args, cwd=cwd)
-    out, err = proc.communicate(timeout=30)
-    return proc.returncode, out, err
 
 
 def test_check_config() -> None:
@@ -159,6 +145,24 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
             proc.communicate()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_as_soon_as_the_port_answers_is_a_clean_stop(tmp_path: Path, workers: int) -> None:
+    """An orchestrator may stop a proxy the moment its port answers: that is a graceful
+    stop (exit 0), not the default action of SIGTERM during the rest of start-up."""
+    port, metrics_port = free_port(), free_port()
+    config = workers_config(tmp_path, port, metrics_port, f"{LOCAL}:1", tmp_path / "requests.log")
+    if workers == 1:
+        config.write_text(config.read_text().replace("workers: 2", "workers: 1"))
+    proc = kafkalens("proxy", "--config", str(config))
+    try:
+        assert wait_for_port(LOCAL, port, 30), proc.stderr
+        proc.send_signal(signal.SIGTERM)  # before: the default action, 10 times in 10
+        assert proc.wait(30) == 0, proc.communicate()[1]
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
 def test_sigterm_cuts_off_after_the_grace_period(tmp_path: Path) -> None:
     slow = SlowBroker(delay=5)
     with FakeBroker(slow) as broker:
@@ -197,7 +201,7 @@ def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
             banner.append(line)
         text = "".join(banner)
         assert banner[0].startswith("kafkalens demo:"), text  # the title first
-        assert f"rotated every 60 s (kafkalens watch {log.parent})" in text
+        assert f"rotated at 100 MiB; for kafkalens watch {log.parent}, run the demo with --rotate-every 60" in text
         assert f"bootstrap servers: 127.0.0.1:{port}" in text
         assert f"tail -f {log} | jq ." in text
         assert f"http://127.0.0.1:{metrics_port}/metrics" in text
@@ -266,6 +270,8 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
             # the parent's own counter, beside the workers': the /clients refusal above
             assert 'kafkalens_admin_refused_total{reason="clients_off"} 1.0' in metrics
             assert http_get(metrics_port, "/readyz") == "ready\n"
+            # the parent's probe, as a metric too
+            assert f'kafkalens_upstream_reachable{{upstream="{broker.address}"}} 1.0' in metrics
             proc.send_signal(signal.SIGTERM)
             assert all(is_closed(sock, timeout=5) for sock in socks)
             assert proc.wait(15) == 0
@@ -305,60 +311,6 @@ def test_a_dead_worker_is_started_again(tmp_path: Path) -> None:
         finally:
             proc.kill()
             proc.communicate()
-
-
-def workers_config(
-    tmp_path: Path, port: int, metrics_port: int, upstream: str, log: Path | str, clients_port: int = 0
-) -> Path:
-    config = tmp_path / "k.yaml"
-    clients = f", clients_listen: '{LOCAL}:{clients_port}'" if clients_port else ""
-    config.write_text(
-        f"workers: 2\n"
-        f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{upstream}'}}]\n"
-        f"metrics: {{listen: '{LOCAL}:{metrics_port}'{clients}}}\n"
-        f"request_log: {{path: '{log}'}}\n"
-    )
-    return config
-
-
-def children_of(pid: int) -> list[int]:
-    """Live (not zombie) child processes of `pid`, from /proc."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(stat.parent.name))
-    return sorted(found)
-
-
-def http_get(port: int, path: str) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://{LOCAL}:{port}{path}", timeout=5) as response:
-        return str(response.read().decode())
-
-
-def http_status(port: int, path: str) -> int:
-    import urllib.error
-
-    try:
-        http_get(port, path)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    return 200
-
-
-def http_json(
-    port: int, path: str, wait_for: Callable[[list[dict[str, Any]]], bool]
-) -> list[dict[str, Any]]:
-    """The JSON at `path`, polled until `wait_for(value)` (workers write every second)."""
-    deadline = time.monotonic() + 5
-    while True:
-        value: list[dict[str, Any]] = json.loads(http_get(port, path))
-        if wait_for(value) or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
 
 
 def test_help_names_the_built_in_defaults() -> None:

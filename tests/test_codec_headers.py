@@ -109,18 +109,18 @@ def test_telemetry_v1_requests_carry_the_id_only_in_the_header() -> None:
 
 
 def test_header_v3_declared_as_data_for_other_rpcs() -> None:
-    # A broker that adopts KIP-1313 for every RPC: DeleteGroups v3 = v2's body on header v3.
-    policy = HeaderPolicy(header_v3={42: 3})
-    frame = v3_header(42, 3, 9, "admin") + b"\x02" + compact_string("g1") + b"\x00"
+    # A broker that adopts KIP-1313 for every RPC: DeleteGroups v4 = v3's body on header v3.
+    policy = HeaderPolicy(header_v3={42: 4})
+    frame = v3_header(42, 4, 9, "admin") + b"\x02" + compact_string("g1") + b"\x00"
     request = decode_request(frame, policy)
     assert request.header_version == 3
     assert request.header["client_instance_id"] == INSTANCE
     assert request.body == {"groups_names": ["g1"]}
     assert encode_request(request, policy) == frame
-    # Without the declaration the version is unknown, and v2 still uses header v2.
+    # Without the declaration the version is unknown, and v3 still uses header v2.
     with pytest.raises(UnknownApiError):
         decode_request(frame)
-    assert policy.request_header_version(42, 2) == 2
+    assert policy.request_header_version(42, 3) == 2
 
 
 def test_null_client_id_is_allowed() -> None:

@@ -18,11 +18,17 @@ from proxy.config import (
     Config,
     ConfigError,
     HeaderV3Rule,
+    Integer,
     LagConfig,
     Overrides,
+    config_section,
+    documented_file,
+    integer,
     load_config,
     parse_config,
+    read_section,
     readable_file,
+    seconds,
     summary,
 )
 from proxy.preflight import check_api_names
@@ -40,6 +46,59 @@ def error_of(text: str) -> str:
 def test_the_documented_file_is_the_default() -> None:
     assert load_config(CONTRACT) == Config() == load_config(None) == parse_config({})
     assert parse_config(None) == Config()
+
+
+def test_the_documented_file_is_written_from_the_declarations() -> None:
+    """Stale: `python -m proxy.config > config/kafkalens.yaml` writes it again."""
+    assert CONTRACT.read_text(encoding="utf-8") == documented_file(), (
+        "config/kafkalens.yaml is stale: python -m proxy.config > config/kafkalens.yaml"
+    )
+
+
+def test_the_documented_file_gives_every_bound_with_its_reason() -> None:
+    comments = " ".join(
+        line.strip().lstrip("#").strip() for line in CONTRACT.read_text().splitlines()
+    )
+    missing = []
+    for section, schema in SECTION_SCHEMAS.items():
+        for f in fields(schema):
+            kind = f.metadata["kafkalens.key"].kind
+            if isinstance(kind, Integer):
+                stated = f"{kind.minimum}..{kind.maximum} ({kind.why})"
+                if stated not in comments:
+                    missing.append(f"{section}.{f.name}: {stated}")
+    assert not missing
+    assert "Allowed: more than 0 and at most 86400 (1 day: a dead peer must be let go some time)" in comments
+
+
+def test_a_key_declared_once_is_read_checked_and_suggested() -> None:
+    """The one reader knows a key from its declaration alone: no parse line, no table."""
+
+    @config_section
+    class Extra:
+        max_things: int = integer(default=5, at_most=(10, "each thing costs memory"), doc="kept")
+        pace_seconds: float = seconds(default=1.0, at_most=(60, "1 minute"), doc="how often")
+
+    assert read_section(Extra, None, "extra") == Extra() == Extra(max_things=5, pace_seconds=1)
+    assert read_section(Extra, {"max_things": 10, "pace_seconds": 2}, "extra") == Extra(
+        max_things=10, pace_seconds=2.0
+    )
+    for data, message in [
+        ({"max_things": 11}, "extra.max_things: must be 1..10 (each thing costs memory), got 11"),
+        ({"max_things": "5"}, "extra.max_things: must be a positive integer, got '5'"),
+        ({"pace_seconds": 61}, "extra.pace_seconds: must be more than 0 and at most 60 (1 minute), got 61"),
+        ({"max_thing": 1}, "extra.max_thing: unknown key (did you mean max_things?)"),
+        ({"idle_timeout_seconds": 1}, "extra.idle_timeout_seconds: unknown key (did you mean limits.idle_timeout_seconds?)"),
+        (3, "extra: must be a mapping, got 3"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            read_section(Extra, data, "extra")
+        assert str(info.value) == message
+    with pytest.raises(TypeError, match="declare it with a kind"):
+
+        @config_section
+        class Undeclared:
+            size: int = 5
 
 
 def test_the_commented_out_sections_parse(tmp_path: Path) -> None:
@@ -281,7 +340,7 @@ def is_a_key(key: str) -> bool:
 
 
 def test_the_table_names_keys() -> None:
-    """A misspelt key in MAXIMA would leave the real key at DEFAULT_MAXIMUM."""
+    """MAXIMA, a view of the declarations, names declared keys by their paths."""
     assert [key for key in MAXIMA if not is_a_key(key)] == []
 
 
@@ -301,7 +360,7 @@ def test_every_number_has_a_finite_maximum_with_its_reason(key: str) -> None:
 
 
 def test_every_numeric_key_is_in_the_table() -> None:
-    """A key added without its line in MAXIMA would only get DEFAULT_MAXIMUM."""
+    """Every number declares its maximum (integer() and seconds() require at_most)."""
     missing = []
     for section, schema in SECTION_SCHEMAS.items():
         hints = get_type_hints(schema)

@@ -7,6 +7,9 @@ clients talk to tansu through a kafkalens proxy, captured on both sides of it.
 * tshark's Kafka dissector is the independent oracle: every message it decodes has
   the api key, version, correlation id, client id, topic names, partition ids and
   error codes kafkalens found.
+
+The traffic is to tansu: what is tested is the decoding of a capture, the same whatever
+the broker, and a broker in memory that starts in a second keeps each capture small.
 """
 
 from __future__ import annotations

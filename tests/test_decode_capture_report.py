@@ -2,7 +2,11 @@
 for traffic no proxy saw. The traffic is that of tests/test_pipeline_proxy_logs.py
 (an old kafka-python, a current confluent-kafka producing and consuming in a group),
 straight to tansu, captured with tcpdump; the same checks then hold every table
-against the plain-Python reference over the decoded lines."""
+against the plain-Python reference over the decoded lines.
+
+The traffic is to tansu, which still answers the versions Kafka 4.0 removed that the
+readiness table must name; Apache Kafka 4.x refuses them.
+"""
 
 from __future__ import annotations
 

@@ -12,8 +12,6 @@ import json
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -594,13 +592,6 @@ def test_lag_alerts_fire_on_sustained_growth() -> None:
         assert window and int(window.group(1)) >= 5, name
         assert int(str(rule["for"]).rstrip("m")) >= 5, name  # N minutes, not one blip
         assert "by (group, topic)" in expr
-
-
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
-def test_promtool_accepts_the_rules() -> None:
-    done = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_dashboard_has_the_required_panels() -> None:

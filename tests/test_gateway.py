@@ -6,6 +6,9 @@ the tests check that nothing the clients were told names a broker's own address,
 and that they connected to the per-broker listeners. Unit tests drive the rewriting
 hook directly, on an event loop that does not run in between, to show that a broker's
 listener accepts before the response naming it is sent.
+
+The gateway in front of Apache Kafka's 3-node cluster, with these clients and Kafka's
+Java client: test_kafka_clients_gateway.py, test_kafka_java_clients.py.
 """
 
 from __future__ import annotations
@@ -14,121 +17,37 @@ import asyncio
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
-from proxy_harness import LOCAL, FakeBroker, ProxyThread, read_frame, request_frame, write_frame
+from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 from support import aio_client, ck_client, kp_client
 from support.clients import make_records, sort_records
+from support.gateway import (
+    assert_only_gateway_addresses,
+    find_coordinator_v1,
+    gateway_config,
+    gateway_in_front_of,
+    listeners,
+    metadata_v1,
+    opened,
+    requests_of,
+    spread_topic,
+)
 from support.mock_cluster import KAFKA_PYTHON_API_VERSION
 
 from codec import Response, decode_response, encode_response
-from proxy.config import Config, parse_config
 from proxy.forward.server import Server
 from proxy.gateway.gateway import Gateway
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 from proxy.metrics import Metrics
-from proxy.observe.observer import build_hooks
 from proxy.tansu import free_port
 
 METADATA, FIND_COORDINATOR, FETCH = 3, 10, 1
-
-# --- raw requests -------------------------------------------------------------------------
-
-
-def ask(sock: socket.socket, api_key: int, version: int, body: bytes) -> dict[str, Any]:
-    sock.sendall(request_frame(api_key, version, 1, body))
-    return decode_response(read_frame(sock), api_key, version).body
-
-
-def metadata_v1(sock: socket.socket) -> dict[int, tuple[str, int]]:
-    """node id -> (host, port), from a Metadata v1 for no topic in particular."""
-    body = ask(sock, METADATA, 1, struct.pack(">i", 0))
-    return {b["node_id"]: (b["host"], b["port"]) for b in body["brokers"]}
-
-
-def find_coordinator_v1(sock: socket.socket, group: str) -> tuple[int, str, int]:
-    key = group.encode()
-    body = ask(sock, FIND_COORDINATOR, 1, struct.pack(">h", len(key)) + key + b"\x00")
-    return body["node_id"], body["host"], body["port"]
-
-
-def brokers_of(bootstrap: str) -> dict[int, tuple[str, int]]:
-    host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        return metadata_v1(sock)
-
-
-# --- a gateway in front of a cluster --------------------------------------------------------
-
-
-def gateway_config(bootstrap: str, broker_ports: dict[int, int], request_log: str = "-") -> Config:
-    return parse_config(
-        {
-            "mode": "gateway",
-            "gateway": {
-                "bootstrap_servers": bootstrap.split(","),
-                "bootstrap_listen": f"{LOCAL}:0",
-                "advertised_host": LOCAL,
-                "listen_host": LOCAL,
-                "broker_ports": broker_ports,
-            },
-            "metrics": {"listen": f"{LOCAL}:0"},
-            "request_log": {"path": request_log},
-        }
-    )
-
-
-@dataclass
-class Running:
-    px: ProxyThread
-    ports: dict[int, int]  # node id -> the gateway's port for it
-    hook_metrics: Metrics  # what the observing hooks counted
-
-
-@contextmanager
-def gateway_in_front_of(bootstrap: str, tmp_path: Path) -> Iterator[Running]:
-    """The gateway, with the hooks `kafkalens proxy` runs, in front of a cluster."""
-    ports = {node: free_port() for node in brokers_of(bootstrap)}
-    config = gateway_config(bootstrap, ports, str(tmp_path / "requests.log"))
-    hook_metrics = Metrics()
-    with ProxyThread(config, build_hooks(config, hook_metrics)) as px:
-        yield Running(px, ports, hook_metrics)
-
-
-def sample(metrics: Metrics, name: str, **labels: str) -> float:
-    return metrics.registry.get_sample_value(name, labels) or 0.0
-
-
-def requests_of(metrics: Metrics, api: str) -> float:
-    """Requests of `api` the hooks saw, all versions."""
-    return sum(
-        s.value
-        for family in metrics.registry.collect()
-        for s in family.samples
-        if s.name == "kafkalens_requests_total" and s.labels["api"] == api
-    )
-
-
-def opened(px: ProxyThread, listener: str) -> float:
-    """Client connections the listener accepted so far."""
-    return sample(px.server.metrics, "kafkalens_connections_opened_total", listener=listener)
-
-
-def listeners(px: ProxyThread) -> list[str]:
-    return px.call(lambda: sorted(px.server.listeners))
-
-
-def assert_only_gateway_addresses(
-    brokers: dict[int, tuple[str, int]], ports: dict[int, int]
-) -> None:
-    assert brokers == {node: (LOCAL, port) for node, port in ports.items()}
-
 
 # --- the mock cluster: three brokers, leaders spread -----------------------------------------
 
@@ -147,17 +66,6 @@ def test_broker_listeners_accept_as_soon_as_the_metadata_names_them(
                 assert_only_gateway_addresses(metadata_v1(broker), ports)
         assert_only_gateway_addresses(brokers, ports)
         assert listeners(px) == ["bootstrap", "broker-1", "broker-2", "broker-3"]
-
-
-def spread_topic(producer: object, stem: str) -> str:
-    """A topic whose partition leaders sit on more than one broker: the mock cluster
-    places the leaders of an auto-created topic itself, not always spread."""
-    for attempt in range(8):
-        topic = f"{stem}-{attempt}"
-        metadata = producer.list_topics(topic, timeout=10)  # type: ignore[attr-defined]
-        if len({p.leader for p in metadata.topics[topic].partitions.values()}) > 1:
-            return topic
-    raise AssertionError("the mock cluster put every leader of 8 topics on one broker")
 
 
 def test_confluent_kafka_through_the_gateway_only(mock_cluster: str, tmp_path: Path) -> None:
@@ -335,6 +243,24 @@ def test_what_names_no_broker_is_forwarded_as_it_came() -> None:
             assert gateway.brokers == {} and sorted(server.listeners) == ["bootstrap"]
 
     uvloop.run(scenario())
+
+
+def test_a_response_newer_than_the_codec_is_logged_as_not_rewritten(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Produce of a version the codec does not know may name leaders (KIP-951): it goes
+    on as it came, and the log says its addresses were not rewritten (clients that
+    negotiate never get there: the ApiVersions cap)."""
+
+    async def scenario() -> None:
+        async with gateway_server(f"{LOCAL}:9", {}) as (gateway, hooks, server):
+            info = ConnectionInfo("c-1", "bootstrap", LOCAL, 1, "upstream")
+            future = memoryview(b"\x00\x00\x00\x09a Produce response of v99")
+            assert hooks.rewrite_response(info, future, Pending(9, 0, 99, 0.0, 0)) is None
+
+    uvloop.run(scenario())
+    out = capsys.readouterr().out
+    assert "broker addresses not rewritten" in out and "v99" in out, out
 
 
 def metadata_naming(node_id: int, host: str, port: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy_harness import is_closed, read_frame, request_frame, write_frame
-from test_hostile_support import (
+from support.hostile import (
     LIMIT,
     MIB,
     PeakGrowth,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from proxy_harness import correlation_id, is_closed, read_frame, request_frame
-from test_hostile_support import (
+from support.hostile import (
     LIMIT,
     MIB,
     PeakGrowth,

@@ -1,6 +1,10 @@
 """Work in flight bounded (limits.max_in_flight_requests, limits.request_timeout_seconds)
 and running out of file descriptors survived, each against a live proxy with its real
 hooks and request log while a well-behaved client round-trips on its own connection.
+
+The broker is tansu or a scripted one: the bounds are kafkalens's own, the same
+whatever the broker (real clients in front of Apache Kafka: test_proxy_clients.py,
+test_kafka_java_clients.py).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from proxy_harness import (
 )
 from support import ck_client
 from support.clients import make_records, sort_records
-from test_hostile_support import (
+from support.hostile import (
     MIB,
     ObservedProxy,
     PeakGrowth,
@@ -202,7 +206,8 @@ def test_pipelining_to_a_stuck_broker_holds_at_most_the_bound(tmp_path: Path) ->
 
 def test_a_paused_client_that_leaves_is_seen_at_once(tmp_path: Path) -> None:
     """Reading is paused, so asyncio would not see the client's FIN behind its unread
-    requests; the sweeper asks the socket (POLLRDHUP) and drops the table."""
+    requests; the hang-up watch (EPOLLRDHUP) sees it and drops the table (every pause
+    reason, resets, the counters: tests/test_proxy_paused_client_gone.py)."""
     bound = 16
     with hostile_proxy(tmp_path, {"stuck": never_answer}, max_in_flight_requests=bound) as (
         px,
@@ -217,7 +222,7 @@ def test_a_paused_client_that_leaves_is_seen_at_once(tmp_path: Path) -> None:
         sock.close()
         start = time.monotonic()
         assert eventually(lambda: px.closed("client_eof") == 1, 10)
-        assert time.monotonic() - start < 3.0  # the sweeper looks about once a second
+        assert time.monotonic() - start < 3.0
         assert px.pending_total() == 0
         assert px.closed("request_timeout") == 0
 

@@ -19,6 +19,7 @@ from support.observed import ObservedProxy
 
 from codec import Request, Response, decode_response, encode_request, encode_response
 from codec.error_codes import INVALID_REQUEST
+from proxy.observe.identity import kafka_uuid_text
 
 OFFSET_DELETE, METADATA, GET_TELEMETRY, PUSH_TELEMETRY = 47, 3, 71, 72
 FIRST = uuid.UUID("0f1e2d3c-4b5a-4697-8877-665544332211")
@@ -79,7 +80,7 @@ def test_log_mode_logs_the_id_and_every_violation(tmp_path: Path) -> None:
         assert answer(sock, PUSH_TELEMETRY, 1).correlation_id == 3  # forwarded all the same
         assert answer(sock, METADATA, 12).correlation_id == 4
         [client] = px.http_clients()
-        assert client["identity"]["client_instance_id"] == str(FIRST)
+        assert client["identity"]["client_instance_id"] == kafka_uuid_text(FIRST)
         metrics = px.metrics()
         assert metrics.value("kafkalens_client_instances") == 1
         assert metrics.value("kafkalens_kip1313_violations_total", action="logged") == 2
@@ -87,14 +88,14 @@ def test_log_mode_logs_the_id_and_every_violation(tmp_path: Path) -> None:
     assert sorted(broker.seen) == [(3, 4), (47, 1), (71, 2), (72, 3)]
     requests = [line for line in lines if line["event"] == "request"]
     assert [r["correlation_id"] for r in requests] == [1, 2, 3, 4]
-    assert {r["client_instance_id"] for r in requests} == {str(FIRST)}  # the first id
+    assert {r["client_instance_id"] for r in requests} == {kafka_uuid_text(FIRST)}  # the first id
     logged = violations(lines)
     assert [(v["api"], v["correlation_id"], v["action"]) for v in logged] == [
         ("PushTelemetry", 3, "logged"),
         ("Metadata", 4, "logged"),
     ]
     assert "differs" in logged[0]["reason"] and "without" in logged[1]["reason"]
-    assert all(v["client_instance_id"] == str(FIRST) for v in logged)
+    assert all(v["client_instance_id"] == kafka_uuid_text(FIRST) for v in logged)
 
 
 def test_reject_mode_answers_invalid_request_and_never_forwards(tmp_path: Path) -> None:
@@ -130,4 +131,4 @@ def test_reject_mode_answers_invalid_request_and_never_forwards(tmp_path: Path) 
     ]
     requests = [line for line in lines if line["event"] == "request"]
     forwarded = [r for r in requests if r["correlation_id"] in (1, 4)]
-    assert {r["client_instance_id"] for r in forwarded} == {str(FIRST)}
+    assert {r["client_instance_id"] for r in forwarded} == {kafka_uuid_text(FIRST)}

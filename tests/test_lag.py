@@ -15,79 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from support.hooks_harness import Harness, labels
 
-from codec import HeaderPolicy, Request, Response, encode_request, encode_response
+from codec import HeaderPolicy
 from proxy.config import LagConfig
-from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
+from proxy.observe.identity import kafka_uuid_text
 from proxy.observe.lag import FetchAsk
 from proxy.observe.observer import ObservingHooks, enable_lag
-from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import SummaryOptions
 from tests.records_oracle import build_v2
 
 TOPIC_ID = uuid.UUID("0f0e0d0c-0b0a-4908-8706-050403020100")
-DEFAULTS = LagConfig()
-
-
-class Harness:
-    def __init__(self, tmp_path: Path, lag: LagConfig | None = DEFAULTS) -> None:
-        self.path = tmp_path / "requests.log"
-        self.metrics = Metrics()
-        self.log = RequestLog(LineSink(str(self.path)))
-        self.hooks = ObservingHooks(self.metrics, self.log, SummaryOptions(), HeaderPolicy())
-        if lag is not None:
-            enable_lag(self.hooks, lag, self.metrics)
-        self.infos: dict[str, ConnectionInfo] = {}
-        self.correlation = 0
-
-    def conn(self, name: str, host: str = "10.0.0.7") -> ConnectionInfo:
-        info = self.infos.get(name)
-        if info is None:
-            info = self.infos[name] = ConnectionInfo(name, "plaintext", host, 5000 + len(self.infos), "b:9092")
-            info.metrics = self.metrics.connection_opened("plaintext")
-            self.hooks.connection_opened(info)
-        return info
-
-    def exchange(
-        self, request_body: tuple[int, int, dict[str, Any]], response_body: dict[str, Any],
-        conn: str = "c-1", client_id: str = "app-1", pieces: int = 0,
-    ) -> None:
-        """One request and its answer; `pieces` > 0: the answer streams past in pieces
-        of that many bytes (the path of frames above limits.observe_whole_frame_bytes)."""
-        api_key, version, body = request_body
-        self.correlation += 1
-        info = self.conn(conn)
-        frame = encode_request(Request(api_key, version, {"correlation_id": self.correlation, "client_id": client_id}, body))
-        pending = Pending(self.correlation, api_key, version, time.perf_counter(), len(frame) + 4)
-        self.hooks.request_forwarded(info, memoryview(frame), pending)
-        answer = encode_response(Response(api_key, version, {"correlation_id": self.correlation}, response_body))
-        if not pieces:
-            self.hooks.response_forwarded(info, memoryview(answer), pending)
-            return
-        streamed = self.hooks.response_stream(info, pending, len(answer))
-        for start in range(0, len(answer), pieces):
-            streamed.piece(info, memoryview(answer)[start : start + pieces], pending)
-        streamed.done(info, memoryview(b""), pending)
-
-    def lines(self, api: str) -> list[dict[str, Any]]:
-        self.log.flush()
-        lines = [json.loads(line) for line in self.path.read_text().splitlines()]
-        return [line for line in lines if line.get("api") == api]
-
-    def samples(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-        text = self.metrics.render().decode()
-        return {
-            tuple(sorted(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if s.name == name
-        }
-
-
-def labels(**values: str) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(values.items()))
 
 
 def fetch_request(
@@ -255,6 +194,22 @@ def test_committed_lag_against_the_last_high_watermark_seen(tmp_path: Path) -> N
     assert h.samples("kafkalens_committed_lag_records") == {labels(group="billing", topic="orders", partition="0"): 50}
 
 
+def test_a_commit_naming_topics_by_id_is_named_from_metadata_answers(tmp_path: Path) -> None:
+    """OffsetCommit v10 (KIP-848, what Kafka 4.4's consumer sends) has topic ids, no names."""
+    h = Harness(tmp_path)
+    h.hooks.topic_ids.learn({"topics": [{"topic_id": TOPIC_ID, "name": "orders"}]})
+    h.exchange(fetch_request({0: 0}, version=17), fetch_response({0: (50, 50, None)}, version=17))
+    api, _, body = commit("billing", {0: 20})
+    body["topics"] = [{"topic_id": TOPIC_ID, "partitions": body["topics"][0]["partitions"]}]
+    answer = {"throttle_time_ms": 0, "topics": [{"topic_id": TOPIC_ID, "partitions": [
+        {"partition_index": 0, "error_code": 0}]}]}  # fmt: skip
+    h.exchange((api, 10, body), answer)
+    (line,) = h.lines("OffsetCommit")
+    assert line["topics"] == ["orders"]
+    assert line["committed"] == [{"topic": "orders", "partition": 0, "offset": 20, "high_watermark": 50, "lag": 30}]
+    assert h.samples("kafkalens_committed_lag_records") == {labels(group="billing", topic="orders", partition="0"): 30}
+
+
 def test_topic_traffic_by_direction_software_and_principal(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     batch = records(0, 4)
@@ -276,6 +231,11 @@ def test_caps_fold_into_other_and_the_topic_sum_stays_whole(tmp_path: Path) -> N
     h.exchange(fetch_request({0: 0, 1: 0, 2: 0}), fetch_response({0: (5, 5, None), 1: (6, 6, None), 2: (7, 7, None)}))
     (line,) = h.lines("Fetch")
     assert len(line["positions"]) == 1 and line["positions_dropped"] == 2
+    h.exchange(commit("billing", {0: 1, 1: 1}), commit_answer([0, 1]))
+    (line,) = h.lines("OffsetCommit")
+    assert len(line["committed"]) == 1 and line["committed_dropped"] == 1
+    truncated = h.samples("kafkalens_log_lists_truncated_total")
+    assert {k: v for k, v in truncated.items() if v} == {labels(field="positions"): 1, labels(field="committed"): 1}
     lag = h.samples("kafkalens_consumer_lag_records")
     assert lag == {
         labels(group="", client="app-1", topic="orders", partition="0"): 5,
@@ -378,14 +338,14 @@ def test_a_kip714_instance_id_learnt_on_one_connection_labels_the_clients_others
     h.conn("elsewhere", host="10.9.9.9")
     h.exchange(fetch_request({1: 1}), fetch_response({1: (3, 3, None)}), conn="elsewhere")
     assert h.samples("kafkalens_consumer_lag_records") == {
-        labels(group="", client=str(instance), topic="orders", partition="0"): 2,
+        labels(group="", client=kafka_uuid_text(instance), topic="orders", partition="0"): 2,
         labels(group="", client="app-1", topic="orders", partition="1"): 2,
     }
 
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
 def test_the_readme_access_map_recipe(tmp_path: Path) -> None:
-    from tests.test_readme_recipes import recipe
+    from support.readme import recipe
 
     per_topic = {"batches": 1, "records": 1, "bytes": 70}
     lines = [
@@ -442,3 +402,53 @@ def test_lag_series_are_published_in_the_rendering_thread_not_the_loop(tmp_path:
     text, loop_thread = asyncio.run(scrape())
     assert threads and loop_thread not in threads
     assert b'kafkalens_consumer_lag_records{client="app-1",group="",partition="0",topic="orders"} 5.0' in text
+
+
+def produce(count: int, acks: int = -1, partition: int = 0) -> tuple[int, int, dict[str, Any]]:
+    return (0, 9, {"transactional_id": None, "acks": acks, "timeout_ms": 1000, "topic_data": [
+        {"name": "orders", "partition_data": [{"index": partition, "records": records(0, count)}]}]})
+
+
+def produced(base_offset: int, error: int = 0, partition: int = 0) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "responses": [{"name": "orders", "partition_responses": [
+        {"index": partition, "error_code": error, "base_offset": base_offset, "log_append_time_ms": -1,
+         "log_start_offset": 0, "record_errors": [], "error_message": None}]}]}  # fmt: skip
+
+
+def test_a_consumer_that_stops_fetching_falls_behind_what_producers_append(tmp_path: Path) -> None:
+    """The broker's lag (its end offset minus the position) grows while a consumer does
+    not fetch and producers go on: so does kafkalens's, from the Produce answers."""
+    h = Harness(tmp_path)
+    h.exchange(join_group("billing"), HEARTBEAT_OK)
+    h.exchange(fetch_request({0: 10}), fetch_response({0: (10, 10, None)}))
+    h.exchange(commit("billing", {0: 10}), commit_answer([0]))
+    consumer = labels(group="billing", client="app-1", topic="orders", partition="0")
+    assert h.samples("kafkalens_consumer_lag_records") == {consumer: 0}
+    h.exchange(produce(5), produced(10), conn="producer", client_id="orders-app")
+    h.exchange(produce(7), produced(15), conn="producer", client_id="orders-app")
+    assert h.samples("kafkalens_consumer_lag_records") == {consumer: 12}  # appended up to 22
+    assert h.samples("kafkalens_consumer_topic_lag_records") == {labels(group="billing", topic="orders"): 12}
+    assert h.samples("kafkalens_committed_lag_records") == {labels(group="billing", topic="orders", partition="0"): 12}
+    # refused, unanswered (acks=0) or of another partition: nothing appended here
+    h.exchange(produce(9), produced(-1, error=3), conn="producer", client_id="orders-app")
+    h.exchange(produce(9, acks=0), produced(22), conn="producer", client_id="orders-app")
+    h.exchange(produce(9, partition=1), produced(0, partition=1), conn="producer", client_id="orders-app")
+    assert h.samples("kafkalens_consumer_lag_records")[consumer] == 12
+    # it fetches again: the broker's high watermark is the word
+    h.exchange(fetch_request({0: 10}), fetch_response({0: (22, 22, records(10, 12))}))
+    assert h.samples("kafkalens_consumer_lag_records")[consumer] == 0
+
+
+def test_a_partition_moved_to_another_member_counts_once_in_the_group(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    for conn, client in (("a", "app-1"), ("b", "app-2")):
+        h.exchange(join_group("billing"), HEARTBEAT_OK, conn=conn, client_id=client)
+    h.exchange(fetch_request({0: 5, 1: 0}), fetch_response({0: (10, 10, None), 1: (4, 4, None)}), conn="a", client_id="app-1")
+    assert h.samples("kafkalens_consumer_topic_lag_records") == {labels(group="billing", topic="orders"): 9}
+    # a rebalance gives partition 0 to app-2, which fetches it
+    h.exchange(fetch_request({0: 8}), fetch_response({0: (10, 10, None)}), conn="b", client_id="app-2")
+    assert h.samples("kafkalens_consumer_lag_records") == {
+        labels(group="billing", client="app-1", topic="orders", partition="1"): 4,
+        labels(group="billing", client="app-2", topic="orders", partition="0"): 2,
+    }
+    assert h.samples("kafkalens_consumer_topic_lag_records") == {labels(group="billing", topic="orders"): 6}

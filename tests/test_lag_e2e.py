@@ -214,8 +214,8 @@ def test_with_workers_the_parent_shows_each_workers_lag_series(tansu_factory: An
     prometheus-client's files; an expired one reads 0 (files cannot drop a series).
     Each connection fetches (the worker learns the high watermark, 4) and commits
     offset 1 for a group of its own: committed lag 3 per group, whichever worker."""
+    from support.cli import http_get, kafkalens, workers_config
     from support.observed import Samples
-    from test_cli import http_get, kafkalens, workers_config
 
     port, metrics_port, broker_port = free_port(), free_port(), free_port()
     tansu_factory(advertised_port=port, port=broker_port)
@@ -262,7 +262,7 @@ def _stop(proc: Any) -> None:
 
 
 def _answers(metrics_port: int) -> bool:
-    from test_cli import http_status
+    from support.cli import http_status
 
     try:
         return http_status(metrics_port, "/readyz") == 200

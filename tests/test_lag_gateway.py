@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from support.ck_client import LOG
-from test_gateway import gateway_in_front_of, spread_topic
+from support.gateway import gateway_in_front_of, spread_topic
 
 PARTITIONS, PER_PARTITION, READ = 4, 40, 12
 ONE_FETCH = 3  # records of ~1 KB in a fetch of at most 3,000 bytes a partition

@@ -341,7 +341,7 @@ def trickle(sock: socket.socket, data: bytes) -> None:
 def lines_through(tmp_path: Path, **limits: object) -> tuple[list[dict[str, object]], dict[str, float]]:
     """The log lines of two Produce requests and a Fetch, each spanning many reads, and
     how many frames were observed in pieces per direction."""
-    from test_hostile_support import connect, eventually, hostile_proxy
+    from support.hostile import connect, eventually, hostile_proxy
 
     batches = [record_batch(b"p" * 90_000), record_batch(b"q" * 50_000), record_batch(b"r" * 10)]
     with hostile_proxy(tmp_path, {"pieces": pieces_script}, **limits) as (px, _), connect(px.port) as sock:

@@ -260,8 +260,10 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.connection_rejected("l", "r")
     m.upstream_failure("u", "r")
     m.request_timeout("Fetch")
+    m.request_incomplete("Fetch", "client_eof")
     m.in_flight_limit_hits.inc()
     m.admin_refusals.note("host")
+    m.upstream_reachability.update({"u": True})
     m.unknown_request("api_key")
     m.kip1313_violation("rejected")
     m.gateway_listener_error("port_in_use")
@@ -276,6 +278,11 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.follower_lag.labels(replica="1", topic="t", partition="0").set(1)
     m.topic_records.labels(topic="t", direction="fetch", software="s/1", principal="p").inc()
     m.topic_bytes.labels(topic="t", direction="fetch", software="s/1", principal="p").inc()
+    m.share_delivered.labels(group="g", topic="t").inc()
+    m.share_redelivered.labels(group="g", topic="t").inc()
+    m.share_acknowledged.labels(group="g", topic="t", type="accept").inc()
+    m.share_ranges_invalid.labels(what="acquired", reason="reversed").inc()
+    m.log_lists_truncated.labels(field="acquired").inc()
     rendered = {name for name, _ in scrape(m)}
     assert rendered == metric_names()
 

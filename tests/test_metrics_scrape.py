@@ -2,7 +2,7 @@
 20,000 distinct values of every label they control, and a well-behaved client's round
 trips carry on while /metrics is read.
 
-The proxy runs with its real hooks and request log (test_hostile_support.hostile_proxy).
+The proxy runs with its real hooks and request log (support.hostile.hostile_proxy).
 The hostile client sends every api and version the codec knows (the most series
 that can exist), api versions the codec does not know, api keys that do not
 exist, a client id per request, and client software names and versions (one
@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from proxy_harness import LOCAL, read_frame, request_frame, write_frame
-from test_hostile_support import Sentinel, connect, hostile_proxy
+from support.hostile import Sentinel, connect, hostile_proxy
 
 from codec import Request, encode_request
 from codec.error_codes import ERROR_CODES

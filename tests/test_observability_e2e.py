@@ -1,11 +1,14 @@
 """What real clients cause the proxy to report: request log lines, /metrics, /clients.
 
 Each library runs the shared workload (create a topic, produce with compression,
-consume in a group) through the proxy `kafkalens proxy` runs, in front of tansu; then
-keeps a producer connected while /metrics and /clients are read, and asks about a
-topic that does not exist (support.observed_clients.ask_for_missing_topic).
-The request log file and the metrics are then checked against each other and
-against what the clients did.
+consume in a group) through the proxy `kafkalens proxy` runs, in front of tansu and in
+front of Apache Kafka (the session's newest node, as its sidecar); then keeps a producer
+connected while /metrics and /clients are read, and asks about a topic that does not
+exist (support.observed_clients.ask_for_missing_topic). The request log file and the
+metrics are then checked against each other and against what the clients did.
+
+Apache Kafka 4.x offers KIP-714's telemetry APIs only with a ClientTelemetry receiver,
+which the session's node has not: librdkafka asks for a client instance id of tansu only.
 
 tansu quirks met here: it answers a Produce to a missing topic without an error (and
 creates topics when Metadata allows it), so the missing topic shows up as
@@ -15,17 +18,25 @@ MEMBER_ID_REQUIRED (KIP-394) and its first generation is 0.
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import compat
 from support.clients import (
+    APACHE_KAFKA_GROUPS,
     FETCH_MAX_WAIT_MS,
-    REBALANCE_TIMEOUT_MS,
-    SESSION_TIMEOUT_MS,
+    TANSU_GROUPS,
+    GroupTimeouts,
+    client_version,
     run_workload,
 )
+from support.kafka import NEWEST, observed_sidecar
 from support.observed import ObservedProxy, Samples, eventually, observed_in_front_of
 from support.observed_clients import (
     Expected,
@@ -36,23 +47,50 @@ from support.observed_clients import (
 
 WORKLOADS = [("kafka-python", "gzip"), ("aiokafka", "zstd"), ("confluent-kafka", "lz4")]
 COUNT = 12
+FEATURE = "what kafkalens reports: request log, /metrics, /clients"
 UNKNOWN_TOPIC = "UNKNOWN_TOPIC_OR_PARTITION"
+COORDINATOR_NOT_READY = ("COORDINATOR_LOAD_IN_PROGRESS", "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE")
 
 Line = dict[str, Any]
 
 
+@contextmanager
+def _observed(
+    broker: str, request: pytest.FixtureRequest, log: Path
+) -> Iterator[tuple[ObservedProxy, GroupTimeouts]]:
+    if broker == "tansu":
+        with observed_in_front_of(request.getfixturevalue("tansu_factory"), log) as px:
+            yield px, TANSU_GROUPS
+    else:
+        with observed_sidecar(request.getfixturevalue("apache_kafka"), log) as px:
+            yield px, APACHE_KAFKA_GROUPS
+
+
+@pytest.mark.parametrize("broker", ["tansu", "apache-kafka"])
 @pytest.mark.parametrize(("client", "compression"), WORKLOADS)
 def test_real_clients_are_logged_and_counted(
-    tansu_factory: Any, tmp_path: Path, client: str, compression: str
+    request: pytest.FixtureRequest, tmp_path: Path, client: str, compression: str, broker: str
+) -> None:
+    broker_name = compat.tansu() if broker == "tansu" else compat.apache_kafka(NEWEST)
+    row = (broker_name, client, client_version(client), "sidecar", FEATURE)
+    with compat.checking(*row):
+        _observe(request, tmp_path, client, compression, broker)
+
+
+def _observe(
+    request: pytest.FixtureRequest, tmp_path: Path, client: str, compression: str, broker: str
 ) -> None:
     want = expected(client)
-    topic = f"obs-{client.replace('-', '')}"
+    if broker != "tansu":  # no telemetry receiver: the broker does not offer KIP-714's APIs
+        want = dataclasses.replace(want, telemetry=False)
+    topic = f"obs-{client.replace('-', '')}-{uuid.uuid4().hex[:8]}"
     held_id = f"held-{client}"
     missing = f"{topic}-missing"
-    with observed_in_front_of(tansu_factory, tmp_path / "requests.log") as px:
+    with _observed(broker, request, tmp_path / "requests.log") as (px, timeouts):
         outcome = run_workload(
-            client, px.bootstrap, topic, compression=compression, count=COUNT, admin=False
-        )
+            client, px.bootstrap, topic, compression=compression, count=COUNT, admin=False,
+            timeouts=timeouts,
+        )  # fmt: skip
         assert len(outcome.consumed) == COUNT
         with connected_producer(client, px.bootstrap, topic, held_id):
             held = _while_connected(px, held_id, want)
@@ -62,7 +100,7 @@ def test_real_clients_are_logged_and_counted(
     requests = [line for line in lines if line["event"] == "request"]
     _check_identity(requests, want, held_id, held)
     _check_records(requests, topic, compression, held_id)
-    _check_groups(lines, f"{topic}-group", topic, want)
+    _check_groups(lines, f"{topic}-group", topic, want, timeouts)
     _check_connections(lines)
     _check_metrics(lines, requests, metrics)
     _check_missing_topic(requests, metrics, missing)
@@ -169,7 +207,9 @@ def _check_records(requests: list[Line], topic: str, compression: str, held_id: 
     assert any(m.get("topics") == [topic] for m in _of(requests, "Metadata"))
 
 
-def _check_groups(lines: list[Line], group: str, topic: str, want: Expected) -> None:
+def _check_groups(
+    lines: list[Line], group: str, topic: str, want: Expected, timeouts: GroupTimeouts
+) -> None:
     joins = _of([line for line in lines if line["event"] == "request"], "JoinGroup")
     protocols = list(want.group_protocols)
     for join in joins:
@@ -177,22 +217,29 @@ def _check_groups(lines: list[Line], group: str, topic: str, want: Expected) -> 
         assert join["group_protocols"] == protocols
         assert list(join["subscriptions"]) == protocols  # decoded, by protocol
         assert all(s["topics"] == [topic] for s in join["subscriptions"].values())
-        assert set(join["errors"]) <= {"MEMBER_ID_REQUIRED"}
+        # KIP-394's first answer; so are a coordinator's while its offsets partition is
+        # still being set up (the first groups of a fresh Apache Kafka): retried
+        assert set(join["errors"]) <= {"MEMBER_ID_REQUIRED", *COORDINATOR_NOT_READY}
         # librdkafka sends max.poll.interval.ms as the rebalance timeout, set to the session's
         assert (join["session_timeout_ms"], join["rebalance_timeout_ms"]) == (
-            SESSION_TIMEOUT_MS, REBALANCE_TIMEOUT_MS)
-    [join] = [j for j in joins if not j["errors"]]
-    member, generation = join["member_id"], join["generation_id"]
-    assert member and isinstance(generation, int) and generation >= 0
-    assert join["protocol_name"] in protocols and join["leader"] == member
-    assert list(join["member_subscriptions"]) == [member]  # the leader sees every member
-    assert join["member_subscriptions"][member]["topics"] == [topic]
-    [sync] = _of([line for line in lines if line["event"] == "request"], "SyncGroup")
-    assert (sync["group_id"], sync["member_id"], sync["generation_id"]) == (
-        group,
-        member,
-        generation,
-    )
+            timeouts.session_ms, timeouts.rebalance_ms)
+    # One generation, or more: a consumer that assigned before it knew the new topic's
+    # partitions (kafka-python against Apache Kafka) joins again once it does.
+    joined = [j for j in joins if not j["errors"]]
+    syncs = _of([line for line in lines if line["event"] == "request"], "SyncGroup")
+    assert joined and len(syncs) == len(joined)
+    for join, sync in zip(joined, syncs, strict=True):
+        member, generation = join["member_id"], join["generation_id"]
+        assert member and isinstance(generation, int) and generation >= 0
+        assert join["protocol_name"] in protocols and join["leader"] == member
+        assert list(join["member_subscriptions"]) == [member]  # the leader sees every member
+        assert join["member_subscriptions"][member]["topics"] == [topic]
+        assert (sync["group_id"], sync["member_id"], sync["generation_id"]) == (
+            group,
+            member,
+            generation,
+        )
+    # the last generation, in which the records were read: its assignment and connection
     # decoded even where the version carries no protocol type (v<5): from the JoinGroup
     assert sync["protocol_type"] == "consumer" and sync["errors"] == []
     assignment = {"version": 0, "assigned_partitions": [{"topic": topic, "partitions": [0]}]}

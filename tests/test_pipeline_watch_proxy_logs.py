@@ -5,6 +5,9 @@ JoinGroup with MEMBER_ID_REQUIRED (KIP-394), a protocol step; an idle consumer's
 Fetches at the end of the topic wait out their max_wait_ms. The watch must count the
 first as no failure and the second as waits, not service latency; its per-window
 counts must be those of the log's lines.
+
+The broker is tansu: what is tested is the watch's reading of the log, the same whatever
+the broker (the log's lines in front of Apache Kafka: test_observability_e2e.py).
 """
 
 from __future__ import annotations

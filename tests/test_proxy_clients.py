@@ -1,19 +1,35 @@
-"""Real clients through the sidecar proxy against a real broker (tansu).
+"""Real clients through the sidecar proxy against real brokers: tansu, and Apache Kafka
+at the newest and the oldest version of tests/peers/kafka-versions.
 
 Each library runs the whole workload (support.clients): create a topic, produce
 with headers and compression, consume in a group, commit, then describe configs,
 list and describe groups and delete the topic. The broker advertises the proxy's
 port, so every connection a client makes after bootstrapping goes through it too.
+In front of Apache Kafka the proxy is the one `kafkalens proxy` runs (its request log:
+every request of the clients decoded). Each test records its compatibility row.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
-from proxy_harness import proxy_in_front_of
-from support import aio_client
-from support.clients import run_workload, sort_records, supported_compressions
+from proxy_harness import ProxyThread, proxy_in_front_of
+from support import aio_client, compat
+from support.clients import (
+    APACHE_KAFKA_GROUPS,
+    TANSU_GROUPS,
+    GroupTimeouts,
+    client_version,
+    run_workload,
+    sort_records,
+    supported_compressions,
+)
+from support.kafka import NEWEST, OLDEST, observed_sidecar
 
 # One group workload per client (JoinGroup waits out tansu's rebalance timeout);
 # the other codecs get a produce-and-fetch test without a group below.
@@ -22,20 +38,54 @@ WORKLOADS = [
     ("aiokafka", "zstd"),
     ("confluent-kafka", "lz4"),
 ]
+BROKERS = ["tansu", f"apache-kafka-{NEWEST}", f"apache-kafka-{OLDEST}"]
 
 
+def broker_name(broker: str) -> str:
+    """The compatibility table's name of `broker`."""
+    return compat.tansu() if broker == "tansu" else compat.apache_kafka(broker.rsplit("-", 1)[1])
+
+
+@contextmanager
+def sidecar(
+    broker: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[ProxyThread, GroupTimeouts]]:
+    """The proxy in front of `broker`, and the group timeouts that broker takes."""
+    if broker == "tansu":
+        with proxy_in_front_of(request.getfixturevalue("tansu_factory")) as px:
+            yield px, TANSU_GROUPS
+        return
+    newest = broker.endswith(NEWEST)
+    kafka = request.getfixturevalue("apache_kafka" if newest else "apache_kafka_oldest")
+    with observed_sidecar(kafka, tmp_path / "requests.log") as observed:
+        yield observed, APACHE_KAFKA_GROUPS
+        # what the log says of the clients' requests: each one decoded
+        observed.wait_all_closed()
+        undecoded = {(line["api"], line["api_version"]) for line in observed.lines()
+                     if "decode_error" in line}  # fmt: skip
+        assert not undecoded, f"kafkalens could not decode {sorted(undecoded)}"
+
+
+@pytest.mark.parametrize("broker", BROKERS)
 @pytest.mark.parametrize(("client", "compression"), WORKLOADS)
-def test_workload_through_proxy(tansu_factory, client: str, compression: str) -> None:
-    with proxy_in_front_of(tansu_factory) as px:
-        topic = f"w-{client.replace('-', '')}"
-        outcome = run_workload(client, px.bootstrap, topic, compression=compression, count=20)
+def test_workload_through_proxy(
+    request: pytest.FixtureRequest, tmp_path: Path, broker: str, client: str, compression: str
+) -> None:
+    feature = "produce (headers, compression), consume in a group, Admin"
+    row = (broker_name(broker), client, client_version(client), "sidecar", feature)
+    with compat.checking(*row), sidecar(broker, request, tmp_path) as (px, timeouts):
+        # the shared Apache Kafka broker: a topic of this run's own
+        topic = f"w-{client.replace('-', '')}-{uuid.uuid4().hex[:8]}"
+        outcome = run_workload(
+            client, px.bootstrap, topic, compression=compression, count=20, timeouts=timeouts
+        )
         assert sort_records(outcome.consumed) == sort_records(outcome.produced)
         admin = outcome.admin
         assert topic in repr(admin["configs"])
         assert f"{topic}-group" in _listed_groups(admin["groups"])
         assert "deleted" in admin  # delete_topics raises on failure
         # every connection was relayed and answered; nothing is left waiting
-        assert px.pending_total() == 0
+        assert px.wait_until(lambda: px.server.pending_total() == 0)
         assert px.call(lambda: px.server.metrics.bytes_to_client._value.get()) > 0
 
 
@@ -47,13 +97,17 @@ def _listed_groups(groups: object) -> str:
     return repr(groups)
 
 
+@pytest.mark.parametrize("broker", BROKERS[:2])
 @pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "confluent-kafka"])
-def test_every_supported_compression(tansu_factory, client: str) -> None:
+def test_every_supported_compression(
+    request: pytest.FixtureRequest, tmp_path: Path, broker: str, client: str
+) -> None:
     """Produce with each codec the client has here; read all back by partition."""
     codecs = supported_compressions(client)
     assert set(codecs) == {"none", "gzip", "snappy", "lz4", "zstd"}  # the test extra brings them
-    with proxy_in_front_of(tansu_factory) as px:
-        topic = f"c-{client.replace('-', '')}"
+    row = (broker_name(broker), client, client_version(client), "sidecar", "every compression")
+    with compat.checking(*row), sidecar(broker, request, tmp_path) as (px, _):
+        topic = f"c-{client.replace('-', '')}-{uuid.uuid4().hex[:8]}"
         produced = []
         asyncio.run(aio_client.create_topic_async(px.bootstrap, topic, len(codecs)))
         for partition, codec in enumerate(codecs):

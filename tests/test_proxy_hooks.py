@@ -1,5 +1,9 @@
 """The hook interface (proxy/hooks.py): what hooks see, what they may change, and
-that a failing hook never stops forwarding."""
+that a failing hook never stops forwarding.
+
+The broker is tansu: what is tested is the hook seam, the same whatever the broker
+(real clients in front of Apache Kafka: test_proxy_clients.py, test_kafka_java_clients.py).
+"""
 
 from __future__ import annotations
 

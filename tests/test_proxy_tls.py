@@ -3,13 +3,14 @@
 The chain is kafkalens itself twice: client --TLS--> edge proxy (terminates, asks
 for a client certificate) --plaintext--> tansu, and for origination: client -->
 inner proxy --TLS with its own client certificate--> edge proxy --> tansu.
+
+tansu is the broker: the TLS on both sides is kafkalens's, the broker only answers.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,27 +18,10 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 from proxy_harness import LOCAL, ProxyThread, api_versions_v0, correlation_id, read_frame
+from support.tls import OPENSSL_EXT, issue, openssl
 
 from proxy.config import Config, parse_config
 from proxy.tansu import free_port
-
-OPENSSL_EXT = "subjectAltName=DNS:localhost,IP:127.0.0.1"
-
-
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def issue(cwd: Path, name: str, subject: str, ext: str | None = None) -> None:
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=cwd)
-    extra = ["-extfile", "ext.cnf"] if ext else []
-    if ext:
-        (cwd / "ext.cnf").write_text(ext + "\n")
-    openssl(
-        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", *extra, cwd=cwd,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,11 @@
 """proxy.observe.request_log: lines as JSON, stdout writes that keep lines whole, rotation; the
 writer thread's flush deadline, reopening, bound and failures; then the same against a
-live proxy with its real hooks, while a well-behaved client keeps round-tripping."""
+live proxy with its real hooks, while a well-behaved client keeps round-tripping.
+
+The live broker is tansu: the log's writing is kafkalens's own, the same whatever the
+broker (real clients in front of Apache Kafka, their lines checked: test_proxy_clients.py,
+test_observability_e2e.py, test_kafka_java_clients.py).
+"""
 
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 from structlog.testing import capture_logs
-from test_hostile_support import (
+from support.hostile import (
     ObservedProxy,
     ScriptedBroker,
     Sentinel,

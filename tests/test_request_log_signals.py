@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame
-from test_hostile_support import ScriptedBroker, Sentinel, api_versions_v0_answer, connect
+from support.hostile import ScriptedBroker, Sentinel, api_versions_v0_answer, connect
 
 from proxy.tansu import free_port, wait_for_port
 from proxy.workers import worker_log_path

@@ -4,6 +4,10 @@ and neither the password nor the client proof appears anywhere an operator can r
 tansu (`--authentication`) runs the whole SCRAM exchange and then refuses the unknown
 user, so the client-final message, proof included, crosses the proxy. A recording relay
 between the proxy and tansu keeps what crossed, to know the proof to search for.
+
+Apache Kafka with SCRAM would run the same exchange and refuse the unknown user alike:
+it would take a broker of its own with a SASL listener, for nothing kafkalens does
+differently.
 """
 
 from __future__ import annotations

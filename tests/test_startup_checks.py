@@ -4,9 +4,11 @@ and exit code 2 from both, never a traceback (issue 18, item 6: the operator's c
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from proxy.preflight import (
     check_startup,
     check_tls,
 )
-from proxy.tansu import free_port
+from proxy.tansu import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL = "127.0.0.1"
@@ -249,3 +251,44 @@ def test_flags_naming_a_bad_log_path_are_named(tmp_path: Path) -> None:
     ports = ("--port", str(free_port()), "--metrics-port", str(free_port()))
     code, _out, err = kafkalens("demo", *ports, "--log", "/etc/passwd/demo/requests.log")
     assert code == 2 and err == "kafkalens: error: --log: /etc/passwd is not a directory\n"
+
+
+def test_check_config_creates_no_folder_and_names_those_the_proxy_creates(tmp_path: Path) -> None:
+    """As the README says: check-config changes nothing and names each log folder that
+    does not exist yet; kafkalens proxy creates them as it starts."""
+    log = tmp_path / "var" / "log" / "kafkalens" / "requests.log"
+    telemetry = tmp_path / "telemetry" / "telemetry.log"
+    port = free_port()
+    path = tmp_path / "k.yaml"
+    path.write_text(
+        startable(
+            tmp_path,
+            listeners=f"[{{name: a, listen: '{LOCAL}:{port}', upstream: '{LOCAL}:1'}}]",
+            request_log=f"{{path: '{log}'}}",
+            telemetry=f"{{log: {{path: '{telemetry}'}}}}",
+        )
+    )
+    code, out, err = kafkalens("check-config", str(path))
+    assert (code, err) == (0, ""), err
+    assert f"  request_log.path: {log.parent} does not exist yet; kafkalens proxy creates it as it starts\n" in out
+    assert f"  telemetry.log.path: {telemetry.parent} does not exist yet; kafkalens proxy creates it as it starts\n" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.yaml"]
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "proxy", "--config", str(path)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and telemetry.exists()) and proxy.poll() is None:
+            assert time.monotonic() < deadline, "the proxy did not create its logs in 30 s"
+            time.sleep(0.05)
+        assert log.exists() and telemetry.exists(), proxy.communicate()[1]
+        assert wait_for_port(LOCAL, port, 30)  # started: SIGTERM is a clean stop now
+        proxy.send_signal(signal.SIGTERM)
+        assert proxy.wait(30) == 0
+    finally:
+        proxy.kill()
+        proxy.communicate()
+    code, out, err = kafkalens("check-config", str(path))  # now there: nothing to name
+    assert (code, err) == (0, "") and "does not exist yet" not in out

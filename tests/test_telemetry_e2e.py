@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from support.clients import HEARTBEAT_MS, SESSION_TIMEOUT_MS
 from support.observed import Samples, eventually
 from support.telemetry import TelemetryProxy
 
+from proxy.observe.identity import kafka_uuid
 from proxy.tansu import free_port
 
 PREFIX = "kafkalens_client_org_apache_kafka_"
@@ -126,7 +126,7 @@ def test_collect_mode_gives_every_client_an_id_and_its_metrics_reach_prometheus(
         )
         assert found, instance_ids(px.lines())
         ids = {client: found[client] for client in clients}
-        assert len({uuid.UUID(i) for i in found.values()}) == len(found)  # one each
+        assert len({kafka_uuid(i) for i in found.values()}) == len(found)  # one each
         p_id, c_id = ids["tel-producer"], ids["tel-consumer"]
 
         def matches_statistics() -> bool:
@@ -258,7 +258,7 @@ def test_gateway_collect_mode_answers_in_place_of_brokers_that_ask_for_nothing(
     import dataclasses
 
     from proxy_harness import ProxyThread
-    from test_gateway import brokers_of, gateway_config
+    from support.gateway import brokers_of, gateway_config
 
     from proxy.config import TelemetryConfig
     from proxy.metrics import Metrics

@@ -8,7 +8,6 @@ connection and on a well-behaved client's own connection, is answered after each
 from __future__ import annotations
 
 import dataclasses
-import struct
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,12 +23,11 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ResourceMetrics,
     ScopeMetrics,
 )
-from proxy_harness import LOCAL, read_frame
+from proxy_harness import LOCAL
+from support.hostile import MIB, PeakGrowth, compressed_zeros
 from support.observed import eventually
-from support.telemetry import TelemetryProxy, metrics_data
-from test_hostile_support import MIB, PeakGrowth, compressed_zeros, connect
+from support.telemetry import RawClient, TelemetryProxy, metrics_data
 
-from codec import Request, decode_response, encode_request
 from proxy.config import Address
 from proxy.tansu import free_port
 
@@ -60,45 +58,6 @@ def chain(tansu_factory: Any, tmp_path: Path) -> Iterator[tuple[TelemetryProxy, 
     ):
         tansu_factory(advertised_port=observer.port, port=broker_port)
         yield observer, collector
-
-
-class RawClient:
-    def __init__(self, port: int) -> None:
-        self.sock = connect(port)
-        self.corr = 0
-
-    def call(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        self.corr += 1
-        frame = encode_request(
-            Request(api_key, version, {"correlation_id": self.corr, "client_id": "hostile"}, body)
-        )
-        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
-        answer = read_frame(self.sock)
-        return decode_response(answer, api_key, version).body
-
-    def subscribe(self) -> tuple[uuid.UUID, int]:
-        body = self.call(GET_SUBSCRIPTIONS, 0, {"client_instance_id": uuid.UUID(int=0)})
-        return body["client_instance_id"], body["subscription_id"]
-
-    def push(
-        self, instance: uuid.UUID, subscription: int, metrics: bytes, compression: int = 0
-    ) -> int:
-        body = self.call(
-            PUSH,
-            0,
-            {
-                "client_instance_id": instance,
-                "subscription_id": subscription,
-                "terminating": False,
-                "compression_type": compression,
-                "metrics": metrics,
-            },
-        )
-        return int(body["error_code"])
-
-    def metadata_answered(self) -> bool:
-        body = self.call(METADATA, 1, {"topics": []})
-        return bool(body["brokers"])
 
 
 def many_names(start: int, count: int) -> bytes:

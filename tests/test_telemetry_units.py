@@ -17,12 +17,15 @@ import pytest
 import snappy
 import zstandard
 from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    AggregationTemporality,
     Histogram,
     HistogramDataPoint,
     Metric,
     MetricsData,
+    NumberDataPoint,
     ResourceMetrics,
     ScopeMetrics,
+    Sum,
 )
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,6 +35,7 @@ from codec import HeaderPolicy, Request, decode_response, encode_request
 from proxy.config import TelemetryConfig
 from proxy.hooks import ConnectionInfo
 from proxy.metrics import Metrics
+from proxy.observe.identity import kafka_uuid, kafka_uuid_text
 from proxy.observe.otlp import PushError, decode, payload, prometheus_name
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import SummaryOptions
@@ -114,6 +118,52 @@ def test_prometheus_names_and_histograms_render_and_parse() -> None:
     assert samples[(latency + "_count", None)] == 6 and samples[(latency + "_sum", None)] == 21
     point = decode(DATA, 100, 16).points[1]
     assert prometheus_name(point) == prefix + "producer_connection_creation"  # + "_total" on render
+
+
+SECOND = 1_000_000_000
+
+
+def _delta_push(total: float, start: int, end: int, counts: list[int] | None = None) -> list[Any]:
+    """One delta point of a monotonic sum (and of a histogram with bounds 1, 5 when
+    `counts` is given) over (start, end] seconds, decoded."""
+    metrics = [Metric(name="org.apache.kafka.producer.record.send.total", sum=Sum(
+        is_monotonic=True, aggregation_temporality=AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA,
+        data_points=[NumberDataPoint(as_double=total, start_time_unix_nano=start * SECOND,
+                                     time_unix_nano=end * SECOND)]))]  # fmt: skip
+    if counts is not None:
+        metrics.append(Metric(name="org.apache.kafka.client.latency", histogram=Histogram(
+            aggregation_temporality=AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA,
+            data_points=[HistogramDataPoint(count=sum(counts), sum=total, explicit_bounds=[1.0, 5.0],
+                                            bucket_counts=counts, start_time_unix_nano=start * SECOND,
+                                            time_unix_nano=end * SECOND)])))  # fmt: skip
+    data = MetricsData(resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=metrics)])])
+    return decode(data.SerializeToString(), 100, 16).points
+
+
+def test_delta_points_are_added_up_to_the_total_a_counter_shows() -> None:
+    """Apache Kafka's brokers hand out subscriptions with delta temporality: the Java
+    client pushes what changed since its last push. The store keeps the total."""
+    store = TelemetryStore(10, 100, 3, 1.0)
+
+    def total(*push: Any) -> float:
+        (kept, *_) = store.accept("id-1", ClientMeta(), _delta_push(*push))
+        return kept.value
+
+    assert total(5, 0, 1) == 5  # the first push: everything since the metric was made
+    assert total(3, 1, 2) == 8
+    assert total(0, 2, 3) == 8
+    assert total(2, 7, 8) == 10  # a gap (pushes lost on their way): still added
+    assert total(12, 1, 9) == 12  # from before the last end: the client started over
+    # a delta histogram: count, sum and each bucket added up
+    store.accept("id-2", ClientMeta(), _delta_push(4, 0, 1, [1, 1, 0]))
+    kept = store.accept("id-2", ClientMeta(), _delta_push(6, 1, 2, [0, 2, 1]))
+    histogram = next(p for p in kept if p.kind == "histogram")
+    assert (histogram.count, histogram.value) == (5, 10)
+    assert histogram.buckets == ((1.0, 1), (5.0, 4), (float("inf"), 5))  # cumulative per bound
+    # cumulative points are kept as they come
+    cumulative = store.accept("id-3", ClientMeta(), decode(DATA, 100, 16).points)
+    again = store.accept("id-3", ClientMeta(), decode(DATA, 100, 16).points)
+    assert [p.value for p in cumulative] == [p.value for p in again] == [2.5, 3.0]
 
 
 class _Fixed:
@@ -247,7 +297,9 @@ def test_collect_mode_hands_out_the_header_id_and_keeps_a_clients_own(tmp_path: 
     h = Harness(
         tmp_path, collect=True, push_interval_ms=1500, metrics=("org.apache.kafka.producer.",)
     )
-    assert h.hooks.admit_api_keys == {71, 72} and not h.hooks.inspects_requests
+    # Held for an answer: KIP-714's two requests, and ApiVersions (whose versions the codec
+    # cannot read are answered by the proxy); every other request is forwarded unheld.
+    assert h.hooks.admit_api_keys == {18, 71, 72} and not h.hooks.inspects_requests
     header_v3_first(h)
     reply = h.admit(subscriptions(2, uuid.UUID(int=0)))
     assert reply is not None
@@ -272,7 +324,7 @@ def test_collect_mode_hands_out_the_header_id_and_keeps_a_clients_own(tmp_path: 
         "PushTelemetry"
     ]
     assert answered[-1]["telemetry_metrics"] == 2
-    assert all(line["client_instance_id"] == str(HEADER_ID) for line in answered)
+    assert all(line["client_instance_id"] == kafka_uuid_text(HEADER_ID) for line in answered)
 
 
 def test_a_fresh_client_gets_a_random_id(tmp_path: Path) -> None:
@@ -378,12 +430,21 @@ def test_a_clients_other_connections_take_its_id_and_a_telemetry_exchange_keeps_
     frame = memoryview(encode_request(metadata))
     h.hooks.request_forwarded(other, frame, Pending(1, 3, 1, time.perf_counter(), 0))
     body = decode_response(h.admit(subscriptions(2, uuid.UUID(int=0))) or b"", 71, 0).body
-    first = str(body["client_instance_id"])
+    first = kafka_uuid_text(body["client_instance_id"])
     assert other.identity["client_instance_id"] == first  # joined at once, no line needed
     # the other connection then asks for a subscription of its own: it keeps what it gets
     own = h.hooks.admit_request(
         other, memoryview(encode_request(subscriptions(3, uuid.UUID(int=0)))), 71, 0, 3
     )
-    second = str(decode_response(own or b"", 71, 0).body["client_instance_id"])
+    second = kafka_uuid_text(decode_response(own or b"", 71, 0).body["client_instance_id"])
     assert second != first and other.identity["client_instance_id"] == second
     assert h.info.identity["client_instance_id"] == first
+
+
+def test_instance_ids_are_written_as_kafka_writes_a_uuid() -> None:
+    """Uuid.toString(): URL-safe base64 of the 16 bytes, no padding. The pair is one Java
+    client's clientInstanceId() and the uuid kafkalens decoded for it from the wire."""
+    instance = uuid.UUID("0995a9b1-392f-4610-af8e-63b23394e7ea")
+    assert kafka_uuid_text(instance) == "CZWpsTkvRhCvjmOyM5Tn6g"
+    assert kafka_uuid(kafka_uuid_text(instance)) == instance
+    assert kafka_uuid_text(uuid.UUID(int=2**128 - 1)) == "_____________________w"  # "-" and "_", not "+" and "/"

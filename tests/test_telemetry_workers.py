@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import signal
 import time
-import uuid
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 from proxy_harness import LOCAL, FakeBroker, echo_broker
-from support.telemetry import metrics_data
-from test_cli import http_get, http_json, kafkalens
-from test_telemetry_hostile import RawClient
+from support.cli import http_get, http_json, kafkalens
+from support.telemetry import RawClient, metrics_data
 
+from proxy.observe.identity import kafka_uuid, kafka_uuid_text
 from proxy.tansu import free_port, wait_for_port
 
 CLIENTS = 16  # connections SO_REUSEPORT spreads over both workers
@@ -44,7 +43,7 @@ def test_workers_keep_their_own_clients_and_metrics_merge_them(tmp_path: Path) -
                     client.push(instance, subscription, metrics_data({"queue.time.avg": number}))
                     == 0
                 )
-                pushed[str(instance)] = float(number)
+                pushed[kafka_uuid_text(instance)] = float(number)
 
             def ids(listed: list[dict[str, object]]) -> set[object]:
                 return {c["identity"]["client_instance_id"] for c in listed}  # type: ignore[index]
@@ -81,4 +80,4 @@ def test_workers_keep_their_own_clients_and_metrics_merge_them(tmp_path: Path) -
         for line in (tmp_path / f"telemetry-w{worker}.log").read_text().splitlines():
             entry = json.loads(line)
             logged[entry["client_instance_id"]] = entry["value"]
-    assert logged == pushed and all(uuid.UUID(i) for i in logged)
+    assert logged == pushed and all(kafka_uuid_text(kafka_uuid(i)) == i for i in logged)

@@ -24,8 +24,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from proxy_harness import LOCAL, FakeBroker, api_versions_v0, correlation_id, is_closed, read_frame
-from test_hostile_support import ObservedProxy, ScriptedBroker
-from test_proxy_tls import OPENSSL_EXT, issue, openssl
+from support.hostile import ObservedProxy, ScriptedBroker
+from support.tls import OPENSSL_EXT, issue, openssl
 
 from proxy.config import Config, ConfigError, parse_config
 from proxy.tansu import free_port

@@ -2,10 +2,19 @@
 
 One request per connection (answered with `Connection: close`), GET and HEAD only,
 headers capped at 8 KiB and 5 seconds: enough for Prometheus and Kubernetes probes
-without a web framework, and nothing a bad client sends can hold resources long. At
-most `metrics.max_connections` connections are open at once (per listener); past it a
-connection gets 503 at once. Every refused request is counted by reason in
-`kafkalens_admin_refused_total`.
+without a web framework, and nothing a bad client sends can hold resources long.
+
+Whoever floods the port must not deny the kubelet's probes or Prometheus's scrapes
+(a liveness probe turned away restarts the pod). Each listener holds at most
+`metrics.max_connections` connections, and one client address (an IPv6 /64) at most
+`metrics.max_connections_per_address`. A connection that would pass a limit makes room
+instead: the oldest connection still waiting for its request (of its own address, at
+the per-address limit) is answered 503 and closed. A probe or scrape sends its request
+within a millisecond of connecting, so it is never the oldest waiting; idle connections
+are. Only when every connection it could replace is already being answered is the
+newcomer itself answered 503. Every
+refused or replaced connection is counted by reason in `kafkalens_admin_refused_total`
+(`per_address_limit`, `too_many_connections`, and the reasons of refused requests).
 
 /metrics, /healthz and /readyz are open. /clients names every connection's address,
 client id and SASL principal: it is off unless `metrics.clients_token_file` (then only
@@ -20,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import inspect
+import ipaddress
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -34,6 +44,10 @@ from proxy.metrics import AdminRefusals
 
 MAX_HEADER_BYTES = 8192
 HEADER_TIMEOUT_SECONDS = 5.0
+# The kernel's queue of connections not yet accepted (capped by net.core.somaxconn).
+# asyncio's default of 100 overflows when a flood connects all at once: the kernel
+# then drops SYNs, a probe's among them, and its client retries only after 1 s.
+ACCEPT_BACKLOG = 4096
 _TEXT = "text/plain; charset=utf-8"
 _JSON = "application/json"
 
@@ -174,20 +188,77 @@ async def _metrics_later(render: Callable[[], Awaitable[bytes]]) -> Response:
     return Response(HTTPStatus.OK, await render(), CONTENT_TYPE_LATEST)
 
 
-@dataclass
+TOO_MANY_CONNECTIONS = "too_many_connections"
+PER_ADDRESS_LIMIT = "per_address_limit"
+
+
+def _busy(reason: str) -> Response:
+    return Response(
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        b"too many admin connections\n",
+        headers=(("Retry-After", "1"),),
+        refused=reason,
+    )
+
+
+def address_key(peername: Any) -> str:
+    """Whose connection it is, for the per-address limit: the IPv4 address, or the /64
+    of an IPv6 one (one host gets a whole /64 to pick addresses from)."""
+    host = str(peername[0]) if peername else ""
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return host  # not an IP (a Unix socket): one key for all
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+@dataclass(eq=False)
 class Gate:
-    """The connections one listener has open, against its limit."""
+    """The connections one listener has open, by client address, against its limits.
+    (Dicts keep insertion order: oldest first. Finding the oldest waiting connection
+    passes only the older ones being answered, which are done within milliseconds.)"""
 
     limit: int = 32
-    open: int = 0
+    per_address: int = 8
+    conns: dict[HttpProtocol, None] = field(default_factory=dict)  # every open one
+    by_address: dict[str, dict[HttpProtocol, None]] = field(default_factory=dict)
 
+    @property
+    def open(self) -> int:
+        return len(self.conns)
 
-_BUSY = Response(
-    HTTPStatus.SERVICE_UNAVAILABLE,
-    b"too many admin connections\n",
-    headers=(("Retry-After", "1"),),
-    refused="too_many_connections",
-)
+    def admit(self, newcomer: HttpProtocol) -> str | None:
+        """Takes `newcomer` in, replacing an idle connection if a limit says so; the
+        reason it is refused instead, if every connection it could replace is busy."""
+        mine = self.by_address.get(newcomer.address, {})
+        if len(mine) >= self.per_address and not self._replace_oldest_waiting(mine, PER_ADDRESS_LIMIT):
+            return PER_ADDRESS_LIMIT
+        if len(self.conns) >= self.limit and not self._replace_oldest_waiting(self.conns, TOO_MANY_CONNECTIONS):
+            return TOO_MANY_CONNECTIONS
+        self.by_address.setdefault(newcomer.address, {})[newcomer] = None
+        self.conns[newcomer] = None
+        return None
+
+    def release(self, conn: HttpProtocol) -> None:
+        if conn not in self.conns:
+            return  # refused, or released already
+        del self.conns[conn]
+        mine = self.by_address[conn.address]
+        del mine[conn]
+        if not mine:
+            del self.by_address[conn.address]
+
+    def _replace_oldest_waiting(self, conns: dict[HttpProtocol, None], reason: str) -> bool:
+        for conn in conns:
+            if conn.waiting:
+                self.release(conn)
+                conn.replaced(reason)
+                return True
+        return False
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -195,7 +266,8 @@ class HttpProtocol(asyncio.Protocol):
         self.endpoints = endpoints
         self.access = access or Access()
         self.gate = gate or Gate()
-        self.admitted = False
+        self.address = ""  # address_key() of the client
+        self.waiting = False  # admitted, its request not yet complete: may be replaced
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -203,16 +275,23 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        if self.gate.open >= self.gate.limit:
-            self._send(_BUSY)
+        self.address = address_key(transport.get_extra_info("peername"))
+        refused = self.gate.admit(self)
+        if refused is not None:
+            self._send(_busy(refused))
             return
-        self.gate.open += 1
-        self.admitted = True
+        self.waiting = True
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(HEADER_TIMEOUT_SECONDS, self._header_timeout)
 
+    def replaced(self, reason: str) -> None:
+        """The gate let a newer connection take this one's place (it is no longer counted)."""
+        self.waiting = False
+        self._send(_busy(reason))
+
     def _header_timeout(self) -> None:
         self.timer = None
+        self.waiting = False
         self.endpoints.refusals.note("header_timeout")
         assert self.transport is not None
         self.transport.abort()
@@ -229,6 +308,7 @@ class HttpProtocol(asyncio.Protocol):
                 )
             return
         self._stop_timer()  # the request is in: what is left is ours to answer
+        self.waiting = False
         self._answer(bytes(self.buffer[:end]))
 
     def _answer(self, head: bytes) -> None:
@@ -269,6 +349,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def _send(self, response: Response, head_only: bool = False) -> None:
         self._stop_timer()
+        self.waiting = False
         assert self.transport is not None
         if response.refused is not None:
             self.endpoints.refusals.note(response.refused)
@@ -286,9 +367,8 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
-        if self.admitted:
-            self.admitted = False
-            self.gate.open -= 1
+        self.waiting = False
+        self.gate.release(self)
 
 
 def _failed(exc: Exception) -> Response:
@@ -317,14 +397,19 @@ async def start_http(
     access: Access | None = None,
     ssl: Any = None,
     max_connections: int = 32,
+    max_connections_per_address: int = 8,
+    gate: Gate | None = None,
 ) -> asyncio.Server:
+    """`gate`, if given, is the listener's (its limits win over the two above)."""
     loop = asyncio.get_running_loop()
-    gate = Gate(limit=max_connections)
+    if gate is None:
+        gate = Gate(limit=max_connections, per_address=max_connections_per_address)
     return await loop.create_server(
         lambda: HttpProtocol(endpoints, access, gate),
         listen.host,
         listen.port,
         reuse_address=True,
+        backlog=ACCEPT_BACKLOG,
         ssl=ssl,
         ssl_handshake_timeout=HEADER_TIMEOUT_SECONDS if ssl is not None else None,
     )
@@ -336,6 +421,7 @@ class AdminServers:
 
     main: asyncio.Server
     local: asyncio.Server | None = None
+    gates: dict[str, Gate] = field(default_factory=dict)  # by config key: what is open
 
     def close(self) -> None:
         self.main.close()
@@ -366,24 +452,28 @@ async def start_admin(config: MetricsConfig, endpoints: Endpoints) -> AdminServe
             ssl = server_context(config.tls)
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             raise ConfigError("metrics.tls", f"cannot load the certificate: {exc}") from exc
-    main = await _open("metrics.listen", config, endpoints, main_access, ssl)
+    gates = {
+        key: Gate(limit=config.max_connections, per_address=config.max_connections_per_address)
+        for key in ("metrics.listen", "metrics.clients_listen")
+    }
+    main = await _open("metrics.listen", config, endpoints, main_access, gates, ssl)
     if config.clients_listen is None:
-        return AdminServers(main)
+        return AdminServers(main, gates={"metrics.listen": gates["metrics.listen"]})
     local_access = Access(clients="open", check_host=True, allowed_hosts=hosts)
     try:
-        local = await _open("metrics.clients_listen", config, endpoints, local_access)
+        local = await _open("metrics.clients_listen", config, endpoints, local_access, gates)
     except BaseException:
         main.close()
         raise
-    return AdminServers(main, local)
+    return AdminServers(main, local, gates)
 
 
 async def _open(
-    key: str, config: MetricsConfig, endpoints: Endpoints, access: Access, ssl: Any = None
+    key: str, config: MetricsConfig, endpoints: Endpoints, access: Access, gates: dict[str, Gate], ssl: Any = None
 ) -> asyncio.Server:
     listen = config.listen if key == "metrics.listen" else config.clients_listen
     assert listen is not None
     try:
-        return await start_http(listen, endpoints, access, ssl, config.max_connections)
+        return await start_http(listen, endpoints, access, ssl, gate=gates[key])
     except OSError as exc:
         raise ConfigError(key, f"cannot listen on {listen}: {exc.strerror or exc}") from exc

@@ -2,7 +2,8 @@
 
 /readyz must answer instantly and must not open a broker connection per request
 (a Kubernetes probe every few seconds per pod would otherwise do just that), so a
-task probes every upstream every `interval` seconds and /readyz reads the result.
+task probes every upstream every `interval` seconds and /readyz reads the result, as
+does kafkalens_upstream_reachable{upstream} (proxy.metrics.UpstreamReachability).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 
 from proxy.config import Address
+from proxy.metrics import UpstreamReachability
 
 PROBE_INTERVAL_SECONDS = 2.0
 PROBE_TIMEOUT_SECONDS = 1.0
@@ -23,8 +25,10 @@ class UpstreamProbe:
         upstreams: Callable[[], Iterable[Address]],
         interval: float = PROBE_INTERVAL_SECONDS,
         timeout: float = PROBE_TIMEOUT_SECONDS,
+        reachability: UpstreamReachability | None = None,
     ) -> None:
         self._upstreams = upstreams
+        self.reachability = reachability
         self.interval = interval
         self.timeout = timeout
         self.unreachable: list[Address] | None = None  # None: not probed yet
@@ -50,6 +54,8 @@ class UpstreamProbe:
         results = await asyncio.gather(*(self._reachable(a) for a in addresses))
         self.probed = addresses
         self.unreachable = [a for a, ok in zip(addresses, results, strict=True) if not ok]
+        if self.reachability is not None:
+            self.reachability.update({str(a): ok for a, ok in zip(addresses, results, strict=True)})
 
     def verdict(self, need_all: bool) -> tuple[bool, str]:
         """(ready, why). A sidecar needs its upstream; a gateway needs the cluster, i.e.

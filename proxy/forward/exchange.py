@@ -126,6 +126,37 @@ class Exchange:
             except Exception:
                 self.hook_failed(hook.__name__, pending.api_key, direction)
 
+    def never_forwarded(self, data: bytes, arrived: float, limit: int) -> list[int]:
+        """`data`, from a frame's start, was received from the client and not forwarded,
+        and the connection is closing: its first `limit` whole requests are pending too,
+        for the close to report them incomplete (a client that sent a request knows of
+        it; the request log must too). Returns the api keys of the others. A cut last
+        frame is no request."""
+        pos, end = 0, len(data)
+        others: list[int] = []
+        while end - pos >= 4:
+            (size,) = _INT32.unpack_from(data, pos)
+            if size < 0 or end - pos - 4 < size:
+                break
+            if size >= REQUEST_MIN_HEAD:
+                api_key, api_version, corr = _REQUEST_HEADER.unpack_from(data, pos + 4)
+                if limit <= 0:
+                    others.append(api_key)
+                    pos += 4 + size
+                    continue
+                limit -= 1
+                self.info.requests += 1
+                pending = Pending(corr, api_key, api_version, arrived, size + 4)
+                self.pending.append(pending)
+                try:
+                    self.hooks.request_not_forwarded(
+                        self.info, memoryview(data)[pos + 4 : pos + 4 + size], pending
+                    )
+                except Exception:
+                    self.hook_failed("request_not_forwarded", api_key, "request")
+            pos += 4 + size
+        return others
+
     def answer_in_order(self, pending: Pending) -> None:
         """Send a reply the proxy made itself now, if nothing is ahead of it."""
         responses = self.responses
@@ -350,7 +381,12 @@ class ResponseSide(_Side):
             self.unmatched += 1
             return STREAM
         (corr,) = _INT32.unpack_from(head, 0)
-        pending = self._match(corr)
+        queue = ex.pending
+        first = queue[0] if queue else None
+        if first is not None and first.correlation_id == corr and first.reply is None:
+            pending: Pending | None = queue.popleft()  # the usual answer, without a call
+        else:
+            pending = self._match(corr)
         if pending is None:
             self.unmatched += 1
             return STREAM

@@ -162,6 +162,15 @@ class FrameSplitter:
             self.mid_frame_since = None
         self._handler.chunk_done()
 
+    def unforwarded(self) -> tuple[bytes, int] | None:
+        """For a closing connection: what a PAUSE kept (it begins at a frame's start), and
+        how many bytes of the frame being forwarded are still to come (a frame starts
+        after them). None where no frame start is known (stopped; a cut header kept)."""
+        if self.stopped or self._undecided is not None:
+            return None
+        parked, self._parked = self._parked, []
+        return b"".join(parked), self._remaining
+
     def resume(self) -> None:
         """Split what a PAUSE kept; it may pause again, keeping what is left."""
         parked, self._parked = self._parked, []

@@ -78,6 +78,7 @@ class Server:
 
     async def start(self) -> None:
         """Bind every configured sidecar listener and start the timeout sweeper."""
+        self.ctx.open_hangups()
         for listener in self.config.listeners:
             await self.add_listener(listener.name, listener.listen, listener.upstream, listener.tls)
         self.ctx.fd_ceiling = fdlimit.ceiling()
@@ -131,6 +132,7 @@ class Server:
             ) from exc
         listener = Listener(name, listen, route, server, tls is not None)
         self.listeners[name] = listener
+        ctx.metrics.listener_added(name)
         log.info(
             "listening",
             listener=name,
@@ -210,6 +212,7 @@ class Server:
             conn.close("shutdown")
         for listener in self.listeners.values():
             listener.server.close()
+        self.ctx.close_hangups()
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

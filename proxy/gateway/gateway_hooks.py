@@ -14,7 +14,7 @@ from functools import cache
 import structlog
 
 from codec import DecodeError, HeaderPolicy, Response, decode_response, encode_response
-from codec.schema import api_messages
+from codec.schema import api_messages, message
 from proxy.gateway.addresses import Mapper, address_fields, rewrite_addresses, rewritten_api_keys
 from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
 
@@ -31,8 +31,13 @@ def rewrite_broker_addresses(
 ) -> bytes | None:
     """The response with every broker address mapped, or None when none changed (the
     original bytes then go on untouched)."""
-    fields = address_fields(_response_name(api_key), api_version)
+    name = _response_name(api_key)
+    fields = address_fields(name, api_version)
     if not fields:
+        if message(name).definition(api_version) is None:
+            # newer than the codec (a client that did not negotiate: the ApiVersions cap
+            # keeps the others below): its addresses, if any, go out unrewritten
+            raise DecodeError(f"{name} v{api_version}: a version the codec does not know")
         return None  # this version names no broker (e.g. Fetch before v16): no decoding
     response, trailing = _decode(frame, api_key, api_version, policy)
     if not rewrite_addresses(response.body, fields, mapper):
@@ -128,6 +133,9 @@ class GatewayHooks(Hooks):
         self, info: ConnectionInfo, frame: memoryview, pending: Pending
     ) -> None:
         self.inner.request_without_response(info, frame, pending)
+
+    def request_not_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        self.inner.request_not_forwarded(info, frame, pending)
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         self.inner.response_forwarded(info, frame, pending)

@@ -12,7 +12,13 @@ from codec import DecodeError, HeaderPolicy, Response, decode_response, encode_r
 from codec.error_codes import UNSUPPORTED_VERSION
 from codec.schema import api_messages
 
-API_VERSIONS = 18
+PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
+# Kafka 4 brokers list Produce v0-2 in their ApiVersions answer but refuse them: Kafka's
+# own ProduceRequest.json says so (KAFKA-18659, for old librdkafka that will not talk to
+# a broker whose Produce starts above v0). Such a broker is known by its Fetch range,
+# which starts at v4 since KIP-896 (Kafka 4.0) removed v0-3.
+_LISTED_BUT_REFUSED = {PRODUCE: 3}
+_KIP896_FETCH_MIN = 4
 _ERROR_CODE = struct.Struct(">h")
 
 
@@ -58,11 +64,12 @@ def cap_api_versions(
     request_version: int,
     policy: HeaderPolicy,
     added: tuple[dict[str, int], ...] = (),
-    broker_apis: set[int] | None = None,
+    broker_ranges: dict[int, tuple[int, int]] | None = None,
 ) -> tuple[bytes | None, Response | None]:
     """(the rewritten frame or None to forward the original, the decoded response).
     `added`: ranges of apis the proxy answers itself, listed when the broker lacks them;
-    `broker_apis`, if given, gets the api keys the broker listed."""
+    `broker_ranges`, if given, gets the broker's own (min, max) version of each api it
+    listed (not capped)."""
     version = response_version(frame, request_version)
     if not policy.knows(API_VERSIONS, version):
         return None, None
@@ -71,8 +78,8 @@ def cap_api_versions(
     except DecodeError:
         return None, None
     original = response.body.get("api_keys") or []
-    if broker_apis is not None:
-        broker_apis.update(entry["api_key"] for entry in original)
+    if broker_ranges is not None and response.body.get("error_code") == 0:
+        broker_ranges.update((e["api_key"], (e["min_version"], e["max_version"])) for e in original)
     capped = capped_ranges(original, policy)
     present = {entry["api_key"] for entry in capped}
     for entry in added:
@@ -82,3 +89,29 @@ def cap_api_versions(
         return None, response
     response.body["api_keys"] = capped
     return encode_response(response, policy), response
+
+
+def unreadable_version_body() -> dict[str, object]:
+    """The v0 body of KIP-511's answer to an ApiVersions version one cannot read:
+    UNSUPPORTED_VERSION and the ApiVersions range one reads (the codec's)."""
+    request, _ = api_messages()[API_VERSIONS]
+    newest = request.max_version
+    return {
+        "error_code": UNSUPPORTED_VERSION,
+        "api_keys": [{"api_key": API_VERSIONS, "min_version": min(request.versions), "max_version": newest}],
+    }
+
+
+def refused_version(ranges: dict[int, tuple[int, int]] | None, api_key: int, version: int) -> bool:
+    """Whether a broker with these ApiVersions `ranges` refuses `version` of `api_key`:
+    outside the range it listed (or not listed at all), or listed but refused by Kafka 4
+    (Produce v0-2). A broker refuses such a request by closing the connection, with
+    no answer (Apache Kafka 4.x logs an UnsupportedVersionException)."""
+    if not ranges:
+        return False
+    listed = ranges.get(api_key)
+    if listed is None or not listed[0] <= version <= listed[1]:
+        return True
+    floor = _LISTED_BUT_REFUSED.get(api_key)
+    fetch = ranges.get(FETCH)
+    return floor is not None and version < floor and fetch is not None and fetch[0] >= _KIP896_FETCH_MIN

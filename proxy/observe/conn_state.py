@@ -10,7 +10,8 @@ from codec import Response
 from proxy.hooks import ConnectionInfo
 from proxy.observe.identity import ZERO_UUID, Identity
 from proxy.observe.instance_join import JoinKey
-from proxy.observe.lag import CommitAsk, FetchAsk
+from proxy.observe.lag import CommitAsk, FetchAsk, ProduceAsk
+from proxy.observe.share import HeartbeatAsk, ShareAsk
 from proxy.observe.summary import GroupProtocols
 
 
@@ -28,6 +29,8 @@ class ConnState:
     identity_key: tuple[Any, ...] = ()
     log_fields: dict[str, Any] = field(default_factory=dict)
     broker_telemetry: bool = False  # the broker's ApiVersions lists KIP-714's apis
+    # The broker's ApiVersions ranges, api key -> (min, max), once it answered one here.
+    broker_ranges: dict[int, tuple[int, int]] | None = None
     join_key: JoinKey | None = None  # waiting under this key for its client's instance id
     joined: bool = False  # its instance id came from another connection
     joinable: bool = True  # False once it has a telemetry exchange of its own
@@ -43,7 +46,8 @@ class Token:
     fields: dict[str, Any]
     decode_error: str | None = None
     response: Response | None = None  # already decoded by rewrite_response
-    lag: FetchAsk | CommitAsk | None = None  # what the lag tracker reads the response against
+    # what the lag or share-group tracker reads the response against
+    lag: FetchAsk | CommitAsk | ProduceAsk | ShareAsk | HeartbeatAsk | None = None
 
 
 def note_header_id(state: ConnState, header_id: UUID | None) -> None:

@@ -7,6 +7,7 @@ connections.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -19,6 +20,19 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
 ZERO_UUID = UUID(int=0)
 MAX_MEMBER_IDS = 32
+
+
+def kafka_uuid_text(value: UUID) -> str:
+    """A client instance id as Kafka writes every Uuid (`Uuid.toString()`: the 16 bytes
+    in URL-safe base64, no padding, 22 characters): what the Java client's
+    `clientInstanceId()`, its logs, the broker and `kafka-client-metrics.sh` show, so
+    an id read in any of them is found in the request log as it is."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def kafka_uuid(text: str) -> UUID:
+    """The Uuid `kafka_uuid_text` wrote."""
+    return UUID(bytes=base64.urlsafe_b64decode(text + "=="))
 
 
 @dataclass
@@ -83,7 +97,7 @@ class Identity:
             self.client_id = self._clean(header["client_id"])
         instance = header.get("client_instance_id")
         if instance is not None and instance != ZERO_UUID and self.client_instance_id is None:
-            self.client_instance_id = str(instance)
+            self.client_instance_id = kafka_uuid_text(instance)
         body = request.body
         self._observe_member(body)
         if request.api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
@@ -98,6 +112,19 @@ class Identity:
             self.client_software_version = self._clean(body.get("client_software_version"))
             return changed
         return False
+
+    def observe_unknown_request(self, frame: memoryview | bytes) -> bool:
+        """A request of an api or version the codec does not know: its client id still
+        comes right after the api key, version and correlation id (request headers v1
+        and v2 both begin with it; v0, ControlledShutdown v0's, is long gone). True if it
+        became known."""
+        if self.client_id is not None or len(frame) < 10:
+            return False
+        size = int.from_bytes(frame[8:10], "big", signed=True)
+        if size < 0 or len(frame) < 10 + size:
+            return False
+        self.client_id = self._clean(bytes(frame[10 : 10 + size]).decode("utf-8", "replace"))
+        return True
 
     def observe_response(self, response: Response) -> None:
         body = response.body
@@ -116,7 +143,7 @@ class Identity:
 
     def _observe_instance(self, instance: UUID | None) -> None:
         if instance is not None and instance != ZERO_UUID and self.client_instance_id is None:
-            self.client_instance_id = str(instance)
+            self.client_instance_id = kafka_uuid_text(instance)
 
     def _observe_member(self, body: dict[str, Any]) -> None:
         member = body.get("member_id")

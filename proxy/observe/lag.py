@@ -7,6 +7,15 @@ read_committed fetch) minus that position. A Fetch with a replica id >= 0 (a
 ReplicaState from v15) is a follower replicating: kept apart, by replica. Committed
 lag is an OffsetCommit's offset against the high watermark last seen for the partition.
 
+The newest end of a partition known is the high watermark of its last Fetch answer,
+raised by what later Produce answers imply (base offset + records appended).
+Consumer and committed lag are published against it, so the lag of a
+consumer that stopped fetching goes on growing while producers go on, as the broker's
+own (ListOffsets minus position) does, instead of staying at its last fetch's value.
+For a read_committed consumer that end may count records of open transactions.
+A consumer of a group whose partition another member of that group has fetched since
+(a rebalance moved it) is left out: the group's lag counts each partition once.
+
 The consumer group of a fetching client is the one its JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit or ConsumerGroupHeartbeat named, on any connection this
 process saw: joined by client instance id, else by (client id, client host).
@@ -23,7 +32,7 @@ from typing import Any
 from proxy.config import LagConfig
 from proxy.observe.summary import TopicIds, clean
 
-FETCH, OFFSET_COMMIT = 1, 8
+PRODUCE, FETCH, OFFSET_COMMIT = 0, 1, 8
 # Requests that say which group their client is a member of
 GROUP_APIS = frozenset({8, 11, 12, 13, 14, 68})
 LAG_APIS = GROUP_APIS | {FETCH}
@@ -58,6 +67,15 @@ class FetchAsk:
         self.replica = replica  # >= 0: a follower
         self.isolation = isolation
         self.offsets: dict[tuple[str, int], int] = {}
+
+
+class ProduceAsk:
+    """How many records a Produce request appends to each (topic, partition)."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, records: dict[tuple[str, int], int]) -> None:
+        self.records = records
 
 
 class CommitAsk:
@@ -142,9 +160,19 @@ class LagTracker:
                 offsets[(name, partition.get("partition"))] = partition.get("fetch_offset", -1)
         return ask
 
+    def produce_request(self, partition_stats: dict[tuple[str, int], Any]) -> ProduceAsk | None:
+        """What a Produce request's answer is read against: its record counts (batches
+        whose headers do not state theirs, legacy ones, leave their partition out)."""
+        records = {
+            where: stats.records
+            for where, stats in partition_stats.items()
+            if stats.records > 0 and not stats.unknown_count_batches
+        }
+        return ProduceAsk(records) if records else None
+
     def _commit_request(self, body: dict[str, Any], group: str) -> CommitAsk:
-        offsets = [
-            (clean(topic.get("name"), self.limit), p.get("partition_index"), p.get("committed_offset", -1))
+        offsets = [  # v10+ names topics by id (KIP-848): named from the Metadata answers seen
+            (clean(self.topic_ids.name(topic), self.limit), p.get("partition_index"), p.get("committed_offset", -1))
             for topic in body.get("topics") or ()
             for p in topic.get("partitions") or ()
         ]
@@ -199,6 +227,7 @@ class LagTracker:
         end = stable if ask.isolation == READ_COMMITTED and stable >= 0 else high
         lag = max(0, end - position)
         self._put(table, key, ask.group, position, lag, now)
+        # the broker's word as of now: it may be lower than before (a topic recreated)
         self._put(self.watermarks, where, "", high, 0, now)
         start_offset = partition.get("log_start_offset", -1)
         return {
@@ -206,6 +235,33 @@ class LagTracker:
             "high_watermark": high, "last_stable_offset": stable if stable >= 0 else None,
             "log_start_offset": start_offset if start_offset >= 0 else None, "lag": lag,
         }  # fmt: skip
+
+    def produce_done(self, ask: ProduceAsk, body: dict[str, Any]) -> None:
+        """A Produce answer: each partition appended without error now ends at least at
+        its base offset plus the records appended."""
+        now = time.monotonic()
+        for topic in body.get("responses") or ():
+            name = clean(self.topic_ids.name(topic), self.limit)
+            for partition in topic.get("partition_responses") or ():
+                where = (name, partition.get("index", -1))
+                count = ask.records.get(where)
+                base = partition.get("base_offset", -1)
+                if count is None or partition.get("error_code") or base < 0:
+                    continue
+                self._newer_end(where, base + count, now)
+
+    def _newer_end(self, where: tuple[str, int], end: int, now: float) -> None:
+        mark = self.watermarks.get(where)
+        if mark is None or end >= mark.offset:
+            self._put(self.watermarks, where, "", end, 0, now)
+
+    def consumer_lag(self, key: tuple[str, str, int], entry: Entry) -> int:
+        """A consumer's lag against the newest end known of its partition: its last
+        fetch's, or a later one (records produced since)."""
+        mark = self.watermarks.get((key[1], key[2]))
+        if mark is None:
+            return entry.lag
+        return max(entry.lag, mark.offset - entry.offset)
 
     def commit_done(self, ask: CommitAsk, accepted: bool, out: dict[str, Any]) -> None:
         """An OffsetCommit's answer: each offset against the last high watermark seen."""
@@ -258,6 +314,29 @@ class LagTracker:
                 entry = table.get(key)
                 if entry is not None and entry.seen < cutoff:
                     table.pop(key, None)
+        self._drop_superseded()
+
+    def _drop_superseded(self) -> None:
+        """Forget a group member's partition that another member of its group fetched
+        later (a rebalance moved it): its position no longer moves, and the group's lag
+        must count the partition once. Safe from another thread, as expire."""
+        table = self.consumers
+        newest: dict[tuple[str, str, int], tuple[float, tuple[str, str, int]]] = {}
+        superseded = []
+        for key in list(table):
+            entry = table.get(key)
+            if entry is None or not entry.group:
+                continue
+            where = (entry.group, key[1], key[2])
+            known = newest.get(where)
+            if known is None or entry.seen > known[0]:
+                newest[where] = (entry.seen, key)
+                if known is not None:
+                    superseded.append(known[1])
+            else:
+                superseded.append(key)
+        for key in superseded:
+            table.pop(key, None)
 
 
 def _membership_keys(identity: Any, host: str) -> list[tuple[str, ...]]:

@@ -1,5 +1,6 @@
-"""Consumer lag and topic traffic as the observer feeds them (lag.py, traffic.py):
-what Produce, Fetch, ListOffsets and OffsetCommit requests ask, and their answers."""
+"""Consumer lag, share groups and topic traffic as the observer feeds them (lag.py,
+share.py, traffic.py): what Produce, Fetch, ShareFetch, ShareAcknowledge, group
+heartbeat and OffsetCommit requests ask, and their answers."""
 
 from __future__ import annotations
 
@@ -8,27 +9,55 @@ from typing import Any
 from codec import Response
 from proxy.hooks import ConnectionInfo
 from proxy.observe.conn_state import ConnState, Token
-from proxy.observe.lag import LAG_APIS, CommitAsk, FetchAsk, LagTracker
+from proxy.observe.lag import LAG_APIS, PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
+from proxy.observe.share import (
+    CONSUMER_GROUP_HEARTBEAT,
+    HEARTBEAT_APIS,
+    SHARE_APIS,
+    HeartbeatAsk,
+    ShareAsk,
+    ShareTracker,
+)
 from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
 from proxy.observe.traffic import TopicTraffic
 
 UNKNOWN = "unknown"
-PRODUCE = 0
-APIS = LAG_APIS | {PRODUCE}  # the requests the two look at
+APIS = LAG_APIS | SHARE_APIS | HEARTBEAT_APIS | {PRODUCE}  # the requests they look at
 
 
 class LagHooks:
-    def __init__(self, lag: LagTracker, traffic: TopicTraffic, summary: SummaryOptions, topic_ids: TopicIds) -> None:
+    def __init__(
+        self, lag: LagTracker, traffic: TopicTraffic, summary: SummaryOptions, topic_ids: TopicIds, share: ShareTracker
+    ) -> None:
         self.lag = lag
         self.traffic = traffic
         self.summary = summary
         self.topic_ids = topic_ids
+        self.share = share
 
-    def request(self, info: ConnectionInfo, state: ConnState, request: Any, token: Token) -> None:
-        if request.api_key == PRODUCE:
+    def request(
+        self,
+        info: ConnectionInfo,
+        state: ConnState,
+        request: Any,
+        token: Token,
+        partition_stats: dict[tuple[str, int], Any] | None = None,
+    ) -> None:
+        """`partition_stats`: a Produce request's RecordStats by (topic, partition), when
+        its fields were made with them (see request_fields)."""
+        api_key = request.api_key
+        if api_key == PRODUCE:
             stats = token.fields.get("record_stats")
             if stats:
                 self._traffic(info, state, stats, "produce")
+            if partition_stats and request.body.get("acks"):  # acks=0: no answer to read
+                token.lag = self.lag.produce_request(partition_stats)
+        elif api_key in SHARE_APIS:
+            token.lag = self.share.request(request, token.fields)
+        elif api_key in HEARTBEAT_APIS:
+            if api_key == CONSUMER_GROUP_HEARTBEAT:  # its member's group, for lag
+                self.lag.request(request, token.fields, state.identity, info.client_host)
+            token.lag = self.share.heartbeat(request)
         else:
             token.lag = self.lag.request(request, token.fields, state.identity, info.client_host)
 
@@ -37,6 +66,25 @@ class LagHooks:
         principal = state.identity.principal or UNKNOWN
         self.traffic.add(stats["per_topic"], direction, f"{name}/{version}", principal)
 
+    def answer_fields(
+        self, info: ConnectionInfo, state: ConnState | None, response: Response, ask: Any, protocol_type: str | None
+    ) -> dict[str, Any]:
+        """The line fields of an answer whose request left an ask (but an OffsetCommit's:
+        commit_fields, which works on skimmed answers); a Produce's base offsets read."""
+        if ask.__class__ is FetchAsk:
+            return self.fetch_fields(info, state, response, ask)
+        if ask.__class__ is ProduceAsk:
+            self.produce_done(response, ask)
+        fields = response_fields(response, self.summary, self.topic_ids, protocol_type)
+        if ask.__class__ is ShareAsk:
+            self.share.answered(ask, response, fields)
+            stats = fields.get("record_stats")
+            if stats and state is not None:
+                self._traffic(info, state, stats, "fetch")
+        elif ask.__class__ is HeartbeatAsk:
+            self.share.heartbeat_answered(ask, response, fields)
+        return fields
+
     def fetch_fields(
         self, info: ConnectionInfo, state: ConnState | None, response: Response, ask: FetchAsk
     ) -> dict[str, Any]:
@@ -44,13 +92,20 @@ class LagHooks:
         partition_stats: dict[tuple[str, int], Any] = {}
         fields = response_fields(response, self.summary, self.topic_ids, None, partition_stats)
         self.lag.fetch_done(ask, response.body, partition_stats, fields)
+        if "positions_dropped" in fields:
+            self.share.truncated.labels(field="positions").inc()
         stats = fields.get("record_stats")
         if stats and ask.replica < 0 and state is not None:
             self._traffic(info, state, stats, "fetch")
         return fields
 
+    def produce_done(self, response: Response, ask: ProduceAsk) -> None:
+        self.lag.produce_done(ask, response.body)
+
     def commit_fields(self, fields: dict[str, Any], ask: CommitAsk) -> dict[str, Any]:
         fields = dict(fields)  # a skimmed response's fields may be memoised: not changed
         accepted = not fields["errors"] and "response_decode_error" not in fields
         self.lag.commit_done(ask, accepted, fields)
+        if "committed_dropped" in fields:
+            self.share.truncated.labels(field="committed").inc()
         return fields

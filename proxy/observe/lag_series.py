@@ -143,11 +143,12 @@ class LagSeries:
                 entry.pair = (group, topic)
                 entry.labelled = entry.group
             labels, pair = entry.labels, entry.pair
-            per_topic[pair] = per_topic.get(pair, 0) + entry.lag
+            lag = self.tracker.consumer_lag(key, entry)
+            per_topic[pair] = per_topic.get(pair, 0) + lag
             if (labels in admit.admitted or clients.admit(labels[1])) and admit.admit(labels):
-                series[labels] = entry.lag
+                series[labels] = lag
             else:
-                other += entry.lag
+                other += lag
                 folded = True
                 self._fold(entry, "consumer")
         if folded:

@@ -17,6 +17,7 @@ from proxy.observe.lag import LagTracker
 from proxy.observe.lag_series import LagSeries
 from proxy.observe.observing_hooks import ObservingHooks
 from proxy.observe.request_log import LineSink, RequestLog
+from proxy.observe.share import ShareTracker
 from proxy.observe.streamed import Streamed
 from proxy.observe.summary import SummaryOptions
 from proxy.observe.telemetry import Telemetry
@@ -67,17 +68,20 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
 
 
 def enable_lag(hooks: ObservingHooks, options: Any, metrics: Metrics) -> None:
-    """Track consumer lag and topic traffic with `options` (a proxy.config.LagConfig)."""
+    """Track consumer lag, share groups and topic traffic with `options` (a
+    proxy.config.LagConfig)."""
     lag = LagTracker(options, hooks.topic_ids, hooks.summary.max_string_length)
     traffic = TopicTraffic(options, metrics)
+    share = ShareTracker(options, metrics, hooks.topic_ids, hooks.summary.max_string_length)
     metrics.publishers.append(traffic.publish)
+    metrics.publishers.append(share.publish)
     if MULTIPROC_ENV in os.environ:
         # prometheus-client keeps every series in files (never removed), and nothing
         # collects this process's registry: a thread publishes every second.
         LagSeries(lag, metrics, sticky=True).start_thread()
     else:
         metrics.collectors.append(LagSeries(lag, metrics).publish)
-    hooks.track_lag(lag, traffic)
+    hooks.track_lag(lag, traffic, share)
 
 
 def build_telemetry(config: Any, metrics: Metrics, policy: HeaderPolicy) -> Telemetry | None:

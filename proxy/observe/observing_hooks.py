@@ -20,8 +20,9 @@ from codec import (
     UnknownApiError,
     decode_request,
     decode_response,
+    encode_response,
 )
-from codec.error_codes import INVALID_REQUEST
+from codec.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION, error_name
 from codec.error_response import error_response
 from codec.messages import decode_request_header
 from codec.schema import api_names
@@ -29,17 +30,23 @@ from codec.skim import skim_response
 from codec.stream import StreamLimits
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 from proxy.metrics import Metrics
-from proxy.observe.api_versions import API_VERSIONS, cap_api_versions
+from proxy.observe.api_versions import (
+    API_VERSIONS,
+    cap_api_versions,
+    refused_version,
+    unreadable_version_body,
+)
 from proxy.observe.conn_state import ConnState, Token, note_header_id, telemetry_id_mismatch
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
-from proxy.observe.lag import CommitAsk, FetchAsk, LagTracker
+from proxy.observe.lag import PRODUCE, CommitAsk, LagTracker
 from proxy.observe.lag_hooks import APIS as LAG_HOOK_APIS
 from proxy.observe.lag_hooks import LagHooks
 from proxy.observe.memo import FrameMemo
 from proxy.observe.request_line import connection_fields, request_line
 from proxy.observe.request_log import RequestLog
+from proxy.observe.share import ShareTracker
 from proxy.observe.streamed import Streamed, StreamedFrames
 from proxy.observe.summary import (
     FULL_DECODE_RESPONSES,
@@ -55,6 +62,8 @@ from proxy.observe.telemetry_hooks import TelemetryHooks
 from proxy.observe.traffic import TopicTraffic
 
 UNKNOWN = "unknown"
+# Why a connection closed when the broker closed it (proxy/forward/connection.py).
+BROKER_CLOSED = frozenset({"upstream_eof", "upstream_error"})
 # Apis whose frames are never memoised: their summary depends on more than their bytes
 # (Produce and Fetch name topics learnt from Metadata, SyncGroup a generation's
 # protocol), they rarely repeat (offsets), or they carry credentials (SASL, delegation
@@ -83,9 +92,11 @@ class ObservingHooks(Hooks):
         self.telemetry = telemetry
         self.telemetry_hooks = TelemetryHooks(self, telemetry)
         collect = telemetry is not None and telemetry.answers is not None
-        # Collect mode: only KIP-714's requests are held for admit_request (who answers
-        # them is known once the broker's ApiVersions was seen), not every request.
-        self.admit_api_keys = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY}) if collect else frozenset()
+        # Held for admit_request: ApiVersions (a version the codec cannot read is answered
+        # here, see _unreadable_api_versions) and, collect mode, KIP-714's requests (who
+        # answers them is known once the broker's ApiVersions was seen); not every request.
+        self.answered_api_keys = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY} if collect else ())
+        self.admit_api_keys = frozenset({API_VERSIONS, *self.answered_api_keys})
         self.added_api_versions = ADDED_API_VERSIONS if collect else ()
         self.joining = Joining(self, InstanceJoins(max_keys=4 * (telemetry.config.max_instances if telemetry else 1000)))
         self.log = request_log
@@ -109,11 +120,15 @@ class ObservingHooks(Hooks):
         self.traffic: TopicTraffic | None = None
         self.lag_hooks: LagHooks | None = None
         self.lag_apis: frozenset[int] = frozenset()  # requests lag_hooks looks at
+        # The ApiVersions ranges a broker gave last, on any connection: what a connection
+        # that never asked (a client pinned to its versions) is judged by.
+        self.broker_ranges: dict[int, tuple[int, int]] | None = None
 
-    def track_lag(self, lag: LagTracker, traffic: TopicTraffic) -> None:
-        """Consumer lag and topic traffic (lag.enabled), published on metrics flushes."""
+    def track_lag(self, lag: LagTracker, traffic: TopicTraffic, share: ShareTracker) -> None:
+        """Consumer lag, share groups and topic traffic (lag.enabled), published on
+        metrics flushes."""
         self.lag, self.traffic = lag, traffic
-        self.lag_hooks = LagHooks(lag, traffic, self.summary, self.topic_ids)
+        self.lag_hooks = LagHooks(lag, traffic, self.summary, self.topic_ids, share)
         self.lag_apis = LAG_HOOK_APIS
 
     def api_name(self, api_key: int) -> str:
@@ -152,17 +167,39 @@ class ObservingHooks(Hooks):
         token: Token | None = pending.token
         if token is None:  # the request hook did not run (e.g. the connection broke first)
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
+        state = self.states.get(info.conn_id)
+        extra: dict[str, Any] = {"reason": reason}
+        if reason in BROKER_CLOSED:
+            self._refused(state, pending, token, extra)
         if self.log and self.log.wants(token.api, pending.api_key, True):
             latency = self.clock() - pending.started
-            extra: dict[str, Any] = {"reason": reason, "latency_ms": round(latency * 1000, 3), "response_bytes": None}
-            line = request_line(info, pending, token, self.states.get(info.conn_id), extra)
+            extra.update(latency_ms=round(latency * 1000, 3), response_bytes=None)
+            line = request_line(info, pending, token, state, extra)
             self.log.write("request_incomplete", line)
+
+    def _refused(self, state: ConnState | None, pending: Pending, token: Token, extra: dict[str, Any]) -> None:
+        """The broker closed with this request pending: if the request's version is one
+        the broker's ApiVersions answer does not cover (or Kafka 4's Produce v0-2), that
+        was its refusal, as Kafka answers a request version it no longer supports (KIP-896):
+        UNSUPPORTED_VERSION, counted and logged as an error of the request."""
+        ranges = state.broker_ranges if state is not None and state.broker_ranges else self.broker_ranges
+        if not refused_version(ranges, pending.api_key, pending.api_version):
+            return
+        assert ranges is not None
+        error = error_name(UNSUPPORTED_VERSION)
+        self.metrics.api(token.api).error(error)
+        if state is not None:
+            state.errors[error] = state.errors.get(error, 0) + 1
+        listed = ranges.get(pending.api_key)
+        extra.update(errors=[error], broker_versions=None if listed is None else list(listed))
 
     # -- requests ------------------------------------------------------------
 
     def admit_request(
         self, info: ConnectionInfo, frame: memoryview, api_key: int, api_version: int, correlation_id: int
     ) -> bytes | None:
+        if api_key == API_VERSIONS and not self.policy.knows(api_key, api_version):
+            return self._unreadable_api_versions(info, frame, api_version, correlation_id)
         state = self.states.get(info.conn_id)
         if state is None or not self.policy.knows(api_key, api_version):
             return None
@@ -171,12 +208,43 @@ class ObservingHooks(Hooks):
             if refusal is not None:
                 return refusal
         if (
-            api_key in self.admit_api_keys
+            api_key in self.answered_api_keys
             and self.telemetry is not None
             and self.telemetry.proxy_answers(state.broker_telemetry)
         ):
             return self.telemetry_hooks.answer(info, state, frame, api_key, api_version, correlation_id)
         return None
+
+    def _unreadable_api_versions(
+        self, info: ConnectionInfo, frame: memoryview, api_version: int, correlation_id: int
+    ) -> bytes:
+        """An ApiVersions version newer than the codec's is answered here as KIP-511 has a
+        broker answer one it does not know: UNSUPPORTED_VERSION, a v0 body, and the
+        ApiVersions range the codec reads; the client asks again within it (Kafka's own
+        clients, franz-go and librdkafka do). Forwarded, the broker's answer could be
+        neither read nor capped, and the client would go on to use every version the
+        broker has, those the codec cannot decode included (franz-go 1.22 sends
+        ApiVersions v5, KIP-1242, to Kafka 4.4: its Produce v13 and Fetch v18 then went
+        through undecoded, its software name unknown)."""
+        pending = Pending(correlation_id, API_VERSIONS, api_version, self.clock(), len(frame) + 4)
+        state, token = self.request_started(info, pending)
+        reply = encode_response(
+            Response(API_VERSIONS, 0, {"correlation_id": correlation_id}, unreadable_version_body()),
+            self.policy,
+        )
+        error = error_name(UNSUPPORTED_VERSION)
+        api_metrics = self.metrics.api(token.api)
+        api_metrics.error(error)
+        if state is not None:
+            state.errors[error] = state.errors.get(error, 0) + 1
+        latency = self.clock() - pending.started
+        api_metrics.response(latency, len(reply) + 4)
+        if self.log and self.log.wants(token.api, API_VERSIONS, True):
+            extra: dict[str, Any] = {"latency_ms": round(latency * 1000, 3), "response_bytes": len(reply) + 4}
+            line = request_line(info, pending, token, state, extra)
+            line.update(answered_by="proxy", errors=[error])
+            self.log.write("request", line)
+        return reply
 
     def _kip1313_refusal(
         self, info: ConnectionInfo, state: ConnState, frame: memoryview, api_key: int, api_version: int, correlation_id: int
@@ -201,6 +269,10 @@ class ObservingHooks(Hooks):
 
     def request_without_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         self.unanswered(info, pending, self._observe_request(info, frame, pending))
+
+    def request_not_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        # decoded as a forwarded one is, for its request_incomplete line
+        pending.token = self._observe_request(info, frame, pending)
 
     def unanswered(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
         """The line of a request that gets no response (Produce with acks=0)."""
@@ -233,6 +305,8 @@ class ObservingHooks(Hooks):
         except UnknownApiError:
             self.metrics.unknown_request("api_key" if api == UNKNOWN else "api_version")
             token.decode_error = "unknown api key or version"
+            if state is not None and state.identity.observe_unknown_request(frame):
+                self.refresh_identity(info, state)
             return token
         except DecodeError as exc:
             self.decode_failed(state, api, "request")
@@ -242,13 +316,14 @@ class ObservingHooks(Hooks):
         if state is not None:
             self._identify(info, state, request)
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
-        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+        produced: dict[tuple[str, int], Any] | None = {} if pending.api_key == PRODUCE and self.lag else None
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, produced)
         if key is not None:
             self.request_memo.put(key, (request, token.fields))
         elif pending.api_key == PUSH_TELEMETRY:
             self.telemetry_hooks.observe_push(info, state, token, request)
         if state is not None and pending.api_key in self.lag_apis:
-            self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
+            self.lag_hooks.request(info, state, request, token, produced)  # type: ignore[union-attr]
         return token
 
     # -- for the parts that see a request whole before it is observed (telemetry answers,
@@ -267,9 +342,10 @@ class ObservingHooks(Hooks):
         if state is not None:
             self._identify(info, state, request)
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
-        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type)
+        produced: dict[tuple[str, int], Any] | None = {} if request.api_key == PRODUCE and self.lag else None
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, produced)
         if state is not None and request.api_key in self.lag_apis:
-            self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
+            self.lag_hooks.request(info, state, request, token, produced)  # type: ignore[union-attr]
 
     def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> Streamed:
         return self.streamed.request_stream(pending, expects_response)
@@ -373,31 +449,38 @@ class ObservingHooks(Hooks):
 
     def rewrite_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> bytes | None:
         if pending.api_key == API_VERSIONS:
-            new_frame, decoded, broker_telemetry = self._capped(frame, pending.api_version)
+            new_frame, decoded, broker_telemetry, ranges = self._capped(frame, pending.api_version)
             state = self.states.get(info.conn_id)
             if state is not None and decoded is not None:
                 state.broker_telemetry = broker_telemetry
+            if ranges:
+                self.broker_ranges = ranges
+                if state is not None:
+                    state.broker_ranges = ranges
             if isinstance(pending.token, Token):
                 pending.token.response = decoded  # no bytes fields: safe to keep
             return new_frame
         return None
 
-    def _capped(self, frame: memoryview, version: int) -> tuple[bytes | None, Response | None, bool]:
+    def _capped(
+        self, frame: memoryview, version: int
+    ) -> tuple[bytes | None, Response | None, bool, dict[int, tuple[int, int]]]:
         """The ApiVersions cap (and, collect mode, KIP-714's apis added); a broker answers
-        every connection the same. Last: whether the broker itself lists KIP-714's apis."""
+        every connection the same. Then whether the broker itself lists KIP-714's apis,
+        and its own ranges (not capped; empty for an error answer)."""
         memo = self.api_versions_memo
         key = memo.key(API_VERSIONS, version, frame)
         known = memo.get(key) if key is not None else None
         if known is None:
-            broker_apis: set[int] = set()
-            new_frame, decoded = cap_api_versions(frame, version, self.policy, self.added_api_versions, broker_apis)
-            broker_telemetry = {GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY} <= broker_apis
-            known = (None if new_frame is None else new_frame[4:], decoded, broker_telemetry)
+            ranges: dict[int, tuple[int, int]] = {}
+            new_frame, decoded = cap_api_versions(frame, version, self.policy, self.added_api_versions, ranges)
+            broker_telemetry = {GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY} <= ranges.keys()
+            known = (None if new_frame is None else new_frame[4:], decoded, broker_telemetry, ranges)
             if key is not None and decoded is not None:
                 memo.put(key, known)
-        tail, decoded, broker_telemetry = known
+        tail, decoded, broker_telemetry, ranges = known
         # the correlation id is the frame's own; the rest is the memoised rewrite
-        return (None if tail is None else frame[:4].tobytes() + tail), decoded, broker_telemetry
+        return (None if tail is None else frame[:4].tobytes() + tail), decoded, broker_telemetry, ranges
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         latency = self.clock() - pending.started
@@ -440,8 +523,12 @@ class ObservingHooks(Hooks):
         version = pending.api_version
         if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
             version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
+        ask = token.lag
         try:
-            if token.response is None and pending.api_key not in FULL_DECODE_RESPONSES:
+            # an answer a request's ask reads (Fetch, a Produce's base offsets, share
+            # groups, heartbeats) is decoded whole; an OffsetCommit's is read skimmed
+            skim = pending.api_key not in FULL_DECODE_RESPONSES and (ask is None or ask.__class__ is CommitAsk)
+            if token.response is None and skim:
                 return self._skimmed(frame, pending.api_key, version)
             response = token.response or decode_response(frame, pending.api_key, version, self.policy)
         except DecodeError as exc:
@@ -453,9 +540,9 @@ class ObservingHooks(Hooks):
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self.refresh_identity(info, state)
-        if token.lag.__class__ is FetchAsk:
-            return self.lag_hooks.fetch_fields(info, state, response, token.lag)  # type: ignore[union-attr]
         protocol_type = token.fields.get("protocol_type")
+        if ask is not None and ask.__class__ is not CommitAsk:  # Fetch, share, heartbeats
+            return self.lag_hooks.answer_fields(info, state, response, ask, protocol_type)  # type: ignore[union-attr]
         return response_fields(response, self.summary, self.topic_ids, protocol_type)
 
     def _skimmed(self, frame: memoryview, api_key: int, version: int) -> dict[str, Any]:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from google.protobuf.message import DecodeError as ProtobufError
-from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, MetricsData
 
 from codec import DecodeError
 from codec.records.compression import decompress
 
 GAUGE, SUM, HISTOGRAM = "gauge", "sum", "histogram"
+DELTA = AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
 MAX_NAME_LENGTH = 256
 MAX_ATTRIBUTE_LENGTH = 128
 
@@ -43,6 +44,10 @@ class Point:
     count: int | None  # a histogram's count
     attributes: tuple[tuple[str, str], ...]
     buckets: tuple[tuple[float, int], ...] = ()  # histogram: cumulative (upper bound, count)
+    # Delta temporality: the point is what changed over (start_ns, time_ns], not the total
+    delta: bool = False
+    start_ns: int = 0
+    time_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,16 +109,42 @@ def _points(metric: Any, max_attributes: int) -> Iterator[tuple[Point | None, in
     if kind in (GAUGE, SUM):
         data = getattr(metric, kind)
         monotonic = kind == SUM and data.is_monotonic
+        delta = kind == SUM and data.aggregation_temporality == DELTA
         for dp in data.data_points:
             attributes, lost = _attributes(dp.attributes, max_attributes)
             value = dp.as_double if dp.WhichOneof("value") == "as_double" else float(dp.as_int)
-            yield Point(name, kind, monotonic, value, None, attributes), lost
+            yield Point(
+                name, kind, monotonic, value, None, attributes, (),
+                delta, dp.start_time_unix_nano, dp.time_unix_nano,
+            ), lost  # fmt: skip
     elif kind == HISTOGRAM:
+        delta = metric.histogram.aggregation_temporality == DELTA
         for dp in metric.histogram.data_points:
             attributes, lost = _attributes(dp.attributes, max_attributes)
-            yield Point(name, HISTOGRAM, False, dp.sum, dp.count, attributes, _buckets(dp)), lost
+            yield Point(
+                name, HISTOGRAM, False, dp.sum, dp.count, attributes, _buckets(dp),
+                delta, dp.start_time_unix_nano, dp.time_unix_nano,
+            ), lost  # fmt: skip
     else:  # exponential histograms, summaries, nothing: not exported
         yield None, 0
+
+
+def cumulated(known: Point | None, delta: Point) -> Point:
+    """A delta point added to its series' running total (`known`, what this returned for
+    the series' previous point): the total since the first push seen. Apache Kafka's
+    brokers ask for delta temporality (every Java client then pushes deltas); a
+    Prometheus counter is a total. A delta that starts before the last one ended
+    overlaps what was added already (the client started its deltas over, e.g. on a new
+    subscription, from the metric's creation): it is the total from then on."""
+    if known is None or known.kind != delta.kind or 0 < delta.start_ns < known.time_ns:
+        return delta
+    if delta.kind != HISTOGRAM:
+        return replace(delta, value=known.value + delta.value)
+    if [bound for bound, _ in known.buckets] != [bound for bound, _ in delta.buckets]:
+        return delta  # other bucket bounds: the counts cannot be added up, start over
+    buckets = tuple((bound, a + b) for (bound, a), (_, b) in zip(known.buckets, delta.buckets, strict=True))
+    count = (known.count or 0) + (delta.count or 0)
+    return replace(delta, value=known.value + delta.value, count=count, buckets=buckets)
 
 
 def _buckets(dp: Any) -> tuple[tuple[float, int], ...]:

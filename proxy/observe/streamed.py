@@ -19,7 +19,7 @@ from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
 from proxy.observe.conn_state import ConnState, Token
 from proxy.observe.identity import PUSH_TELEMETRY
-from proxy.observe.lag import FetchAsk
+from proxy.observe.lag import CommitAsk
 from proxy.observe.lag_hooks import LagHooks
 from proxy.observe.observer_parts import Observer
 from proxy.observe.summary import FULL_DECODE_RESPONSES, response_fields
@@ -155,10 +155,12 @@ class StreamedFrames:
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             hooks.refresh_identity(info, state)
-        if token.lag.__class__ is FetchAsk:
-            fields = hooks.lag_hooks.fetch_fields(info, state, response, token.lag)  # type: ignore[union-attr]
+        ask = token.lag
+        protocol_type = token.fields.get("protocol_type")
+        if ask is not None and ask.__class__ is not CommitAsk:  # Fetch, share, heartbeats
+            fields = hooks.lag_hooks.answer_fields(info, state, response, ask, protocol_type)  # type: ignore[union-attr]
         else:
-            fields = response_fields(response, hooks.summary, hooks.topic_ids, token.fields.get("protocol_type"))
+            fields = response_fields(response, hooks.summary, hooks.topic_ids, protocol_type)
         note_dropped(fields, streamed.stream, hooks.metrics, "response")
         return fields
 

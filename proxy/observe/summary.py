@@ -26,6 +26,7 @@ MAX_DETAIL_RECORDS = 10_000  # topics, groups or config names listed in one line
 
 PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS = 0, 1, 3, 22, 67
 JOIN_GROUP, SYNC_GROUP, API_VERSIONS, SHARE_FETCH = 11, 14, 18, 78
+OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT = 8, 9, 28
 CONFIG_APIS = {19: "topics", 33: "resources", 44: "resources"}  # CreateTopics, AlterConfigs...
 
 
@@ -128,9 +129,14 @@ def _listed(values: list[Any], limit: int) -> list[Any]:
 
 
 def request_fields(
-    request: Request, options: SummaryOptions, topic_ids: TopicIds, protocol_type: str | None = None
+    request: Request,
+    options: SummaryOptions,
+    topic_ids: TopicIds,
+    protocol_type: str | None = None,
+    partition_stats: dict[tuple[str, int], Any] | None = None,
 ) -> dict[str, Any]:
-    """`protocol_type`: the group's, for a SyncGroup whose version does not carry it."""
+    """`protocol_type`: the group's, for a SyncGroup whose version does not carry it;
+    `partition_stats`: filled with a Produce request's RecordStats per (topic, partition)."""
     if request.api_key == SYNC_GROUP:
         request = _with_protocol_type(request, protocol_type)
     body, name = request.body, _message_name(request.api_key, "request")
@@ -151,6 +157,9 @@ def request_fields(
     if transactional:
         out["transactional_id"] = clean(transactional[0], limit)
     _group_member_fields(body, out, limit)
+    if partition_stats is not None and request.api_key == PRODUCE:
+        _produce_request(request, out, options, topic_ids, partition_stats)
+        return out
     extra = _REQUEST_EXTRAS.get(request.api_key)
     if extra is not None:
         extra(request, out, options, topic_ids)
@@ -159,6 +168,8 @@ def request_fields(
 
 # Responses a log line needs whole (record batches, group payloads, identity); the
 # others are skimmed (codec/skim.py): parsed fully, materialising only names and errors.
+# (ShareFetch and ShareAcknowledge answers are decoded whole when share groups are
+# tracked, lag.enabled: proxy/observe/share.py reads them.)
 FULL_DECODE_RESPONSES = frozenset({
     FETCH, JOIN_GROUP, SYNC_GROUP, API_VERSIONS, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS,
     68, 71, 76, 88,  # Consumer/Share/StreamsGroupHeartbeat (member ids), telemetry (instance id)
@@ -246,8 +257,9 @@ def _record_stats(
                 stats, records = records.stats, records.detail
             else:
                 stats = summarize(records, allow_partial_tail=partial_tail, max_bytes=options.decompression_limit)
-            if partition_stats is not None:
-                partition_stats[(name, partition.get("partition_index"))] = stats
+            if partition_stats is not None:  # a Fetch response's partition_index, a Produce's index
+                index = partition.get("partition_index", partition.get("index"))
+                partition_stats[(name, index)] = stats
             _add_stats(total, per, stats)
             if options.record_detail and records:
                 _collect_headers(records, options, header_keys, header_values, partial_tail, budget)
@@ -298,11 +310,19 @@ def _collect_headers(
         keys.setdefault(f"<undecodable: {exc.reason}>", None)
 
 
-def _produce_request(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+def _produce_request(
+    request: Request,
+    out: dict[str, Any],
+    options: SummaryOptions,
+    ids: TopicIds,
+    partition_stats: dict[tuple[str, int], Any] | None = None,
+) -> None:
     out["acks"] = request.body.get("acks")
-    stats = _record_stats(request.body.get("topic_data") or [], "partition_data", options, ids, False)
+    topics = request.body.get("topic_data") or []
+    stats = _record_stats(topics, "partition_data", options, ids, False, partition_stats)
     if stats:
         out["record_stats"] = stats
+    _topics_by_id(request, out, options, ids)
 
 
 def _fetch_request(
@@ -311,10 +331,22 @@ def _fetch_request(
     # How long the broker may hold the answer when there is nothing to read: a Fetch's
     # latency up to this is the client's long poll, not the broker's slowness.
     out["max_wait_ms"] = request.body.get("max_wait_ms")
-    if "topics" not in out:  # v13+ names topics by id: names from the Metadata answers seen
-        names = list(dict.fromkeys(ids.name(topic) for topic in request.body.get("topics") or ()))
-        if names:
-            out["topics"] = _listed(names, options.max_string_length)
+    _topics_by_id(request, out, options, ids)
+
+
+def _topics_by_id(request: Request, out: dict[str, Any], options: SummaryOptions, ids: TopicIds) -> None:
+    """The `topics` of a request that names them by id (Fetch v13+, Produce v13+,
+    OffsetCommit and OffsetFetch v10+, TxnOffsetCommit v6+, ShareFetch): names from the
+    Metadata answers seen."""
+    if "topics" in out:
+        return
+    body = request.body
+    topics = [*(body.get("topics") or ()), *(body.get("topic_data") or ())]
+    for group in body.get("groups") or ():  # OffsetFetch v8+: per group
+        topics.extend(group.get("topics") or ())
+    names = list(dict.fromkeys(ids.name(topic) for topic in topics))
+    if names:
+        out["topics"] = _listed(names, options.max_string_length)
 
 
 def _fetch_response(
@@ -409,6 +441,9 @@ _REQUEST_EXTRAS: dict[int, Any] = {
     PRODUCE: _produce_request,
     FETCH: _fetch_request,
     SHARE_FETCH: _fetch_request,  # the same long poll, topics by id
+    OFFSET_COMMIT: _topics_by_id,
+    OFFSET_FETCH: _topics_by_id,
+    TXN_OFFSET_COMMIT: _topics_by_id,
     JOIN_GROUP: _join_group_request,
     SYNC_GROUP: _sync_group_request,
     API_VERSIONS: _api_versions_request,
@@ -416,6 +451,7 @@ _REQUEST_EXTRAS: dict[int, Any] = {
 }
 _RESPONSE_EXTRAS: dict[int, Any] = {
     FETCH: _fetch_response,
+    SHARE_FETCH: _fetch_response,  # the same record batches, topics by id
     METADATA: _metadata_response,
     JOIN_GROUP: _join_group_response,
     SYNC_GROUP: _sync_group_response,

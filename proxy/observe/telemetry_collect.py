@@ -17,6 +17,7 @@ from uuid import UUID, uuid4
 from codec import HeaderPolicy, Response, encode_response
 from codec.error_codes import ERROR_CODES
 from proxy.config import COMPRESSION_TYPES, TelemetryConfig
+from proxy.observe.identity import kafka_uuid
 
 GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
 ZERO_UUID = UUID(int=0)
@@ -47,7 +48,7 @@ class SubscriptionAnswers:
         for candidate in (asked, header_id):
             if candidate is not None and candidate != ZERO_UUID:
                 return candidate
-        return UUID(known) if known else uuid4()
+        return kafka_uuid(known) if known else uuid4()
 
     def subscription(self, correlation_id: int, version: int, instance: UUID) -> bytes:
         return self._frame(

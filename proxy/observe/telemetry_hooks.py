@@ -11,7 +11,12 @@ from codec import DecodeError, Response, decode_request
 from codec.error_codes import error_name
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.observe.conn_state import ConnState, Token
-from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, ZERO_UUID
+from proxy.observe.identity import (
+    GET_TELEMETRY_SUBSCRIPTIONS,
+    PUSH_TELEMETRY,
+    ZERO_UUID,
+    kafka_uuid_text,
+)
 from proxy.observe.joining import Joining
 from proxy.observe.observer_parts import Observer
 from proxy.observe.request_line import request_line
@@ -56,7 +61,7 @@ class TelemetryHooks:
             reply = answers.subscription(correlation_id, api_version, instance)
             identity.observe_instance(instance)
             hooks.refresh_identity(info, state)
-            telemetry.subscribed(str(instance), telemetry.config.push_interval_ms)
+            telemetry.subscribed(kafka_uuid_text(instance), telemetry.config.push_interval_ms)
         else:
             error = answers.push_error(body)
             reply = answers.push_answer(correlation_id, api_version, error)
@@ -110,7 +115,7 @@ class TelemetryHooks:
         if instance is None or instance == ZERO_UUID:
             return
         if self.telemetry is not None:
-            self.telemetry.subscribed(str(instance), response.body.get("push_interval_ms", 0))
+            self.telemetry.subscribed(kafka_uuid_text(instance), response.body.get("push_interval_ms", 0))
         if state.header_id is not None and instance != state.header_id:
             why = "the broker's telemetry client instance id differs from the request header's"
             hooks.kip1313_violation(info, state, "logged", why, pending.api_key, pending.api_version, pending.correlation_id)
@@ -133,7 +138,7 @@ def push_instance(state: ConnState, body: dict[str, Any]) -> str | None:
     """Whose push: the body's id (v0), else the connection's (v1: the header's)."""
     instance = body.get("client_instance_id")
     if instance is not None and instance != ZERO_UUID:
-        return str(instance)
+        return kafka_uuid_text(instance)
     return None if state.joined else state.identity.client_instance_id
 
 

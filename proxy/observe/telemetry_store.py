@@ -1,5 +1,9 @@
 """The latest value of each metric each client instance pushed (KIP-714), bounded.
 
+A point pushed with delta temporality (what Apache Kafka's brokers ask for) is added to
+its series' total, so every series holds a total as a cumulative push does
+(otlp.cumulated): counted from the first push this process saw of the instance.
+
 At most `max_instances` instances and `max_series` series in all: a push past either
 bound keeps what fits and the rest is counted as dropped. An instance that stopped
 pushing goes, with its series, `expire_after_intervals` push intervals after its last
@@ -13,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from proxy.observe.otlp import Point
+from proxy.observe.otlp import Point, cumulated
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (OTLP name, attributes)
 EXPIRE_CHECK_SECONDS = 1.0
@@ -69,8 +73,9 @@ class TelemetryStore:
     def accept(
         self, instance_id: str, meta: ClientMeta, points: Iterable[Point], terminating: bool = False
     ) -> list[Point]:
-        """Keep `points` as `instance_id`'s latest values; the points kept. A terminating
-        push (the client is closing) leaves its values for one push interval more."""
+        """Keep `points` as `instance_id`'s latest values; the points kept, a delta one as
+        its series' total (otlp.cumulated). A terminating push (the client is closing)
+        leaves its values for one push interval more."""
         now = self._clock()
         self.expire(now)
         instance = self.instances.get(instance_id)
@@ -84,14 +89,18 @@ class TelemetryStore:
         instance.last_push = now
         kept: list[Point] = []
         refused = 0
+        series = instance.series
         for point in points:
             key = (point.metric, point.attributes)
-            if key not in instance.series:
+            known = series.get(key)
+            if known is None:
                 if self.series_count >= self.max_series:
                     refused += 1
                     continue
                 self.series_count += 1
-            instance.series[key] = point
+            if point.delta:
+                point = cumulated(known, point)
+            series[key] = point
             kept.append(point)
         if refused:
             self._on_drop("series", refused)

@@ -14,9 +14,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from support.clients import (
     CONSUME_TIMEOUT_S,
     FETCH_MAX_WAIT_MS,
-    HEARTBEAT_MS,
-    REBALANCE_TIMEOUT_MS,
-    SESSION_TIMEOUT_MS,
+    TANSU_GROUPS,
+    GroupTimeouts,
     Outcome,
     Record,
     attempt_async,
@@ -57,17 +56,19 @@ async def produce_async(
         await producer.stop()
 
 
-async def consume_async(bootstrap: str, topic: str, group: str, count: int) -> list[Record]:
+async def consume_async(
+    bootstrap: str, topic: str, group: str, count: int, timeouts: GroupTimeouts = TANSU_GROUPS
+) -> list[Record]:
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
         group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        heartbeat_interval_ms=HEARTBEAT_MS,
-        rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
-        max_poll_interval_ms=REBALANCE_TIMEOUT_MS,
+        session_timeout_ms=timeouts.session_ms,
+        heartbeat_interval_ms=timeouts.heartbeat_ms,
+        rebalance_timeout_ms=timeouts.rebalance_ms,
+        max_poll_interval_ms=timeouts.rebalance_ms,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         request_timeout_ms=15000,
     )
@@ -116,6 +117,7 @@ async def workload_async(
     group: str | None = None,
     admin: bool = True,
     idempotent: bool = False,
+    timeouts: GroupTimeouts = TANSU_GROUPS,
 ) -> Outcome:
     group = group or f"{topic}-group"
     outcome = Outcome("aiokafka", produced=make_records(count, topic))
@@ -123,7 +125,7 @@ async def workload_async(
     await produce_async(
         bootstrap, topic, outcome.produced, compression, enable_idempotence=idempotent
     )
-    outcome.consumed = await consume_async(bootstrap, topic, group, count)
+    outcome.consumed = await consume_async(bootstrap, topic, group, count, timeouts)
     if admin:
         outcome.admin = await admin_calls_async(bootstrap, topic, group, partitions)
     return outcome

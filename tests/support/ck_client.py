@@ -19,8 +19,8 @@ from confluent_kafka.admin import (
 from support.clients import (
     CONSUME_TIMEOUT_S,
     FETCH_MAX_WAIT_MS,
-    HEARTBEAT_MS,
-    SESSION_TIMEOUT_MS,
+    TANSU_GROUPS,
+    GroupTimeouts,
     Outcome,
     Record,
     attempt,
@@ -65,7 +65,9 @@ def produce(
         raise RuntimeError(f"confluent-kafka produce: {left} undelivered, errors {failures}")
 
 
-def consume(bootstrap: str, topic: str, group: str, count: int) -> list[Record]:
+def consume(
+    bootstrap: str, topic: str, group: str, count: int, timeouts: GroupTimeouts = TANSU_GROUPS
+) -> list[Record]:
     consumer = Consumer(
         _common(
             bootstrap,
@@ -73,10 +75,10 @@ def consume(bootstrap: str, topic: str, group: str, count: int) -> list[Record]:
                 "group.id": group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
-                "session.timeout.ms": SESSION_TIMEOUT_MS,
-                "heartbeat.interval.ms": HEARTBEAT_MS,
+                "session.timeout.ms": timeouts.session_ms,
+                "heartbeat.interval.ms": timeouts.heartbeat_ms,
                 # also the JoinGroup rebalance timeout; librdkafka wants it >= session timeout
-                "max.poll.interval.ms": SESSION_TIMEOUT_MS,
+                "max.poll.interval.ms": max(timeouts.session_ms, timeouts.rebalance_ms),
                 "fetch.wait.max.ms": FETCH_MAX_WAIT_MS,
             },
         )
@@ -123,12 +125,13 @@ def workload(
     group: str | None = None,
     admin: bool = True,
     idempotent: bool = False,
+    timeouts: GroupTimeouts = TANSU_GROUPS,
 ) -> Outcome:
     group = group or f"{topic}-group"
     outcome = Outcome("confluent-kafka", produced=make_records(count, topic))
     create_topic(bootstrap, topic, partitions)
     produce(bootstrap, topic, outcome.produced, compression, **{"enable.idempotence": idempotent})
-    outcome.consumed = consume(bootstrap, topic, group, count)
+    outcome.consumed = consume(bootstrap, topic, group, count, timeouts)
     if admin:
         outcome.admin = admin_calls(bootstrap, topic, group, partitions)
     return outcome

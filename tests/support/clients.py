@@ -31,6 +31,22 @@ Header = tuple[str, bytes | None]
 
 
 @dataclass(frozen=True)
+class GroupTimeouts:
+    """A consumer group's timeouts, per broker: tansu answers a JoinGroup only after the
+    rebalance timeout (short ones keep tests quick); Apache Kafka refuses a session
+    timeout under its group.min.session.timeout.ms (6 s by default) and answers a lone
+    member's JoinGroup at once."""
+
+    session_ms: int = SESSION_TIMEOUT_MS
+    rebalance_ms: int = REBALANCE_TIMEOUT_MS
+    heartbeat_ms: int = HEARTBEAT_MS
+
+
+TANSU_GROUPS = GroupTimeouts()
+APACHE_KAFKA_GROUPS = GroupTimeouts(session_ms=6000, rebalance_ms=6000, heartbeat_ms=1000)
+
+
+@dataclass(frozen=True)
 class Record:
     key: bytes | None
     value: bytes | None
@@ -96,6 +112,21 @@ def supported_compressions(client: str) -> tuple[str, ...]:
         }
         return ("none", *(name for name, check in has.items() if check()))
     return COMPRESSIONS
+
+
+def client_version(client: str) -> str:
+    """The installed version of a client library, as the compatibility table names it."""
+    if client == "kafka-python":
+        import kafka
+
+        return str(kafka.__version__)
+    if client == "aiokafka":
+        import aiokafka
+
+        return str(aiokafka.__version__)
+    import confluent_kafka
+
+    return f"{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})"
 
 
 def run_workload(client: str, bootstrap: str, topic: str, **kwargs: Any) -> Outcome:

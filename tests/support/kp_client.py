@@ -17,9 +17,8 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from support.clients import (
     CONSUME_TIMEOUT_S,
     FETCH_MAX_WAIT_MS,
-    HEARTBEAT_MS,
-    REBALANCE_TIMEOUT_MS,
-    SESSION_TIMEOUT_MS,
+    TANSU_GROUPS,
+    GroupTimeouts,
     Outcome,
     Record,
     attempt,
@@ -75,6 +74,7 @@ def consume(
     group: str,
     count: int,
     api_version: tuple[int, ...] | None = None,
+    timeouts: GroupTimeouts = TANSU_GROUPS,
 ) -> list[Record]:
     consumer = KafkaConsumer(
         topic,
@@ -82,9 +82,9 @@ def consume(
         group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        heartbeat_interval_ms=HEARTBEAT_MS,
-        max_poll_interval_ms=REBALANCE_TIMEOUT_MS,
+        session_timeout_ms=timeouts.session_ms,
+        heartbeat_interval_ms=timeouts.heartbeat_ms,
+        max_poll_interval_ms=timeouts.rebalance_ms,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
     )
     got: list[Record] = []
@@ -127,13 +127,14 @@ def workload(
     group: str | None = None,
     api_version: tuple[int, ...] | None = None,
     admin: bool = True,
+    timeouts: GroupTimeouts = TANSU_GROUPS,
 ) -> Outcome:
     group = group or f"{topic}-group"
     headers = api_version is None or api_version >= (0, 11)
     outcome = Outcome("kafka-python", produced=make_records(count, topic, headers))
     create_topic(bootstrap, topic, partitions, api_version)
     produce(bootstrap, topic, outcome.produced, compression, api_version)
-    outcome.consumed = consume(bootstrap, topic, group, count, api_version)
+    outcome.consumed = consume(bootstrap, topic, group, count, api_version, timeouts)
     if admin:
         outcome.admin = admin_calls(bootstrap, topic, group, api_version)
     return outcome

@@ -53,6 +53,7 @@ class ObservedProxy(ProxyThread):
     @property
     def observing(self) -> ObservingHooks:
         hooks = self.server.hooks
+        hooks = getattr(hooks, "inner", hooks)  # a gateway's wrap them
         assert isinstance(hooks, ObservingHooks)
         return hooks
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import struct
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,11 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ScopeMetrics,
     Sum,
 )
+from proxy_harness import read_frame
 
+from codec import Request, decode_response, encode_request
 from proxy.config import TelemetryConfig, TelemetryLogConfig
+from support.hostile import connect
 from support.observed import ObservedProxy
 
 
@@ -73,3 +78,46 @@ def metrics_data(gauges: dict[str, float], sums: dict[str, float] | None = None)
         resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=metrics)])]
     )
     return data.SerializeToString()
+
+
+# api keys the raw client calls
+GET_SUBSCRIPTIONS, PUSH, METADATA = 71, 72, 3
+
+
+class RawClient:
+    def __init__(self, port: int) -> None:
+        self.sock = connect(port)
+        self.corr = 0
+
+    def call(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        self.corr += 1
+        frame = encode_request(
+            Request(api_key, version, {"correlation_id": self.corr, "client_id": "hostile"}, body)
+        )
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        answer = read_frame(self.sock)
+        return decode_response(answer, api_key, version).body
+
+    def subscribe(self) -> tuple[uuid.UUID, int]:
+        body = self.call(GET_SUBSCRIPTIONS, 0, {"client_instance_id": uuid.UUID(int=0)})
+        return body["client_instance_id"], body["subscription_id"]
+
+    def push(
+        self, instance: uuid.UUID, subscription: int, metrics: bytes, compression: int = 0
+    ) -> int:
+        body = self.call(
+            PUSH,
+            0,
+            {
+                "client_instance_id": instance,
+                "subscription_id": subscription,
+                "terminating": False,
+                "compression_type": compression,
+                "metrics": metrics,
+            },
+        )
+        return int(body["error_code"])
+
+    def metadata_answered(self) -> bool:
+        body = self.call(METADATA, 1, {"topics": []})
+        return bool(body["brokers"])

@@ -1,0 +1,24 @@
+"""Certificates made by the openssl CLI for one test run: a CA, and leaves it signs."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+OPENSSL_EXT = "subjectAltName=DNS:localhost,IP:127.0.0.1"
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def issue(cwd: Path, name: str, subject: str, ext: str | None = None) -> None:
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=cwd)
+    extra = ["-extfile", "ext.cnf"] if ext else []
+    if ext:
+        (cwd / "ext.cnf").write_text(ext + "\n")
+    openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", *extra, cwd=cwd,
+    )  # fmt: skip
