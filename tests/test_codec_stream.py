@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from codec import (
     DEFAULT_POLICY,
+    ApiKey,
     DecodeError,
     Request,
     Response,
@@ -33,7 +34,7 @@ from tests.codec_strategies import plain
 from tests.records_oracle import build_legacy, build_v2
 from tests.support.codec_frames import CASES, exchange
 
-FETCH = 1
+FETCH = ApiKey.FETCH
 
 _BATCHES = [
     build_v2([(1000, b"k", b"v" * 40, [])]),

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from codec import DecodeError, UnknownApiError, decode_request
+from codec import ApiKey, DecodeError, UnknownApiError, decode_request
 from codec.frame_cutter import (
     HEAD_BYTES,
     BigEnd,
@@ -613,7 +613,7 @@ def _decodes(frame: bytes, policy: Any) -> bool:
 
 
 def _acks(head: bytes, pending: Pending) -> int:
-    if pending.api_key != 0:
+    if pending.api_key != ApiKey.PRODUCE:
         return -1
     try:
         return produce_acks(head, pending.api_version)

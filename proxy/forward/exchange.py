@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from codec import ApiKey
 from codec.errors import DecodeError
 from codec.peek import produce_acks
 from proxy.forward import sasl
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("kafkalens.proxy")
 
-PRODUCE = 0
+PRODUCE = ApiKey.PRODUCE
 REQUEST_MIN_HEAD = 8  # api key, api version, correlation id
 RESPONSE_MIN_HEAD = 6  # correlation id + the error code of a SaslHandshake v0 response
 _REQUEST_HEADER = struct.Struct(">hhi")

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import struct
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-API_VERSIONS = 18
+from codec import ApiKey
+
+SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
+API_VERSIONS = ApiKey.API_VERSIONS
 # Requests a client may send before it has authenticated.
 AUTH_APIS = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 

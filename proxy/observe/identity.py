@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from codec import Request, Response
+from codec import ApiKey, Request, Response
 from codec.sasl import sasl_principal
 from proxy.observe.summary import clean
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
-GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
+SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
+API_VERSIONS = ApiKey.API_VERSIONS
+GET_TELEMETRY_SUBSCRIPTIONS = ApiKey.GET_TELEMETRY_SUBSCRIPTIONS
+PUSH_TELEMETRY = ApiKey.PUSH_TELEMETRY
 ZERO_UUID = UUID(int=0)
 MAX_MEMBER_IDS = 32
 

@@ -29,12 +29,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from codec import ApiKey
 from proxy.config import LagConfig
 from proxy.observe.summary import TopicIds, clean
 
-PRODUCE, FETCH, OFFSET_COMMIT = 0, 1, 8
+PRODUCE, FETCH, OFFSET_COMMIT = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.OFFSET_COMMIT
 # Requests that say which group their client is a member of
-GROUP_APIS = frozenset({8, 11, 12, 13, 14, 68})
+GROUP_APIS = frozenset({
+    ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT,
+})
 LAG_APIS = GROUP_APIS | {FETCH}
 READ_COMMITTED = 1
 

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from codec import (
+    ApiKey,
     DecodeError,
     HeaderPolicy,
     Response,
@@ -68,7 +69,11 @@ BROKER_CLOSED = frozenset({"upstream_eof", "upstream_error"})
 # (Produce and Fetch name topics learnt from Metadata, SyncGroup a generation's
 # protocol), they rarely repeat (offsets), or they carry credentials (SASL, delegation
 # token HMACs) or telemetry payloads, which must not linger in memory as memo keys.
-UNMEMOISED = frozenset({0, 1, 14, 17, 36, 38, 39, 40, 41, 72})
+UNMEMOISED = frozenset({
+    ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SYNC_GROUP, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
+    ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN, ApiKey.EXPIRE_DELEGATION_TOKEN,
+    ApiKey.DESCRIBE_DELEGATION_TOKEN, ApiKey.PUSH_TELEMETRY,
+})
 
 
 class ObservingHooks(Hooks):

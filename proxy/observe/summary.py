@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from codec import DecodeError, Request, Response
+from codec import ApiKey, DecodeError, Request, Response
 from codec.entities import ERROR_CODES, GROUPS, TOPICS, TRANSACTIONAL_IDS, collector
 from codec.error_codes import error_name
 from codec.groups import group_payloads
@@ -24,9 +24,18 @@ MAX_LISTED = 100
 # a few microseconds a record, and a small compressed Produce can hold millions.
 MAX_DETAIL_RECORDS = 10_000  # topics, groups or config names listed in one line; the rest are counted
 
-PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS = 0, 1, 3, 22, 67
-JOIN_GROUP, SYNC_GROUP, API_VERSIONS, SHARE_FETCH = 11, 14, 18, 78
-OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT = 8, 9, 28
+PRODUCE = ApiKey.PRODUCE
+FETCH = ApiKey.FETCH
+METADATA = ApiKey.METADATA
+INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
+ALLOCATE_PRODUCER_IDS = ApiKey.ALLOCATE_PRODUCER_IDS
+JOIN_GROUP = ApiKey.JOIN_GROUP
+SYNC_GROUP = ApiKey.SYNC_GROUP
+API_VERSIONS = ApiKey.API_VERSIONS
+SHARE_FETCH = ApiKey.SHARE_FETCH
+OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
+OFFSET_FETCH = ApiKey.OFFSET_FETCH
+TXN_OFFSET_COMMIT = ApiKey.TXN_OFFSET_COMMIT
 CONFIG_APIS = {19: "topics", 33: "resources", 44: "resources"}  # CreateTopics, AlterConfigs...
 
 
