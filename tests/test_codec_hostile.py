@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codec import (
+    ApiKey,
     DecodeError,
     decode_request,
     decode_response,
@@ -53,7 +54,7 @@ def test_huge_array_count_in_a_tiny_frame_allocates_nothing() -> None:
     frame = metadata_v0_request(54_000_000)
     with pytest.raises(DecodeError, match="array count exceeds") as info:
         decode_request(frame)
-    assert info.value.api_key == 3 and info.value.direction == "request"
+    assert info.value.api_key == ApiKey.METADATA and info.value.direction == "request"
     assert peak_bytes(lambda: decode_request(frame)) < 64 * 1024
 
 

@@ -33,9 +33,10 @@ import pytest
 from proxy_harness import FakeBroker, request_frame, write_frame
 from support.hostile import ObservedProxy, connect, eventually, observed_config
 
+from codec import ApiKey
 from proxy.forward.connection import DRAINING, IN_FLIGHT, PEER_BACKLOGGED, Connection
 
-METADATA = 3
+METADATA = ApiKey.METADATA
 BOUND = 16
 
 

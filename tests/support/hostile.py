@@ -26,11 +26,12 @@ from crc32c import crc32c
 from prometheus_client.parser import text_string_to_metric_families
 from proxy_harness import LOCAL, FakeBroker, ProxyThread, read_frame, request_frame, write_frame
 
+from codec import ApiKey
 from proxy.config import Config, parse_config
 from proxy.runner import start_proxy
 
 MIB = 1 << 20
-API_VERSIONS = 18
+API_VERSIONS = ApiKey.API_VERSIONS
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
