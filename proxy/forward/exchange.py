@@ -48,7 +48,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("kafkalens.proxy")
 
-PRODUCE = ApiKey.PRODUCE
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/forward/exchange.py says what it cost).
+PRODUCE = int(ApiKey.PRODUCE)
 REQUEST_MIN_HEAD = 8  # api key, api version, correlation id
 RESPONSE_MIN_HEAD = 6  # correlation id + the error code of a SaslHandshake v0 response
 _REQUEST_HEADER = struct.Struct(">hhi")

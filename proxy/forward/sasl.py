@@ -25,9 +25,11 @@ import struct
 
 from codec import ApiKey
 
-SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
-SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
-API_VERSIONS = ApiKey.API_VERSIONS
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/forward/exchange.py says what it cost).
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
 # Requests a client may send before it has authenticated.
 AUTH_APIS = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 

@@ -12,7 +12,11 @@ from codec import ApiKey, DecodeError, HeaderPolicy, Response, decode_response, 
 from codec.error_codes import UNSUPPORTED_VERSION
 from codec.schema import api_messages
 
-PRODUCE, FETCH, API_VERSIONS = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.API_VERSIONS
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/forward/exchange.py says what it cost).
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
 # Kafka 4 brokers list Produce v0-2 in their ApiVersions answer but refuse them: Kafka's
 # own ProduceRequest.json says so (KAFKA-18659, for old librdkafka that will not talk to
 # a broker whose Produce starts above v0). Such a broker is known by its Fetch range,

@@ -16,11 +16,13 @@ from codec import ApiKey, Request, Response
 from codec.sasl import sasl_principal
 from proxy.observe.summary import clean
 
-SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
-SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
-API_VERSIONS = ApiKey.API_VERSIONS
-GET_TELEMETRY_SUBSCRIPTIONS = ApiKey.GET_TELEMETRY_SUBSCRIPTIONS
-PUSH_TELEMETRY = ApiKey.PUSH_TELEMETRY
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/forward/exchange.py says what it cost).
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+GET_TELEMETRY_SUBSCRIPTIONS = int(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
+PUSH_TELEMETRY = int(ApiKey.PUSH_TELEMETRY)
 ZERO_UUID = UUID(int=0)
 MAX_MEMBER_IDS = 32
 

@@ -33,12 +33,16 @@ from codec import ApiKey
 from proxy.config import LagConfig
 from proxy.observe.summary import TopicIds, clean
 
-PRODUCE, FETCH, OFFSET_COMMIT = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.OFFSET_COMMIT
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/forward/exchange.py says what it cost).
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
 # Requests that say which group their client is a member of
-GROUP_APIS = frozenset({
+GROUP_APIS = frozenset(map(int, {
     ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP,
     ApiKey.CONSUMER_GROUP_HEARTBEAT,
-})
+}))
 LAG_APIS = GROUP_APIS | {FETCH}
 READ_COMMITTED = 1
 

@@ -69,11 +69,11 @@ BROKER_CLOSED = frozenset({"upstream_eof", "upstream_error"})
 # (Produce and Fetch name topics learnt from Metadata, SyncGroup a generation's
 # protocol), they rarely repeat (offsets), or they carry credentials (SASL, delegation
 # token HMACs) or telemetry payloads, which must not linger in memory as memo keys.
-UNMEMOISED = frozenset({
+UNMEMOISED = frozenset(map(int, {
     ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SYNC_GROUP, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
     ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN, ApiKey.EXPIRE_DELEGATION_TOKEN,
     ApiKey.DESCRIBE_DELEGATION_TOKEN, ApiKey.PUSH_TELEMETRY,
-})
+}))
 
 
 class ObservingHooks(Hooks):

@@ -46,9 +46,12 @@ from proxy.config import LagConfig
 from proxy.metrics import OTHER, LabelCapper, Metrics, sanitize_label
 from proxy.observe.summary import TopicIds, clean
 
-SHARE_FETCH, SHARE_ACKNOWLEDGE = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
-CONSUMER_GROUP_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
-SHARE_GROUP_HEARTBEAT = ApiKey.SHARE_GROUP_HEARTBEAT
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/forward/exchange.py says what it cost).
+SHARE_FETCH = int(ApiKey.SHARE_FETCH)
+SHARE_ACKNOWLEDGE = int(ApiKey.SHARE_ACKNOWLEDGE)
+CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+SHARE_GROUP_HEARTBEAT = int(ApiKey.SHARE_GROUP_HEARTBEAT)
 SHARE_APIS = frozenset({SHARE_FETCH, SHARE_ACKNOWLEDGE})
 HEARTBEAT_APIS = frozenset({CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT})
 

@@ -24,18 +24,20 @@ MAX_LISTED = 100
 # a few microseconds a record, and a small compressed Produce can hold millions.
 MAX_DETAIL_RECORDS = 10_000  # topics, groups or config names listed in one line; the rest are counted
 
-PRODUCE = ApiKey.PRODUCE
-FETCH = ApiKey.FETCH
-METADATA = ApiKey.METADATA
-INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
-ALLOCATE_PRODUCER_IDS = ApiKey.ALLOCATE_PRODUCER_IDS
-JOIN_GROUP = ApiKey.JOIN_GROUP
-SYNC_GROUP = ApiKey.SYNC_GROUP
-API_VERSIONS = ApiKey.API_VERSIONS
-SHARE_FETCH = ApiKey.SHARE_FETCH
-OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
-OFFSET_FETCH = ApiKey.OFFSET_FETCH
-TXN_OFFSET_COMMIT = ApiKey.TXN_OFFSET_COMMIT
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/forward/exchange.py says what it cost).
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+METADATA = int(ApiKey.METADATA)
+INIT_PRODUCER_ID = int(ApiKey.INIT_PRODUCER_ID)
+ALLOCATE_PRODUCER_IDS = int(ApiKey.ALLOCATE_PRODUCER_IDS)
+JOIN_GROUP = int(ApiKey.JOIN_GROUP)
+SYNC_GROUP = int(ApiKey.SYNC_GROUP)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+SHARE_FETCH = int(ApiKey.SHARE_FETCH)
+OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
+OFFSET_FETCH = int(ApiKey.OFFSET_FETCH)
+TXN_OFFSET_COMMIT = int(ApiKey.TXN_OFFSET_COMMIT)
 CONFIG_APIS = {19: "topics", 33: "resources", 44: "resources"}  # CreateTopics, AlterConfigs...
 
 

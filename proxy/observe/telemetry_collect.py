@@ -19,8 +19,10 @@ from codec.error_codes import ERROR_CODES
 from proxy.config import COMPRESSION_TYPES, TelemetryConfig
 from proxy.observe.identity import kafka_uuid
 
-GET_TELEMETRY_SUBSCRIPTIONS = ApiKey.GET_TELEMETRY_SUBSCRIPTIONS
-PUSH_TELEMETRY = ApiKey.PUSH_TELEMETRY
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/forward/exchange.py says what it cost).
+GET_TELEMETRY_SUBSCRIPTIONS = int(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
+PUSH_TELEMETRY = int(ApiKey.PUSH_TELEMETRY)
 ZERO_UUID = UUID(int=0)
 _CODES = {name: code for code, name in ERROR_CODES.items()}
 UNKNOWN_SUBSCRIPTION_ID = _CODES["UNKNOWN_SUBSCRIPTION_ID"]
