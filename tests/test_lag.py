@@ -278,7 +278,7 @@ def test_disabled_adds_no_fields_and_no_series(tmp_path: Path) -> None:
 
 # 10,000 topics of 10 partitions, each fetched once, with the default caps: /metrics
 # stays under this size and renders (tracker publication included) within this time on
-# the shared 2-core test machine (measured: 1.14 MB, 0.3-0.8 s; see the README section).
+# the shared 2-core test machine (measured: 1.14 MB, 0.3-0.8 s; bench/RELIABILITY.md).
 CARDINALITY_MAX_BYTES = 3_000_000
 CARDINALITY_MAX_SECONDS = 5.0
 

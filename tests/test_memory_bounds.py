@@ -1,4 +1,4 @@
-"""Memory per connection is bounded whatever the peers do (README, "Memory").
+"""Memory per connection is bounded whatever the peers do (README, "Limits").
 
 `kafkalens proxy` runs in its own process with its real hooks and request log, in
 front of a broker serving Fetch responses as big as each request's max_bytes asks.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shutil
 import signal
@@ -60,6 +61,32 @@ def test_the_defaults_the_readme_states_are_the_configs() -> None:
             value = getattr(value, part)
         number = float(match[2].rstrip(".,").replace(",", "")) * UNITS[match[3]]
         assert value == number, f"README: {match[0]!r}; the default is {value}"
+
+
+def test_without_go_the_peers_install_leaves_the_go_programs_out(tmp_path: Path) -> None:
+    """The README's test command on a machine without Go: with `KAFKALENS_PEERS_SKIP_GO=1`
+    tests/peers/install succeeds and leaves the Go client programs out (their tests then
+    skip, tests/support/kafka.py's go_binary), where without it the install fails for
+    want of `go`. Run on a copy of the script beside the Go module's files, its Java part
+    left out too (KAFKALENS_PEERS_SKIP_JAVA=1), so that nothing is fetched or built."""
+    assert "`KAFKALENS_PEERS_SKIP_GO=1`" in README
+    peers = tmp_path / "peers"
+    (peers / "go").mkdir(parents=True)
+    for name in ("install", "kafka-versions", "go/go.mod", "go/go.sum"):
+        shutil.copy(REPO / "tests" / "peers" / name, peers / name)
+    no_go = [d for d in os.environ["PATH"].split(os.pathsep) if d and not (Path(d) / "go").exists()]
+    env = {**os.environ, "PATH": os.pathsep.join(no_go), "KAFKALENS_PEERS_SKIP_JAVA": "1"}
+    env.pop("KAFKALENS_PEERS_SKIP_GO", None)
+
+    def install(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(peers / "install")], env={**env, **extra},
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    skipped = install(KAFKALENS_PEERS_SKIP_GO="1")
+    assert skipped.returncode == 0, skipped.stderr
+    assert not (peers / "build" / "bin").exists()
+    without = install()
+    assert without.returncode != 0 and "go" in without.stderr, without.stderr
 
 
 def git_checkout(tmp_path: Path) -> Path:
