@@ -77,6 +77,12 @@ def produce_case() -> Case:
     return Case("produce_1mib", 0, 12, "request", encode_request(Request(0, 12, header, body)))
 
 
+def topic_id(n: int) -> uuid.UUID:
+    """The same ids in every run: random ones (uuid4) moved callgrind's count of one
+    Fetch decode by up to 13 % between runs of the same build (237,248 to 268,805)."""
+    return uuid.UUID(int=(n + 1) * 0x9E3779B97F4A7C15F39CC0605CEDC834 % 2**128, version=4)
+
+
 def fetch_case() -> Case:
     def partition(index: int) -> dict[str, Any]:
         return {
@@ -90,8 +96,8 @@ def fetch_case() -> Case:
         }
 
     topics = [
-        {"topic_id": uuid.uuid4(), "partitions": [partition(p) for p in range(25)]}
-        for _ in range(4)
+        {"topic_id": topic_id(t), "partitions": [partition(p) for p in range(25)]}
+        for t in range(4)
     ]
     body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 1, "responses": topics}
     frame = encode_response(Response(1, 17, {"correlation_id": 7}, body))
@@ -116,7 +122,7 @@ def metadata_case() -> Case:
     topics = [
         {
             "name": f"topic-{t:02d}",
-            "topic_id": uuid.uuid4(),
+            "topic_id": topic_id(t),
             "partitions": [partition(p) for p in range(20)],
         }
         for t in range(50)
