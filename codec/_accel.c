@@ -34,13 +34,13 @@
 /* CPython 3.11 only (the layout verified at load, see put_direct): a decoded struct's
  * values go straight into its dict's entries, PyDict_SetItem's lookup skipped. Worth
  * the risk of writing into a private structure: callgrind's instructions per decode of
- * bench/codec_instructions.py's frames, this file built with the direct writes and
- * with -DKAFKALENS_NO_DICT_WRITES (public API only), are Fetch (100 partitions)
- * 274,788 vs 394,418 (the public API +44 %) and Metadata (1,000 partitions) 4,134,655
- * vs 5,219,245 (+26 %). The internal header needs Py_BUILD_CORE, set only around it:
- * the rest of this file sees the public API alone. Where the header is not installed,
- * the public API does it all (rather than the build failing, which setup.py's
- * optional=True would turn into no extension at all). */
+ * bench/bench_codec.py's frames, this file built with the direct writes and with
+ * -DKAFKALENS_NO_DICT_WRITES (public API only), are Fetch (100 partitions) 238,483 vs
+ * 364,093 (the public API +53 %) and Metadata (1,000 partitions) 4,007,137 vs
+ * 5,106,779 (+27 %); bench/HISTORY.md says how. The internal header needs
+ * Py_BUILD_CORE, set only around it: the rest of this file sees the public API alone.
+ * Where the header is not installed, the public API does it all (rather than the build
+ * failing, which setup.py's optional=True would turn into no extension at all). */
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_LIMITED_API) \
     && !defined(PYPY_VERSION) && defined(__has_include) && !defined(KAFKALENS_NO_DICT_WRITES)
 #if __has_include("internal/pycore_dict.h")
