@@ -16,6 +16,14 @@ with.
 Replaying a frame repeats it byte for byte, which the observer memoises
 (proxy/observe/memo.py): "all hooks, log on" is the cost of such a repeat, "first seen" that
 of a frame the process has not met before (the memo never answers).
+
+`--instructions` counts instead of timing: the same captured pairs replayed through all
+the hooks (log on, lag on), repeated and first seen, by bench/hooks_replay.py under
+callgrind, user-space instructions per pair. With KAFKALENS_BASELINE_TREE set to
+another checkout (as for bench.run's kafkalens-baseline) it replays through that
+checkout's proxy/ too, in the same run, and prints both and the change:
+
+    KAFKALENS_BASELINE_TREE=../baseline .venv/bin/python -m bench.hooks_cost --instructions
 """
 
 from __future__ import annotations
@@ -303,6 +311,109 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def instructions(cases: dict[str, Pair], calls: int, work: Path) -> list[dict[str, Any]]:
+    """Instructions per pair, repeated and first seen, for this tree and the baseline's."""
+    import os
+    import pickle
+
+    from bench.arms import BASELINE_TREE
+    from bench.fronts import REPO
+
+    pairs = [
+        (name, q.api_key, q.api_version, q.correlation_id, q.data, r.data) for name, (q, r) in cases.items()
+    ]
+    (work / "pairs.pickle").write_bytes(pickle.dumps(pairs))
+    trees = {"this tree": str(REPO)}
+    if os.environ.get(BASELINE_TREE):
+        trees["baseline"] = os.environ[BASELINE_TREE]
+    rows = []
+    for label, tree in trees.items():
+        counts = _replay_counted(tree, work / "pairs.pickle", len(pairs), calls, work / label.replace(" ", "-"))
+        for n, (memo, (name, *_)) in enumerate((m, p) for m in ("repeated", "first seen") for p in pairs):
+            rows.append({"tree": label, "case": name, "memo": memo, "instructions": counts[n] // calls})
+    return rows
+
+
+def _replay_counted(tree: str, pairs: Path, cases: int, calls: int, out: Path) -> list[int]:
+    """Runs bench/hooks_replay.py on `tree`'s proxy/ under callgrind, counting only the
+    replayed cycles of each case (switched on and off around them, one dump each)."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=tree)
+    replay = Path(__file__).resolve().parent / "hooks_replay.py"
+    cmd = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p",
+        sys.executable, "-P", str(replay), str(pairs), str(calls),
+    ]
+    with open(f"{out}.valgrind.log", "wb") as log:  # valgrind's own chatter
+        proc = subprocess.Popen(
+            cmd, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+        )
+    assert proc.stdin is not None and proc.stdout is not None
+    counts = []
+    try:
+        for _ in range(2 * cases):
+            _expect(proc, "ready")
+            _callgrind(proc.pid, "-i", "on")
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            _expect(proc, "done")
+            _callgrind(proc.pid, "-i", "off")
+            before = set(out.parent.glob(f"{out.name}.[0-9]*"))
+            _callgrind(proc.pid, "--dump")
+            (dump,) = set(out.parent.glob(f"{out.name}.[0-9]*")) - before
+            counts.append(_totals(dump))
+            proc.stdin.write("next\n")
+            proc.stdin.flush()
+        proc.stdin.close()
+        proc.wait(600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return counts
+
+
+def _expect(proc: Any, word: str) -> None:
+    line = proc.stdout.readline()
+    if line.strip() != word:
+        raise RuntimeError(f"hooks_replay said {line!r}, not {word!r}")
+
+
+def _callgrind(pid: int, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
+
+
+def _totals(dump: Path) -> int:
+    """A dump's count (its `summary:` line may say 0 where `totals:` has it)."""
+    found = [
+        int(line.split()[1])
+        for line in dump.read_text(errors="replace").splitlines()
+        if line.startswith(("summary:", "totals:"))
+    ]
+    if not found:
+        raise RuntimeError(f"no totals in {dump}")
+    return max(found)
+
+
+def instructions_markdown(rows: list[dict[str, Any]]) -> str:
+    """One row per case and memo mode: this tree, the baseline, the change."""
+    by_key: dict[tuple[str, str], dict[str, int]] = {}
+    for row in rows:
+        by_key.setdefault((row["case"], row["memo"]), {})[row["tree"]] = row["instructions"]
+    lines = [
+        "| case | memo | baseline instructions / pair | this tree | change |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for (case, memo), trees in by_key.items():
+        base, mine = trees.get("baseline"), trees["this tree"]
+        change = "–" if not base else f"{(mine - base) / base * 100:+.2f} %"
+        lines.append(f"| {case} | {memo} | {'–' if base is None else f'{base:,}'} | {mine:,} | {change} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     import argparse
 
@@ -315,10 +426,21 @@ def main() -> None:
         "--share", action="store_true",
         help="also a ShareFetch and a ShareAcknowledge pair of Kafka's share consumer (Apache Kafka from tests/peers)",
     )
+    parser.add_argument(
+        "--instructions", action="store_true",
+        help="count instructions per pair under callgrind (this tree, and KAFKALENS_BASELINE_TREE's) instead of timing",
+    )
+    parser.add_argument("--calls", type=int, default=500, help="counted pairs per case (--instructions)")
     args = parser.parse_args()
     cases = capture()
     if args.share:
         cases.update(capture_share())
+    if args.instructions:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="kafkalens-hooks-instructions-") as tmp:
+            print(instructions_markdown(instructions(cases, args.calls, Path(tmp))))
+        return
     gc.collect()
     gc.freeze()  # as a serving kafkalens process does (proxy/runner.py)
     print(markdown(measure(cases)))

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxy.tansu import BrokerUnavailable, free_port
+from proxy.tansu import BrokerUnavailable, free_ports
 
 # Enough for the tests' traffic; the benchmark passes its own heap and JIT settings.
 DEFAULT_JVM_OPTS = (
@@ -199,16 +199,16 @@ class KafkaCluster:
         """Chooses each node's ports (once), so that what sits in front of the cluster
         can be configured before it starts; `start` plans too."""
         if not self.members:
+            ports = iter(free_ports(3 * self.nodes, self.host))  # distinct, all nodes'
             for node_id in range(1, self.nodes + 1):
+                port, controller_port, proxied_port = next(ports), next(ports), next(ports)
                 self.members.append(
                     KafkaNode(
                         node_id=node_id,
                         host=self.host,
-                        port=free_port(self.host),
-                        controller_port=free_port(self.host),
-                        proxied_port=(
-                            free_port(self.host) if node_id in self.advertise_proxied else None
-                        ),
+                        port=port,
+                        controller_port=controller_port,
+                        proxied_port=proxied_port if node_id in self.advertise_proxied else None,
                         data_dir=self.work_dir / f"node-{node_id}" / "data",
                         log_path=self.work_dir / f"node-{node_id}" / "kafka.log",
                     )

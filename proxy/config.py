@@ -954,7 +954,7 @@ class TelemetryLogConfig:
 
 @config_section
 class TelemetryConfig:
-    """KIP-714 client telemetry (proxy/observe/telemetry.py)."""
+    """KIP-714 client telemetry (proxy/observe/telemetry/pushes.py)."""
 
     observe: bool = flag(default=True, doc="decode the PushTelemetry requests forwarded")
     collect: bool = flag(default=False, doc="the proxy answers telemetry itself")

@@ -197,7 +197,7 @@ class Hooks:
 
     def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
         """After a raw SASL token from the client (the phase after SaslHandshake v0, see
-        proxy/forward/sasl.py) went to the broker. `token` holds credentials: never keep or log it."""
+        proxy/exchange/sasl.py) went to the broker. `token` holds credentials: never keep or log it."""
 
     def request_incomplete(self, info: ConnectionInfo, pending: Pending, reason: str) -> None:
         """The connection is closing with `pending` still unanswered (it never will be);

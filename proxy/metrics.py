@@ -375,10 +375,10 @@ class Metrics:
         self._define_capping(max_label_values, max_error_series)
         self._define_telemetry_metrics()
         # Called on every flush (on the event loop), after the api series: topic
-        # traffic (proxy/observe/traffic.py) hands over its counts then.
+        # traffic (proxy/observe/lag/traffic.py) hands over its counts then.
         self.publishers: list[Callable[[], None]] = []
         # Called on every collection, in the collecting thread (off the loop for
-        # /metrics): the lag tables (proxy/observe/lag_series.py) publish their series.
+        # /metrics): the lag tables (proxy/observe/lag/series.py) publish their series.
         self.collectors: list[Callable[[], None]] = []
         self.build_info.labels(version=build_version or _package_version()).set(1)
 

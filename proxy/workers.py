@@ -41,7 +41,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_TIMEOUT_SECONDS = 60.0
 SUPERVISE_SECONDS = 1.0
 CLIENTS_FILE = "clients-{pid}.json"
-# A worker's KIP-714 client metrics (proxy/observe/telemetry_export.py), merged by /metrics.
+# A worker's KIP-714 client metrics (proxy/observe/telemetry/export.py), merged by /metrics.
 TELEMETRY_FILE = "telemetry-{pid}.json"
 CLIENTS_WRITE_SECONDS = 1.0
 # A worker is a fresh interpreter (no inherited loop or locks), started as a plain
@@ -118,6 +118,7 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy.forward.allocator import keep_large_buffers
     from proxy.metrics import Metrics
     from proxy.observe.observer import build_hooks
+    from proxy.observe.telemetry.hooks import TelemetryLink
     from proxy.preflight import check_api_names
     from proxy.runner import freeze_startup_objects, open_server
     from proxy.signals import reopen_logs_on_sighup, stop_signal
@@ -138,7 +139,9 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     keep_large_buffers()
     reopen_logs_on_sighup(server.hooks)
     ready.put(index, None)
-    writer = asyncio.get_running_loop().create_task(_write_clients(server, hooks.telemetry))
+    link = hooks.link(TelemetryLink)
+    telemetry = None if link is None else link.telemetry
+    writer = asyncio.get_running_loop().create_task(_write_clients(server, telemetry))
     await stop.wait()
     writer.cancel()
     await server.shutdown(config.limits.shutdown_grace_seconds)
@@ -255,7 +258,7 @@ class WorkerPool:
         """The workers' metrics, plus collectors of the parent's `own`."""
         from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
-        from proxy.observe.telemetry_export import SnapshotCollector
+        from proxy.observe.telemetry.export import SnapshotCollector
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=str(self.metrics_dir))

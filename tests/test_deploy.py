@@ -508,16 +508,16 @@ SCRAPE_LABELS = {"instance", "job"}
 
 
 def prometheus_name(otlp: str, kind: str) -> str:
-    """The exported name, by the proxy's own converter (proxy/observe/otlp.py)."""
-    from proxy.observe.otlp import Point
-    from proxy.observe.otlp import prometheus_name as convert
+    """The exported name, by the proxy's own converter (proxy/observe/telemetry/otlp.py)."""
+    from proxy.observe.telemetry.otlp import Point
+    from proxy.observe.telemetry.otlp import prometheus_name as convert
 
     point = Point(otlp, kind.upper(), kind == "sum", 0.0, None, ())
     return convert(point) + ("_total" if kind == "sum" else "")
 
 
 def telemetry_metrics() -> dict[str, set[str]]:
-    from proxy.observe.otlp import label_name
+    from proxy.observe.telemetry.otlp import label_name
 
     return {prometheus_name(otlp, kind): CLIENT_LABELS | {label_name(a) for a in attrs}
             for otlp, (kind, attrs) in CLIENT_METRICS.items()}

@@ -1,8 +1,9 @@
 """The modules of proxy/ import one way: config (and codec) at the bottom, the
-command line at the top, and the rooms in between (forward/, observe/, gateway/,
-admin/) each depend only on what is below them. codec/ imports one way too, nothing
-above it, and no module takes another's private names. Read from the source with `ast`,
-every import counts: module level, inside functions (lazy) and under TYPE_CHECKING."""
+command line at the top, and the rooms in between (exchange/, forward/, observe/,
+gateway/, admin/, capture/) each depend only on what is below them. codec/ imports one
+way too, nothing above it, and no module takes another's private names. Read from the
+source with `ast`, every import counts: module level, inside functions (lazy) and under
+TYPE_CHECKING."""
 
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ CONFIG_MAY_IMPORT: frozenset[str] = frozenset()
 BASE = frozenset({"config", "console", "hooks", "metrics", "tls", "signals"})
 # Which rooms a room may import from, besides BASE and itself.
 ROOMS_MAY_IMPORT: dict[str, frozenset[str]] = {
-    "forward": frozenset(),
+    "exchange": frozenset(),  # the sans-I/O Kafka exchange: below forwarding and captures
+    "forward": frozenset({"exchange"}),
     "observe": frozenset(),
     "admin": frozenset(),
     "gateway": frozenset({"forward", "observe"}),
-    "capture": frozenset({"forward", "observe"}),
+    "capture": frozenset({"exchange", "observe"}),
 }
 
 
@@ -207,3 +209,17 @@ def test_no_codec_module_takes_another_ones_private_names() -> None:
     for path in CODEC.rglob("*.py"):
         found |= codec_private_uses(path.read_text(encoding="utf-8"), module_name(path, CODEC))
     assert found <= CODEC_PRIVATE_IMPORTS, sorted(found - CODEC_PRIVATE_IMPORTS)
+
+
+def test_the_exchange_does_no_io() -> None:
+    """proxy/exchange/ is sans I/O: frames in, events out; no sockets, no event loop,
+    no logging (what it tells, its drivers say)."""
+    io = {"asyncio", "uvloop", "socket", "ssl", "selectors", "select", "structlog", "logging", "threading"}
+    for path in sorted((PROXY / "exchange").glob("*.py")):
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+        assert not imported & io, (path.name, sorted(imported & io))

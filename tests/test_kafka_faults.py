@@ -181,3 +181,16 @@ def test_a_late_write_is_explained_only_by_a_close_before_it() -> None:
     assert late.explains("broker-1", "b", at + 7.1)  # a connection that named no client
     assert not late.explains("broker-1", "a", at + 17.1)
     assert not late.explains("broker-1", "a", None)  # a count: nothing left to explain it
+
+
+def test_the_unlogged_send_of_a_repeated_correlation_id_is_the_one_no_line_is_near() -> None:
+    """librdkafka numbers requests per connection: after a reconnect the same (listener,
+    api, version, correlation id) is sent again. The send without a line is the one far
+    from every line, not the latest (taking the latest blamed a logged send, 23 s after
+    the close that explained the other)."""
+    from support.faults import unlogged
+
+    assert unlogged([34.96, 58.285], [58.294]) == [34.96]
+    assert unlogged([58.285, 34.96], [34.97]) == [58.285]
+    assert unlogged([1.0, 2.0], [1.01, 2.02]) == []
+    assert unlogged([1.0], []) == [1.0]

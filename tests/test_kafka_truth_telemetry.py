@@ -54,7 +54,7 @@ from support.truth import (
     telemetry_sidecar,
 )
 
-from proxy.observe.otlp import label_name
+from proxy.observe.telemetry.otlp import label_name
 
 PUSH_INTERVAL_MS = 1000
 RECORDS = 30

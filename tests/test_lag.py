@@ -1,5 +1,5 @@
-"""Consumer, committed and follower lag and topic traffic (proxy/observe/lag.py,
-lag_series.py, traffic.py), driven through the observing hooks with real frames: the
+"""Consumer, committed and follower lag and topic traffic (proxy/observe/lag/tracker.py,
+series.py, traffic.py), driven through the observing hooks with real frames: the
 whole-frame and the streamed (codec/stream.py) paths, log fields, /metrics series,
 caps, expiry and the 100,000-partition cardinality bound."""
 
@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from support.hooks_harness import Harness, labels
 
-from codec import HeaderPolicy
 from proxy.config import LagConfig
 from proxy.metrics import Metrics
 from proxy.observe.identity import kafka_uuid_text
-from proxy.observe.lag import FetchAsk
-from proxy.observe.observer import ObservingHooks, enable_lag
-from proxy.observe.summary import SummaryOptions
+from proxy.observe.lag.hooks import LagLink
+from proxy.observe.lag.tracker import FetchAsk
+from proxy.observe.observer import lag_link
+from proxy.observe.summary import SummaryOptions, TopicIds
 from tests.records_oracle import build_v2
 
 TOPIC_ID = uuid.UUID("0f0e0d0c-0b0a-4908-8706-050403020100")
@@ -256,13 +256,15 @@ def test_series_of_consumers_that_left_expire(tmp_path: Path) -> None:
     time.sleep(0.3)
     assert h.samples("kafkalens_consumer_lag_records") == {}
     assert h.samples("kafkalens_consumer_topic_lag_records") == {}
-    assert h.hooks.lag is not None and not h.hooks.lag.consumers
+    link = h.hooks.link(LagLink)
+    assert link is not None and not link.lag.consumers
 
 
 def test_tracked_entries_are_bounded_and_counted(tmp_path: Path) -> None:
     h = Harness(tmp_path, LagConfig(max_tracked=2))
     h.exchange(fetch_request({0: 0, 1: 0, 2: 0}), fetch_response({0: (1, 1, None), 1: (1, 1, None), 2: (1, 1, None)}))
-    assert h.hooks.lag is not None and len(h.hooks.lag.consumers) == 2
+    link = h.hooks.link(LagLink)
+    assert link is not None and len(link.lag.consumers) == 2
     # the third partition's position, and its high watermark (a table of its own)
     assert h.samples("kafkalens_lag_series_dropped_total")[labels(kind="tracked")] == 2
 
@@ -285,10 +287,7 @@ CARDINALITY_MAX_SECONDS = 5.0
 
 def test_100k_partitions_keep_metrics_within_bounds() -> None:
     metrics = Metrics()
-    hooks = ObservingHooks(metrics, None, SummaryOptions(), HeaderPolicy())
-    enable_lag(hooks, LagConfig(), metrics)
-    lag = hooks.lag
-    assert lag is not None
+    lag = lag_link(LagConfig(), metrics, TopicIds(), SummaryOptions()).lag
     for t in range(10_000):
         ask = FetchAsk(f"client-{t % 50}", f"group-{t % 20}", -1, 0)
         ask.offsets = {(f"topic-{t}", p): 0 for p in range(10)}

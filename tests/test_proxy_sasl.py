@@ -1,5 +1,5 @@
 """SaslHandshake v0: the raw token phase passes through untouched, and Kafka
-framing resumes after it (proxy/forward/sasl.py documents how the end is found).
+framing resumes after it (proxy/exchange/sasl.py documents how the end is found).
 
 The fake broker speaks the legacy flow: SaslHandshake v0, then bare length-prefixed
 tokens both ways, then ordinary requests. Tokens are chosen to look like request
@@ -26,7 +26,7 @@ from proxy_harness import (
 )
 
 from codec import ApiKey
-from proxy.forward.sasl import handshake_mechanism, looks_like_request
+from proxy.exchange.sasl import handshake_mechanism, looks_like_request
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 
 SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE

@@ -1,5 +1,5 @@
 """Share groups (KIP-932) and group heartbeats as the observing hooks read them
-(proxy/observe/share.py), with real frames, whole and streamed past: the line's
+(proxy/observe/lag/share.py), with real frames, whole and streamed past: the line's
 acknowledgements and acquired records, the share counters, what is not counted
 (malformed batches, acknowledgements the broker refused), the caps, and a cost linear
 in what a frame holds."""

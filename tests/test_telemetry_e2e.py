@@ -235,7 +235,7 @@ def test_observe_mode_decodes_the_pushes_it_forwards(tansu_factory: Any, tmp_pat
         value = sample(observed, "producer_connection_creation_total", instance)
         assert value is not None and value >= 1
         assert (
-            observer.call(lambda: observer.observing.telemetry.store.instances[instance].interval_s)
+            observer.call(lambda: observer.telemetry.store.instances[instance].interval_s)
             == 1.0
         )
         producer.handle.flush(5)

@@ -134,7 +134,7 @@ def test_hostile_pushes_are_counted_bounded_and_forwarding_goes_on(
         assert grown.bytes < BOUND, grown
         for px in both:
             assert px.wait_until(
-                lambda px=px: px.observing.telemetry.store.series_count == MAX_SERIES
+                lambda px=px: px.telemetry.store.series_count == MAX_SERIES
             )
             dropped = results(px, "kafkalens_telemetry_dropped_total")
             # past max_series in one push ("points", not even kept for a moment), or new
@@ -155,7 +155,7 @@ def test_hostile_pushes_are_counted_bounded_and_forwarding_goes_on(
                     == 2
                 )
             )
-            assert len(px.observing.telemetry.store.instances) == 3
+            assert len(px.telemetry.store.instances) == 3
 
         assert client.metadata_answered() and bystander.metadata_answered()
         client.sock.close()

@@ -36,12 +36,13 @@ from proxy.config import TelemetryConfig
 from proxy.hooks import ConnectionInfo
 from proxy.metrics import Metrics
 from proxy.observe.identity import kafka_uuid, kafka_uuid_text
-from proxy.observe.otlp import PushError, decode, payload, prometheus_name
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import SummaryOptions
-from proxy.observe.telemetry import Telemetry
-from proxy.observe.telemetry_export import SnapshotCollector, families, snapshot
-from proxy.observe.telemetry_store import ClientMeta, TelemetryStore
+from proxy.observe.telemetry.export import SnapshotCollector, families, snapshot
+from proxy.observe.telemetry.hooks import TelemetryLink
+from proxy.observe.telemetry.otlp import PushError, decode, payload, prometheus_name
+from proxy.observe.telemetry.pushes import Telemetry
+from proxy.observe.telemetry.store import ClientMeta, TelemetryStore
 
 HEADER_ID = uuid.UUID("11111111-2222-4333-8444-555555555555")
 OTHER_ID = uuid.UUID("99999999-8888-4777-8666-555555555555")
@@ -242,7 +243,7 @@ class Harness:
             SummaryOptions(),
             HeaderPolicy(),
             enforcement,
-            telemetry=Telemetry(config, self.metrics, HeaderPolicy()),
+            links=(TelemetryLink(Telemetry(config, self.metrics, HeaderPolicy())),),
         )
         self.info = ConnectionInfo("c-1", "plaintext", "10.0.0.7", 50123, "broker:9092")
         self.hooks.connection_opened(self.info)

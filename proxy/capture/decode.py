@@ -11,11 +11,17 @@ with requests by correlation id. What the capture lacks is said in lines of its 
 at once (no retransmission will bring them), and the stream is picked up again at the
 next plausible frame. A hook that fails is counted and said, as in the proxy.
 
+Which frame is a request, which response answers it and when raw SASL tokens flow is
+the proxy's own exchange's to say (proxy/exchange/kafka.py), told that a capture may
+miss frames: a request whose answer the capture lost stays pending until the stream
+closes, and one whose correlation id is reused while it waits is given up.
+
 Bounded whatever the capture holds: at most `max_streams` connections are followed
 at once (the least recently active one is closed to make room), each direction holds
 at most `max_stream_bytes` of out-of-order segments and assembles frames up to that
 size whole (larger ones are decoded as they pass, as the proxy does), and at most
-`max_in_flight` requests per connection wait for their response.
+`max_in_flight` requests per connection wait for their response (the oldest is given
+up for the next).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from codec import ApiKey, DecodeError, UnknownApiError, decode_request
+from codec import DecodeError, UnknownApiError, decode_request
 from codec.frame_cutter import (
     HEAD_BYTES,
     BigEnd,
@@ -39,19 +45,29 @@ from codec.frame_cutter import (
     Plausible,
     Skipped,
 )
-from codec.peek import produce_acks
 from codec.reassembly import Data, Event, Gap, TcpHalf
 from codec.schema import api_names
 from proxy.capture.log import CaptureHooks, CaptureLog, Output
 from proxy.capture.pcap_read import ACK, FIN, RST, SYN, CaptureReader, Segment
 from proxy.config import LagConfig, TelemetryConfig
-from proxy.forward import sasl
+from proxy.exchange import sasl
+from proxy.exchange.kafka import (
+    IN_FLIGHT_FULL,
+    RAW_SASL,
+    REQUEST,
+    REQUEST_WITHOUT_RESPONSE,
+    RESPONSE,
+    ExchangeOptions,
+    KafkaExchange,
+)
+from proxy.exchange.kafka import Event as ExchangeEvent
 from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
-from proxy.observe.observer import enable_lag, header_policy
+from proxy.observe.observer import header_policy, lag_link
 from proxy.observe.request_log import render
-from proxy.observe.summary import SummaryOptions
-from proxy.observe.telemetry import Telemetry
+from proxy.observe.summary import SummaryOptions, TopicIds
+from proxy.observe.telemetry.hooks import TelemetryLink
+from proxy.observe.telemetry.pushes import Telemetry
 
 _REQUEST_HEADER = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")
@@ -87,12 +103,9 @@ class Stream:
     waiting: list[tuple[Endpoint, Event]] = field(default_factory=list)
     waiting_bytes: int = 0
     info: ConnectionInfo | None = None
+    kafka: KafkaExchange | None = None  # once it is known to be Kafka
     cutters: dict[Endpoint, FrameCutter] = field(default_factory=dict)
-    pending: dict[int, Pending] = field(default_factory=dict)
     observers: dict[Endpoint, tuple[FrameObserver, Pending] | None] = field(default_factory=dict)
-    raw_sasl: sasl.RawSaslPhase | None = None
-    raw_replies_due: int = 0
-    handshake_mechanism: str | None = None
     fins: set[Endpoint] = field(default_factory=set)
     closed_by = "client_eof"
     reported: set[str] = field(default_factory=set)  # kinds of trouble already said
@@ -119,9 +132,13 @@ class CaptureDecoder:
         metrics, policy = Metrics(), header_policy(())
         # As a proxy with the shipped defaults: lag positions on Fetch and OffsetCommit
         # lines, pushed client metrics counted on PushTelemetry lines.
-        telemetry = Telemetry(TelemetryConfig(), metrics, policy, None)
-        self.hooks = CaptureHooks(metrics, None, summary or SummaryOptions(), policy, telemetry=telemetry)
-        enable_lag(self.hooks, LagConfig(), metrics)
+        summary = summary or SummaryOptions()
+        topic_ids = TopicIds()
+        links = (
+            TelemetryLink(Telemetry(TelemetryConfig(), metrics, policy, None)),
+            lag_link(LagConfig(), metrics, topic_ids, summary),
+        )
+        self.hooks = CaptureHooks(metrics, None, summary, policy, links=links, topic_ids=topic_ids)
         self.log = self.hooks.log = CaptureLog(self.output, apis, self.hooks)
         self.streams: OrderedDict[frozenset[Endpoint], Stream] = OrderedDict()
         self.closed: OrderedDict[frozenset[Endpoint], None] = OrderedDict()
@@ -242,10 +259,11 @@ class CaptureDecoder:
             return
         for end, cutter in stream.cutters.items():
             self._cut_events(stream, end, cutter.finish(ts))
-        for pending in stream.pending.values():
+        assert stream.kafka is not None
+        for pending in stream.kafka.pending:
             self.counts["unanswered_requests"] += 1
             self._hook(stream, self.hooks.request_incomplete, stream.info, pending, reason)
-        stream.pending.clear()
+        stream.kafka.pending.clear()
         stream.cutters.clear()  # their checks refer back to the stream: no cycle left for the GC
         self._hook(stream, self.hooks.connection_closed, stream.info, reason)
 
@@ -329,10 +347,14 @@ class CaptureDecoder:
             upstream=_address(server),
             opened_at=stream.first_ts,
         )
+        stream.kafka = kafka = KafkaExchange(
+            stream.info,
+            ExchangeOptions(max_in_flight=self.limits.max_in_flight, max_head=HEAD_BYTES, sees_every_frame=False),
+        )
         cap = self.limits.max_stream_bytes
         stream.cutters = {
-            client: FrameCutter(self._request_plausible(stream), cap),
-            server: FrameCutter(self._response_plausible(stream), cap),
+            client: FrameCutter(self._request_plausible(kafka), cap),
+            server: FrameCutter(self._response_plausible(kafka), cap),
         }
         now = self.hooks.now
         self.hooks.now = stream.first_ts
@@ -342,11 +364,11 @@ class CaptureDecoder:
         for sender, event in waiting:
             self._kafka_data(stream, sender, event)
 
-    def _request_plausible(self, stream: Stream) -> Plausible:
+    def _request_plausible(self, kafka: KafkaExchange) -> Plausible:
         names = self._names
 
         def plausible(head: bytes, size: int, resyncing: bool) -> bool | None:
-            if stream.raw_sasl is not None and not resyncing:
+            if kafka.raw_sasl is not None and not resyncing:
                 return True  # raw SASL tokens have no header
             if resyncing and size > MAX_PLAUSIBLE_FRAME:
                 return False
@@ -356,7 +378,7 @@ class CaptureDecoder:
 
         return plausible
 
-    def _response_plausible(self, stream: Stream) -> Plausible:
+    def _response_plausible(self, kafka: KafkaExchange) -> Plausible:
         def plausible(head: bytes, size: int, resyncing: bool) -> bool | None:
             if not resyncing:
                 # in step: any answer, even to a request not captured, but not a size
@@ -366,7 +388,7 @@ class CaptureDecoder:
                 return False
             if len(head) < 4:
                 return None
-            return _INT32.unpack_from(head, 0)[0] in stream.pending
+            return kafka.awaits(_INT32.unpack_from(head, 0)[0])
 
         return plausible
 
@@ -412,120 +434,103 @@ class CaptureDecoder:
                 })
 
     def _request(self, stream: Stream, frame: Frame) -> None:
-        info = stream.info
-        assert info is not None
+        info, kafka = stream.info, stream.kafka
+        assert info is not None and kafka is not None
         body = frame.body
         info.bytes_in += len(body) + 4
-        if stream.raw_sasl is not None and self._raw_token(stream, body):
+        event = self._client_frame(stream, body, len(body), frame.start_ts)
+        if event is RAW_SASL:
             self._hook(stream, self.hooks.sasl_token, info, memoryview(body))
             return
-        pending = self._new_pending(stream, body, len(body), frame.start_ts)
-        if pending is None:
-            return
-        if _acks(body, pending) == 0:
+        pending = kafka.current
+        if event is REQUEST_WITHOUT_RESPONSE:
             self.counts["requests_without_response"] += 1
             self._hook(stream, self.hooks.request_without_response, info, memoryview(body), pending)
             return
-        if pending.api_key == sasl.SASL_HANDSHAKE and pending.api_version == 0:
-            stream.handshake_mechanism = sasl.handshake_mechanism(body)
+        if event is not REQUEST:
+            return  # not a request header: nothing to pair
+        if kafka.wants_body:
+            kafka.request_body(body)
         self._hook(stream, self.hooks.request_forwarded, info, memoryview(body), pending)
-        self._await(stream, pending)
+        self._displaced(stream)
         if self.on_frame is not None:
             self.on_frame(info, "request", pending, body)
 
-    def _new_pending(self, stream: Stream, head: bytes, size: int, ts: float) -> Pending | None:
-        if size < 8 or len(head) < 8:
-            return None
-        api_key, api_version, corr = _REQUEST_HEADER.unpack_from(head, 0)
-        assert stream.info is not None
-        stream.info.requests += 1
-        return Pending(corr, api_key, api_version, ts, size + 4)
-
-    def _await(self, stream: Stream, pending: Pending) -> None:
-        if len(stream.pending) >= self.limits.max_in_flight:
+    def _client_frame(self, stream: Stream, head: bytes, size: int, ts: float) -> ExchangeEvent:
+        """The exchange's event for a client frame; a request past max_in_flight gives
+        the oldest pending one up."""
+        kafka = stream.kafka
+        assert kafka is not None
+        event = kafka.request(head, size, ts)
+        while event is IN_FLIGHT_FULL:
             self.limits_hit["max_in_flight"] += 1
-            oldest = next(iter(stream.pending))
-            gone = stream.pending.pop(oldest)
-            assert stream.info is not None
-            self.counts["unanswered_requests"] += 1
-            self._hook(stream, self.hooks.request_incomplete, stream.info, gone, "max_in_flight")
-        earlier = stream.pending.pop(pending.correlation_id, None)
-        if earlier is not None:  # an id reused in flight: whose answer is whose is unknowable
-            self.counts["unanswered_requests"] += 1
-            self._hook(stream, self.hooks.request_incomplete, stream.info, earlier, "correlation_id_reused")
-        stream.pending[pending.correlation_id] = pending
+            self._unanswered(stream, kafka.give_up_oldest(), "max_in_flight")
+            event = kafka.request(head, size, ts)
+        return event
 
-    def _raw_token(self, stream: Stream, body: bytes) -> bool:
-        """As the proxy's exchange: whether a client frame is a raw SASL token."""
-        phase = stream.raw_sasl
-        assert phase is not None
-        counted = phase.next_frame(body[: sasl.MIN_PLAUSIBLE_HEAD], len(body))
-        if counted is None:
-            stream.raw_sasl = None
-            stream.raw_replies_due = 0
-            return False
-        if counted:
-            stream.raw_replies_due += 1
-            if phase.over:
-                stream.raw_sasl = None
-        return True
+    def _displaced(self, stream: Stream) -> None:
+        """A correlation id reused in flight: whose answer is whose is unknowable."""
+        kafka = stream.kafka
+        assert kafka is not None
+        if kafka.displaced is not None:
+            earlier, kafka.displaced = kafka.displaced, None
+            self._unanswered(stream, earlier, "correlation_id_reused")
+
+    def _unanswered(self, stream: Stream, pending: Pending, reason: str) -> None:
+        self.counts["unanswered_requests"] += 1
+        self._hook(stream, self.hooks.request_incomplete, stream.info, pending, reason)
 
     def _response(self, stream: Stream, frame: Frame) -> None:
         info = stream.info
         assert info is not None
         body = frame.body
         info.bytes_out += len(body) + 4
-        pending = self._match(stream, body)
+        pending = self._paired(stream, body, len(body))
         if pending is None:
             return
-        handshake = pending.api_key == sasl.SASL_HANDSHAKE and pending.api_version == 0
-        if handshake and sasl.handshake_succeeded(body[:6]):
-            stream.raw_sasl = sasl.RawSaslPhase(stream.handshake_mechanism)
         self.counts["exchanges"] += 1
         self._hook(stream, self.hooks.response_forwarded, info, memoryview(body), pending)
         if self.on_frame is not None:
             self.on_frame(info, "response", pending, body)
 
-    def _match(self, stream: Stream, head: bytes) -> Pending | None:
-        if stream.raw_sasl is not None or stream.raw_replies_due:
-            if stream.raw_replies_due:
-                stream.raw_replies_due -= 1
-            return None  # a raw SASL token from the broker
-        if len(head) < 4:
-            return None
-        (corr,) = _INT32.unpack_from(head, 0)
-        pending = stream.pending.pop(corr, None)
-        if pending is None:
+    def _paired(self, stream: Stream, head: bytes, size: int) -> Pending | None:
+        """The request a broker frame answers; None for a raw SASL token, or an answer
+        to a request the capture did not show (said)."""
+        kafka = stream.kafka
+        assert kafka is not None
+        event = kafka.response(head, size)
+        if event is RESPONSE:
+            return kafka.current
+        if event is not RAW_SASL and len(head) >= 4:
             self.counts["unmatched_responses"] += 1
             self._trouble(stream, "capture_unmatched_response", {
-                "correlation_id": corr,
+                "correlation_id": _INT32.unpack_from(head, 0)[0],
                 "reason": "no request with this correlation id was seen (the capture missed it)",
             })
-            return None
-        assert stream.info is not None
-        stream.info.responses += 1
-        return pending
+        return None
 
     def _big_start(self, stream: Stream, sender: Endpoint, event: BigStart, is_request: bool) -> None:
-        info = stream.info
-        assert info is not None
+        info, kafka = stream.info, stream.kafka
+        assert info is not None and kafka is not None
         stream.observers[sender] = None
         if is_request:
             info.bytes_in += event.size + 4
-            pending = self._new_pending(stream, event.head, event.size, event.ts)
-            if pending is None or (stream.raw_sasl is not None and self._raw_token(stream, event.head)):
-                return
-            expects = _acks(event.head, pending) != 0
+            said = self._client_frame(stream, event.head, event.size, event.ts)
+            if said is not REQUEST and said is not REQUEST_WITHOUT_RESPONSE:
+                return  # a raw SASL token, or no request header
+            pending = kafka.current
+            expects = said is REQUEST
             observer = self._hook(stream, self.hooks.request_stream, info, pending, expects)
             if expects:
-                self._await(stream, pending)
+                self._displaced(stream)
             else:
                 self.counts["requests_without_response"] += 1
         else:
             info.bytes_out += event.size + 4
-            pending = self._match(stream, event.head)
-            if pending is None:
+            paired = self._paired(stream, event.head, event.size)
+            if paired is None:
                 return
+            pending = paired
             self.counts["exchanges"] += 1
             observer = self._hook(stream, self.hooks.response_stream, info, pending, event.size)
         stream.observers[sender] = None if observer is None else (observer, pending)
@@ -610,15 +615,6 @@ def _decodes(frame: bytes, policy: Any) -> bool:
     except DecodeError:
         return False
     return True
-
-
-def _acks(head: bytes, pending: Pending) -> int:
-    if pending.api_key != ApiKey.PRODUCE:
-        return -1
-    try:
-        return produce_acks(head, pending.api_version)
-    except DecodeError:
-        return -1
 
 
 def _is_tls(data: bytes) -> bool:

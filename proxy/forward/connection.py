@@ -2,7 +2,8 @@
 
 `Connection` is the client's asyncio protocol; `UpstreamProtocol` delegates the
 broker's events to it. Bytes go through two `FrameSplitter`s (proxy/forward/framing.py)
-whose handlers (proxy/forward/exchange.py) know the Kafka side.
+whose handlers (proxy/forward/sides.py) drive the connection's sans-I/O Kafka exchange
+(proxy/exchange/kafka.py) and call the hooks.
 
 Backpressure: when a transport's write buffer passes its high-water mark asyncio
 calls `pause_writing` on the protocol that writes to it; the proxy then stops
@@ -13,7 +14,7 @@ way round).
 Memory per connection, whatever the peers do, per direction: the write buffer up to
 `HIGH_WATER` plus one read chunk (256 KiB), plus a frame being assembled for the
 request log of at most `limits.observe_whole_frame_bytes` (larger frames are decoded
-as they pass and never kept, proxy/forward/exchange.py). In the kernel, each of the two
+as they pass and never kept, proxy/forward/sides.py). In the kernel, each of the two
 sockets has send and receive buffers of `limits.socket_buffer_bytes`, which Linux
 doubles: 4 x 2 x 1 MiB = 8 MiB at most at the defaults, instead of the autotuned sizes
 (up to the tcp_wmem/tcp_rmem maxima, 4 and 6 MiB per socket on Linux's defaults). Frames
@@ -35,16 +36,16 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 
 from proxy.config import Address, Limits
-from proxy.forward import fdlimit
-from proxy.forward.exchange import (
+from proxy.exchange.kafka import (
     REQUEST_MIN_HEAD,
     RESPONSE_MIN_HEAD,
-    Exchange,
-    RequestSide,
-    ResponseSide,
+    ExchangeOptions,
+    KafkaExchange,
 )
-from proxy.forward.framing import Buffer, FrameSplitter
+from proxy.forward import fdlimit
+from proxy.forward.framing import HEAD_CAP, Buffer, FrameSplitter
 from proxy.forward.hangups import HangupWatch, hung_up
+from proxy.forward.sides import ConnectionCalls, Relay
 from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending, next_connection_id
 from proxy.tls import describe_peer
 
@@ -64,7 +65,7 @@ CLOSE_FLUSH_SECONDS = 5.0
 # A closing connection reads what its client sent and was not read yet, up to one read's
 # worth, for its requests to be reported (see Connection._unforwarded).
 UNREAD_BYTES = 256 * 1024
-# Close reasons of a connection closed for one of its requests (proxy/forward/exchange.py)
+# Close reasons of a connection closed for one of its requests (proxy/forward/sides.py)
 REFUSED_A_REQUEST = frozenset({"frame_too_large", "rejected"})
 
 # Why reading from a side is paused (a bit each; reading resumes when none is left).
@@ -206,31 +207,33 @@ class Connection(asyncio.Protocol):
         )
         info.metrics = ctx.metrics.connection_opened(self.route.name)
         ctx.connections[info.conn_id] = self
-        self.exchange = ex = Exchange(
+        limits = ctx.limits
+        self.exchange = kafka = KafkaExchange(
             info,
-            ctx.hooks,
-            ctx.plan,
-            ctx.metrics,
-            ctx.limits.max_frame_bytes_before_auth,
-            self._send_to_client,
-            self.close,
-            self._stop_reading_client,
+            ExchangeOptions(
+                max_in_flight=limits.max_in_flight_requests,
+                max_frame_before_auth=limits.max_frame_bytes_before_auth,
+                max_head=HEAD_CAP,
+            ),
         )
-        max_frame, keep = ctx.limits.max_frame_bytes, ctx.limits.observe_whole_frame_bytes
+        calls = ConnectionCalls(
+            send_to_client=self._send_to_client,
+            close=self.close,
+            stop_reading_client=self._stop_reading_client,
+            in_flight_full=self._in_flight_full,
+        )
+        self.relay = relay = Relay(kafka, ctx.hooks, ctx.plan, ctx.metrics, calls)
+        max_frame, keep = limits.max_frame_bytes, limits.observe_whole_frame_bytes
         self.requests = FrameSplitter(
-            RequestSide(ex), self._send_to_upstream, max_frame, REQUEST_MIN_HEAD, keep
+            relay.request_side, self._send_to_upstream, max_frame, REQUEST_MIN_HEAD, keep
         )
-        responses = ResponseSide(ex)
-        ex.responses = responses
-        self.responses = responses.splitter = FrameSplitter(
-            responses, self._send_to_client, max_frame, RESPONSE_MIN_HEAD, keep
+        self.responses = relay.response_side.splitter = FrameSplitter(
+            relay.response_side, self._send_to_client, max_frame, RESPONSE_MIN_HEAD, keep
         )
-        ex.max_in_flight = ctx.limits.max_in_flight_requests
-        ex.in_flight_full = self._in_flight_full
         try:
             ctx.hooks.connection_opened(info)
         except Exception:
-            ex.hook_failed("connection_opened", -1, "request")
+            relay.hook_failed("connection_opened", -1, "request")
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -529,11 +532,10 @@ class Connection(asyncio.Protocol):
         answered (the server cuts the rest after the grace period)."""
         if self.closed:
             return
-        ex = self.exchange
-        ex.draining = True
+        self.relay.draining = True
         if self.requests.at_boundary:
             self.pause_client_reading(DRAINING)
-        if not ex.pending and self.responses.at_boundary:
+        if not self.exchange.pending and self.responses.at_boundary:
             self.close("shutdown")
 
     def close(self, reason: str) -> None:
@@ -564,7 +566,7 @@ class Connection(asyncio.Protocol):
         try:
             self.ctx.hooks.connection_closed(info, reason)
         except Exception:
-            self.exchange.hook_failed("connection_closed", -1, "request")
+            self.relay.hook_failed("connection_closed", -1, "request")
 
     def _unforwarded(self) -> list[int]:
         """The requests the client sent that were received and never forwarded: those the
@@ -591,7 +593,7 @@ class Connection(asyncio.Protocol):
             data = unread[skip:]
         if not data:
             return []
-        return self.exchange.never_forwarded(data, arrived, self.ctx.limits.max_in_flight_requests)
+        return self.relay.never_forwarded(data, arrived, self.ctx.limits.max_in_flight_requests)
 
     def _unread(self) -> bytes:
         """What the client sent that was not read yet, up to one read's worth. Not once
@@ -630,7 +632,7 @@ class Connection(asyncio.Protocol):
             try:
                 hooks.request_incomplete(info, pending, reason)
             except Exception:
-                self.exchange.hook_failed("request_incomplete", pending.api_key, "request")
+                self.relay.hook_failed("request_incomplete", pending.api_key, "request")
 
 
 def _bound_socket_buffers(transport: asyncio.Transport, size: int) -> None:

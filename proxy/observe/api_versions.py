@@ -13,7 +13,7 @@ from codec.error_codes import UNSUPPORTED_VERSION
 from codec.schema import api_messages
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
-# int fast path (proxy/forward/exchange.py says what it cost).
+# int fast path (proxy/exchange/kafka.py says what it cost).
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
 API_VERSIONS = int(ApiKey.API_VERSIONS)

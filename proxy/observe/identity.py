@@ -17,7 +17,7 @@ from codec.sasl import sasl_principal
 from proxy.observe.summary import clean
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
-# int fast path (proxy/forward/exchange.py says what it cost).
+# int fast path (proxy/exchange/kafka.py says what it cost).
 SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
 SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 API_VERSIONS = int(ApiKey.API_VERSIONS)

@@ -1,4 +1,7 @@
-"""The observer `kafkalens proxy` runs (observing_hooks.py), built from the config.
+"""The observer `kafkalens proxy` runs, built from the config: the request log's hooks
+(observing_hooks.py) and the observers' chain they hand each exchange to (chain.py),
+composed in order: telemetry (telemetry/hooks.py), then consumer lag, share groups and
+topic traffic (lag/hooks.py).
 
 ObservingHooks, Token and Streamed are importable from here, as they always were.
 """
@@ -12,24 +15,29 @@ from codec import HeaderPolicy
 from codec.schema import api_names
 from codec.stream import StreamLimits
 from proxy.metrics import Metrics
-from proxy.observe.conn_state import Token
-from proxy.observe.lag import LagTracker
-from proxy.observe.lag_series import LagSeries
+from proxy.observe.chain import Observer, Token
+from proxy.observe.instance_join import InstanceJoins
+from proxy.observe.lag.hooks import LagLink
+from proxy.observe.lag.series import LagSeries
+from proxy.observe.lag.share import ShareTracker
+from proxy.observe.lag.tracker import LagTracker
+from proxy.observe.lag.traffic import TopicTraffic
 from proxy.observe.observing_hooks import ObservingHooks
 from proxy.observe.request_log import LineSink, RequestLog
-from proxy.observe.share import ShareTracker
 from proxy.observe.streamed import Streamed
-from proxy.observe.summary import SummaryOptions
-from proxy.observe.telemetry import Telemetry
-from proxy.observe.traffic import TopicTraffic
+from proxy.observe.summary import SummaryOptions, TopicIds
+from proxy.observe.telemetry.hooks import TelemetryLink
+from proxy.observe.telemetry.pushes import Telemetry
 
-__all__ = ["ObservingHooks", "Streamed", "Token", "build_hooks", "build_telemetry", "enable_lag", "header_policy"]
+__all__ = [
+    "ObservingHooks", "Streamed", "Token", "build_hooks", "header_policy", "lag_link", "telemetry_link",
+]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
-    """ObservingHooks from a proxy.config.Config."""
+    """ObservingHooks and their chain from a proxy.config.Config."""
     log_config = config.request_log
     sink = LineSink(
         log_config.path,
@@ -47,7 +55,16 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
         max_string_length=log_config.max_string_length,
         decompression_limit=config.limits.decompression_limit_bytes,
     )
-    hooks = ObservingHooks(
+    topic_ids = TopicIds()
+    links: list[Observer] = []
+    telemetry = telemetry_link(config, metrics, policy)
+    if telemetry is not None:
+        links.append(telemetry)
+    if config.lag.enabled:
+        links.append(lag_link(config.lag, metrics, topic_ids, summary))
+    # A client's connections share an instance id: keys for four times the instances kept
+    max_keys = 4 * (config.telemetry.max_instances if telemetry is not None else 1000)
+    return ObservingHooks(
         metrics,
         request_log,
         summary,
@@ -60,19 +77,18 @@ def build_hooks(config: Any, metrics: Metrics) -> ObservingHooks:
             max_field_bytes=config.limits.observe_max_field_bytes,
             max_elements=config.limits.observe_max_elements,
         ),
-        build_telemetry(config, metrics, policy),
+        links=tuple(links),
+        topic_ids=topic_ids,
+        joins=InstanceJoins(max_keys=max_keys),
     )
-    if config.lag.enabled:
-        enable_lag(hooks, config.lag, metrics)
-    return hooks
 
 
-def enable_lag(hooks: ObservingHooks, options: Any, metrics: Metrics) -> None:
-    """Track consumer lag, share groups and topic traffic with `options` (a
-    proxy.config.LagConfig)."""
-    lag = LagTracker(options, hooks.topic_ids, hooks.summary.max_string_length)
+def lag_link(options: Any, metrics: Metrics, topic_ids: TopicIds, summary: SummaryOptions) -> LagLink:
+    """Consumer lag, share groups and topic traffic with `options` (a
+    proxy.config.LagConfig), published on metrics flushes; `topic_ids` the hooks' own."""
+    lag = LagTracker(options, topic_ids, summary.max_string_length)
     traffic = TopicTraffic(options, metrics)
-    share = ShareTracker(options, metrics, hooks.topic_ids, hooks.summary.max_string_length)
+    share = ShareTracker(options, metrics, topic_ids, summary.max_string_length)
     metrics.publishers.append(traffic.publish)
     metrics.publishers.append(share.publish)
     if MULTIPROC_ENV in os.environ:
@@ -81,10 +97,11 @@ def enable_lag(hooks: ObservingHooks, options: Any, metrics: Metrics) -> None:
         LagSeries(lag, metrics, sticky=True).start_thread()
     else:
         metrics.collectors.append(LagSeries(lag, metrics).publish)
-    hooks.track_lag(lag, traffic, share)
+    return LagLink(lag, traffic, summary, topic_ids, share)
 
 
-def build_telemetry(config: Any, metrics: Metrics, policy: HeaderPolicy) -> Telemetry | None:
+def telemetry_link(config: Any, metrics: Metrics, policy: HeaderPolicy) -> TelemetryLink | None:
+    """KIP-714 telemetry (observe or collect mode), None when neither is on."""
     telemetry = config.telemetry
     if not (telemetry.observe or telemetry.collect):
         return None
@@ -99,7 +116,7 @@ def build_telemetry(config: Any, metrics: Metrics, policy: HeaderPolicy) -> Tele
             metrics=metrics,
         )
         log = RequestLog(sink)
-    return Telemetry(telemetry, metrics, policy, log)
+    return TelemetryLink(Telemetry(telemetry, metrics, policy, log))
 
 
 def header_policy(rules: Any) -> HeaderPolicy:

@@ -1,17 +1,23 @@
-"""The hooks `kafkalens proxy` runs: decode, identify, log, count, enforce KIP-1313.
+"""The request log's hooks, the `Hooks` `kafkalens proxy` runs: decode, identify, count,
+log, enforce KIP-1313, cap ApiVersions; and the links of the observers' chain (chain.py).
 
-Runs after each frame was forwarded (see proxy/hooks.py), except KIP-1313 `reject`
-checks, which must see a request before it goes on, and the ApiVersions cap, which
-rewrites a response before it goes back. Frames above limits.observe_whole_frame_bytes
-are decoded as they stream past (streamed.py). Telemetry, instance-id joins, and
-consumer lag and topic traffic are parts of their own (telemetry_hooks.py, joining.py,
-lag_hooks.py); observer.py builds it all from the config.
+Run after each frame was forwarded (see proxy/hooks.py), except KIP-1313 `reject`
+checks, which must see a request before it goes on, the ApiVersions cap, which
+rewrites a response before it goes back, and the requests a link answers in the
+broker's place (telemetry's collect mode). A request is decoded once, whether whole,
+memoised (memo.py) or streamed past (streamed.py), and goes the same way from there
+(`_decoded`): the connection's identity learns from it, its line fields are made, and
+the links that name its api see it. A response likewise (`_response_fields`, then
+`responded`), and the line is written last, with what the links added. observer.py
+builds the hooks and their links from the config.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from codec import (
     ApiKey,
@@ -28,7 +34,7 @@ from codec.error_response import error_response
 from codec.messages import decode_request_header
 from codec.schema import api_names
 from codec.skim import skim_response
-from codec.stream import StreamLimits
+from codec.stream import StreamLimits, as_request, as_response, request_stream, response_stream
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 from proxy.metrics import Metrics
 from proxy.observe.api_versions import (
@@ -37,18 +43,21 @@ from proxy.observe.api_versions import (
     refused_version,
     unreadable_version_body,
 )
-from proxy.observe.conn_state import ConnState, Token, note_header_id, telemetry_id_mismatch
-from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
+from proxy.observe.chain import (
+    Answer,
+    ConnState,
+    Observer,
+    Token,
+    note_header_id,
+    telemetry_id_mismatch,
+)
+from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, ZERO_UUID, Identity
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
-from proxy.observe.lag import PRODUCE, CommitAsk, LagTracker
-from proxy.observe.lag_hooks import APIS as LAG_HOOK_APIS
-from proxy.observe.lag_hooks import LagHooks
 from proxy.observe.memo import FrameMemo
-from proxy.observe.request_line import connection_fields, request_line
+from proxy.observe.request_line import UNKNOWN, connection_fields, request_line
 from proxy.observe.request_log import RequestLog
-from proxy.observe.share import ShareTracker
-from proxy.observe.streamed import Streamed, StreamedFrames
+from proxy.observe.streamed import Streamed, note_dropped
 from proxy.observe.summary import (
     FULL_DECODE_RESPONSES,
     SummaryOptions,
@@ -57,12 +66,7 @@ from proxy.observe.summary import (
     response_fields,
     skimmed_response_fields,
 )
-from proxy.observe.telemetry import Telemetry
-from proxy.observe.telemetry_collect import ADDED_API_VERSIONS
-from proxy.observe.telemetry_hooks import TelemetryHooks
-from proxy.observe.traffic import TopicTraffic
 
-UNKNOWN = "unknown"
 # Why a connection closed when the broker closed it (proxy/forward/connection.py).
 BROKER_CLOSED = frozenset({"upstream_eof", "upstream_error"})
 # Apis whose frames are never memoised: their summary depends on more than their bytes
@@ -74,12 +78,23 @@ UNMEMOISED = frozenset(map(int, {
     ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN, ApiKey.EXPIRE_DELEGATION_TOKEN,
     ApiKey.DESCRIBE_DELEGATION_TOKEN, ApiKey.PUSH_TELEMETRY,
 }))
+KIP714_APIS = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY})
+_NO_LINKS: tuple[Observer, ...] = ()
+L = TypeVar("L", bound=Observer)
+
+
+def _by_api(links: tuple[Observer, ...], apis: Callable[[Observer], frozenset[int]]) -> dict[int, tuple[Observer, ...]]:
+    """Each api key's links, in the chain's order."""
+    table: dict[int, tuple[Observer, ...]] = {}
+    for link in links:
+        for api_key in apis(link):
+            table[api_key] = (*table.get(api_key, ()), link)
+    return table
 
 
 class ObservingHooks(Hooks):
-    # What latencies (against Pending.started) and durations (against
-    # ConnectionInfo.opened_at) are measured with: `kafkalens decode` of a capture
-    # replaces both with the capture's timestamps.
+    # latencies against Pending.started, durations against ConnectionInfo.opened_at
+    # (`kafkalens decode` sets both to the capture's time)
     clock = staticmethod(time.perf_counter)
     wall_clock = staticmethod(time.time)
 
@@ -91,27 +106,36 @@ class ObservingHooks(Hooks):
         policy: HeaderPolicy,
         enforcement: str = "log",
         stream_limits: StreamLimits | None = None,
-        telemetry: Telemetry | None = None,
+        *,
+        links: tuple[Observer, ...] = (),
+        topic_ids: TopicIds | None = None,
+        joins: InstanceJoins | None = None,
     ) -> None:
+        """`links`: the observers' chain, in order (observer.py composes it), built with
+        the same `topic_ids`."""
         self.metrics = metrics
-        self.telemetry = telemetry
-        self.telemetry_hooks = TelemetryHooks(self, telemetry)
-        collect = telemetry is not None and telemetry.answers is not None
-        # Held for admit_request: ApiVersions (a version the codec cannot read is answered
-        # here, see _unreadable_api_versions) and, collect mode, KIP-714's requests (who
-        # answers them is known once the broker's ApiVersions was seen); not every request.
-        self.answered_api_keys = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY} if collect else ())
-        self.admit_api_keys = frozenset({API_VERSIONS, *self.answered_api_keys})
-        self.added_api_versions = ADDED_API_VERSIONS if collect else ()
-        self.joining = Joining(self, InstanceJoins(max_keys=4 * (telemetry.config.max_instances if telemetry else 1000)))
         self.log = request_log
         self.summary = summary
         self.policy = policy
         self.enforcement = enforcement
         self.inspects_requests = enforcement == "reject"
+        self.links = links
+        self.topic_ids = topic_ids if topic_ids is not None else TopicIds()
+        self.states: dict[str, ConnState] = {}  # the open connections' (the joins look others up)
+        self.joining = Joining(joins if joins is not None else InstanceJoins(max_keys=4000), self.states)
+        self._request_links = _by_api(links, lambda link: link.request_apis)
+        self._response_links = _by_api(links, lambda link: link.response_apis)
+        self._answer_links = _by_api(links, lambda link: link.answer_apis)
+        self._stats_apis = frozenset(api for link in links for api in link.partition_stats_apis)
+        self._identity_links = tuple(
+            link for link in links if type(link).identity_changed is not Observer.identity_changed
+        )
+        # Held for admit_request: ApiVersions (a version the codec cannot read is answered
+        # here, see _unreadable_api_versions) and the requests a link may answer (who
+        # answers them is known once the broker's ApiVersions was seen); not every request.
+        self.admit_api_keys = frozenset({API_VERSIONS, *self._answer_links})
+        self.added_api_versions = tuple(added for link in links for added in link.added_api_versions)
         self.rewrite_api_keys = frozenset({API_VERSIONS})
-        self.topic_ids = TopicIds()
-        self.states: dict[str, ConnState] = {}
         self._names = api_names()
         # (decoded request, its line fields), and a skimmed response's line fields
         self.request_memo = FrameMemo(skip=8)  # api key, version, correlation id
@@ -120,21 +144,16 @@ class ObservingHooks(Hooks):
         self.stream_limits = stream_limits or StreamLimits(
             decompression_limit=summary.decompression_limit
         )
-        self.streamed = StreamedFrames(self)
-        self.lag: LagTracker | None = None
-        self.traffic: TopicTraffic | None = None
-        self.lag_hooks: LagHooks | None = None
-        self.lag_apis: frozenset[int] = frozenset()  # requests lag_hooks looks at
         # The ApiVersions ranges a broker gave last, on any connection: what a connection
         # that never asked (a client pinned to its versions) is judged by.
         self.broker_ranges: dict[int, tuple[int, int]] | None = None
 
-    def track_lag(self, lag: LagTracker, traffic: TopicTraffic, share: ShareTracker) -> None:
-        """Consumer lag, share groups and topic traffic (lag.enabled), published on
-        metrics flushes."""
-        self.lag, self.traffic = lag, traffic
-        self.lag_hooks = LagHooks(lag, traffic, self.summary, self.topic_ids, share)
-        self.lag_apis = LAG_HOOK_APIS
+    def link(self, kind: type[L]) -> L | None:
+        """The chain's first link of `kind`, if it has one."""
+        for link in self.links:
+            if isinstance(link, kind):
+                return link
+        return None
 
     def api_name(self, api_key: int) -> str:
         return self._names.get(api_key, UNKNOWN)
@@ -212,13 +231,49 @@ class ObservingHooks(Hooks):
             refusal = self._kip1313_refusal(info, state, frame, api_key, api_version, correlation_id)
             if refusal is not None:
                 return refusal
-        if (
-            api_key in self.answered_api_keys
-            and self.telemetry is not None
-            and self.telemetry.proxy_answers(state.broker_telemetry)
-        ):
-            return self.telemetry_hooks.answer(info, state, frame, api_key, api_version, correlation_id)
+        for link in self._answer_links.get(api_key, _NO_LINKS):
+            if link.answers(state):
+                return self._answer(info, state, link, frame, api_key, api_version, correlation_id)
         return None
+
+    def _answer(
+        self, info: ConnectionInfo, state: ConnState, link: Observer, frame: memoryview, api_key: int,
+        api_version: int, correlation_id: int,
+    ) -> bytes | None:
+        """A request `link` answers in the broker's place: decoded, observed as any, and
+        its line written once the answer is made (or, with `Answer.later`, on the event
+        loop's next turn: the answer goes first)."""
+        pending = Pending(correlation_id, api_key, api_version, self.clock(), len(frame) + 4)
+        try:
+            request = decode_request(frame, self.policy)
+        except DecodeError:
+            return None  # forwarded: what the proxy cannot read, the broker answers
+        token = self._started(info, pending)[1]
+        if api_key in KIP714_APIS:
+            self.joining.unjoin(info, state)  # its own instance id is on its way
+        self._decoded(info, state, token, request, _NO_LINKS)
+        answer = link.answer(info, state, token, request)
+        self.refresh_identity(info, state)
+        size = len(answer.reply) + 4
+        if answer.later is None:
+            self._answered(info, pending, token, answer.fields, size)
+        else:
+            _later(self._answered_later, info, pending, token, answer, size)
+        return answer.reply
+
+    def _answered_later(self, info: ConnectionInfo, pending: Pending, token: Token, answer: Answer, size: int) -> None:
+        assert answer.later is not None
+        answer.fields.update(answer.later(self.states.get(info.conn_id)))
+        self._answered(info, pending, token, answer.fields, size)
+
+    def _answered(self, info: ConnectionInfo, pending: Pending, token: Token, fields: dict[str, Any], size: int) -> None:
+        latency = self.clock() - pending.started
+        self.metrics.api(token.api).response(latency, size)
+        if self.log and self.log.wants(token.api, pending.api_key, bool(fields["errors"])):
+            extra: dict[str, Any] = {"latency_ms": round(latency * 1000, 3), "response_bytes": size}
+            line = request_line(info, pending, token, self.states.get(info.conn_id), extra)
+            line.update(fields)
+            self.log.write("request", line)
 
     def _unreadable_api_versions(
         self, info: ConnectionInfo, frame: memoryview, api_version: int, correlation_id: int
@@ -232,7 +287,7 @@ class ObservingHooks(Hooks):
         ApiVersions v5, KIP-1242, to Kafka 4.4: its Produce v13 and Fetch v18 then went
         through undecoded, its software name unknown)."""
         pending = Pending(correlation_id, API_VERSIONS, api_version, self.clock(), len(frame) + 4)
-        state, token = self.request_started(info, pending)
+        state, token = self._started(info, pending)
         reply = encode_response(
             Response(API_VERSIONS, 0, {"correlation_id": correlation_id}, unreadable_version_body()),
             self.policy,
@@ -269,15 +324,13 @@ class ObservingHooks(Hooks):
         reply = error_response(api_key, api_version, correlation_id, INVALID_REQUEST, self.policy)
         return reply if reply is not None else b""  # no top-level error code: close
 
-    def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
-        pending.token = self._observe_request(info, frame, pending)
-
     def request_without_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
-        self.unanswered(info, pending, self._observe_request(info, frame, pending))
+        self.request_forwarded(info, frame, pending)
+        self.unanswered(info, pending, pending.token)
 
     def request_not_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         # decoded as a forwarded one is, for its request_incomplete line
-        pending.token = self._observe_request(info, frame, pending)
+        self.request_forwarded(info, frame, pending)
 
     def unanswered(self, info: ConnectionInfo, pending: Pending, token: Token) -> None:
         """The line of a request that gets no response (Produce with acks=0)."""
@@ -286,77 +339,122 @@ class ObservingHooks(Hooks):
             line = request_line(info, pending, token, self.states.get(info.conn_id), extra)
             self.log.write("request_no_response", line)
 
-    def _observe_request(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> Token:
-        api = self.api_name(pending.api_key)
+    def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
+        """A request decoded (or found in the memo) and observed; its token on `pending`.
+        (The hooks' entry itself, not a call away from it, with `_started` written out:
+        two Python calls less per request, bench/PROFILE.md.)"""
+        api_key = pending.api_key
+        api = self._names.get(api_key, UNKNOWN)
         state = self.states.get(info.conn_id)
         self.metrics.api(api).request(pending.api_version, pending.request_size)
         if state is not None:
             state.requests[api] = state.requests.get(api, 0) + 1
-        token = Token(api, pending.correlation_id, {})
+        pending.token = token = Token(api, pending.correlation_id, {})
         key = None
-        if pending.api_key not in UNMEMOISED:
-            key = self.request_memo.key(pending.api_key, pending.api_version, frame)
+        if api_key not in UNMEMOISED:
+            key = self.request_memo.key(api_key, pending.api_version, frame)
             known = self.request_memo.get(key) if key is not None else None
             if known is not None:
                 request, token.fields = known
                 if state is not None:
                     self._identify(info, state, request)
-                    if pending.api_key in self.lag_apis:
-                        self.lag_hooks.request(info, state, request, token)  # type: ignore[union-attr]
-                return token
+                    for link in self._request_links.get(api_key, _NO_LINKS):
+                        link.request(info, state, token, request, None)
+                return
         try:
             # A memoised request must not hold views of the chunk it came in: a copy.
             request = decode_request(frame if key is None else frame.tobytes(), self.policy)
         except UnknownApiError:
-            self.metrics.unknown_request("api_key" if api == UNKNOWN else "api_version")
+            self.metrics.unknown_request("api_key" if token.api == UNKNOWN else "api_version")
             token.decode_error = "unknown api key or version"
             if state is not None and state.identity.observe_unknown_request(frame):
                 self.refresh_identity(info, state)
-            return token
+            return
         except DecodeError as exc:
-            self.decode_failed(state, api, "request")
+            self.decode_failed(state, token.api, "request")
             token.decode_error = str(exc)
-            return token
-        protocol_type = None
-        if state is not None:
-            self._identify(info, state, request)
-            protocol_type = state.groups.of_request(request, self.summary.max_string_length)
-        produced: dict[tuple[str, int], Any] | None = {} if pending.api_key == PRODUCE and self.lag else None
-        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, produced)
+            return
+        self._decoded(info, state, token, request, self._request_links.get(api_key, _NO_LINKS))
         if key is not None:
             self.request_memo.put(key, (request, token.fields))
-        elif pending.api_key == PUSH_TELEMETRY:
-            self.telemetry_hooks.observe_push(info, state, token, request)
-        if state is not None and pending.api_key in self.lag_apis:
-            self.lag_hooks.request(info, state, request, token, produced)  # type: ignore[union-attr]
-        return token
 
-    # -- for the parts that see a request whole before it is observed (telemetry answers,
-    # streamed frames): _observe_request's steps, one by one
-
-    def request_started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
-        api = self.api_name(pending.api_key)
+    def _started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
+        """A request seen (whole, streamed past or answered here): counted, its token made."""
+        api = self._names.get(pending.api_key, UNKNOWN)
         state = self.states.get(info.conn_id)
         self.metrics.api(api).request(pending.api_version, pending.request_size)
         if state is not None:
             state.requests[api] = state.requests.get(api, 0) + 1
         return state, Token(api, pending.correlation_id, {})
 
-    def request_decoded(self, info: ConnectionInfo, state: ConnState | None, token: Token, request: Any) -> None:
+    def _decoded(
+        self, info: ConnectionInfo, state: ConnState | None, token: Token, request: Any, links: tuple[Observer, ...]
+    ) -> None:
+        """A request decoded, however it came: the connection's identity learns from it,
+        its line fields are made, then `links` (those naming its api) see it."""
         protocol_type = None
         if state is not None:
             self._identify(info, state, request)
             protocol_type = state.groups.of_request(request, self.summary.max_string_length)
-        produced: dict[tuple[str, int], Any] | None = {} if request.api_key == PRODUCE and self.lag else None
-        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, produced)
-        if state is not None and request.api_key in self.lag_apis:
-            self.lag_hooks.request(info, state, request, token, produced)  # type: ignore[union-attr]
+        stats: dict[tuple[str, int], Any] | None = {} if request.api_key in self._stats_apis else None
+        token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, stats)
+        if state is not None:
+            for link in links:
+                link.request(info, state, token, request, stats)
 
     def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> Streamed:
-        return self.streamed.request_stream(pending, expects_response)
+        size = pending.request_size - 4
+        try:
+            stream = request_stream(pending.api_key, pending.api_version, size, self.policy, self.stream_limits)
+        except DecodeError:  # an unknown api or version: said so when the request ends
+            stream = None
+        return Streamed(self._request_streamed, stream, size, expects_response)
+
+    def _request_streamed(self, info: ConnectionInfo, pending: Pending, streamed: Streamed) -> None:
+        """A request decoded as it streamed past: observed as a whole one is."""
+        state, token = self._started(info, pending)
+        if streamed.stream is None:
+            self.metrics.unknown_request("api_key" if token.api == UNKNOWN else "api_version")
+            token.decode_error = "unknown api key or version"
+        elif streamed.error is not None:
+            self.decode_failed(state, token.api, "request")
+            token.decode_error = streamed.error
+        else:
+            request = as_request(pending.api_key, pending.api_version, streamed.stream, self.policy)
+            self._decoded(info, state, token, request, self._request_links.get(pending.api_key, _NO_LINKS))
+            note_dropped(token.fields, streamed.stream, self.metrics, "request")
+        if streamed.expects_response:
+            pending.token = token
+        else:
+            self.unanswered(info, pending, token)
 
     def response_stream(self, info: ConnectionInfo, pending: Pending, size: int) -> Streamed:
-        return self.streamed.response_stream(pending, size)
+        token = pending.token
+        stream = None
+        if not isinstance(token, Token) or token.decode_error is None:
+            try:
+                stream = response_stream(pending.api_key, pending.api_version, size, self.policy, self.stream_limits)
+            except DecodeError:
+                stream = None
+        return Streamed(self._response_streamed, stream, size)
+
+    def _response_streamed(self, info: ConnectionInfo, pending: Pending, streamed: Streamed) -> None:
+        """response_forwarded's line, for a response decoded as it streamed past."""
+        latency = self.clock() - pending.started
+        token: Token | None = pending.token
+        if token is None:
+            token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
+        state = self.states.get(info.conn_id)
+        fields: dict[str, Any] = {"errors": []}
+        if token.decode_error is None and streamed.stream is not None:
+            if streamed.error is not None:
+                self.decode_failed(state, token.api, "response")
+                fields["response_decode_error"] = streamed.error
+            else:
+                response = as_response(pending.api_key, pending.api_version, streamed.stream, self.policy)
+                fields = self._response_fields(info, state, pending, token, response)
+                note_dropped(fields, streamed.stream, self.metrics, "response")
+        self.responded(info, pending, token, state, latency, streamed.size + 4, fields)
 
     # -- identity and KIP-1313 ---------------------------------------------------
 
@@ -394,12 +492,14 @@ class ObservingHooks(Hooks):
         if key == state.identity_key:
             return
         state.identity_key = key
-        if self.lag is not None and identity.client_instance_id and identity.client_id:
-            self.lag.learn_instance(identity.client_id, info.client_host, identity.client_instance_id)
+        for link in self._identity_links:
+            link.identity_changed(info, state)
         if identity.client_instance_id and not state.instance_reported and info.metrics is not None:
             state.instance_reported = True
             info.metrics.client_instance(identity.client_instance_id)
-        self.joining.update(info, state)
+        for taken in self.joining.update(info, state):  # an instance id joined: theirs changed
+            if taken.info is not None:
+                self.refresh_identity(taken.info, taken)
         info.identity = identity.as_json()
         state.log_fields = identity.log_fields()
 
@@ -441,14 +541,14 @@ class ObservingHooks(Hooks):
     def reopen_logs(self) -> None:
         if self.log:
             self.log.reopen()
-        if self.telemetry is not None:
-            self.telemetry.reopen()
+        for link in self.links:
+            link.reopen_logs()
 
     def close(self) -> None:
         if self.log:
             self.log.close()
-        if self.telemetry is not None:
-            self.telemetry.close()
+        for link in self.links:
+            link.close()
 
     # -- responses -----------------------------------------------------------
 
@@ -493,10 +593,26 @@ class ObservingHooks(Hooks):
         if token is None:  # the request hook did not run (e.g. an answer the proxy made)
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
         state = self.states.get(info.conn_id)
+        fields: dict[str, Any] = {"errors": []}
         if token.decode_error is None:
-            fields = self._observe_response(info, state, frame, pending, token)
-        else:
-            fields = {"errors": []}
+            api_key, version, ask = pending.api_key, pending.api_version, token.ask
+            if api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
+                version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
+            # An answer a link's ask reads whole (Fetch, a Produce's base offsets, share
+            # groups, heartbeats) is decoded whole; others are skimmed (an OffsetCommit's
+            # too). Written out here, not in a method of its own: one Python call less
+            # per response (bench.hooks_cost --instructions).
+            response = None
+            try:
+                if token.response is None and api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole):
+                    fields = self._skimmed(frame, api_key, version)
+                else:
+                    response = token.response or decode_response(frame, api_key, version, self.policy)
+            except DecodeError as exc:
+                self.decode_failed(state, token.api, "response")
+                fields["response_decode_error"] = str(exc)
+            if response is not None:
+                fields = self._response_fields(info, state, pending, token, response)
         self.responded(info, pending, token, state, latency, len(frame) + 4, fields)
 
     def responded(
@@ -509,8 +625,9 @@ class ObservingHooks(Hooks):
         dict it then drops, and, when it logs, look the connection's state up again.)"""
         api_metrics = self.metrics.api(token.api)
         api_metrics.response(latency, size)
-        if token.lag is not None and token.lag.__class__ is CommitAsk:
-            fields = self.lag_hooks.commit_fields(fields, token.lag)  # type: ignore[union-attr]
+        ask = token.ask
+        if ask is not None and not ask.whole:  # read from the skimmed answer (an OffsetCommit's)
+            fields = token.asked_by.answered(info, state, token, None, fields)  # type: ignore[union-attr]
         for error in fields["errors"]:
             api_metrics.error(error)
             if state is not None:
@@ -522,33 +639,38 @@ class ObservingHooks(Hooks):
             line.update(fields)
             log.write("request", line)
 
-    def _observe_response(
-        self, info: ConnectionInfo, state: ConnState | None, frame: memoryview, pending: Pending, token: Token
+    def _response_fields(
+        self, info: ConnectionInfo, state: ConnState | None, pending: Pending, token: Token, response: Response
     ) -> dict[str, Any]:
-        version = pending.api_version
-        if pending.api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
-            version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
-        ask = token.lag
-        try:
-            # an answer a request's ask reads (Fetch, a Produce's base offsets, share
-            # groups, heartbeats) is decoded whole; an OffsetCommit's is read skimmed
-            skim = pending.api_key not in FULL_DECODE_RESPONSES and (ask is None or ask.__class__ is CommitAsk)
-            if token.response is None and skim:
-                return self._skimmed(frame, pending.api_key, version)
-            response = token.response or decode_response(frame, pending.api_key, version, self.policy)
-        except DecodeError as exc:
-            self.decode_failed(state, token.api, "response")
-            return {"errors": [], "response_decode_error": str(exc)}
+        """A response decoded whole, however it came: its links see it, the connection's
+        identity learns from it, then its line fields (a link's, for an ask it set)."""
         if state is not None:
-            if pending.api_key == GET_TELEMETRY_SUBSCRIPTIONS:
-                self.telemetry_hooks.subscription_seen(info, state, pending, response)
+            api_key = pending.api_key
+            if api_key == GET_TELEMETRY_SUBSCRIPTIONS:
+                self._subscription_seen(info, state, pending, response)
+            for link in self._response_links.get(api_key, _NO_LINKS):
+                link.response(info, state, pending, response)
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self.refresh_identity(info, state)
-        protocol_type = token.fields.get("protocol_type")
-        if ask is not None and ask.__class__ is not CommitAsk:  # Fetch, share, heartbeats
-            return self.lag_hooks.answer_fields(info, state, response, ask, protocol_type)  # type: ignore[union-attr]
-        return response_fields(response, self.summary, self.topic_ids, protocol_type)
+        ask = token.ask
+        if ask is not None and ask.whole:
+            return token.asked_by.answered(info, state, token, response, None)  # type: ignore[union-attr]
+        return response_fields(response, self.summary, self.topic_ids, token.fields.get("protocol_type"))
+
+    def _subscription_seen(self, info: ConnectionInfo, state: ConnState, pending: Pending, response: Response) -> None:
+        """The broker's GetTelemetrySubscriptions answer: the connection's own instance id
+        comes (a joined one goes). An id other than the client's header id breaks
+        KIP-1313's rule: logged (a response cannot be refused)."""
+        self.joining.unjoin(info, state)
+        instance = response.body.get("client_instance_id")
+        if instance is None or instance == ZERO_UUID:
+            return
+        if state.header_id is not None and instance != state.header_id:
+            why = "the broker's telemetry client instance id differs from the request header's"
+            self.kip1313_violation(
+                info, state, "logged", why, pending.api_key, pending.api_version, pending.correlation_id
+            )
 
     def _skimmed(self, frame: memoryview, api_key: int, version: int) -> dict[str, Any]:
         memo = self.response_memo
@@ -562,3 +684,11 @@ class ObservingHooks(Hooks):
         if key is not None:
             memo.put(key, fields)
         return fields
+
+
+def _later(call: Callable[..., None], *args: Any) -> None:
+    """On the loop's next turn (what forwarding has ready goes first), else now."""
+    try:
+        asyncio.get_running_loop().call_soon(call, *args)
+    except RuntimeError:
+        call(*args)

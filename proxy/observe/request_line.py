@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.hooks import ConnectionInfo, Pending
-from proxy.observe.conn_state import ConnState, Token
+from proxy.observe.chain import ConnState, Token
+
+UNKNOWN = "unknown"  # the api name of an api key the codec does not know
 
 
 def request_line(

@@ -25,7 +25,7 @@ MAX_LISTED = 100
 MAX_DETAIL_RECORDS = 10_000  # topics, groups or config names listed in one line; the rest are counted
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
-# int fast path (proxy/forward/exchange.py says what it cost).
+# int fast path (proxy/exchange/kafka.py says what it cost).
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
 METADATA = int(ApiKey.METADATA)
@@ -180,7 +180,7 @@ def request_fields(
 # Responses a log line needs whole (record batches, group payloads, identity); the
 # others are skimmed (codec/skim.py): parsed fully, materialising only names and errors.
 # (ShareFetch and ShareAcknowledge answers are decoded whole when share groups are
-# tracked, lag.enabled: proxy/observe/share.py reads them.)
+# tracked, lag.enabled: proxy/observe/lag/share.py reads them.)
 FULL_DECODE_RESPONSES = frozenset({
     FETCH, JOIN_GROUP, SYNC_GROUP, API_VERSIONS, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS,
     68, 71, 76, 88,  # Consumer/Share/StreamsGroupHeartbeat (member ids), telemetry (instance id)

@@ -16,21 +16,28 @@ from codec import HeaderPolicy, Request, Response, encode_request, encode_respon
 from proxy.config import LagConfig
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
-from proxy.observe.observer import ObservingHooks, enable_lag
+from proxy.observe.chain import Observer
+from proxy.observe.observer import ObservingHooks, lag_link
 from proxy.observe.request_log import LineSink, RequestLog
-from proxy.observe.summary import SummaryOptions
+from proxy.observe.summary import SummaryOptions, TopicIds
 
 DEFAULTS = LagConfig()
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, lag: LagConfig | None = DEFAULTS) -> None:
+    def __init__(
+        self, tmp_path: Path, lag: LagConfig | None = DEFAULTS, links: tuple[Observer, ...] = ()
+    ) -> None:
+        """`links`: more links for the observers' chain, after lag's."""
         self.path = tmp_path / "requests.log"
         self.metrics = Metrics()
         self.log = RequestLog(LineSink(str(self.path)))
-        self.hooks = ObservingHooks(self.metrics, self.log, SummaryOptions(), HeaderPolicy())
+        summary, topic_ids = SummaryOptions(), TopicIds()
         if lag is not None:
-            enable_lag(self.hooks, lag, self.metrics)
+            links = (lag_link(lag, self.metrics, topic_ids, summary), *links)
+        self.hooks = ObservingHooks(
+            self.metrics, self.log, summary, HeaderPolicy(), links=links, topic_ids=topic_ids
+        )
         self.infos: dict[str, ConnectionInfo] = {}
         self.correlation = 0
 

@@ -23,6 +23,8 @@ from proxy_harness import read_frame
 
 from codec import Request, decode_response, encode_request
 from proxy.config import TelemetryConfig, TelemetryLogConfig
+from proxy.observe.telemetry.hooks import TelemetryLink
+from proxy.observe.telemetry.pushes import Telemetry
 from support.hostile import connect
 from support.observed import ObservedProxy
 
@@ -38,8 +40,14 @@ class TelemetryProxy(ObservedProxy):
         )
         self.config = dataclasses.replace(self.config, telemetry=section)
 
+    @property
+    def telemetry(self) -> Telemetry | None:
+        """The chain's telemetry link's, once the proxy runs."""
+        link = self.observing.link(TelemetryLink)
+        return None if link is None else link.telemetry
+
     def telemetry_lines(self) -> list[dict[str, Any]]:
-        telemetry = self.observing.telemetry
+        telemetry = self.telemetry
         if self.running is not None and telemetry is not None and telemetry.log is not None:
             self.call(telemetry.log.flush)
         if not self.telemetry_path.exists():

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from proxy.metrics import OTHER, Metrics, sanitize_label
-from proxy.observe.lag import Entry, LagTracker
+from proxy.observe.lag.tracker import Entry, LagTracker
 
 KINDS = ("consumer", "consumer_topic", "committed", "follower", "tracked")
 

@@ -34,7 +34,7 @@ from proxy.config import LagConfig
 from proxy.observe.summary import TopicIds, clean
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
-# int fast path (proxy/forward/exchange.py says what it cost).
+# int fast path (proxy/exchange/kafka.py says what it cost).
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
 OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
@@ -68,6 +68,7 @@ class FetchAsk:
     """What a Fetch request said that its response is read against."""
 
     __slots__ = ("client", "group", "replica", "isolation", "offsets")
+    whole = True  # its response is decoded whole to be read against it (chain.py)
 
     def __init__(self, client: str, group: str, replica: int, isolation: int) -> None:
         self.client = client
@@ -81,13 +82,17 @@ class ProduceAsk:
     """How many records a Produce request appends to each (topic, partition)."""
 
     __slots__ = ("records",)
+    whole = True  # the base offsets come from the response decoded whole
 
     def __init__(self, records: dict[tuple[str, int], int]) -> None:
         self.records = records
 
 
 class CommitAsk:
+    """The offsets an OffsetCommit request commits, accepted if its answer has no error."""
+
     __slots__ = ("group", "offsets")
+    whole = False  # its answer's skimmed fields (error codes) are enough
 
     def __init__(self, group: str, offsets: list[tuple[str, int, int]]) -> None:
         self.group = group

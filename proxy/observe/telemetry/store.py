@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from proxy.observe.otlp import Point, cumulated
+from proxy.observe.telemetry.otlp import Point, cumulated
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (OTLP name, attributes)
 EXPIRE_CHECK_SECONDS = 1.0

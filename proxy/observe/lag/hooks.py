@@ -1,6 +1,7 @@
-"""Consumer lag, share groups and topic traffic as the observer feeds them (lag.py,
-share.py, traffic.py): what Produce, Fetch, ShareFetch, ShareAcknowledge, group
-heartbeat and OffsetCommit requests ask, and their answers."""
+"""Consumer lag, share groups and topic traffic, a link of the observers' chain
+(chain.py) that feeds them (tracker.py, share.py, traffic.py): what Produce, Fetch,
+ShareFetch, ShareAcknowledge, group heartbeat and OffsetCommit requests ask, and their
+answers."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from typing import Any
 
 from codec import Response
 from proxy.hooks import ConnectionInfo
-from proxy.observe.conn_state import ConnState, Token
-from proxy.observe.lag import LAG_APIS, PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
-from proxy.observe.share import (
+from proxy.observe.chain import ConnState, Observer, Token
+from proxy.observe.lag.share import (
     CONSUMER_GROUP_HEARTBEAT,
     HEARTBEAT_APIS,
     SHARE_APIS,
@@ -18,14 +18,17 @@ from proxy.observe.share import (
     ShareAsk,
     ShareTracker,
 )
+from proxy.observe.lag.tracker import LAG_APIS, PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
+from proxy.observe.lag.traffic import TopicTraffic
 from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
-from proxy.observe.traffic import TopicTraffic
 
 UNKNOWN = "unknown"
-APIS = LAG_APIS | SHARE_APIS | HEARTBEAT_APIS | {PRODUCE}  # the requests they look at
 
 
-class LagHooks:
+class LagLink(Observer):
+    request_apis = LAG_APIS | SHARE_APIS | HEARTBEAT_APIS | {PRODUCE}
+    partition_stats_apis = frozenset({PRODUCE})  # the records a Produce appends, by partition
+
     def __init__(
         self, lag: LagTracker, traffic: TopicTraffic, summary: SummaryOptions, topic_ids: TopicIds, share: ShareTracker
     ) -> None:
@@ -36,30 +39,46 @@ class LagHooks:
         self.share = share
 
     def request(
-        self,
-        info: ConnectionInfo,
-        state: ConnState,
-        request: Any,
-        token: Token,
-        partition_stats: dict[tuple[str, int], Any] | None = None,
+        self, info: ConnectionInfo, state: ConnState, token: Token, request: Any,
+        partition_stats: dict[tuple[str, int], Any] | None,
     ) -> None:
         """`partition_stats`: a Produce request's RecordStats by (topic, partition), when
         its fields were made with them (see request_fields)."""
         api_key = request.api_key
+        ask: Any = None
         if api_key == PRODUCE:
             stats = token.fields.get("record_stats")
             if stats:
                 self._traffic(info, state, stats, "produce")
             if partition_stats and request.body.get("acks"):  # acks=0: no answer to read
-                token.lag = self.lag.produce_request(partition_stats)
+                ask = self.lag.produce_request(partition_stats)
         elif api_key in SHARE_APIS:
-            token.lag = self.share.request(request, token.fields)
+            ask = self.share.request(request, token.fields)
         elif api_key in HEARTBEAT_APIS:
             if api_key == CONSUMER_GROUP_HEARTBEAT:  # its member's group, for lag
                 self.lag.request(request, token.fields, state.identity, info.client_host)
-            token.lag = self.share.heartbeat(request)
+            ask = self.share.heartbeat(request)
         else:
-            token.lag = self.lag.request(request, token.fields, state.identity, info.client_host)
+            ask = self.lag.request(request, token.fields, state.identity, info.client_host)
+        if ask is not None:
+            token.ask = ask
+            token.asked_by = self
+
+    def answered(
+        self, info: ConnectionInfo, state: ConnState | None, token: Token, response: Response | None,
+        fields: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        ask = token.ask
+        if response is None:  # an OffsetCommit's, read from its skimmed answer
+            assert fields is not None
+            return self.commit_fields(fields, ask)
+        return self.answer_fields(info, state, response, ask, token.fields.get("protocol_type"))
+
+    def identity_changed(self, info: ConnectionInfo, state: ConnState) -> None:
+        """Consumers are found by client id and host: their instance id, once known."""
+        identity = state.identity
+        if identity.client_instance_id and identity.client_id:
+            self.lag.learn_instance(identity.client_id, info.client_host, identity.client_instance_id)
 
     def _traffic(self, info: ConnectionInfo, state: ConnState, stats: dict[str, Any], direction: str) -> None:
         name, version = info.metrics.software if info.metrics is not None else (UNKNOWN, UNKNOWN)

@@ -1,6 +1,6 @@
 """The client metrics of a TelemetryStore as Prometheus families on /metrics.
 
-`kafkalens_client_<name>` (proxy/observe/otlp.py: prometheus_name), labelled
+`kafkalens_client_<name>` (proxy/observe/telemetry/otlp.py: prometheus_name), labelled
 client_instance_id, client_id and software ("name/version"), plus each data point's
 attributes. With `workers: N` a worker's families are written to a JSON snapshot
 beside prometheus-client's multiprocess files (proxy/workers.py) and the parent merges
@@ -19,8 +19,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from proxy.metrics import sanitize_label
-from proxy.observe.otlp import HISTOGRAM, Point, label_name, prometheus_name
-from proxy.observe.telemetry_store import Instance, TelemetryStore
+from proxy.observe.telemetry.otlp import HISTOGRAM, Point, label_name, prometheus_name
+from proxy.observe.telemetry.store import Instance, TelemetryStore
 
 BASE_LABELS = ("client_instance_id", "client_id", "software")
 DOC = "A client's own metric, pushed by KIP-714 telemetry (OTLP name: {})."

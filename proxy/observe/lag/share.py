@@ -47,7 +47,7 @@ from proxy.metrics import OTHER, LabelCapper, Metrics, sanitize_label
 from proxy.observe.summary import TopicIds, clean
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
-# int fast path (proxy/forward/exchange.py says what it cost).
+# int fast path (proxy/exchange/kafka.py says what it cost).
 SHARE_FETCH = int(ApiKey.SHARE_FETCH)
 SHARE_ACKNOWLEDGE = int(ApiKey.SHARE_ACKNOWLEDGE)
 CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
@@ -220,6 +220,7 @@ class HeartbeatAsk:
     member says it owns (line fields), for its answer's line."""
 
     __slots__ = ("fields",)
+    whole = True  # its answer is decoded whole to be read against it (chain.py)
 
     def __init__(self, fields: dict[str, Any]) -> None:
         self.fields = fields
@@ -229,6 +230,7 @@ class ShareAsk:
     """What a ShareFetch or ShareAcknowledge request said that its answer is read against."""
 
     __slots__ = ("group", "acks", "fields", "budget")
+    whole = True
 
     def __init__(self, group: str, budget: Budget) -> None:
         self.group = group

@@ -20,7 +20,7 @@ from proxy.config import COMPRESSION_TYPES, TelemetryConfig
 from proxy.observe.identity import kafka_uuid
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
-# int fast path (proxy/forward/exchange.py says what it cost).
+# int fast path (proxy/exchange/kafka.py says what it cost).
 GET_TELEMETRY_SUBSCRIPTIONS = int(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
 PUSH_TELEMETRY = int(ApiKey.PUSH_TELEMETRY)
 ZERO_UUID = UUID(int=0)

@@ -1,8 +1,8 @@
 """KIP-714 client telemetry: what the observer does with a push, in one place.
 
 A push (forwarded in observe mode, answered by the proxy in collect mode) is
-decompressed and decoded (proxy/observe/otlp.py), its points kept as the instance's
-latest values (telemetry_store.py, exported on /metrics by telemetry_export.py) and
+decompressed and decoded (proxy/observe/telemetry/otlp.py), its points kept as the instance's
+latest values (store.py, exported on /metrics by export.py) and
 written to the telemetry log, one `client_metric` line per point kept. Decoding runs
 after the push went on (observe) or after its answer was sent (collect).
 """
@@ -14,11 +14,11 @@ from typing import Any
 from codec import HeaderPolicy
 from proxy.config import TelemetryConfig
 from proxy.metrics import Metrics
-from proxy.observe.otlp import HISTOGRAM, Point, PushError, decode, payload
 from proxy.observe.request_log import RequestLog
-from proxy.observe.telemetry_collect import SubscriptionAnswers
-from proxy.observe.telemetry_export import TelemetryCollector, snapshot
-from proxy.observe.telemetry_store import ClientMeta, TelemetryStore
+from proxy.observe.telemetry.collect import SubscriptionAnswers
+from proxy.observe.telemetry.export import TelemetryCollector, snapshot
+from proxy.observe.telemetry.otlp import HISTOGRAM, Point, PushError, decode, payload
+from proxy.observe.telemetry.store import ClientMeta, TelemetryStore
 
 
 class Telemetry:

@@ -26,7 +26,7 @@ import struct
 from codec import ApiKey
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
-# int fast path (proxy/forward/exchange.py says what it cost).
+# int fast path (proxy/exchange/kafka.py says what it cost).
 SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
 SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 API_VERSIONS = int(ApiKey.API_VERSIONS)
@@ -61,7 +61,7 @@ class RawSaslPhase:
     def next_frame(self, head: bytes | memoryview, size: int) -> bool | None:
         """The client's next frame (first bytes `head`, `size` long): None if it is a
         request again (the phase is over), else whether it is a counted token, one the
-        broker answers. Shared by the proxy's exchange and `kafkalens decode`."""
+        broker answers."""
         if self.tokens_left is None:
             return None if looks_like_request(head, size) else False
         self.tokens_left -= 1

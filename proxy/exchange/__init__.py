@@ -1,0 +1,1 @@
+"""The Kafka exchange of one connection, sans I/O: frames in, events out (kafka.py), and the raw SASL phase (sasl.py). Driven by forwarding (proxy/forward/sides.py) and by `kafkalens decode` (proxy/capture/decode.py); imports no socket, no asyncio, no room."""

@@ -1,0 +1,174 @@
+"""The observers' chain: what its links share, and what a link is.
+
+`kafkalens proxy` runs one `Hooks`: the request log's (observing_hooks.py). It decodes
+each exchange once, whether its frames came whole, were memoised or streamed past
+(streamed.py), keeps the connection's identity, and writes the request log's lines.
+Between decoding and writing, it hands each exchange to its links, in the order they
+were composed (observer.py composes them: telemetry, then lag): each link is an
+`Observer`, sees only the apis it names, and adds what it knows to the request's
+`Token` (fields for the line, an ask its response is read against) before the line is
+written. A link refers to nothing of the request log's hooks, nor to another link:
+what they share is
+
+* `ConnState`, one per connection, which the request log's hooks keep from its open
+  to its close and hand to each call: the identity and what earlier messages taught
+  (its fields say who writes them);
+* `Token`, one per request, on `Pending.token`: the request's line fields as they are
+  made, and what its response is to be read against (`ask`, `asked_by`);
+* the process-wide objects the builder hands each link (metrics, topic ids, the
+  summary options).
+
+The line itself is the request log's hooks' to write: a link that answers a request
+in the broker's place (telemetry's collect mode) returns an `Answer`, and the hooks
+count and log it as any other exchange.
+
+A link costs a request nothing unless it names its api: the request log's hooks look
+the links up by api key, once per exchange.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from codec import Response
+from proxy.hooks import ConnectionInfo, Pending
+from proxy.observe.identity import ZERO_UUID, Identity
+from proxy.observe.instance_join import JoinKey
+from proxy.observe.summary import GroupProtocols
+
+
+@dataclass
+class ConnState:
+    """One connection as the observers know it (`ConnectionInfo.observed`); made by the
+    request log's hooks when the connection opens, dropped when it closes."""
+
+    identity: Identity  # who the client is: request headers, ApiVersions, SASL, KIP-714
+    info: ConnectionInfo | None = None
+    requests: dict[str, int] = field(default_factory=dict)  # by api: the close line's counts
+    errors: dict[str, int] = field(default_factory=dict)  # by error name, likewise
+    decode_errors: int = 0
+    instance_reported: bool = False  # its instance id is on the connection's metrics
+    groups: GroupProtocols = field(default_factory=GroupProtocols)  # protocol type per group
+    # What identity looked like when last published, and its log fields then: every
+    # line needs them, and they change a handful of times per connection.
+    identity_key: tuple[Any, ...] = ()
+    log_fields: dict[str, Any] = field(default_factory=dict)
+    # The telemetry link's: the broker's ApiVersions lists KIP-714's apis.
+    broker_telemetry: bool = False
+    # The broker's ApiVersions ranges, api key -> (min, max), once it answered one here.
+    broker_ranges: dict[int, tuple[int, int]] | None = None
+    # The instance-id joins' (joining.py):
+    join_key: JoinKey | None = None  # waiting under this key for its client's instance id
+    joined: bool = False  # its instance id came from another connection
+    joinable: bool = True  # False once it has a telemetry exchange of its own
+    header_id: UUID | None = None  # the first KIP-1313 header id the client sent
+
+
+@dataclass
+class Token:
+    """What a pending request carries until its response (`Pending.token`): plain
+    values, no buffers."""
+
+    api: str
+    correlation_id: int
+    fields: dict[str, Any]  # the line's request fields; links add theirs
+    decode_error: str | None = None
+    response: Response | None = None  # already decoded by rewrite_response
+    # What a link read of the request that its response is read against (lag's and
+    # share groups' asks), and that link: its `answered` makes the response's fields.
+    ask: Any = None
+    asked_by: Observer | None = None
+
+
+@dataclass
+class Answer:
+    """A link's answer in the broker's place: the reply (a response body from the
+    correlation id on) and the line's response fields. `later`, when set, is work done
+    on the event loop's next turn, once the reply is on its way (what is ready to
+    forward goes first): given the connection's state then (None once it closed), it
+    returns fields that join the others before the line is written."""
+
+    reply: bytes
+    fields: dict[str, Any]
+    later: Callable[[ConnState | None], dict[str, Any]] | None = None
+
+
+class Observer:
+    """A link of the chain: a no-op base, as `Hooks` is. Each method is called only for
+    the apis its set names, and only for a connection the request log's hooks know
+    (`state`), after they decoded the frame and learnt the connection's identity from it."""
+
+    # requests whose decoded form it reads (`request`)
+    request_apis: frozenset[int] = frozenset()
+    # requests whose per-(topic, partition) record stats it reads (`request`'s
+    # partition_stats: made only when a link asks for them)
+    partition_stats_apis: frozenset[int] = frozenset()
+    # responses decoded whole that it reads (`response`)
+    response_apis: frozenset[int] = frozenset()
+    # requests it may answer in the broker's place (`answers`, `answer`): held until
+    # whole and seen before forwarding
+    answer_apis: frozenset[int] = frozenset()
+    # ApiVersions entries ({"api_key", "min_version", "max_version"}) added to the
+    # answers clients get
+    added_api_versions: tuple[dict[str, int], ...] = ()
+
+    def request(
+        self,
+        info: ConnectionInfo,
+        state: ConnState,
+        token: Token,
+        request: Any,
+        partition_stats: dict[tuple[str, int], Any] | None,
+    ) -> None:
+        """A request decoded, its line fields made (`token.fields`): add fields, or set
+        `token.ask` (and `token.asked_by` to itself) for its response to be read against."""
+
+    def response(self, info: ConnectionInfo, state: ConnState, pending: Pending, response: Response) -> None:
+        """A response decoded whole, before the connection's identity learns from it."""
+
+    def answered(
+        self,
+        info: ConnectionInfo,
+        state: ConnState | None,
+        token: Token,
+        response: Response | None,
+        fields: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The response to a request whose `token.ask` this link set: the line's response
+        fields. When `ask.whole`, `response` is the response decoded whole and `fields`
+        None; else `response` is None and `fields` those of the skimmed response (maybe
+        memoised: copy before changing), or of a response that failed to decode."""
+        return fields if fields is not None else {"errors": []}
+
+    def answers(self, state: ConnState) -> bool:
+        """Whether it answers this connection's requests of `answer_apis` itself."""
+        return False
+
+    def answer(self, info: ConnectionInfo, state: ConnState, token: Token, request: Any) -> Answer:
+        """Answer a request (decoded, identity learnt from it) in the broker's place."""
+        raise NotImplementedError
+
+    def identity_changed(self, info: ConnectionInfo, state: ConnState) -> None:
+        """The connection's identity changed (a client id, an instance id, a principal)."""
+
+    def reopen_logs(self) -> None:
+        """SIGHUP: reopen the files it writes to at their paths (must not block)."""
+
+    def close(self) -> None:
+        """The proxy stops: flush and close what it writes to."""
+
+
+def note_header_id(state: ConnState, header_id: UUID | None) -> None:
+    if state.header_id is None and header_id is not None and header_id != ZERO_UUID:
+        state.header_id = header_id
+
+
+def telemetry_id_mismatch(state: ConnState, body_id: UUID | None) -> str | None:
+    """KIP-1313 with KIP-714: a telemetry body's id must be the header's, if both are set."""
+    header_id = state.header_id
+    if header_id is None or body_id is None or body_id in (ZERO_UUID, header_id):
+        return None
+    return "telemetry client instance id differs from the request header's"
