@@ -11,7 +11,7 @@ with the input.
 close), 1,000,000 lines, each connection from its own client address, so the client
 tables have a row per connection. Generated once into --dir and reused.
 
-Each report runs as `python -m pipeline.report` with `--driver-memory 1g` (Spark's
+Each report runs as `python -m pipeline.cli report` with `--driver-memory 1g` (Spark's
 default; the local session otherwise takes a quarter of RAM); printed: wall time,
 the driver's Python peak RSS and the JVM's (VmHWM from /proc at the end, sampled
 every 0.2 s too), the exit code and the report's own summary line.
@@ -120,7 +120,7 @@ def _name(pid: int) -> str:
 def run(logs: Path, out: Path) -> None:
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"}
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.report", str(logs), "--out",
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "report", str(logs), "--out",
                              str(out)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     peaks: dict[str, int] = {"driver": 0, "jvm": 0}

@@ -5,7 +5,7 @@ interleaved before/after of a change to the pipeline.
     PYTHONPATH=. .venv/bin/python -m bench.report_arms --logs /tmp/kafkalens-bench/1000000 \\
         --tree before=/tmp/before --tree after=. --rounds 2
 
-Each run is `python -m pipeline.cli LOGS --out DIR --master local[*]` started in its
+Each run is `python -m pipeline.cli report LOGS --out DIR --master local[*]` started in its
 tree (a fresh driver and JVM, as a user runs it) with Spark's event log on. Measured:
 wall time; CPU = user+system seconds of the driver's Python and JVM from /proc
 (bench_pipeline's sampling); from the event log, jobs, tasks, the tasks' CPU
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,14 +69,17 @@ def run_report(tree: Path, logs: str, java_options: str) -> dict[str, Any]:
                 cpu[pid] = seconds
         time.sleep(0.2)
     wall = time.monotonic() - started
-    _, err = proc.communicate()
+    said, err = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"report in {tree} failed:\n{err[-4000:]}")
     figures = event_figures(events)
     shutil.rmtree(events, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
+    # The report's own figures (its summary): the scan's time and the tables' after it.
+    phases = re.search(r"reading ([0-9.]+) s, tables ([0-9.]+) s", said)
     return {"wall": wall, "cpu": sum(cpu.values()), "load": f"{load} -> {_loadavg()}",
-            **figures}
+            "reading": float(phases.group(1)) if phases else None,
+            "tables": float(phases.group(2)) if phases else None, **figures}
 
 
 # The report's command line, with extra JVM options for the local JVM when an arm has
@@ -108,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             r = {"arm": name, "round": round_,
                  **run_report(Path(tree).resolve(), args.logs, java)}
             results.append(r)
-            print(f"{name}#{round_}: wall {r['wall']:.1f} s, CPU {r['cpu']:.1f} s, "
+            print(f"{name}#{round_}: wall {r['wall']:.1f} s (reading {r['reading']} s, "
+                  f"tables {r['tables']} s), CPU {r['cpu']:.1f} s, "
                   f"{r['jobs']} jobs, {r['tasks']} tasks, tasks' CPU {r['tasks_cpu']:.1f} s "
                   f"(scan {r['scan_cpu']:.1f} s = {r['scan_cpu'] / args.lines * 1e6:.2f} "
                   f"us/line), load {r['load']}", flush=True)

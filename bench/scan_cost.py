@@ -105,6 +105,73 @@ def _fine(spark: Any, paths: list[str]) -> Any:
     return fine_rows(_parsed(spark, paths))
 
 
+def _fine_seq(spark: Any, paths: list[str]) -> Any:
+    """fine_rows with each line's parts listed by sequence/arrays_zip (generated code)
+    instead of transform (a higher-order function, evaluated without generated code)."""
+    from pyspark.sql import functions as F
+
+    from pipeline import fine
+
+    def indexed(kind: str, n: Any) -> Any:
+        parts = F.arrays_zip(F.array_repeat(F.lit(fine.KINDS.index(kind)), n),
+                             F.sequence(F.lit(0), n - 1))
+        return F.when(n > 0, parts.cast("array<struct<k:int,i:int>>")).otherwise(fine.none())
+
+    def parts(is_request: Any, refused: Any, good: Any) -> Any:
+        carries = F.col("api_key").isin(fine.PRODUCE, fine.FETCH, fine.SHARE_FETCH)
+        topics = F.coalesce(F.size(F.col("per_topic")), F.lit(0))
+        request = F.concat(
+            F.array(fine.part_of("g"), fine.part_of("l")),
+            F.when(carries, indexed("t", topics)).otherwise(fine.none()),
+            indexed("p", F.coalesce(F.size(F.col("positions")), F.lit(0))),
+            indexed("c", F.coalesce(F.size(F.col("committed")), F.lit(0))))
+        other = F.when(F.col("event") == "client_metric",
+                       F.array(fine.part_of("e"), fine.part_of("m"))).otherwise(
+            F.array(fine.part_of("e")))
+        return (F.when(is_request, request).when(refused, F.array(fine.part_of("g")))
+                .when(good, other).otherwise(F.array(fine.part_of("b"))))
+
+    saved = fine._parts
+    fine._parts = parts
+    try:
+        return fine.fine_rows(_parsed(spark, paths))
+    finally:
+        fine._parts = saved
+
+
+def _fine_no_file(spark: Any, paths: list[str]) -> Any:
+    """fine_rows without the file as a key of the request groups and other events
+    (what counting every file's lines costs)."""
+    import dataclasses
+
+    from pipeline import fine
+
+    saved = dict(fine.PARTS)
+    for kind in ("g", "e"):
+        part = fine.PARTS[kind]
+        fine.PARTS[kind] = dataclasses.replace(
+            part, keys=tuple(k for k in part.keys if k != "file"))
+    try:
+        return fine.fine_rows(_parsed(spark, paths))
+    finally:
+        fine.PARTS.update(saved)
+
+
+def _table(spark: Any, paths: list[str]) -> Any:
+    """The lines as `kafkalens ingest` wrote them (--table TABLE), read back."""
+    from pipeline.ingest import read_table
+
+    return read_table(spark, TABLE[0])
+
+
+def _table_fine(spark: Any, paths: list[str]) -> Any:
+    from pipeline.fine import fine_rows
+
+    return fine_rows(_table(spark, paths))
+
+
+TABLE: list[str] = []  # --table
+
 ARMS: dict[str, Arm] = {
     "text": _text,  # the lines read (gunzipped, split), nothing parsed
     "json-event": _event_only,  # every line tokenized, one field converted
@@ -118,6 +185,10 @@ ARMS: dict[str, Arm] = {
     "parsed": _parsed,  # read.parse_lines: + bad_reason, sample, per_topic
     "parts": _parts,  # fine.keyed_parts: + the explode into parts and their keys
     "fine": _fine,  # fine.fine_rows: + the partial (and final) hash aggregation
+    "fine-seq": _fine_seq,  # the parts listed without higher-order functions
+    "fine-no-file": _fine_no_file,  # without lines per file
+    "table": _table,  # an ingested table (--table) read, nothing else
+    "table-fine": _table_fine,  # fine_rows over it
 }
 
 
@@ -282,7 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jvm", action="append", default=[], help="NAME=OPTIONS: a JVM arm")
     p.add_argument("--codegen", action="store_true")
     p.add_argument("--json", type=Path, help="write the per-job figures here")
+    p.add_argument("--table", help="an ingested table, for the table arms")
     args = p.parse_args(argv)
+    if args.table:
+        TABLE.append(args.table)
     if args.jvm:
         results = run_jvm_arms(args)
         # Per process, the arms' first (and only) round: compiled in that JVM.

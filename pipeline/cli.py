@@ -1,72 +1,147 @@
-"""Command lines of `kafkalens report` and `kafkalens watch`."""
+"""Command lines of `kafkalens report`, `kafkalens watch` and `kafkalens ingest`: the top
+of the package (no module of pipeline/ imports it: tests/test_imports.py).
+
+Run as a file, it is what `spark-submit` starts: `spark-submit pipeline/cli.py report
+LOGS --out DIR` (or `watch`, `ingest`), as `python -m pipeline.cli report ...`.
+"""
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+
+if not __package__:  # spark-submit pipeline/cli.py: import the package, not its files
+    # (run as a file, this directory heads sys.path and pipeline/html.py would hide the
+    # standard library's html), so the repository root takes its place.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import argparse  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-MISSING_PYSPARK = ("kafkalens: the pipeline needs PySpark and matplotlib: "
-                   "pip install 'kafkalens[pipeline]'")
+ROOT = Path(__file__).resolve().parent.parent
+SPARK_LOG_LEVELS = ("off", "fatal", "error", "warn", "info", "debug")
+# The defaults the watch and ingest parsers show (pipeline.follow's, without importing
+# PySpark before the missing-extra check).
+DEFAULT_PATTERN = "*.log.[0-9]*"
+
+
+def missing_extra(root: Path = ROOT) -> str:
+    """The one line saying what to install, for where kafkalens runs from: a source
+    checkout (an editable install runs from one too) or an installed package."""
+    if (root / "pyproject.toml").exists() and (root / "pipeline").is_dir():
+        how = f"pip install -e '.[pipeline]' in {root}"
+    else:
+        how = "pip install 'kafkalens[pipeline]'"
+    return f"kafkalens: the pipeline needs PySpark and matplotlib (and Java 17+): {how}"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (default local[*], or spark-submit's)")
+    p.add_argument("--spark-log", choices=SPARK_LOG_LEVELS, default=None, metavar="LEVEL",
+                   help="show Spark's own log from this level on (off, fatal, error, warn, "
+                        "info, debug); by default it is off and the command says what "
+                        "matters itself")
 
 
 def _report_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kafkalens report",
-        description="Batch report over kafkalens request logs: Parquet tables + report.html.",
+        description="Batch report over kafkalens request logs (or a table `kafkalens "
+                    "ingest` wrote): Parquet tables + report.html.",
     )
-    p.add_argument("logs", nargs="+", metavar="LOGS",
+    p.add_argument("logs", nargs="*", metavar="LOGS",
                    help="log files, directories (recursive) or globs; plain or .gz")
+    p.add_argument("--table", metavar="TABLE",
+                   help="read the lines `kafkalens ingest` parsed into TABLE instead of LOGS")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (overwritten)")
-    p.add_argument("--master", metavar="URL",
-                   help="Spark master (default local[*], or spark-submit's)")
+    p.add_argument("--skip-unreadable", action="store_true",
+                   help="report without the files that cannot be read to their end "
+                        "(truncated, wrongly compressed, unreadable), naming them in the "
+                        "summary and the input_files and bad_lines tables; by default "
+                        "such a file stops the report (exit 1) before any table is written")
+    _common(p)
     return p
 
 
-def _watch_parser() -> argparse.ArgumentParser:
-    from pipeline import watch
-
-    p = argparse.ArgumentParser(
-        prog="kafkalens watch",
-        description="Streaming one-minute aggregates over a directory the proxy logs into.",
-    )
-    p.add_argument("logdir", metavar="LOGDIR", help="the directory request_log.path writes into")
-    p.add_argument("--out", default="kafkalens-watch", metavar="DIR",
-                   help="Parquet output: DIR/by_api, DIR/by_software (default %(default)s)")
-    p.add_argument("--checkpoint", metavar="DIR", help="default: OUT/_checkpoint")
+def _following(p: argparse.ArgumentParser, interval: float, files_per_trigger: int) -> None:
+    """The options of a command that follows a log directory (pipeline.follow)."""
     p.add_argument("--spool", metavar="DIR",
                    help="where rotated files are staged (default: OUT/_spool)")
     p.add_argument("--no-spool", dest="use_spool", action="store_false",
                    help="read LOGDIR directly: only for rotation to unique, never reused names")
-    p.add_argument("--pattern", default=watch.DEFAULT_PATTERN,
+    p.add_argument("--pattern", default=DEFAULT_PATTERN,
                    help="glob of the rotated files in LOGDIR (default %(default)s)")
     p.add_argument("--once", "--available-now", dest="once", action="store_true",
                    help="process what is there now, then stop (trigger availableNow)")
-    p.add_argument("--interval", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--interval", type=float, default=interval, metavar="SECONDS",
                    help="trigger interval (default %(default)s)")
-    p.add_argument("--watermark", default=watch.DEFAULT_WATERMARK,
-                   help="how late a line may arrive (default %(default)s)")
-    p.add_argument("--max-files-per-trigger", type=int, default=watch.MAX_FILES_PER_TRIGGER)
-    p.add_argument("--notice-every", type=float, default=watch.NOTICE_SECONDS, metavar="SECONDS",
+    p.add_argument("--max-files-per-trigger", type=int, default=files_per_trigger,
+                   metavar="N", help="rotated files a micro-batch reads at most "
+                                     "(default %(default)s)")
+    p.add_argument("--notice-every", type=float, default=30.0, metavar="SECONDS",
                    help="while no lines arrive, say what is awaited this often "
                         "(default %(default)s)")
-    p.add_argument("--master", metavar="URL",
-                   help="Spark master (default local[*], or spark-submit's)")
+    p.add_argument("--skip-unreadable", action="store_true",
+                   help="go on without a rotated file that cannot be read (truncated, "
+                        "wrongly compressed, unreadable), naming it; by default it stops "
+                        "the command (exit 1)")
+
+
+def _watch_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kafkalens watch",
+        description="Streaming one-minute windows over a directory the proxy logs into "
+                    "(or a table `kafkalens ingest` writes).",
+    )
+    p.add_argument("logdir", nargs="?", metavar="LOGDIR",
+                   help="the directory request_log.path writes into")
+    p.add_argument("--table", metavar="TABLE",
+                   help="follow the table `kafkalens ingest` writes instead of LOGDIR")
+    p.add_argument("--out", default="kafkalens-watch", metavar="DIR",
+                   help="Parquet output: DIR/by_api, DIR/by_software, DIR/input_files, "
+                        "DIR/bad_lines (default %(default)s)")
+    p.add_argument("--checkpoint", metavar="DIR", help="default: OUT/_checkpoint")
+    p.add_argument("--watermark", default="2 minutes",
+                   help="how long after a window's end its lines may still arrive "
+                        "(default %(default)s)")
+    _following(p, 10.0, 2)
+    _common(p)
     return p
 
 
-def _run(app: str, master: str | None, job: Callable[[SparkSession], int]) -> int:
+def _ingest_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kafkalens ingest",
+        description="Parse the request and telemetry logs once, into a Parquet table "
+                    "partitioned by time that `report --table` and `watch --table` read.",
+    )
+    p.add_argument("logdir", metavar="LOGDIR",
+                   help="the directory request_log.path (and the telemetry log) write into")
+    p.add_argument("--table", required=True, metavar="TABLE", help="the table's directory")
+    p.add_argument("--checkpoint", metavar="DIR", help="default: TABLE/_checkpoint")
+    p.add_argument("--retention", metavar="DURATION",
+                   help="drop files from the table's log this long after they were written "
+                        "(Spark's form: '30d', '12h'; then delete them, e.g. by an object "
+                        "store's "
+                        "lifecycle rule); default: kept")
+    _following(p, 60.0, 8)
+    _common(p)
+    return p
+
+
+def _run(app: str, args: argparse.Namespace, job: Callable[[SparkSession], int]) -> int:
     from pyspark.sql import SparkSession
 
     from pipeline.session import build_session
 
     # Stop the session only if this call made it (tests and notebooks share one).
     owned = SparkSession.getActiveSession() is None
-    spark = build_session(app, master)
+    spark = build_session(app, args.master, spark_log=args.spark_log)
     try:
         return job(spark)
     finally:
@@ -80,16 +155,19 @@ def pipeline_missing() -> bool:
         import matplotlib  # noqa: F401
         import pyspark  # noqa: F401
     except ImportError:
-        print(MISSING_PYSPARK, file=sys.stderr)
+        print(missing_extra(), file=sys.stderr)
         return True
     return False
 
 
 def report_main(argv: list[str]) -> int:
-    args = _report_parser().parse_args(argv)
+    parser = _report_parser()
+    args = parser.parse_args(argv)
+    if bool(args.logs) == bool(args.table):
+        parser.error("give LOGS or --table TABLE (one of them)")
     if pipeline_missing():
         return 2
-    from pipeline.read import InputError
+    from pipeline.read import InputError, UnreadableFiles
     from pipeline.report import preload_charts, run_report
     from pipeline.summary import summary_lines
 
@@ -97,7 +175,12 @@ def report_main(argv: list[str]) -> int:
 
     def job(spark: SparkSession) -> int:
         try:
-            result = run_report(spark, args.logs, args.out)
+            result = run_report(spark, args.logs, args.out, args.skip_unreadable,
+                                table=args.table)
+        except UnreadableFiles as e:
+            print(f"kafkalens report: {e}; nothing written (--skip-unreadable reports "
+                  "without them)", file=sys.stderr)
+            return 1
         except InputError as e:
             print(f"kafkalens report: {e}", file=sys.stderr)
             return 1
@@ -107,22 +190,54 @@ def report_main(argv: list[str]) -> int:
         print(f"  tables and report.html in {args.out}")
         return 0
 
-    return _run("kafkalens-report", args.master, job)
+    return _run("kafkalens-report", args, job)
 
 
 def watch_main(argv: list[str]) -> int:
-    if pipeline_missing():  # before the parser: it takes defaults from the watch
+    if pipeline_missing():
         return 2
-    args = _watch_parser().parse_args(argv)
+    parser = _watch_parser()
+    args = parser.parse_args(argv)
+    if bool(args.logdir) == bool(args.table):
+        parser.error("give LOGDIR or --table TABLE (one of them)")
     from pipeline.watch import WatchOptions, run_watch
 
-    options = WatchOptions(**{k: v for k, v in vars(args).items() if k != "master"})
+    options = WatchOptions(**{k: v for k, v in vars(args).items()
+                              if k not in ("master", "spark_log")})
     try:
-        return _run("kafkalens-watch", args.master, lambda spark: run_watch(spark, options))
+        return _run("kafkalens-watch", args, lambda spark: run_watch(spark, options))
     except KeyboardInterrupt:  # before the watch's own handler (Spark starting) or after
         print("kafkalens watch: interrupted", file=sys.stderr)
         return 130
 
 
+def ingest_main(argv: list[str]) -> int:
+    if pipeline_missing():
+        return 2
+    args = _ingest_parser().parse_args(argv)
+    from pipeline.ingest import IngestOptions, run_ingest
+
+    options = IngestOptions(**{k: v for k, v in vars(args).items()
+                               if k not in ("master", "spark_log")})
+    try:
+        return _run("kafkalens-ingest", args, lambda spark: run_ingest(spark, options))
+    except KeyboardInterrupt:
+        print("kafkalens ingest: interrupted", file=sys.stderr)
+        return 130
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "report": report_main, "watch": watch_main, "ingest": ingest_main}
+
+
+def main(argv: list[str]) -> int:
+    """`python -m pipeline.cli COMMAND ...` and `spark-submit pipeline/cli.py COMMAND ...`."""
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: pipeline/cli.py {{{','.join(COMMANDS)}}} ... (e.g. report LOGS --out "
+              "DIR; COMMAND --help says more)", file=sys.stderr)
+        return 2
+    return COMMANDS[argv[0]](argv[1:])
+
+
 if __name__ == "__main__":
-    sys.exit(report_main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

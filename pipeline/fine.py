@@ -1,22 +1,20 @@
-"""One aggregation over the parsed lines, at the grain every table is derived from.
+"""One aggregation over the parsed lines, at the grains every table is derived from.
 
-Parsing is most of the report's cost, so each line is parsed once and folded at once,
-in a single hash aggregation, into rows of a few parts, each keyed at its own grain
-(pipeline/README.md, "Plan"): `g` request groups (the client tables, consumer groups),
-`l` latency histograms (bins 1 % wide, `LATENCY_BIN`: percentiles within 1 % of the
-exact value, traffic.py), `t` topics, `b` bad lines (a row per file, reason and
-distinct line), `e` other good lines, and the fleet tables' parts (fleet.py): `p` a
-Fetch line's positions, `c` an OffsetCommit line's committed offsets, `m` a telemetry
-point, and `t` keyed by connection and replica id too (README, the fleet tables, "How
-it stays one scan"). A request line makes two to four rows (more for a Fetch of many
-partitions); the result, small next to the lines, is cached by the one job that reads
-the files. Every aggregate is fixed-width (a string one would make it a sort-based
-aggregation). Read, explode and partial aggregation are one generated
-stage, each method JIT-compiled (under 8,000 bytes): README, "The scan's CPU per line";
-tests/test_pipeline_scan_codegen.py.
+Reading and parsing is most of the report's cost, so each line is read once and folded
+at once, in a single hash aggregation, into rows of named parts (PARTS), each keyed at
+its own grain: a line makes one row of each part it belongs to (a request line a `g`
+and an `l` row, a `t` per topic, a `p` per position and a `c` per committed offset).
+Every part's rows have the same columns: its keys are set, the other parts' keys are
+null, and of the aggregates those listed for it mean something (pipeline/README.md,
+"How the report works", lists them). The result, small next to the lines, is cached by
+the one job that reads the files; the tables are derived from it (tables.py). Every
+aggregate is fixed-width: a string one would make Spark sort every row instead of
+hashing them.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -25,32 +23,59 @@ from pipeline import semantics
 from pipeline.clients import CONN, GROUP_KEYS, IDENTITY
 from pipeline.schema import INCOMPLETE_EVENT, REQUEST_EVENTS, TELEMETRY_EVENT
 
-LATENCY_BIN = 1.01  # each bin spans 1 %: bin b holds [1.01^b, 1.01^(b+1)) ms
-MIN_LATENCY_MS = 0.001  # 0 ms and below share the lowest bin
 PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
-UNKNOWN_API = "unknown"
 _COUNT_FIELDS = ("bytes", "records", "batches")
-# Keys of the `g` part that other parts are keyed by too.
-KEYED_ALSO: dict[str, tuple[str, ...]] = {
-    "listener": ("t",), "client_address": ("t",), "conn": ("t",),
-    "client_id": ("p", "m"), "client_instance_id": ("p", "m"),
-    "client_software_name": ("m",), "client_software_version": ("m",), "principal": ("m",),
-    "group_id": ("c",),
+
+
+@dataclass(frozen=True)
+class Part:
+    """A kind of row of the fine aggregation: what one row stands for, its key columns
+    and the aggregates that mean something for it (`n`, `first_seen` and `last_seen`
+    do for every part)."""
+
+    what: str
+    keys: tuple[str, ...]
+    values: tuple[str, ...] = ()
+
+
+PARTS: dict[str, Part] = {
+    "g": Part("requests of a connection, api version, identity, group fields and file "
+              "(a request the broker refused by closing too)",
+              ("api_key", "api", "api_version", *CONN, *IDENTITY, *GROUP_KEYS, "file"),
+              ("errors", "expected_errors", "members", "generation_id")),
+    "l": Part("requests of a minute, api and latency bin (the latency histograms)",
+              ("minute", "api_key", "api", "waits", "lat_bin"),
+              ("errors", "expected_errors", "lat_n", "lat_sum", "lat_max")),
+    "t": Part("a topic's record counts in Produce requests or Fetch and ShareFetch "
+              "responses, per connection and follower",
+              ("api_key", *CONN, "topic", "replica_id"), _COUNT_FIELDS),
+    "p": Part("a Fetch's position in a partition, per minute, consumer (group, client) "
+              "or follower",
+              ("minute", "client_id", "client_instance_id", "consumer_group", "replica_id",
+               "topic", "partition"),
+              ("max_lag", "latest_lag", "latest_offset", "latest_hwm")),
+    "c": Part("an OffsetCommit's committed offset in a partition, per group",
+              ("group_id", "topic", "partition"),
+              ("max_lag", "latest_lag", "latest_offset", "latest_hwm")),
+    "m": Part("a client metric series (instance, metric, attributes)",
+              ("client_id", "client_instance_id", "client_software_name",
+               "client_software_version", "principal", "metric", "metric_type", "attributes"),
+              ("latest_value",)),
+    "e": Part("other good lines, per event and file", ("event", "file")),
+    "b": Part("bad lines, per file, reason and distinct line (its first 200 characters)",
+              ("file", "reason", "sample")),
 }
-
-
-def _api() -> Column:
-    # Map and group keys must not be null: an unnamed api by its key, else "unknown".
-    return F.coalesce(F.col("api"), F.concat(F.lit("ApiKey"), F.col("api_key").cast("string")),
-                      F.lit(UNKNOWN_API))
-
-
-# A part as exploded: its kind's number and the index of its topic in per_topic, its
-# position or committed offset (read directly, not parsed back from "t<topic>", "p<i>").
-KINDS = ("g", "l", "t", "b", "e", "m", "p", "c")
+KINDS = tuple(PARTS)
+# Every key column, in the fine aggregation's order.
+KEYS = ("part", "minute", "api_key", "api", "api_version", "waits", *CONN, *IDENTITY,
+        *GROUP_KEYS, "lat_bin", "topic", "file", "reason", "sample", "event", "consumer_group",
+        "replica_id", "partition", "metric", "metric_type", "attributes")
+assert {k for p in PARTS.values() for k in p.keys} == set(KEYS) - {"part"}
 
 
 def part_of(kind: str, index: Column | None = None) -> Column:
+    """A part as exploded: its kind's number and the index of its topic in per_topic,
+    its position or committed offset (read directly, not parsed back from a string)."""
     return F.struct(F.lit(KINDS.index(kind)).alias("k"),
                     (F.lit(0) if index is None else index).alias("i"))
 
@@ -80,8 +105,8 @@ def _parts(is_request: Column, refused: Column, good: Column) -> Column:
 
 
 def fine_rows(parsed: DataFrame) -> DataFrame:
-    """`parsed` is read.parse_lines(...): the aggregation described above, one row per
-    part and key; columns not of a row's part are null."""
+    """`parsed` is read.parse_lines(...) (or an ingested table's rows): the aggregation
+    described above, one row per part and key; columns not of a row's part are null."""
     return aggregate(keyed_parts(parsed))
 
 
@@ -90,16 +115,17 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
     good = F.col("bad_reason").isNull()
     is_request = good & F.col("event").isin(*REQUEST_EVENTS)
     refused = good & (F.col("event") == INCOMPLETE_EVENT) & (F.size(F.col("errors")) > 0)
-    api = _api()
+    api = semantics.api_name(F.col("api"), F.col("api_key"))
     failure = semantics.failed(F.col("errors"), api)
     latency = F.col("latency_ms")
     # A line's own values before the explode (beside it, Spark computes them per part).
     lines = parsed.select(
         "*", api.alias("_api"), failure.alias("_failed"),
         semantics.expected_only(F.col("errors"), failure).alias("_expected"),
-        semantics.waits_by_design(F.col("api_key"), F.col("max_wait_ms")).alias("_waits"),
+        semantics.waits_by_design(F.col("api_key"), F.col("max_wait_ms"),
+                                  F.col("api")).alias("_waits"),
         F.date_trunc("minute", F.col("ts")).alias("_minute"),
-        F.floor(F.log(LATENCY_BIN, F.greatest(latency, F.lit(MIN_LATENCY_MS)))).alias("_lat_bin"),
+        semantics.latency_bin(latency).alias("_lat_bin"),
     ).select("*", F.explode(_parts(is_request, refused, good)).alias("part"))
     kind, index = F.col("part.k"), F.col("part.i") + 1
 
@@ -109,44 +135,33 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
     position = F.when(on("p"), F.element_at(F.col("positions"), index))
     committed = F.when(on("c"), F.element_at(F.col("committed"), index))
     topic_t = F.when(on("t"), F.element_at(F.map_keys(F.col("per_topic")), index))
-    topic = F.coalesce(topic_t, F.coalesce(position["topic"], committed["topic"]))
+    # Where a key's value comes from (a line's column, else as named here).
+    source: dict[str, Column] = {
+        "part": F.element_at(F.array(*map(F.lit, KINDS)), kind + 1),
+        "minute": F.col("_minute"), "api": F.col("_api"), "waits": F.col("_waits"),
+        "lat_bin": F.col("_lat_bin"), "reason": F.col("bad_reason"),
+        # The bad line itself (200 characters) is a key, not a min()/max() aggregate
+        # (module docstring); bad_lines takes two samples from these few rows.
+        "sample": F.col("line"), "metric_type": F.col("type"),
+        "topic": F.coalesce(topic_t, F.coalesce(position["topic"], committed["topic"])),
+        "partition": F.coalesce(position["partition"], committed["partition"]),
+        "attributes": _attributes(),
+    }
 
-    def key(column: str, *parts: str, name: str | None = None) -> Column:
-        return F.when(on(*parts), F.col(column)).alias(name or column)
+    def key(name: str) -> Column:
+        if name == "part":
+            return source["part"].alias(name)
+        owners = [kind for kind, p in PARTS.items() if name in p.keys]
+        return F.when(on(*owners), source.get(name, F.col(name))).alias(name)
 
     counts = F.when(on("t"), F.element_at(F.map_values(F.col("per_topic")), index))
-    keys = [
-        F.element_at(F.array(*map(F.lit, KINDS)), kind + 1).alias("part"),
-        key("_minute", "l", "p", name="minute"),
-        key("api_key", "g", "l", "t"),
-        key("_api", "g", "l", name="api"),
-        key("api_version", "g"),
-        key("_waits", "l", name="waits"),
-        *[key(name, *KEYED_ALSO.get(name, ()), "g")
-          for name in (*CONN, *IDENTITY, *GROUP_KEYS)],
-        key("_lat_bin", "l", name="lat_bin"),
-        topic.alias("topic"),
-        key("file", "b"),
-        key("bad_reason", "b", name="reason"),
-        # The bad line itself (200 characters) is a key, not a min()/max() aggregate: a
-        # string aggregate would make Spark sort every row of the aggregation instead
-        # of hashing them; bad_lines takes the samples from these few rows.
-        key("line", "b", name="sample"),
-        key("event", "e"),
-        key("consumer_group", "p"),
-        key("replica_id", "p", "t"),
-        F.coalesce(position["partition"], committed["partition"]).alias("partition"),
-        key("metric", "m"),
-        key("type", "m", name="metric_type"),
-        F.when(on("m"), _attributes()).alias("attributes"),
-    ]
     return lines.select(
-        *keys, "ts", "members", "generation_id",
-        key("ts", "p", "c", "m", name="_fleet_ts"),
+        *map(key, KEYS), "ts", "members", "generation_id",
+        F.when(on("p", "c", "m"), F.col("ts")).alias("_fleet_ts"),
         F.coalesce(position["lag"], committed["lag"]).alias("_lag"),
         F.coalesce(position["next_offset"], committed["offset"]).alias("_offset"),
         F.coalesce(position["high_watermark"], committed["high_watermark"]).alias("_hwm"),
-        key("value", "m", name="_value"),
+        F.when(on("m"), F.col("value")).alias("_value"),
         F.when(on("g", "l"), F.col("_failed")).alias("failed"),
         F.when(on("g", "l"), F.col("_expected")).alias("expected"),
         F.when(on("l"), latency).alias("latency"),
@@ -155,7 +170,8 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
 
 
 def aggregate(keyed: DataFrame) -> DataFrame:
-    return keyed.groupBy(*[c for c in keyed.columns if c in _KEY_NAMES]).agg(
+    """The aggregates of every part (PARTS says which mean something for which)."""
+    return keyed.groupBy(*KEYS).agg(
         F.count(F.lit(1)).alias("n"),
         F.sum("failed").alias("errors"),
         F.sum("expected").alias("expected_errors"),
@@ -167,17 +183,12 @@ def aggregate(keyed: DataFrame) -> DataFrame:
         F.sum("latency").alias("lat_sum"),
         F.max("latency").alias("lat_max"),
         *[F.sum(field).alias(field) for field in _COUNT_FIELDS],
-        F.max("_lag").alias("max_lag"),  # the fleet parts: the largest lag, the newest values
+        F.max("_lag").alias("max_lag"),  # the largest lag; the newest values:
         F.max_by("_lag", "_fleet_ts").alias("latest_lag"),
         F.max_by("_offset", "_fleet_ts").alias("latest_offset"),
         F.max_by("_hwm", "_fleet_ts").alias("latest_hwm"),
         F.max_by("_value", "_fleet_ts").alias("latest_value"),
     )
-
-
-_KEY_NAMES = {"part", "minute", "api_key", "api", "api_version", "waits", *CONN, *IDENTITY,
-              *GROUP_KEYS, "lat_bin", "topic", "file", "reason", "sample", "event",
-              "consumer_group", "replica_id", "partition", "metric", "metric_type", "attributes"}
 
 
 def _attributes() -> Column:
@@ -198,4 +209,3 @@ def bucketed(rows: DataFrame, bucket_seconds: int) -> DataFrame:
     """Fine rows with their minute's time bucket (`bucket`, whole minutes)."""
     epoch = F.unix_seconds("minute")
     return rows.withColumn("bucket", F.timestamp_seconds(epoch - epoch % bucket_seconds))
-

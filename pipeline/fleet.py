@@ -37,38 +37,50 @@ def _lag_stats(position: str) -> list[Column]:
     ]
 
 
-def consumer_lag(fine: DataFrame, bucket_seconds: int) -> DataFrame:
-    """Per time bucket, consumer group (else client, `group_known` false), topic and
-    partition: the latest and largest lag, position and high watermark (README)."""
-    rows = part(fine, "p").where(F.col("replica_id").isNull())
+def lag_tables(fine: DataFrame, bucket_seconds: int) -> tuple[DataFrame, DataFrame]:
+    """consumer_lag and replication_lag from one aggregation of fine.fine_rows' `p`
+    rows (GROUPING SETS: a consumer's rows by its group, a follower's by its replica
+    id), each table selecting its rows.
+
+    consumer_lag, per time bucket, consumer group (else client, `group_known` false),
+    topic and partition: the latest and largest lag, position and high watermark
+    (README). replication_lag, per time bucket, follower (replica id), topic and
+    partition: the follower's lag behind the leader's high watermark, from its Fetch
+    lines (never counted as a consumer)."""
+    rows = bucketed(part(fine, "p"), bucket_seconds)
+    follower = F.col("replica_id").isNotNull()
     client = F.coalesce("client_instance_id", "client_id")
     group = F.when(F.col("consumer_group") != "", F.col("consumer_group"))
-    rows = bucketed(rows, bucket_seconds).drop("group_id").select(
-        "*", F.coalesce(group, client).alias("group_id"), group.isNotNull().alias("group_known"),
-        client.alias("client"))
-    return rows.groupBy("bucket", "group_id", "group_known", "topic", "partition").agg(
-        *_lag_stats("position"),
-        F.array_sort(F.collect_set("client")).alias("consumers"))
+    rows = rows.drop("group_id").select(
+        "*", F.when(~follower, F.coalesce(group, client)).alias("group_id"),
+        F.when(~follower, group.isNotNull()).alias("group_known"),
+        F.when(~follower, client).alias("client"))
+    lag = rows.groupingSets(
+        [["bucket", "group_id", "group_known", "topic", "partition"],
+         ["bucket", "replica_id", "topic", "partition"]],
+        "bucket", "group_id", "group_known", "replica_id", "topic", "partition",
+    ).agg(*_lag_stats("position"), F.array_sort(F.collect_set("client")).alias("consumers"),
+          F.grouping("replica_id").alias("_by_group"))
+    # A follower's rows in the groups' set, a consumer's in the followers': none of theirs.
+    by_group = F.col("_by_group") == 1
+    consumer = lag.where(by_group & F.col("group_known").isNotNull()).select(
+        "bucket", "group_id", "group_known", "topic", "partition", "latest_lag", "max_lag",
+        "position", "high_watermark", "fetches", "last_seen", "consumers")
+    replication = lag.where(~by_group & F.col("replica_id").isNotNull()).select(
+        "bucket", "replica_id", "topic", "partition", "latest_lag", "max_lag", "position",
+        "high_watermark", "fetches", "last_seen")
+    return consumer, replication
 
 
 def consumer_topic_lag(lag: DataFrame) -> DataFrame:
     """Per time bucket, group and topic: the sum of its partitions' latest lag (of the
     partitions fetched in the bucket) and the largest partition lag. `lag` is
-    consumer_lag(...)."""
+    lag_tables(...)'s consumer_lag."""
     return lag.groupBy("bucket", "group_id", "group_known", "topic").agg(
         F.sum("latest_lag").alias("total_lag"),
         F.max("max_lag").alias("max_partition_lag"),
         F.count(F.lit(1)).alias("partitions"),
         F.max("last_seen").alias("last_seen"))
-
-
-def replication_lag(fine: DataFrame, bucket_seconds: int) -> DataFrame:
-    """Per time bucket, follower (replica id), topic and partition: the follower's lag
-    behind the leader's high watermark, from its Fetch lines (never counted as a
-    consumer)."""
-    rows = bucketed(part(fine, "p").where(F.col("replica_id").isNotNull()), bucket_seconds)
-    return rows.groupBy("bucket", "replica_id", "topic", "partition").agg(
-        *_lag_stats("position"))
 
 
 def committed_lag(fine: DataFrame) -> DataFrame:

@@ -1,12 +1,20 @@
-"""The logs in: inputs checked, every non-blank line parsed once by Spark, good or bad.
+"""The logs in: every input file accounted for, every line parsed once by Spark.
 
-A malformed or truncated line becomes a row flagged with why it is bad, never a failure
-and never a row the driver collects (pipeline/README.md, "Reading", "Bad lines").
+A line Spark cannot use becomes a row flagged with why it is bad, never a failure and
+never a row the driver collects. A file Spark cannot read to its end (truncated or
+wrongly compressed, unreadable, an I/O error part way) is never skipped silently: the
+read fails, `find_unreadable` names every such file with its reason, and the caller
+either stops (the default) or reads the others (pipeline/README.md, "Inputs").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -16,11 +24,37 @@ from pipeline.fsio import hadoop_file
 from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, LINE_SCHEMA
 
 SAMPLE_CHARS = 200
+REASON_CHARS = 200
+# Files probed at once when a read failed (each probe a Spark job over a group of files).
+PROBE_GROUPS = 8
+PARALLEL_PROBES = 4
+
+
+class BadReason:
+    """Why a line is bad (the `reason` of the bad_lines table), most basic first."""
+
+    INVALID_JSON = "invalid JSON"
+    NOT_AN_OBJECT = "a JSON array, not an object"
+    MISSING_EVENT = "missing event"
+    MISSING_TS = "missing ts"
+    INVALID_TS = "ts is not an ISO-8601 date-time"
+    WRONG_TYPE = "field of the wrong type"
 
 
 class InputError(Exception):
     """The inputs match nothing, or Spark cannot read them: the report must not pass
     for an empty one (exit 0 would read as "all clear" to a cron job)."""
+
+
+class UnreadableFiles(InputError):
+    """Files Spark cannot read to their end, each with why (file -> reason)."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = dict(sorted(files.items()))
+        named = ", ".join(f"{path} ({why})" for path, why in self.files.items())
+        count = len(self.files)
+        super().__init__(f"{count} input file{'s' if count > 1 else ''} cannot be read: "
+                         f"{named}")
 
 
 def expand_inputs(spark: SparkSession, inputs: Iterable[str]) -> list[str]:
@@ -49,40 +83,196 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None = None) -> DataFrame:
+def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None = None,
+              recursive: bool = True) -> DataFrame:
     """Every non-blank line parsed by Spark's JSON source with the report's schema,
     and the file it came from (`file`); a line Spark cannot parse keeps its text in
     `_corrupt_record` (the JSON source: half the CPU of text + from_json, README).
-    `schema` is the report's unless given (bench.scan_cost measures others)."""
+    Directories are read recursively (hidden names skipped, as Spark does). A file
+    Spark cannot read to its end fails the job (`ignoreCorruptFiles` stays off: it
+    would drop the rest of the file without a word). `schema` is the report's unless
+    given (bench.scan_cost measures others)."""
     reader = spark.read.schema(schema or LINE_SCHEMA).options(**JSON_OPTIONS)
-    reader = reader.option("recursiveFileLookup", "true")
-    # A truncated .gz (a crash mid-compression) keeps the lines before the damage
-    # instead of failing the job (Spark logs the file it gave up on).
-    reader = reader.option("ignoreCorruptFiles", "true")
+    if recursive:
+        reader = reader.option("recursiveFileLookup", "true")
     return reader.json(paths).select("*", F.col("_metadata.file_path").alias("file"))
 
 
-def bad_reason(j: Column) -> Column:
-    """Why a parsed line is bad, or null when it is good (or of an event we ignore)."""
+@dataclass(frozen=True)
+class ReadFailure:
+    """A file a Spark job could not read, and why, from the job's error."""
+
+    path: str
+    reason: str
+
+
+def read_failure(error: BaseException) -> ReadFailure | None:
+    """The file and reason of Spark's "cannot read file" error (its FAILED_READ_FILE
+    condition names the file; the innermost cause says why), or of a file gone or not
+    permitted (FileNotFoundException); None for any other failure."""
+    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    path: str | None = None
+    causes: list[tuple[str, str]] = []
+    while java is not None:
+        name = str(java.getClass().getName())
+        message = str(java.getMessage() or "")
+        condition = _condition(java)
+        if condition.startswith("FAILED_READ_FILE"):
+            path = str(dict(java.getMessageParameters()).get("path") or path or "")
+        elif name == "java.io.FileNotFoundException" and path is None:
+            path = _missing_path(message)
+        causes.append((name, message))
+        java = java.getCause()
+    if not path:
+        return _failure_in_text(str(error))
+    return ReadFailure(normal_path(path), describe(*causes[-1]))
+
+
+# A failure inside a foreachBatch function (the watch's) reaches the query's error only as
+# the text of the Python traceback, with the Java one in it: the chain of causes is cut
+# at the Python boundary, so the file and the innermost cause are read from that text.
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE[.\w]*\] Encountered error while reading file "
+                          r"(\S+?)\.?\s")
+_CAUSED_BY = re.compile(r"^Caused by: ([\w.$]+)(?:: (.*))?$", re.M)
+
+
+def _failure_in_text(text: str) -> ReadFailure | None:
+    found = _FAILED_READ.search(text)
+    if not found:
+        return None
+    causes = _CAUSED_BY.findall(text[found.end():])
+    java_class, message = causes[-1] if causes else ("org.apache.spark.SparkException", "")
+    return ReadFailure(normal_path(found.group(1)), describe(java_class, message))
+
+
+def _condition(java: Any) -> str:
+    try:
+        return str(java.getCondition() or "")
+    except Exception:  # noqa: BLE001 - not a SparkThrowable
+        return ""
+
+
+def _missing_path(message: str) -> str | None:
+    # "File file:/x/requests.log does not exist" / "/x/requests.log (Permission denied)"
+    text = message.strip().splitlines()[0] if message.strip() else ""
+    if text.startswith("File ") and " does not exist" in text:
+        return text[5:text.index(" does not exist")]
+    if text.endswith(")") and " (" in text:
+        return text[:text.rindex(" (")]
+    return None
+
+
+def describe(java_class: str, message: str) -> str:
+    """A cause in a few words a user acts on, with Hadoop's own message."""
+    text = (message.strip().splitlines() or [""])[0][:REASON_CHARS]
+    short = java_class.rsplit(".", 1)[-1]
+    if text == "not a gzip file":
+        return "not gzip data, though its name says .gz"
+    if short == "EOFException":
+        return f"truncated: {text or 'unexpected end of file'}"
+    if short in ("FileNotFoundException", "AccessDeniedException", "AccessControlException"):
+        return f"cannot be opened: {text}"
+    return f"read error: {short}: {text}"
+
+
+def normal_path(path: str) -> str:
+    """Spark names a local file file:/x, file:///x or /x depending on where: one form."""
+    if path.startswith("file:///"):
+        return "file:/" + path[len("file:///"):]
+    if path.startswith("/"):
+        return "file:" + path
+    return path
+
+
+def find_unreadable(spark: SparkSession, files: list[str], known: ReadFailure | None = None
+                    ) -> dict[str, str]:
+    """Every file of `files` Spark cannot read to its end -> why. Spark's text source
+    reads them (no parsing: the cost is the I/O and decompression), in PROBE_GROUPS
+    groups, PARALLEL_PROBES jobs at a time; a failed job names one file, which leaves
+    its group, and the rest of the group is read again. Only run after a read failed."""
+    bad: dict[str, str] = {}
+    if known is not None:
+        bad[known.path] = known.reason
+    lock = threading.Lock()
+    todo = [f for f in files if normal_path(f) not in bad]
+    groups = [todo[i::PROBE_GROUPS] for i in range(min(PROBE_GROUPS, len(todo)))]
+
+    def probe(group: list[str]) -> None:
+        pending = list(group)
+        while pending:
+            try:
+                spark.read.text(pending).write.format("noop").mode("overwrite").save()
+                return
+            except Exception as e:  # noqa: BLE001 - which file, or not a file's fault
+                failure = read_failure(e)
+                index = {normal_path(p): p for p in pending}
+                if failure is None or failure.path not in index:
+                    gone = _vanished(spark, pending)
+                    if not gone:
+                        raise InputError(f"cannot read the inputs: {first_line(e)}") from e
+                    failure = gone
+                with lock:
+                    bad[failure.path] = failure.reason
+                pending.remove(index[failure.path])
+
+    with ThreadPoolExecutor(PARALLEL_PROBES) as pool:
+        list(pool.map(probe, groups))
+    return bad
+
+
+def _vanished(spark: SparkSession, paths: list[str]) -> ReadFailure | None:
+    """A listed file that is no longer there (Spark then fails while listing, before
+    reading, with an error that names no file by condition)."""
+    for path in paths:
+        fs, hadoop_path = hadoop_file(spark, path)
+        if not fs.exists(hadoop_path):
+            return ReadFailure(normal_path(path), "cannot be opened: no longer exists")
+    return None
+
+
+def _valid_ts(text: Column) -> Column:
+    """An ISO-8601 date and time of day (2025-03-01T12:00:00[.ffffff][Z|+02:00]; a space
+    may stand for the T), which Spark's cast then reads; a number, a date alone or a
+    year alone is not one (Spark's cast would take "2025" for 2025-01-01)."""
+    return ((F.length(text) >= 19) & (F.substring(text, 5, 1) == "-")
+            & F.substring(text, 11, 1).isin("T", " "))
+
+
+def bad_reason(j: Column, ts: Column) -> Column:
+    """Why a parsed line is bad, or null when it is good (or of an event we ignore).
+    `ts` is the line's timestamp as read (null when absent or invalid)."""
     corrupt = j[CORRUPT].isNotNull()
+    unparsed = corrupt & j["event"].isNull()
     return (
-        F.when(corrupt & j["event"].isNull(), F.lit("invalid JSON"))
-        .when(j["ts"].isNull() | j["event"].isNull(), F.lit("missing or invalid ts/event"))
-        .when(corrupt & j["event"].isin(*KNOWN_EVENTS), F.lit("field of the wrong type"))
+        F.when(unparsed & F.ltrim(j[CORRUPT]).startswith("["), F.lit(BadReason.NOT_AN_OBJECT))
+        .when(unparsed, F.lit(BadReason.INVALID_JSON))
+        .when(j["event"].isNull(), F.lit(BadReason.MISSING_EVENT))
+        .when(j["ts"].isNull(), F.lit(BadReason.MISSING_TS))
+        .when(ts.isNull(), F.lit(BadReason.INVALID_TS))
+        .when(corrupt & j["event"].isin(*KNOWN_EVENTS), F.lit(BadReason.WRONG_TYPE))
     )
 
 
-def parse_lines(logs: DataFrame) -> DataFrame:
-    """The report's fields of each line (read_logs), plus `bad_reason`, and `line`
-    (its first characters: the text Spark could not parse, else the fields it read)
-    and `file` kept only on bad lines (most rows are good: null costs nothing)."""
-    reason = bad_reason(F.struct(*LINE_SCHEMA.fieldNames()))
-    read = [name for name in LINE_SCHEMA.fieldNames() if name not in (CORRUPT, "record_stats")]
-    text = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*read)))
+# parse_lines' columns: the lines' fields as the pipeline uses them (the ingested
+# table's, pipeline/ingest.py), in this order.
+PARSED_FIELDS = [name for name in LINE_SCHEMA.fieldNames() if name not in (CORRUPT, "record_stats")]
+PARSED_EXTRA = ["per_topic", "bad_reason", "line", "file"]
+
+
+def parse_lines(logs: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+    """The report's fields of each line (read_logs), `ts` as a timestamp (UTC; an
+    offset converted), plus `bad_reason`, `line` (a bad line's first characters: the
+    text Spark could not parse, else the fields it read), `file`, and the columns of
+    `logs` named in `keep`."""
+    ts_text = F.col("ts")
+    ts = F.when(_valid_ts(ts_text), ts_text.try_cast("timestamp"))
+    reason = bad_reason(F.struct(*LINE_SCHEMA.fieldNames()), ts)
+    read = [name for name in PARSED_FIELDS if name != "ts"]
+    text = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*PARSED_FIELDS)))
     return logs.select(
-        *read,
+        ts.alias("ts"), *read,
         F.col("record_stats")["per_topic"].alias("per_topic"),
         reason.alias("bad_reason"),
         F.when(reason.isNotNull(), F.substring(text, 1, SAMPLE_CHARS)).alias("line"),
-        F.when(reason.isNotNull(), F.col("file")).alias("file"),
-    )
+        F.col("file"), *keep,
+    ).select(*PARSED_FIELDS, *PARSED_EXTRA, *keep)

@@ -1,38 +1,42 @@
 """The batch report: log files in, Parquet tables + report.html out, the same locally and
-on a cluster (`kafkalens report`, `python -m pipeline.report`, or `spark-submit
-pipeline/report.py`: run as a file, it makes its package importable itself). Spark does
-the work, with no Python on the executors: pipeline/README.md, "Report".
+on a cluster (`kafkalens report`, or `spark-submit pipeline/cli.py report`: the command
+lines are pipeline/cli.py's, the top of the package). Spark does the work, with no
+Python on the executors: pipeline/README.md, "Report".
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-if not __package__:  # spark-submit pipeline/report.py: import the package, not its files
-    # (run as a file, this directory heads sys.path and pipeline/html.py would hide the
-    # standard library's html), so the repository root takes its place.
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from py4j.protocol import Py4JJavaError
+from pyspark import StorageLevel
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 
-from py4j.protocol import Py4JJavaError  # noqa: E402
-from pyspark import StorageLevel  # noqa: E402
-from pyspark.errors import PySparkException  # noqa: E402
-from pyspark.sql import DataFrame, Observation, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-from pipeline import html  # noqa: E402
-from pipeline.clients import connection_usage, groups_of  # noqa: E402
-from pipeline.fine import fine_rows  # noqa: E402
-from pipeline.fsio import write_text  # noqa: E402
-from pipeline.read import InputError, expand_inputs, first_line, parse_lines, read_logs  # noqa: E402
-from pipeline.summary import ReportResult, summary_lines  # noqa: E402
-from pipeline.tables import (  # noqa: E402
+from pipeline import html
+from pipeline.fine import fine_rows
+from pipeline.fsio import write_text
+from pipeline.read import (
+    InputError,
+    ReadFailure,
+    UnreadableFiles,
+    expand_inputs,
+    find_unreadable,
+    first_line,
+    normal_path,
+    parse_lines,
+    read_failure,
+    read_logs,
+)
+from pipeline.session import session_conf
+from pipeline.summary import ReportResult, summary_lines
+from pipeline.tables import (
+    FAMILIES,
     TABLE_ORDER,
     Counts,
     bucket_seconds,
@@ -45,15 +49,20 @@ from pipeline.tables import (  # noqa: E402
 HTML_ROWS = 50
 CHART_APIS = 6  # the busiest apis drawn in the latency chart
 CHART_BARS = 15  # client software bars
-# Tables are written from a few threads at once: each job is small next to Spark's
-# per-job latency, and concurrent jobs keep the cores busy while another is scheduled.
-PARALLEL_JOBS = 4
-# Up to this many rows in the fine aggregation, every table is computed in one task from
-# one partition of its cache: no shuffle, nothing to adapt or broadcast, each a job of
-# its own otherwise (README, "One job per table"). Above it, shuffles spread the tables.
-GATHER_ROWS = 2_000_000
-GATHERED_CONF = {"spark.sql.adaptive.enabled": "false",
-                 "spark.sql.autoBroadcastJoinThreshold": "-1"}
+# Tables are written from a few threads at once (a family of tables each, FAMILIES):
+# each job is small next to Spark's per-job latency, and concurrent jobs keep the cores
+# busy while another is scheduled.
+PARALLEL_JOBS = len(FAMILIES)
+# The tables are computed from the fine aggregation in one partition per this many of
+# its rows (at least one, at most the cluster's cores): one partition needs no shuffle
+# for any aggregation, window or join, so a small report's table is one job of one
+# task; a larger one's are spread by shuffles into that many partitions. Adaptive
+# execution is off meanwhile (it would make each shuffle a job of its own, and read
+# the cache in a job of its own), and so are broadcast joins (each a job to collect a
+# side). README, "How the report works".
+ROWS_PER_PARTITION = 500_000
+TABLES_CONF = {"spark.sql.adaptive.enabled": "false",
+               "spark.sql.autoBroadcastJoinThreshold": "-1"}
 _ROW = "_kafkalens_row"
 
 
@@ -61,14 +70,11 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict(recursive=True) for row in df.collect()]
 
 
-def write_table(table: DataFrame, out: str, name: str,
-                spread: bool = False) -> tuple[int, list[dict[str, Any]]]:
+def write_table(table: DataFrame, out: str, name: str) -> tuple[int, list[dict[str, Any]]]:
     """Writes a table, sorted, from one task (one file; the tables are aggregates), and
     gives back its row count and first HTML_ROWS rows, observed as they pass (no count
-    or top-N job). A table computed by shuffles (`spread`) is shuffled to that task; one
-    computed in one task already (GATHER_ROWS) goes on in it."""
-    one = table.repartition(1) if spread else table.coalesce(1)
-    ordered = one.sortWithinPartitions(*sort_columns(name)).withColumn(
+    or top-N job)."""
+    ordered = table.coalesce(1).sortWithinPartitions(*sort_columns(name)).withColumn(
         _ROW, F.monotonically_increasing_id())  # 0, 1, ... in the one task's order
     seen = Observation(f"rows_{name}")
     first = F.collect_list(F.when(F.col(_ROW) < HTML_ROWS, F.struct(_ROW, *table.columns)))
@@ -77,19 +83,6 @@ def write_table(table: DataFrame, out: str, name: str,
     got = seen.get
     shown = [row.asDict(recursive=True) for row in sorted(got["first"], key=lambda r: r[_ROW])]
     return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]
-
-
-@contextlib.contextmanager
-def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
-    """The session with these SQL settings for a while, then as it was."""
-    before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, old in before.items():
-            spark.conf.unset(key) if old is None else spark.conf.set(key, old)
 
 
 def software_bars(usage: DataFrame) -> DataFrame:
@@ -134,14 +127,20 @@ def preload_charts() -> None:
     threading.Thread(target=load, name="kafkalens-preload-charts", daemon=True).start()
 
 
-def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts, int]:
+class ScanReadFailed(Exception):
+    def __init__(self, failure: ReadFailure) -> None:
+        super().__init__(f"{failure.path}: {failure.reason}")
+        self.failure = failure
+
+
+def _scan(spark: SparkSession, parsed: DataFrame) -> tuple[DataFrame, Counts, int]:
     """The lines' one aggregation (fine.fine_rows), cached, the line counts and its
     number of rows: one pass that fills the cache and observes the counts as they
-    pass (no count job), the only job that reads the files. A failure to read them (the
-    cluster cannot see a file, no permission) is an InputError: one line for the
-    user, not a Java stack."""
+    pass (no count job), the only job that reads the files. A file it cannot read to
+    its end raises ScanReadFailed (naming it); another failure is an InputError: one
+    line for the user, not a Java stack."""
     try:
-        fine = fine_rows(parse_lines(read_logs(spark, found)))
+        fine = fine_rows(parsed)
         # On disk only: the aggregation is small for most logs but as large as the input
         # for logs of distinct bad lines (a row each), and built in the heap it made a
         # 1g driver collect garbage for 12+ minutes on 3M of them (on disk: 159-314 s).
@@ -154,51 +153,104 @@ def _scan(spark: SparkSession, found: list[str]) -> tuple[DataFrame, Counts, int
         got = seen.get
         return fine, counts_of(got), int(got["rows"])
     except (Py4JJavaError, PySparkException) as e:
+        failure = read_failure(e)
+        if failure is not None:
+            raise ScanReadFailed(failure) from e
         raise InputError(f"cannot read the inputs: {first_line(e)}") from e
 
 
-def _tables(fine: DataFrame, result: ReportResult, spread: bool) -> None:
-    """Writes every table and fills `result` with what the html shows. `fine` is the
-    cache, or (not `spread`) one partition of it: coalesce(1) of a cache is one task
-    with no shuffle, and a plan over one partition needs none (its aggregations,
-    windows and joins run in that task)."""
-    # Four tables start from the connections' usage: computed once.
-    usage = connection_usage(groups_of(fine)).persist(StorageLevel.MEMORY_AND_DISK)
-    used = usage if spread else usage.coalesce(1)
-    built = build_tables(fine, result.bucket_seconds, used)
-    built["latency_over_time"].persist(StorageLevel.MEMORY_AND_DISK)  # the chart reads it
+def _read_all(spark: SparkSession, inputs: list[str], skip_unreadable: bool
+              ) -> tuple[list[str], dict[str, str], tuple[DataFrame, Counts, int]]:
+    """The input files, those left out (file -> why) and the scan of the others. A
+    file that cannot be read to its end stops the report (UnreadableFiles, every such
+    file named) unless `skip_unreadable`; then the others are read again without it."""
+    logs = read_logs(spark, expand_inputs(spark, inputs))
+    files = [normal_path(path) for path in logs.inputFiles()]
     try:
-        with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
-            bars = pool.submit(_rows, software_bars(used))
-            done = pool.map(lambda item: write_table(item[1], result.out, item[0], spread),
-                            built.items())
-            for name, (total, rows) in zip(built, done, strict=True):
-                result.table_rows[name], result.shown[name] = total, rows
-            result.series["software"] = bars.result()
-        result.series["latency_over_time"] = _rows(latency_points(built, result))
-    finally:
-        for df in (*built.values(), usage):
-            df.unpersist()
+        return files, {}, _scan(spark, parse_lines(logs))
+    except ScanReadFailed as e:
+        left_out = find_unreadable(spark, files, e.failure)
+    if not skip_unreadable:
+        raise UnreadableFiles(left_out)
+    readable = [path for path in files if path not in left_out]
+    rest = read_logs(spark, readable, recursive=False) if readable else no_lines(spark)
+    try:
+        return files, left_out, _scan(spark, parse_lines(rest))
+    except ScanReadFailed as e:  # a file that failed now, not before: say so, stop
+        raise UnreadableFiles({**left_out, e.failure.path: e.failure.reason}) from e
 
 
-def run_report(spark: SparkSession, inputs: list[str], out: str) -> ReportResult:
+def no_lines(spark: SparkSession) -> DataFrame:
+    """read_logs' columns, no rows (every input file left out)."""
+    from pipeline.schema import LINE_SCHEMA
+
+    return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name)
+                                   for f in LINE_SCHEMA.fields],
+                                 F.lit(None).cast("string").alias("file"))
+
+
+def table_partitions(spark: SparkSession, fine_rows_n: int) -> int:
+    """How many partitions the tables are computed in (ROWS_PER_PARTITION)."""
+    cores = spark.sparkContext.defaultParallelism
+    return max(1, min(cores, -(-fine_rows_n // ROWS_PER_PARTITION)))
+
+
+def _tables(spark: SparkSession, fine: DataFrame, result: ReportResult, files: list[str],
+            partitions: int) -> None:
+    """Writes every table and fills `result` with what the html shows."""
+    conf = {**TABLES_CONF, "spark.sql.shuffle.partitions": str(partitions)}
+    with session_conf(spark, conf):
+        built = build_tables(fine.coalesce(partitions), result.bucket_seconds, files,
+                             result.counts, result.left_out)
+        try:
+            def family(names: tuple[str, ...]) -> list[tuple[int, list[dict[str, Any]]]]:
+                return [write_table(built.tables[name], result.out, name) for name in names]
+
+            with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
+                done = list(pool.map(family, FAMILIES))
+                for names, written in zip(FAMILIES, done, strict=True):
+                    for name, (total, rows) in zip(names, written, strict=True):
+                        result.table_rows[name], result.shown[name] = total, rows
+            usage = built.shared[0]
+            result.series["software"] = _rows(software_bars(usage))
+            result.series["latency_over_time"] = _rows(latency_points(built.tables, result))
+        finally:
+            for df in built.shared:
+                df.unpersist()
+
+
+def _read_table(spark: SparkSession, table: str
+                ) -> tuple[list[str], dict[str, str], tuple[DataFrame, Counts, int]]:
+    """As _read_all, over a table `kafkalens ingest` wrote: its lines are parsed
+    already; the files are those its lines came from and those the ingest left out."""
+    from pipeline.ingest import read_table, unreadable_files
+
+    try:
+        rows = read_table(spark, table)
+    except (Py4JJavaError, PySparkException) as e:
+        raise InputError(f"cannot read the table {table}: {first_line(e)}") from e
+    left_out = unreadable_files(spark, table)
+    scanned = _scan(spark, rows)
+    files = sorted(scanned[1].files_with_lines | set(left_out))
+    return files, left_out, scanned
+
+
+def run_report(spark: SparkSession, inputs: list[str], out: str,
+               skip_unreadable: bool = False, table: str | None = None) -> ReportResult:
+    """The report over log files (`inputs`) or over an ingested table (`table`)."""
     started = time.monotonic()
-    found = expand_inputs(spark, inputs)
-    cached, line_counts, fine_rows_n = _scan(spark, found)
-    spread = fine_rows_n > GATHER_ROWS
-    result = ReportResult(out, found, line_counts, 0.0)
+    files, left_out, (cached, line_counts, fine_rows_n) = (
+        _read_table(spark, table) if table else _read_all(spark, inputs, skip_unreadable))
+    result = ReportResult(out, [table] if table else inputs, line_counts, 0.0, files=len(files),
+                          left_out=left_out)
+    result.scan_seconds = time.monotonic() - started
     result.bucket_seconds = bucket_seconds(line_counts)
     try:
-        with session_conf(spark, {} if spread else GATHERED_CONF):
-            _tables(cached if spread else cached.coalesce(1), result, spread)
+        _tables(spark, cached, result, files, table_partitions(spark, fine_rows_n))
     finally:
         cached.unpersist()
     result.seconds = time.monotonic() - started
     write_text(spark, f"{out.rstrip('/')}/report.html", render_html(result))
+    result.seconds = time.monotonic() - started
     return result
 
-
-if __name__ == "__main__":
-    from pipeline.cli import report_main
-
-    raise SystemExit(report_main(sys.argv[1:]))

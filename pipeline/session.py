@@ -6,9 +6,13 @@ import contextlib
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -29,13 +33,24 @@ def local_driver_memory() -> str:
 # parser, generated code) needs the C2 compiler (C1 alone tripled the scan's CPU at 5M
 # lines: README, "Speed"). The serial GC: one heap, no parallel GC threads competing
 # with the tasks. The web UI is not looked at by a batch job.
-LOCAL_JAVA_OPTIONS = "-XX:+UseSerialGC"
+# Every JVM that runs tasks compiles methods of any size: the scan's generated code
+# (read, explode, partial aggregation fused into one function) would otherwise run
+# interpreted once a method of it outgrew HotSpot's 8,000 bytes (one of 8,746 bytes
+# doubled the scan's CPU: bench/pipeline-history.md), which one more field can do.
+COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+LOCAL_JAVA_OPTIONS = f"-XX:+UseSerialGC {COMPILE_HUGE_METHODS}"
+EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
 LOCAL_CONF = {"spark.ui.enabled": "false"}
 # What a user of `kafkalens report`/`watch` reads on the terminal is the report's
 # summary and real warnings, not a progress bar per stage (a report runs ~100 small
 # stages) nor Spark's start-up notices (log4j2.properties says which are quietened).
 QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
 LOG4J2_FILE = Path(__file__).with_name("log4j2.properties")
+SPARK_LOG_PROPERTY = "kafkalens.spark.log"  # log4j2.properties' level: off unless asked
+# Spark's launcher adds --add-modules=jdk.incubator.vector to every JVM it starts, and
+# the JVM then prints this on stderr, whatever else is configured: the driver's JVM is
+# started with its stderr through a pipe that drops this one line (relay_stderr).
+INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
 # A cluster's driver runs no tasks: C1 alone and the serial GC cut its CPU (README,
 # "Speed"). The executors keep the JVM's defaults: they run the tasks C2 pays off on.
 CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -98,7 +113,30 @@ def _user_conf_keys() -> str:
     return text
 
 
-def build_session(app_name: str, master: str | None = None) -> SparkSession:
+def relay_stderr(pipe: IO[bytes], out_fd: int = 2) -> None:
+    """Copies the JVM's stderr to ours, line by line, but for INCUBATOR_NOTICE."""
+    for line in iter(pipe.readline, b""):
+        if not line.startswith(INCUBATOR_NOTICE):
+            with contextlib.suppress(OSError):
+                os.write(out_fd, line)
+    pipe.close()
+
+
+def _launch_jvm(conf: SparkConf) -> None:
+    """Starts the driver's JVM as PySpark would, its stderr relayed (relay_stderr)."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    threading.Thread(target=relay_stderr, args=(gateway.proc.stderr,), daemon=True,
+                     name="kafkalens-jvm-stderr").start()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def build_session(app_name: str, master: str | None = None,
+                  spark_log: str | None = None) -> SparkSession:
+    """The session (started now unless one runs already). `spark_log`: the level from
+    which Spark's own log is shown (off by default: log4j2.properties)."""
     builder = SparkSession.builder.appName(app_name)
     # local[*], unless spark-submit launched us: it starts the JVM first and hands PySpark
     # its gateway port; forcing a master here would override its --master.
@@ -120,15 +158,30 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
         java = LOCAL_JAVA_OPTIONS if local else CLUSTER_DRIVER_JAVA_OPTIONS
         if "log4j" not in configured:
             java += f" -Dlog4j2.configurationFile={LOG4J2_FILE}"
+            java += f" -D{SPARK_LOG_PROPERTY}={spark_log or 'off'}"
         driver_conf = {**(LOCAL_CONF if local else {}), **QUIET_CONF,
                        "spark.driver.extraJavaOptions":
                        f"{java} {cds_options(cds_archive())}".strip()}
         for key, value in driver_conf.items():
             if key not in configured and "driver-java-options" not in configured:
                 builder = builder.config(key, value)
+        from pyspark import SparkContext
+
+        if not local and EXECUTOR_JAVA_OPTIONS not in configured:
+            builder = builder.config(EXECUTOR_JAVA_OPTIONS, COMPILE_HUGE_METHODS)
+        if SparkContext._gateway is None:  # else a JVM runs already (a session stopped)
+            launch = SparkConf()
+            for key, value in builder._options.items():
+                launch.set(key, value)
+            _launch_jvm(launch)
+    if launching and os.environ.get("PYSPARK_GATEWAY_PORT") and not (chosen or "").startswith(
+            "local") and not SparkConf().contains(EXECUTOR_JAVA_OPTIONS):
+        builder = builder.config(EXECUTOR_JAVA_OPTIONS, COMPILE_HUGE_METHODS)  # spark-submit
     # Log timestamps are UTC; so are windows, buckets and the tables written.
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     spark = builder.getOrCreate()
+    if launching and spark_log in ("info", "debug"):  # below the root's warn
+        spark.sparkContext.setLogLevel(spark_log.upper())
     conf = spark.sparkContext.getConf()
     if (spark.sparkContext.master or "").startswith("local"):
         # 200 shuffle partitions is a cluster default; on one machine it only adds tasks.
@@ -149,3 +202,16 @@ def _default(spark: SparkSession, conf: SparkConf, key: str, value: str) -> None
     """Set a SQL option unless whoever launched Spark chose it."""
     if not conf.contains(key):
         spark.conf.set(key, value)
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """The session with these SQL settings for a while, then as it was."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            spark.conf.unset(key) if old is None else spark.conf.set(key, old)

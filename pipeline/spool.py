@@ -2,9 +2,18 @@
 
 Spark's file source remembers the files it has read by path, and the proxy rotates by
 renaming (pipeline/README.md, "Watch"), so a rotated file is named by its content: a
-hash of its first line, which carries a microsecond timestamp and a connection id.
-Staging is a hard link when the spool shares the log directory's file system, else a
-copy.
+hash of its first line, which carries a microsecond timestamp and a connection id,
+followed by the name it had when staged (`<hash>.requests.log.3.gz`: the tables' `file`
+says where a line came from). Staging is a hard link when the spool shares the log
+directory's file system, else a copy.
+
+A file that cannot be staged for good is never passed over in silence: one that cannot
+be opened, a `.gz` that is not gzip data, and a `.gz` still cut short BAD_AFTER_SECONDS
+after its last write (a compressor that died) are returned by `collect` (`unreadable`),
+with why, on every pass until the command accepts to go on without them (`leave_out`,
+for --skip-unreadable): then they are remembered in UNREADABLE and not named again. A
+command that stops on them instead finds them again when it restarts, so a restart
+does not pass over what stopped the run before it.
 
 A name in the log directory may change files at any moment (the proxy rotates while
 we stage), so a file is opened once and everything is decided on that open file: its
@@ -27,13 +36,26 @@ import os
 import shutil
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 LEDGER = "_ledger.txt"  # Spark's file source skips names starting with "_" and "."
+UNREADABLE = "_unreadable.txt"
 SETTLE_SECONDS = 2.0  # a file written to this recently may still be being compressed
+# A compressor writes as it goes: a .gz not whole this long after its last write is cut.
+BAD_AFTER_SECONDS = 60.0
 RETENTION_SECONDS = 30 * 24 * 3600
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A file in the log directory that will not be staged, and why."""
+
+    path: Path
+    reason: str
+    key: str = ""  # the file as found (device, inode, size, mtime)
 
 
 def first_line(f: BinaryIO, gz: bool) -> bytes:
@@ -63,6 +85,8 @@ class Spool:
     pattern: str
     settle_seconds: float = SETTLE_SECONDS
     retention_seconds: float = RETENTION_SECONDS
+    bad_after_seconds: float = BAD_AFTER_SECONDS
+    unreadable: list[Unreadable] = field(default_factory=list)  # found by the last collect
 
     def _ledger(self) -> dict[str, float]:
         path = self.spool / LEDGER
@@ -96,8 +120,7 @@ class Spool:
     def _stage(self, source: Path, f: BinaryIO, fingerprint: str) -> bool:
         """Stage the open file `f` (opened at `source`); False if `source` now names
         another file (rotated meanwhile): the next pass stages it under its own name."""
-        suffix = ".log.gz" if source.name.endswith(".gz") else ".log"
-        temporary = self.spool / f".{fingerprint}{suffix}.tmp"
+        temporary = self.spool / f".{fingerprint}.{source.name}.tmp"
         opened = os.fstat(f.fileno())
         try:
             os.link(source, temporary)
@@ -113,7 +136,7 @@ class Spool:
                 temporary.unlink()
                 return False
         self._record(fingerprint)
-        temporary.rename(self.spool / f"{fingerprint}{suffix}")
+        temporary.rename(self.spool / f"{fingerprint}.{source.name}")
         return True
 
     def _recover(self, ledger: dict[str, float]) -> None:
@@ -132,26 +155,66 @@ class Spool:
             tmp.write_text(kept)
             tmp.replace(self.spool / LEDGER)
 
+    def _known_unreadable(self) -> set[str]:
+        path = self.spool / UNREADABLE
+        if not path.exists():
+            return set()
+        return {line.split("\t", 1)[0] for line in path.read_text().splitlines() if line}
+
+    def _give_up(self, source: Path, stat: os.stat_result, reason: str, known: set[str]) -> None:
+        """`source` (this very file: inode, size, mtime) will not be staged: named in
+        `unreadable` unless left out before."""
+        key = f"{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+        if key not in known:
+            self.unreadable.append(Unreadable(source, reason, key))
+
+    def leave_out(self, files: list[Unreadable]) -> None:
+        """Go on without these files (found by `collect`): never named again."""
+        with (self.spool / UNREADABLE).open("a") as f:
+            for u in files:
+                f.write(f"{u.key}\t{u.path}\t{u.reason}\t{time.time():.0f}\n")
+            f.flush()
+            os.fsync(f.fileno())
+
     def collect(self) -> list[Path]:
-        """Stage every rotated file not staged before; return the new staged files."""
+        """Stage every rotated file not staged before; return the new staged files.
+        Files found unreadable on this pass are in `self.unreadable`."""
         self.spool.mkdir(parents=True, exist_ok=True)
+        self.unreadable = []
         ledger = self._ledger()
+        known = self._known_unreadable()
         self._recover(ledger)
         self._prune(ledger)
         staged = []
         for source in self._candidates():
             gz = source.name.endswith(".gz")
+            stat: os.stat_result | None = None
             try:
+                stat = source.stat()
                 with source.open("rb") as f:
-                    if not self._settled(os.fstat(f.fileno())):
+                    stat = os.fstat(f.fileno())
+                    if not self._settled(stat):
                         continue  # the name now holds a file just rotated
+                    if gz and f.read(2) != GZIP_MAGIC:
+                        self._give_up(source, stat, "not gzip data, though its name says .gz",
+                                      known)
+                        continue
+                    if gz and not gzip_complete(f):
+                        if time.time() - stat.st_mtime >= self.bad_after_seconds:
+                            self._give_up(source, stat, "truncated: the gzip stream is cut "
+                                          "short", known)
+                        continue  # else maybe still being compressed
                     fingerprint = hashlib.sha256(first_line(f, gz)).hexdigest()[:32]
-                    if fingerprint in ledger or (gz and not gzip_complete(f)):
+                    if fingerprint in ledger:
                         continue
                     if not self._stage(source, f, fingerprint):
                         continue
-            except (FileNotFoundError, EOFError, gzip.BadGzipFile):
-                continue  # rotated or still being written: the next pass sees it
+            except FileNotFoundError:
+                continue  # rotated away: the next pass sees it under its new name
+            except OSError as e:  # permission denied, an I/O error
+                if stat is not None:
+                    self._give_up(source, stat, f"cannot be opened: {e.strerror or e}", known)
+                continue
             ledger[fingerprint] = time.time()
             staged.append(source)
         return staged

@@ -20,6 +20,9 @@ class ReportResult:
     shown: dict[str, list[Row]] = field(default_factory=dict)  # each table's first rows
     series: dict[str, list[Row]] = field(default_factory=dict)  # the charts' points
     bucket_seconds: int = 60
+    scan_seconds: float = 0.0  # from the start to the scan's end (reading and folding)
+    files: int = 0  # input files listed
+    left_out: dict[str, str] = field(default_factory=dict)  # file -> why it was not read
 
     @property
     def lines_per_second(self) -> float:
@@ -38,8 +41,10 @@ def summary_lines(r: ReportResult) -> list[str]:
     c = r.counts
     lines = [
         f"{c.lines:,} lines ({c.bad:,} bad) in {r.seconds:.1f} s "
-        f"({r.lines_per_second:,.0f} lines/s); {c.requests:,} requests, "
+        f"({r.lines_per_second:,.0f} lines/s; reading {r.scan_seconds:.1f} s, tables "
+        f"{r.seconds - r.scan_seconds:.1f} s); {c.requests:,} requests, "
         f"{c.connection_events:,} connection events, {c.other_events:,} other events",
+        _files(r),
         f"time span: {c.first_ts or '-'} .. {c.last_ts or '-'} UTC",
         f"clients: {r.table_rows.get('client_inventory', 0):,}; "
         f"consumer groups: {r.table_rows.get('consumer_groups', 0):,}",
@@ -58,6 +63,15 @@ def summary_lines(r: ReportResult) -> list[str]:
     lines.append("highest error rates (protocol steps such as MEMBER_ID_REQUIRED apart): " + (
         ", ".join(f"{a['api']} {a['error_rate']:.2%}" for a in failing) or "-"))
     return lines
+
+
+def _files(r: ReportResult) -> str:
+    read = r.files - len(r.left_out)
+    line = f"input files: {read:,} read"
+    if r.left_out:
+        named = ", ".join(f"{path} ({why})" for path, why in sorted(r.left_out.items()))
+        line += f", {len(r.left_out):,} LEFT OUT (their lines are not counted): {named}"
+    return line
 
 
 def _readiness(rows: list[Row], total: int) -> str:

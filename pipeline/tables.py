@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from pipeline import clients, fleet, traffic
 from pipeline.fine import part
@@ -36,7 +37,9 @@ TABLE_ORDER: dict[str, list[str]] = {
     "client_telemetry": ["client_software_name", "client_software_version", "metric"],
     "client_telemetry_top": ["metric", "rank"],
     "bad_lines": ["bad_lines:desc", "file", "reason"],
+    "input_files": ["file"],
 }
+READ, LEFT_OUT = "read", "left out"  # input_files' status
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Counts:
     other_events: int
     first_ts: dt.datetime | None
     last_ts: dt.datetime | None
+    files_with_lines: frozenset[str] = frozenset()
 
 
 def count_columns() -> list[Column]:
@@ -62,6 +66,8 @@ def count_columns() -> list[Column]:
         F.min(F.when(part.isin("g", "e"), F.col("first_seen"))).alias("first_ts"),
         F.max(F.when(part.isin("g", "e"), F.col("last_seen"))).alias("last_ts"),
         F.count(F.lit(1)).alias("rows"),
+        # at most a file name per input file
+        F.collect_set(F.when(part.isin("g", "e", "b"), F.col("file"))).alias("files"),
     ]
 
 
@@ -69,15 +75,50 @@ def counts_of(row: dict[str, Any]) -> Counts:
     """Counts from count_columns' values."""
     lines, bad, requests, conn = (row[name] or 0 for name in ("lines", "bad", "requests", "conn"))
     return Counts(lines, bad, requests, conn, lines - bad - requests - conn,
-                  row["first_ts"], row["last_ts"])
+                  row["first_ts"], row["last_ts"], frozenset(row.get("files") or ()))
 
 
-def bad_lines(fine: DataFrame) -> DataFrame:
+def bad_lines(fine: DataFrame, left_out: dict[str, str]) -> DataFrame:
     """Per file and reason: how many bad lines, and up to two samples of them (the
-    smallest and the largest: deterministic, bounded however many lines are bad)."""
-    return part(fine, "b").groupBy("file", "reason").agg(
+    smallest and the largest: deterministic, bounded however many lines are bad); and
+    a row per file left out (`left_out`: file -> why), its lines not counted (null)."""
+    lines = part(fine, "b").groupBy("file", "reason").agg(
         F.sum("n").alias("bad_lines"),
         F.array_distinct(F.array(F.min("sample"), F.max("sample"))).alias("samples"))
+    files = literal_rows(fine.sparkSession, BAD_LINES_SCHEMA, [
+        (path, f"file left out: {why}", None, []) for path, why in sorted(left_out.items())])
+    return lines.unionByName(files)
+
+
+BAD_LINES_SCHEMA = "file string, reason string, bad_lines bigint, samples array<string>"
+INPUT_FILES_SCHEMA = "file string, lines bigint, bad_lines bigint, status string, reason string"
+
+
+def input_files(fine: DataFrame, files: list[str], counted: frozenset[str],
+                left_out: dict[str, str]) -> DataFrame:
+    """A row per input file the listing found: its lines and bad lines as read
+    (status `read`), or null and why it was left out (status `left out`). `counted`:
+    the files that had lines in `fine` (the rest were read and held none)."""
+    rows = part(fine, "g").unionByName(part(fine, "e")).unionByName(part(fine, "b"))
+    read = rows.groupBy("file").agg(
+        F.sum("n").alias("lines"),
+        F.sum(F.when(F.col("part") == "b", F.col("n")).otherwise(0)).alias("bad_lines"),
+    ).select("*", F.lit(READ).alias("status"), F.lit(None).cast("string").alias("reason"))
+    empty = [(path, 0, 0, READ, None) for path in sorted(set(files) - counted - set(left_out))]
+    gone = [(path, None, None, LEFT_OUT, why) for path, why in sorted(left_out.items())]
+    return read.unionByName(literal_rows(fine.sparkSession, INPUT_FILES_SCHEMA, empty + gone))
+
+
+def literal_rows(spark: Any, ddl: str, rows: list[tuple[Any, ...]]) -> DataFrame:
+    """A DataFrame of a few rows known to the driver (empty files, files left out),
+    as literals in the plan: no Python runs anywhere to make it."""
+    schema = cast(StructType, StructType.fromDDL(ddl))
+    if not rows:
+        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name)
+                                       for f in schema.fields])
+    structs = [F.struct(*[F.lit(v).cast(f.dataType).alias(f.name)
+                          for v, f in zip(row, schema.fields, strict=True)]) for row in rows]
+    return spark.range(1).select(F.inline(F.array(*structs)))
 
 
 def bucket_seconds(c: Counts, points: int = 120) -> int:
@@ -88,29 +129,60 @@ def bucket_seconds(c: Counts, points: int = 120) -> int:
     return max(1, int(span // (60 * points)) + 1) * 60
 
 
-def build_tables(fine: DataFrame, bucket: int, usage: DataFrame) -> dict[str, DataFrame]:
-    """`fine` is fine.fine_rows(parsed), `bucket` the time buckets' seconds and `usage`
-    clients.connection_usage(groups), which four tables share."""
-    latency, groups = part(fine, "l"), clients.groups_of(fine)
-    # The topic lag reads the partition lag's cache (an aggregate: small).
-    lag = fleet.consumer_lag(fine, bucket).persist(StorageLevel.MEMORY_AND_DISK)
-    return {
+# Tables written one after another by one worker (tables.FAMILIES' order), because
+# they read the same cached aggregation (their family's first table fills it); the
+# families are written side by side.
+FAMILIES: list[tuple[str, ...]] = [
+    ("latency_by_api", "latency_over_time"),
+    ("consumer_lag", "consumer_topic_lag", "replication_lag"),
+    ("client_inventory", "api_usage", "kafka4_readiness", "topic_access"),
+    ("top_topics", "consumer_groups", "committed_lag"),
+    ("client_telemetry", "client_telemetry_top", "bad_lines", "input_files"),
+]
+assert sorted(n for f in FAMILIES for n in f) == sorted(TABLE_ORDER)
+
+
+@dataclass
+class Built:
+    """Every table's DataFrame, and the aggregations several of them share (cached:
+    unpersist once written)."""
+
+    tables: dict[str, DataFrame]
+    shared: list[DataFrame]
+
+
+def build_tables(fine: DataFrame, bucket: int, files: list[str], counts: Counts,
+                 left_out: dict[str, str]) -> Built:
+    """`fine` is fine.fine_rows(parsed), `bucket` the time buckets' seconds, `files`
+    the input files listed, `left_out` those not read (file -> why). Tables that share
+    a grain come from one aggregation, cached: the connections' usage (four tables), the
+    latency histograms (two), the partitions' lag (three)."""
+    usage = clients.connection_usage(clients.groups_of(fine)).persist(
+        StorageLevel.MEMORY_AND_DISK)
+    by_api, over_time = traffic.latency_tables(part(fine, "l"), bucket)
+    consumer, replication = fleet.lag_tables(fine, bucket)
+    shared = [df.persist(StorageLevel.MEMORY_AND_DISK)
+              for df in (usage, by_api, over_time, consumer, replication)]
+    usage, by_api, over_time, consumer, replication = shared
+    tables = {
         "client_inventory": clients.client_inventory(usage),
         "api_usage": clients.api_usage(usage),
         "kafka4_readiness": clients.kafka4_readiness(usage),
-        "latency_by_api": traffic.latency_by_api(latency),
-        "latency_over_time": traffic.latency_over_time(latency, bucket),
+        "latency_by_api": by_api,
+        "latency_over_time": over_time,
         "top_topics": traffic.top_topics(part(fine, "t")),
-        "consumer_groups": traffic.consumer_groups(groups),
-        "consumer_lag": lag,
-        "consumer_topic_lag": fleet.consumer_topic_lag(lag),
+        "consumer_groups": traffic.consumer_groups(clients.groups_of(fine)),
+        "consumer_lag": consumer,
+        "consumer_topic_lag": fleet.consumer_topic_lag(consumer),
         "committed_lag": fleet.committed_lag(fine),
-        "replication_lag": fleet.replication_lag(fine, bucket),
+        "replication_lag": replication,
         "topic_access": fleet.topic_access(fine, usage),
         "client_telemetry": fleet.client_telemetry(fine),
         "client_telemetry_top": fleet.client_telemetry_top(fine),
-        "bad_lines": bad_lines(fine),
+        "bad_lines": bad_lines(fine, left_out),
+        "input_files": input_files(fine, files, counts.files_with_lines, left_out),
     }
+    return Built({name: tables[name] for name in TABLE_ORDER}, shared)
 
 
 def sort_columns(name: str) -> list[Column]:

@@ -1,9 +1,9 @@
 """What the traffic looks like: latency, errors, topics and groups (consumer, share...).
 
-Percentiles are service latency, read from fine.fine_rows' histograms (bins 1 % wide:
-a latency that occurred, within 1 % of the exact one at its rank); requests that wait by
-design and errors that are protocol steps are counted apart (semantics.py;
-pipeline/README.md, "What the numbers mean for Kafka").
+Percentiles are service latency, read from histograms of 1 %-wide bins (`quantile`:
+the estimator the report and the watch share); requests that wait by design and errors
+that are protocol steps are counted apart (semantics.py; pipeline/README.md, "What the
+numbers mean for Kafka").
 """
 
 from __future__ import annotations
@@ -18,10 +18,18 @@ QUANTILES = (0.5, 0.95, 0.99)
 WAITING_QUANTILES = (0.5, 0.99)
 
 
-def _quantile(bins: Column, q: float) -> Column:
+def quantile(bins: Column, q: float) -> Column:
     """The latency at quantile q of a histogram (an array of (lat_bin, c, v) in bin
     order): the largest latency `v` in the first bin whose cumulative count reaches rank
-    ceil(q * total); null for no bins."""
+    r = ceil(q * total); null for no bins.
+
+    The bound, against the nearest-rank quantile x (the r-th smallest latency): the
+    result is a latency that occurred, in x's bin, so x <= result < 1.01 * x (for x
+    above semantics.MIN_LATENCY_MS, below which all share one bin). It is not Spark's
+    `percentile`, which interpolates between the latencies either side of position
+    q * (n - 1) (counted from 0): where latencies are sparse, neighbours differ by more
+    than 1 %, and so can the two results.
+    """
     total = F.aggregate(bins, F.lit(0).cast("bigint"), lambda acc, b: acc + b["c"])
     rank = F.greatest(F.lit(1), F.ceil(total * F.lit(q)))
     start = F.struct(F.lit(0).cast("bigint").alias("cum"), F.lit(None).cast("double").alias("v"))
@@ -29,13 +37,16 @@ def _quantile(bins: Column, q: float) -> Column:
         F.struct((acc["cum"] + b["c"]).alias("cum"), b["v"].alias("v"))), lambda acc: acc["v"])
 
 
-def _latency(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
-             waiting: tuple[float, ...]) -> DataFrame:
-    """Per `keys`, from fine.fine_rows' `l` rows: requests and failures, the service
-    latency's mean, maximum and percentiles and, for requests that wait by design,
-    their count, maximum and percentiles. Two aggregations, no join or window: per bin,
-    then per key with the histograms as arrays (one entry per bin) read by _quantile."""
-    bins = latency.groupBy(*keys, "waits", "lat_bin").agg(
+def latency_stats(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
+                  waiting: tuple[float, ...], binned: bool = False) -> DataFrame:
+    """Per `keys`, from histogram rows (fine.fine_rows' `l` part, or the watch's bins:
+    `waits`, `lat_bin`, `n`, `errors`, `expected_errors`, `lat_n`, `lat_sum`,
+    `lat_max`): requests and failures, the service latency's mean, maximum and
+    percentiles and, for requests that wait by design, their count, maximum and
+    percentiles. Two aggregations, no join or window: per bin, then per key with the
+    histograms as arrays (one entry per bin) read by `quantile`. `binned`: `latency`
+    has a row per key and bin already (the first aggregation is done)."""
+    bins = latency if binned else latency.groupBy(*keys, "waits", "lat_bin").agg(
         *sums("n", "errors", "expected_errors", "lat_n", "lat_sum"),
         F.max("lat_max").alias("lat_max"))
     service, waits = ~F.col("waits"), F.col("waits")
@@ -53,28 +64,37 @@ def _latency(latency: DataFrame, keys: list[str], quantiles: tuple[float, ...],
         F.max(F.when(waits, F.col("lat_max"))).alias("waiting_max_ms"),
         histogram(service).alias("_service"), histogram(waits).alias("_waiting"))
     return stats.select(
-        "*", *[_quantile(F.col("_service"), q).alias(f"p{round(q * 100)}_ms") for q in quantiles],
-        *[_quantile(F.col("_waiting"), q).alias(f"waiting_p{round(q * 100)}_ms")
+        "*", *[quantile(F.col("_service"), q).alias(f"p{round(q * 100)}_ms") for q in quantiles],
+        *[quantile(F.col("_waiting"), q).alias(f"waiting_p{round(q * 100)}_ms")
           for q in waiting])
 
 
-def latency_by_api(latency: DataFrame) -> DataFrame:
-    """Per api: requests (acks=0 Produce counted, without latency), failures, service
-    latency percentiles, and the latency of requests that wait by design apart.
-    `latency` is fine.fine_rows' `l` part."""
-    keys = ["api", "api_key"]
-    return _latency(latency, keys, QUANTILES, WAITING_QUANTILES).select(
-        *keys, *OUTCOMES,
+def latency_tables(latency: DataFrame, bucket_seconds: int) -> tuple[DataFrame, DataFrame]:
+    """latency_by_api and latency_over_time from one aggregation of `latency`
+    (fine.fine_rows' `l` part): the histograms per api and per time bucket and api
+    (GROUPING SETS), read by `latency_stats`; both tables select their rows from it.
+
+    latency_by_api, per api: requests (acks=0 Produce counted, without latency),
+    failures, service latency percentiles, and the latency of requests that wait by
+    design apart. latency_over_time, per api and time bucket (whole minutes): the series
+    behind the latency chart."""
+    rows = bucketed(latency, bucket_seconds)
+    bins = rows.groupingSets(
+        [["api", "api_key", "waits", "lat_bin"], ["bucket", "api", "waits", "lat_bin"]],
+        "bucket", "api", "api_key", "waits", "lat_bin",
+    ).agg(*sums("n", "errors", "expected_errors", "lat_n", "lat_sum"),
+          F.max("lat_max").alias("lat_max"), (F.grouping("bucket") == 0).alias("over_time"))
+    stats = latency_stats(bins,
+                          ["over_time", "bucket", "api", "api_key"], QUANTILES,
+                          (0.5, 0.95, 0.99), binned=True)
+    by_api = stats.where(~F.col("over_time")).select(
+        "api", "api_key", *OUTCOMES,
         *[f"p{round(q * 100)}_ms" for q in QUANTILES], "avg_ms", "max_ms",
         "waiting_requests", *[f"waiting_p{round(q * 100)}_ms" for q in WAITING_QUANTILES],
         "waiting_max_ms", (F.col("errors") / F.col("requests")).alias("error_rate"))
-
-
-def latency_over_time(latency: DataFrame, bucket_seconds: int) -> DataFrame:
-    """Per api and time bucket (whole minutes): the series behind the latency chart."""
-    keys = ["bucket", "api"]
-    return _latency(bucketed(latency, bucket_seconds), keys, (0.5, 0.95), (0.95,)).select(
-        *keys, *OUTCOMES, "p50_ms", "p95_ms", "waiting_p95_ms")
+    by_time = stats.where(F.col("over_time")).select(
+        "bucket", "api", *OUTCOMES, "p50_ms", "p95_ms", "p99_ms", "waiting_p95_ms")
+    return by_api, by_time
 
 
 def top_topics(topics: DataFrame) -> DataFrame:

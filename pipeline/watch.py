@@ -1,64 +1,71 @@
-"""`kafkalens watch`: one-minute aggregates by api and by client software, streaming.
+"""`kafkalens watch`: one-minute windows by api and by client software, streaming.
 
-What it reads (rotated files, staged in a spool: spool.py), when a window is emitted
-and what it says while it runs: pipeline/README.md, "Watch".
+What it reads (rotated files staged in a spool, spool.py, or an ingested table), when a
+window is final, what it writes and what it says while it runs: pipeline/README.md,
+"Watch".
+
+Each micro-batch's lines are folded, in Spark, into the windows' latency histograms
+with the report's definitions (semantics.py) and estimator (traffic.quantile). The
+windows still open are kept with the newest event time seen as state under the
+checkpoint, a version per batch: a batch Spark runs again after a crash reads the
+state its predecessor left and writes the same files under the same names, so every
+line counts once. A window is final once the watermark (the newest event time seen,
+minus --watermark) passes its end; a line of a window already final is counted as
+dropped (late), per file, never folded in silently.
 """
 
 from __future__ import annotations
 
-import os
-import signal
+import datetime as dt
+import json
+import re
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-if not __package__:  # spark-submit pipeline/watch.py: import the package, not its files
-    # (run as a file, this directory heads sys.path and pipeline/html.py would hide the
-    # standard library's html), so the repository root takes its place.
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
-from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.streaming import StreamingQuery  # noqa: E402
-from pyspark.sql.types import StructType  # noqa: E402
+from pipeline import follow, fsio, semantics
+from pipeline.read import parse_lines
+from pipeline.schema import REQUEST_EVENTS
+from pipeline.spool import Unreadable
+from pipeline.tables import literal_rows
+from pipeline.traffic import latency_stats
 
-from pipeline.fsio import hadoop_file, is_local  # noqa: E402
-from pipeline.schema import CORRUPT, JSON_OPTIONS, LINE_SCHEMA, REQUEST_EVENTS  # noqa: E402
-from pipeline.semantics import failed  # noqa: E402
-from pipeline.spool import LEDGER, Spool  # noqa: E402
-
-DEFAULT_PATTERN = "*.log.[0-9]*"  # rotated files: requests.log.1, requests.log.7.gz
 DEFAULT_WATERMARK = "2 minutes"
-MAX_FILES_PER_TRIGGER = 2  # ~2 rotated files a batch keeps the watermark moving smoothly
-WINDOW = "1 minute"
-POLL_SECONDS = 1  # how soon a stop request or a finished query is noticed
-STOP_PATIENCE_SECONDS = 60.0  # how long a stop waits for the running batch
-NOTICE_SECONDS = 30.0  # how often to say what the watch waits for while nothing arrives
-# The fields the watch reads, typed as the log's contract (LINE_SCHEMA) says.
-FIELDS = ("ts", "event", "api", "client_software_name", "client_software_version",
-          "latency_ms", "errors", "max_wait_ms", CORRUPT)
+WINDOW_SECONDS = 60
+STATE_VERSIONS_KEPT = 3
+SHOWN_KEYS = 8  # per window and dimension on the console (the busiest)
+QUANTILES = (0.5, 0.95, 0.99)
+WAITING_QUANTILES = (0.99,)
 DIMENSIONS = {"api": ("by_api", ["api"]),
               "software": ("by_software", ["client_software_name", "client_software_version"])}
+BIN_KEYS = ["window_start", "dimension", "key1", "key2", "waits", "lat_bin"]
+BIN_VALUES = ["n", "errors", "expected_errors", "lat_n", "lat_sum"]
 
 
 @dataclass(frozen=True)
 class WatchOptions:
-    logdir: str
+    logdir: str | None
     out: str = "kafkalens-watch"
     checkpoint: str | None = None
     spool: str | None = None
     use_spool: bool = True
-    pattern: str = DEFAULT_PATTERN
+    pattern: str = follow.DEFAULT_PATTERN
     once: bool = False
     interval: float = 10.0
     watermark: str = DEFAULT_WATERMARK
-    max_files_per_trigger: int = MAX_FILES_PER_TRIGGER
-    notice_every: float = NOTICE_SECONDS
+    max_files_per_trigger: int = follow.MAX_FILES_PER_TRIGGER
+    notice_every: float = follow.NOTICE_SECONDS
+    table: str | None = None  # an ingested table instead of LOGDIR (pipeline/ingest.py)
+    skip_unreadable: bool = False
 
     @property
     def checkpoint_dir(self) -> str:
@@ -68,246 +75,373 @@ class WatchOptions:
     def spool_dir(self) -> str:
         return self.spool or f"{self.out.rstrip('/')}/_spool"
 
+    @property
+    def spooled(self) -> bool:
+        return self.use_spool and self.table is None
 
-def _keys(dimension: str) -> list[Column]:
-    """(key1, key2) of a line for one dimension, as a struct to explode."""
-    if dimension == "api":
-        return [F.col("api"), F.lit(None).cast("string")]
-    return [F.coalesce("client_software_name", F.lit("unknown")), F.col("client_software_version")]
-
-
-def waited_by_design() -> Column:
-    """A JoinGroup (answered when the rebalance completes) or a Fetch that ran out its
-    long poll (max_wait_ms): their latency is the protocol waiting, not the broker."""
-    long_poll = (F.col("max_wait_ms") > 0) & (F.col("latency_ms") >= F.col("max_wait_ms"))
-    return (F.col("api") == "JoinGroup") | (F.col("api").isin("Fetch", "ShareFetch") & long_poll)
+    @property
+    def table_source(self) -> str | None:
+        return self.table
 
 
-def windowed(lines: DataFrame, watermark: str) -> DataFrame:
-    """Per one-minute window, dimension and key: requests, failed requests, requests
-    that waited by design, and the latency (avg, p99) of the others."""
-    schema = StructType([LINE_SCHEMA[name] for name in FIELDS])
-    j = lines.select(F.from_json("value", schema, JSON_OPTIONS).alias("j")).select("j.*")
-    requests = j.where(F.col("event").isin(*REQUEST_EVENTS) & F.col("ts").isNotNull()
-                       & F.col(CORRUPT).isNull())
-    dims = F.array(*[F.struct(F.lit(d).alias("dimension"), k1.alias("key1"), k2.alias("key2"))
-                     for d in DIMENSIONS for k1, k2 in [_keys(d)]])
-    waited = F.coalesce(waited_by_design(), F.lit(False))
-    exploded = requests.select(
-        "ts", failed(F.col("errors"), F.col("api")).alias("failed"), waited.alias("waited"),
-        F.when(~waited, F.col("latency_ms")).alias("service_ms"), F.explode(dims).alias("d"))
-    agg = exploded.withWatermark("ts", watermark).groupBy(
-        F.window("ts", WINDOW), "d.dimension", "d.key1", "d.key2"
-    ).agg(
-        F.count(F.lit(1)).alias("requests"),
-        F.sum("failed").alias("errors"),
-        F.sum(F.col("waited").cast("long")).alias("waited"),
-        F.avg("service_ms").alias("avg_latency_ms"),
-        F.percentile_approx("service_ms", 0.99).alias("p99_latency_ms"),
+_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:(sec|second|min|minute|hour|day)s?|(s|m|h|d))\s*$",
+                    re.I)
+_UNIT = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600,
+         "hour": 3600, "d": 86400, "day": 86400}
+
+
+def delay_seconds(text: str) -> float:
+    """`--watermark` as seconds: "2 minutes", "10 seconds", "90s", "1 hour"."""
+    match = _DELAY.match(text)
+    if not match:
+        raise ValueError(f"--watermark: {text!r} is not a number of seconds, minutes, "
+                         "hours or days (e.g. '2 minutes')")
+    return float(match.group(1)) * _UNIT[(match.group(2) or match.group(3)).lower()]
+
+
+def per_line(parsed: DataFrame) -> DataFrame:
+    """What the watch needs of each parsed line (read.parse_lines' columns), with the
+    report's definitions: a request's api name, failure, waiting by design, latency
+    bin; its one-minute window."""
+    api = semantics.api_name(F.col("api"), F.col("api_key"))
+    failure = semantics.failed(F.col("errors"), api)
+    request = F.col("bad_reason").isNull() & F.col("event").isin(*REQUEST_EVENTS)
+    return parsed.select(
+        "ts", "file", "bad_reason", "line", request.alias("request"),
+        F.date_trunc("minute", "ts").alias("window_start"),
+        api.alias("api"), "client_software_name", "client_software_version",
+        failure.alias("failed"),
+        semantics.expected_only(F.col("errors"), failure).alias("expected"),
+        semantics.waits_by_design(F.col("api_key"), F.col("max_wait_ms"),
+                                  F.col("api")).alias("waits"),
+        F.col("latency_ms").alias("latency"),
+        semantics.latency_bin(F.col("latency_ms")).alias("lat_bin"),
     )
-    return agg.select(F.col("window.start").alias("window_start"),
-                      F.col("window.end").alias("window_end"), "*").drop("window")
 
 
-def _as_table(batch: DataFrame, dimension: str) -> DataFrame:
+def lines_stream(spark: SparkSession, o: WatchOptions) -> DataFrame:
+    """The streaming source, parsed as the report parses: the staged or matching
+    files, or the rows of an ingested table."""
+    if o.table is not None:
+        from pipeline.ingest import table_stream
+
+        return table_stream(spark, o.table, o.max_files_per_trigger)
+    return parse_lines(follow.raw_stream(spark, o))
+
+
+def _bins(lines: DataFrame) -> DataFrame:
+    """The lines' histogram rows per window, dimension and key (BIN_KEYS)."""
+    dims = F.array(
+        F.struct(F.lit("api").alias("dimension"), F.col("api").alias("key1"),
+                 F.lit(None).cast("string").alias("key2")),
+        F.struct(F.lit("software").alias("dimension"),
+                 F.col("client_software_name").alias("key1"),
+                 F.col("client_software_version").alias("key2")))
+    exploded = lines.select("*", F.explode(dims).alias("d")).select(
+        "window_start", "d.dimension", "d.key1", "d.key2", "waits", "lat_bin", "failed",
+        "expected", "latency")
+    return exploded.groupBy(*BIN_KEYS).agg(
+        F.count(F.lit(1)).alias("n"), F.sum("failed").alias("errors"),
+        F.sum("expected").alias("expected_errors"), F.count("latency").alias("lat_n"),
+        F.sum("latency").alias("lat_sum"), F.max("latency").alias("lat_max"))
+
+
+def merge_bins(bins: DataFrame) -> DataFrame:
+    """Histogram rows of the same window, key and bin added up (state + a batch)."""
+    return bins.groupBy(*BIN_KEYS).agg(*[F.sum(c).alias(c) for c in BIN_VALUES],
+                                       F.max("lat_max").alias("lat_max"))
+
+
+def window_table(rows: DataFrame, dimension: str) -> DataFrame:
+    """A dimension's table (by_api, by_software) from window_rows' rows: requests,
+    failures, service latency and waiting requests per window, as the report's latency
+    tables define them, partitioned by `window_date`."""
     _, names = DIMENSIONS[dimension]
     keys = [F.col(k).alias(n) for k, n in zip(("key1", "key2"), names, strict=False)]
-    return batch.where(F.col("dimension") == dimension).select(
-        "window_start", "window_end", *keys, "requests", "errors", "waited", "avg_latency_ms",
-        "p99_latency_ms")
+    return rows.where(F.col("dimension") == dimension).select(
+        "window_start", "window_end", *keys, "requests", "errors", "expected_errors",
+        "p50_ms", "p95_ms", "p99_ms", "avg_ms", "max_ms", "waiting_requests",
+        "waiting_p99_ms", "window_date")
 
 
-def _print_batch(batch_id: int, rows: list) -> None:
-    print(f"kafkalens watch: batch {batch_id}, {len(rows)} finished window rows")
-    for r in sorted(rows, key=lambda r: (r["window_start"], r["dimension"], -r["requests"])):
-        key = " ".join(k for k in (r["key1"], r["key2"]) if k)
-        p99 = "-" if r["p99_latency_ms"] is None else f"{r['p99_latency_ms']:.1f}"
-        print(f"  {r['window_start']:%Y-%m-%d %H:%M} {r['dimension']:8} {key:40.40} "
-              f"{r['requests']:>8} req {r['errors']:>5} err {r['waited']:>5} waited  "
-              f"p99 {p99} ms", flush=True)
+@dataclass
+class WindowState:
+    """The open windows' histogram rows and the newest event time seen, as batch
+    `batch` left them (under CHECKPOINT/kafkalens_windows: N.parquet, then N.json,
+    which marks the version whole)."""
+
+    batch: int
+    max_ts: float | None  # epoch seconds
+    bins: DataFrame | None
+
+    def watermark(self, delay: float) -> float | None:
+        return None if self.max_ts is None else self.max_ts - delay
 
 
-def batch_writer(out: str) -> Callable[[DataFrame, int], None]:
-    """Writes a batch's finished windows to OUT/TABLE/batch_id=N, overwriting it: a
-    batch re-run after a crash replaces its own output instead of adding to it."""
-    def write(batch: DataFrame, batch_id: int) -> None:
-        batch.persist()
+class WindowStore:
+    def __init__(self, spark: SparkSession, checkpoint: str) -> None:
+        self.spark = spark
+        self.root = f"{checkpoint.rstrip('/')}/kafkalens_windows"
+
+    def _versions(self) -> list[int]:
+        return sorted(int(n[:-5]) for n in fsio.list_names(self.spark, self.root)
+                      if n.endswith(".json") and n[:-5].isdigit())
+
+    def before(self, batch: int) -> WindowState:
+        """The state the batch before `batch` left (none: empty)."""
+        older = [v for v in self._versions() if v < batch]
+        if not older:
+            return WindowState(-1, None, None)
+        version = older[-1]
+        meta = json.loads(fsio.read_text(self.spark, f"{self.root}/{version}.json"))
+        bins = (self.spark.read.parquet(f"{self.root}/{version}.parquet")
+                if meta["open_bins"] else None)
+        return WindowState(version, meta["max_ts"], bins)
+
+    def save(self, batch: int, max_ts: float | None, open_bins: DataFrame,
+             open_windows: int) -> None:
+        if open_windows:
+            open_bins.coalesce(1).write.mode("overwrite").parquet(
+                f"{self.root}/{batch}.parquet")
+        meta = {"max_ts": max_ts, "open_bins": open_windows}
+        fsio.write_text(self.spark, f"{self.root}/{batch}.json", json.dumps(meta))
+        for version in self._versions()[:-STATE_VERSIONS_KEPT]:
+            fsio.delete(self.spark, f"{self.root}/{version}.parquet")
+            fsio.delete(self.spark, f"{self.root}/{version}.json")
+
+
+def write_batch(df: DataFrame, out: str, table: str, name: str | int,
+                partition: str | None = None) -> None:
+    """Append `df` to OUT/TABLE as one file per partition named `name` (a batch's id:
+    `batch-<id>`): a batch run again replaces its own files instead of adding to them."""
+    name = f"batch-{name:010d}" if isinstance(name, int) else name
+    staging = f"{out.rstrip('/')}/_staging/{table}/{name}"
+    writer = df.coalesce(1).write.mode("overwrite").option("compression", "zstd")
+    if partition:
+        writer = writer.partitionBy(partition)
+    writer.parquet(staging)
+    fsio.move_files(df.sparkSession, staging, f"{out.rstrip('/')}/{table}",
+                    f"{name}.zstd.parquet")
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC).timestamp() if value.tzinfo is None else value.timestamp()
+
+
+def _clock(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@dataclass
+class BatchSummary:
+    """What a batch did, as printed (tests read it too)."""
+
+    batch: int
+    files: int = 0
+    lines: int = 0
+    bad: int = 0
+    late: int = 0
+    watermark: float | None = None
+    final: list[dict[str, Any]] = field(default_factory=list)  # by_api/by_software rows
+    provisional: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Batches:
+    """The foreachBatch function: a micro-batch of per_line rows in, the final windows,
+    the files' accounting and the new state out (module docstring)."""
+
+    def __init__(self, spark: SparkSession, o: WatchOptions) -> None:
+        self.o = o
+        self.delay = delay_seconds(o.watermark)
+        self.store = WindowStore(spark, o.checkpoint_dir)
+        self.last: BatchSummary | None = None
+        self.provisional_from: float | None = None  # the oldest open window's start
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        rows = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            rows = batch.collect()  # finished windows only: a few rows per key and minute
-            if not rows:
-                return
-            for dimension, (table, _) in DIMENSIONS.items():
-                path = f"{out.rstrip('/')}/{table}/batch_id={batch_id}"
-                _as_table(batch, dimension).write.mode("overwrite").parquet(path)
-            _print_batch(batch_id, rows)
+            self.last = self._process(rows, batch_id)
+            _print(self.last, self.o, self.delay)
         finally:
-            batch.unpersist()
+            rows.unpersist()
 
-    return write
+    def _process(self, rows: DataFrame, batch_id: int) -> BatchSummary:
+        """Spark jobs: the files' accounting (collected: a row per file), the windows'
+        rows (collected: the busiest SHOWN_KEYS of each), then at once the writes of
+        input_files, bad_lines, the final windows and the new state."""
+        before = self.store.before(batch_id)
+        watermark = before.watermark(self.delay)
+        window_end = F.unix_seconds("window_start") + WINDOW_SECONDS
+        late = (F.col("request") & (window_end <= F.lit(watermark))
+                if watermark is not None else F.lit(False))
+        marked = rows.select("*", late.alias("late"))
+        files = marked.groupBy("file").agg(
+            F.count(F.lit(1)).alias("lines"),
+            F.count("bad_reason").alias("bad_lines"),
+            F.sum(F.col("late").cast("long")).alias("late_lines"),
+            F.max(F.when(F.col("bad_reason").isNull(), F.col("ts"))).alias("max_ts"),
+        ).persist()
+        accounted = files.collect()  # a row per file of the batch
+        summary = BatchSummary(batch_id, len(accounted), sum(r["lines"] for r in accounted),
+                               sum(r["bad_lines"] for r in accounted),
+                               sum(r["late_lines"] or 0 for r in accounted))
+        newest = [t for t in (before.max_ts, *(_epoch(r["max_ts"]) for r in accounted))
+                  if t is not None]
+        max_ts = max(newest, default=None)
+        summary.watermark = None if max_ts is None else max_ts - self.delay
+        cut = F.lit(summary.watermark if summary.watermark is not None else float("-inf"))
+        new_bins = _bins(marked.where(F.col("request") & ~F.col("late")))
+        merged = merge_bins(new_bins if before.bins is None
+                            else before.bins.unionByName(new_bins))
+        merged = merged.withColumn(
+            "final", (F.unix_seconds("window_start") + WINDOW_SECONDS) <= cut).persist()
+        tables = window_rows(merged).persist()
+        try:
+            for r in _shown(tables):
+                (summary.final if r["final"] else summary.provisional).append(r)
+            writes: list[Callable[[], None]] = []
+            if summary.lines:
+                writes.append(lambda: write_batch(files.select(
+                    "file", "lines", "bad_lines", "late_lines",
+                    F.lit("read").alias("status"), F.lit(None).cast("string").alias("reason"),
+                    _batch(batch_id)), self.o.out, "input_files", batch_id))
+            if summary.bad:
+                writes.append(lambda: write_batch(_bad_lines(marked, batch_id), self.o.out,
+                                                  "bad_lines", batch_id))
+            if summary.final:
+                for dimension, (table, _) in DIMENSIONS.items():
+                    writes.append(partial(write_batch, window_table(
+                        tables.where(F.col("final")), dimension), self.o.out, table,
+                        batch_id, "window_date"))
+            open_windows = len({r["window_start"] for r in summary.provisional})
+            open_bins = merged.where(~F.col("final")).drop("final")
+            writes.append(lambda: self.store.save(batch_id, max_ts, open_bins, open_windows))
+            with ThreadPoolExecutor(len(writes)) as pool:
+                for done in [pool.submit(w) for w in writes]:
+                    done.result()
+            starts = [r["window_start"] for r in summary.provisional]
+            self.provisional_from = _epoch(min(starts)) if starts else None
+        finally:
+            for df in (tables, merged, files):
+                df.unpersist()
+        return summary
 
 
-def start(spark: SparkSession, o: WatchOptions) -> StreamingQuery:
-    reader = spark.readStream.format("text").option("maxFilesPerTrigger", o.max_files_per_trigger)
-    if o.use_spool:
-        # Staged files are hard links or copies: delete them once committed.
-        reader = reader.option("cleanSource", "delete")
-        source = o.spool_dir
-    else:
-        reader = reader.option("pathGlobFilter", o.pattern)
-        source = o.logdir
-    writer = windowed(reader.load(source), o.watermark).writeStream.outputMode("append")
-    writer = writer.foreachBatch(batch_writer(o.out)).option("checkpointLocation",
-                                                               o.checkpoint_dir)
+def _bad_lines(marked: DataFrame, batch_id: int) -> DataFrame:
+    """Per file and reason: the batch's bad lines and up to two samples (as the
+    report's bad_lines)."""
+    return marked.where(F.col("bad_reason").isNotNull()).groupBy(
+        "file", F.col("bad_reason").alias("reason")).agg(
+        F.count(F.lit(1)).alias("bad_lines"),
+        F.array_distinct(F.array(F.min("line"), F.max("line"))).alias("samples"),
+    ).select("*", _batch(batch_id))
+
+
+def _batch(batch_id: int) -> Column:
+    # bigint, as in the rows of files left out: a Python int is an int literal, and
+    # Parquet files of one table with int and bigint columns cannot be read together.
+    return F.lit(batch_id).cast("bigint").alias("batch_id")
+
+
+def window_rows(merged: DataFrame) -> DataFrame:
+    """Both dimensions' rows per window (window_table's, keyed by `dimension`, `key1`,
+    `key2`), and whether the window is final."""
+    stats = latency_stats(merged, ["window_start", "final", "dimension", "key1", "key2"],
+                          QUANTILES, WAITING_QUANTILES)
+    end = F.timestamp_seconds(F.unix_seconds("window_start") + WINDOW_SECONDS)
+    return stats.select(
+        "window_start", end.alias("window_end"), "final", "dimension", "key1", "key2",
+        "requests", "errors", "expected_errors", "p50_ms", "p95_ms", "p99_ms", "avg_ms",
+        "max_ms", "waiting_requests", "waiting_p99_ms",
+        F.date_format("window_start", "yyyy-MM-dd").alias("window_date"))
+
+
+def _shown(rows: DataFrame) -> list[dict[str, Any]]:
+    """The busiest SHOWN_KEYS rows of each window and dimension, for the console."""
+    from pyspark.sql import Window
+
+    busiest = Window.partitionBy("window_start", "dimension").orderBy(
+        F.desc("requests"), "key1", "key2")
+    top = rows.withColumn("_rank", F.row_number().over(busiest)).where(
+        F.col("_rank") <= SHOWN_KEYS)
+    shown = [r.asDict() for r in top.orderBy("window_start", "dimension", "_rank").collect()]
+    for r in shown:
+        r["key"] = " ".join(str(r[k]) for k in ("key1", "key2") if r.get(k)) or "-"
+    return shown
+
+
+def _print(s: BatchSummary, o: WatchOptions, delay: float) -> None:
+    late = (f", {s.late:,} of windows already final: dropped (late by more than "
+            f"--watermark {o.watermark})") if s.late else ""
+    print(f"kafkalens watch: batch {s.batch}: {s.lines:,} lines from {s.files} files "
+          f"({s.bad:,} bad{late}); watermark {_clock(s.watermark)}", flush=True)
+    for label, rows in (("final", s.final), ("provisional", s.provisional)):
+        for r in rows:  # window_rows' rows
+            p99 = "-" if r["p99_ms"] is None else f"{r['p99_ms']:.1f}"
+            print(f"  {r['window_start']:%Y-%m-%d %H:%M} {label:11} {r['dimension']:8} "
+                  f"{r['key']:40.40} {r['requests']:>8} req {r['errors']:>5} err "
+                  f"{r['waiting_requests']:>5} waiting  p99 {p99} ms", flush=True)
+    if s.provisional:
+        print(f"  (provisional: still filling; final and written to {o.out} once the "
+              f"newest line is {o.watermark} past the window's end)", flush=True)
+
+
+def start(spark: SparkSession, o: WatchOptions, batches: Batches) -> StreamingQuery:
+    writer = per_line(lines_stream(spark, o)).writeStream.foreachBatch(batches)
+    writer = writer.option("checkpointLocation", o.checkpoint_dir)
     trigger = {"availableNow": True} if o.once else {"processingTime": f"{o.interval} seconds"}
     return writer.trigger(**trigger).queryName("kafkalens_watch").start()
 
 
-class Stop:
-    """SIGINT/SIGTERM ask the watch to stop between polls (PySpark's own SIGINT handler
-    would raise KeyboardInterrupt inside a call to the JVM); a second one exits now."""
-
-    requested = False
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            print("kafkalens watch: stopped without waiting for the batch", file=sys.stderr,
-                  flush=True)
-            os._exit(130)
-        self.requested = True
-        print("kafkalens watch: stopping after the running batch (Ctrl-C again to quit now)",
-              file=sys.stderr, flush=True)
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[Stop]:
-    stop = Stop()
-    # Signal handlers belong to the main thread (tests run the watch in threads).
-    main = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM) if main}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@dataclass
-class Waiting:
-    """Says, every `every` seconds while no batch brings lines, what the watch waits for."""
-
-    o: WatchOptions
-    spark: SparkSession
-    every: float
-    last_data: float = 0.0
-    last_notice: float = 0.0
-    last_batch: int = -1
-    last_seen: str = ""  # the timestamp of the newest progress seen
-
-    def __post_init__(self) -> None:
-        self.last_data = self.last_notice = time.monotonic()
-
-    def update(self, recent: Sequence[dict[str, Any]], busy: bool = False) -> None:
-        """`recent`: progress reports, oldest first, at least those since the last poll;
-        `busy`: a batch is running (not waiting then). Reports are told apart by their
-        timestamps: while idle Spark reports every 10 s under the id of the batch to
-        come, which then reads the lines under that same id, and a batch that read lines
-        is followed at once by one without input that moves the watermark on."""
-        if not recent:  # the first batch has not finished: not waiting yet
-            self.last_data = time.monotonic()
-            return
-        new = [p for p in recent if p.get("timestamp", "") > self.last_seen]
-        if new:
-            self.last_seen = new[-1]["timestamp"]
-            self.last_batch = new[-1]["batchId"]
-            if any(p.get("numInputRows") for p in new):
-                self.last_data = time.monotonic()
-        now = time.monotonic()
-        if not busy and now - max(self.last_data, self.last_notice) >= self.every:
-            self.last_notice = now
-            print(f"kafkalens watch: no new lines for {now - self.last_data:.0f} s; "
-                  f"{self.what()}", file=sys.stderr, flush=True)
-
-    def what(self) -> str:
-        o = self.o
-        where = f"{o.pattern} in {o.logdir}"
-        if o.use_spool:
-            matching = len(list(Path(o.logdir).glob(o.pattern)))
-            ledger = Path(o.spool_dir) / LEDGER
-            staged = len(ledger.read_text().splitlines()) if ledger.exists() else 0
-            return (f"waiting for rotated files matching {where} ({matching} there now, "
-                    f"{staged} read so far); the active log is read once it rotates")
-        return (f"waiting for new files matching {where} "
-                f"({_hadoop_glob_count(self.spark, o.logdir, o.pattern)} there now)")
-
-
-def progress_since(query: StreamingQuery, last_batch: int) -> Sequence[dict[str, Any]]:
-    """The last progress report while no batch ran since `last_batch` (an idle report,
-    or that batch itself), else the recent ones (up to 100, parsed from the JVM)."""
-    last = query.lastProgress
-    if last is None:
-        return []
-    if last["batchId"] == last_batch:
-        return [last]
-    return query.recentProgress
-
-
-def _hadoop_glob_count(spark: SparkSession, directory: str, pattern: str) -> int | str:
-    """Files matching, through Hadoop's FileSystem (hdfs://, s3a:// ...), on the driver."""
-    try:
-        fs, path = hadoop_file(spark, f"{directory.rstrip('/')}/{pattern}")
-        found = fs.globStatus(path)
-        return 0 if found is None else len(found)
-    except Exception as exc:  # the notice must not stop the watch: say why it cannot count
-        return f"cannot list: {str(exc).splitlines()[0][:200]}"
-
-
 def announce(o: WatchOptions) -> None:
-    source = (f"rotated files matching {o.pattern} in {o.logdir}, staged in {o.spool_dir}"
-              if o.use_spool else f"files matching {o.pattern} in {o.logdir}")
-    print(f"kafkalens watch: reading {source}; one-minute windows to {o.out} "
-          f"(checkpoint {o.checkpoint_dir})", file=sys.stderr, flush=True)
+    if o.table is not None:
+        source = f"the ingested table {o.table}"
+    elif o.spooled:
+        source = f"rotated files matching {o.pattern} in {o.logdir}, staged in {o.spool_dir}"
+    else:
+        source = f"files matching {o.pattern} in {o.logdir}"
+    print(f"kafkalens watch: reading {source}; one-minute windows, final once the newest "
+          f"line is {o.watermark} past their end, to {o.out} (checkpoint "
+          f"{o.checkpoint_dir})", file=sys.stderr, flush=True)
+
+
+def record_unreadable(spark: SparkSession, o: WatchOptions, found: list[Unreadable]) -> None:
+    """Files the spool will not stage, in OUT/input_files (status `left out`)."""
+    rows = [(str(u.path), None, None, None, "left out", u.reason, None) for u in found]
+    df = literal_rows(spark, INPUT_FILES_SCHEMA, rows)
+    write_batch(df, o.out, "input_files", f"unreadable-{time.time_ns()}")
+
+
+INPUT_FILES_SCHEMA = ("file string, lines bigint, bad_lines bigint, late_lines bigint, "
+                      "status string, reason string, batch_id bigint")
+
+
+def held_back(o: WatchOptions, batches: Batches) -> str:
+    """What the watch shows but has not written yet, and why (for the waiting notice)."""
+    start = batches.provisional_from
+    if start is None:
+        return ""
+    return (f"; windows from {_clock(start)} are provisional (shown, not written) until "
+            f"lines {o.watermark} past their end arrive")
 
 
 def run_watch(spark: SparkSession, o: WatchOptions) -> int:
-    if o.use_spool and not (is_local(o.logdir) and is_local(o.spool_dir)):
-        print("kafkalens watch: the spool needs local directories; for hdfs:// or s3a:// "
-              "logs rotated to unique names use --no-spool --pattern GLOB", file=sys.stderr)
-        return 2
-    if o.use_spool and not Path(o.logdir).is_dir():
-        print(f"kafkalens watch: {o.logdir} is not a directory (give the directory "
-              "request_log.path writes into)", file=sys.stderr)
-        return 2
-    spool = Spool(Path(o.logdir), Path(o.spool_dir), o.pattern) if o.use_spool else None
-    with stop_on_signals() as stop:
-        announce(o)
-        if spool:
-            spool.collect()
-        query = start(spark, o)
-        waiting = Waiting(o, spark, o.notice_every)
-        collected = time.monotonic()
-        while not stop.requested and not query.awaitTermination(POLL_SECONDS):
-            if spool and time.monotonic() - collected >= o.interval:
-                spool.collect()
-                collected = time.monotonic()
-            recent = progress_since(query, waiting.last_batch)
-            waiting.update(recent, bool(query.status.get("isTriggerActive")))
-        if query.isActive:
-            _stop_between_batches(query)
-        if stop.requested:
-            print("kafkalens watch: stopped; a restart resumes from the checkpoint",
-                  file=sys.stderr, flush=True)
-    return 0
+    try:
+        delay_seconds(o.watermark)
+    except ValueError as e:
+        print(f"kafkalens watch: {e}", file=sys.stderr)
+        return follow.EXIT_USAGE
+    problem = follow.check(o)
+    if problem:
+        print(f"kafkalens watch: {problem}", file=sys.stderr)
+        return follow.EXIT_USAGE
+    batches = Batches(spark, o)
+    announce(o)
+    return follow.follow(spark, o, "watch", lambda: start(spark, o, batches),
+                         lambda found: record_unreadable(spark, o, found),
+                         lambda: held_back(o, batches))
 
-
-def _stop_between_batches(query: StreamingQuery, patience: float = STOP_PATIENCE_SECONDS) -> None:
-    """Let a running batch finish first (stopping interrupts it: it would be redone)."""
-    deadline = time.monotonic() + patience
-    while query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    query.stop()
-
-
-if __name__ == "__main__":
-    from pipeline.cli import watch_main
-
-    raise SystemExit(watch_main(sys.argv[1:]))

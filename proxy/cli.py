@@ -1,4 +1,4 @@
-"""`kafkalens`: proxy, check-config, demo, decode, report, watch.
+"""`kafkalens`: proxy, check-config, demo, decode, report, watch, ingest.
 
 Bad configuration or flags end with exit code 2 and one line on stderr:
 ``kafkalens: error: <key>: <what is wrong>``.
@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         ("decode", "decode a packet capture (or bare Kafka frames) to request log lines"),
         ("report", "report on a request log"),
         ("watch", "watch a request log"),
+        ("ingest", "parse the request logs once into a table"),
     ):
         sub.add_parser(name, help=what, add_help=False)
     return parser
@@ -93,6 +94,12 @@ def _watch(argv: list[str]) -> int:
     return int(pipeline_cli.watch_main(argv) or 0)
 
 
+def _ingest(argv: list[str]) -> int:
+    from pipeline import cli as pipeline_cli
+
+    return int(pipeline_cli.ingest_main(argv) or 0)
+
+
 def _demo(argv: list[str]) -> int:
     from proxy import demo
 
@@ -104,6 +111,7 @@ PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
     "decode": _decode,
     "report": _report,
     "watch": _watch,
+    "ingest": _ingest,
     "demo": _demo,
 }
 

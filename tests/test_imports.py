@@ -1,18 +1,19 @@
 """The modules of proxy/ import one way: config (and codec) at the bottom, the
 command line at the top, and the rooms in between (exchange/, forward/, observe/,
-gateway/, admin/, capture/) each depend only on what is below them. codec/ imports one
-way too, nothing above it, and no module takes another's private names. Read from the
-source with `ast`, every import counts: module level, inside functions (lazy) and under
-TYPE_CHECKING."""
+gateway/, admin/, capture/) each depend only on what is below them. The modules of
+pipeline/ too: no cycle, its command line (pipeline/cli.py) at the top. codec/ imports
+one way too: no cycle, nothing above it, and no module takes another's private names.
+Read from the source with `ast`, every import counts: module level, inside functions
+(lazy), under TYPE_CHECKING and under `if __name__ == "__main__"`."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PROXY = REPO / "proxy"
-CODEC = REPO / "codec"
+ROOT = Path(__file__).resolve().parent.parent
+PROXY = ROOT / "proxy"
+CODEC = ROOT / "codec"
 # The one private name a codec module may import: the C extension, behind codec/accel.py.
 CODEC_PRIVATE_IMPORTS = {("accel", "_accel")}
 # What config.py may import from proxy/: nothing, it is the bottom layer.
@@ -31,54 +32,51 @@ ROOMS_MAY_IMPORT: dict[str, frozenset[str]] = {
 }
 
 
-def module_name(path: Path, root: Path = PROXY) -> str:
+def module_name(path: Path, top: Path = PROXY) -> str:
     """'observe.observer' for proxy/observe/observer.py, 'config' for proxy/config.py."""
-    parts = path.relative_to(root).with_suffix("").parts
+    parts = path.relative_to(top).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_names(source: str, package: str = "", top: str = "proxy") -> list[str]:
-    """Every dotted name `source`'s import statements name, wherever they are, relative
-    ones made absolute (`package`: the importing module's package inside `top`)."""
-    found: list[str] = []
+def proxy_imports(source: str, modules: set[str], package: str = "", top: str = "proxy"
+                  ) -> set[str]:
+    """The proxy/ (or `top`/) modules named by `source`'s import statements, wherever
+    they are. `package` is the importing module's package inside it ('' for itself)."""
+    found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
+            names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.ImportFrom):  # relative: from . import x / from .x import y
             anchor = [top] + ([p for p in package.split(".") if p])
             anchor = anchor[: len(anchor) - (node.level - 1)]
             base = ".".join(anchor + ([node.module] if node.module else []))
-            found += [base] + [f"{base}.{alias.name}" for alias in node.names]
-    return found
-
-
-def proxy_imports(source: str, modules: set[str], package: str = "", top: str = "proxy") -> set[str]:
-    """The `top` (proxy/) modules named by `source`'s import statements."""
-    found: set[str] = set()
-    for name in imported_names(source, package, top):
-        parts = name.split(".")
-        if parts[0] != top:
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
             continue
-        # the longest dotted prefix that is a module: proxy.observe.observer.X -> observe.observer
-        for end in range(len(parts), 1, -1):
-            if (candidate := ".".join(parts[1:end])) in modules:
-                found.add(candidate)
-                break
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != top:
+                continue
+            # the longest dotted prefix that is a module: proxy.observe.observer.X -> observe.observer
+            for end in range(len(parts), 1, -1):
+                if (candidate := ".".join(parts[1:end])) in modules:
+                    found.add(candidate)
+                    break
     return found
 
 
-def import_graph(root: Path = PROXY) -> dict[str, set[str]]:
-    paths = sorted(root.rglob("*.py"))
-    modules = {module_name(path, root) for path in paths} - {""}
+def import_graph(top: str = "proxy") -> dict[str, set[str]]:
+    paths = sorted((ROOT / top).rglob("*.py"))
+    modules = {module_name(path, ROOT / top) for path in paths} - {""}
     graph: dict[str, set[str]] = {}
     for path in paths:
-        name = module_name(path, root)
+        name = module_name(path, ROOT / top)
         if not name:
             continue
         package = name.rpartition(".")[0] if path.name != "__init__.py" else name
-        imports = proxy_imports(path.read_text(encoding="utf-8"), modules, package, root.name)
+        imports = proxy_imports(path.read_text(encoding="utf-8"), modules, package, top)
         graph[name] = imports - {name}
     return graph
 
@@ -157,19 +155,52 @@ def test_the_command_line_is_the_top() -> None:
     assert not [module for module, imports in graph.items() if "cli" in imports]
 
 
+def test_the_exchange_does_no_io() -> None:
+    """proxy/exchange/ is sans I/O: frames in, events out; no sockets, no event loop,
+    no logging (what it tells, its drivers say)."""
+    io = {"asyncio", "uvloop", "socket", "ssl", "selectors", "select", "structlog", "logging", "threading"}
+    for path in sorted((PROXY / "exchange").glob("*.py")):
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+        assert not imported & io, (path.name, sorted(imported & io))
+
+
+def test_no_import_cycle_in_pipeline_and_its_command_line_is_the_top() -> None:
+    graph = import_graph("pipeline")
+    assert {"cli", "report", "watch", "ingest", "read", "fine"} <= set(graph)
+    assert "report" in graph["cli"]  # the walk sees the command line's lazy imports
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+    assert not [module for module, imports in graph.items() if "cli" in imports]
+
+
 def test_no_import_cycle_in_codec() -> None:
-    graph = import_graph(CODEC)
+    graph = import_graph("codec")
     assert {"messages", "layout", "interpreter", "accel", "stream", "records.batch"} <= set(graph)
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
+def top_level_imports(source: str) -> set[str]:
+    """The first part of every absolute import's module name in `source`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
 def test_codec_imports_nothing_above_it() -> None:
-    above = {"proxy", "pipeline", "bench", "tests"}
+    above = {"proxy", "pipeline", "bench", "tests", "support"}
     wrong = {
-        module_name(path, CODEC): sorted(n for n in imported_names(path.read_text(encoding="utf-8")) if n.split(".")[0] in above)
+        module_name(path, CODEC): sorted(top_level_imports(path.read_text(encoding="utf-8")) & above)
         for path in CODEC.rglob("*.py")
     }
-    assert not {m: names for m, names in wrong.items() if names}
+    assert not {module: names for module, names in wrong.items() if names}
 
 
 def codec_private_uses(source: str, importer: str) -> set[tuple[str, str]]:
@@ -209,17 +240,3 @@ def test_no_codec_module_takes_another_ones_private_names() -> None:
     for path in CODEC.rglob("*.py"):
         found |= codec_private_uses(path.read_text(encoding="utf-8"), module_name(path, CODEC))
     assert found <= CODEC_PRIVATE_IMPORTS, sorted(found - CODEC_PRIVATE_IMPORTS)
-
-
-def test_the_exchange_does_no_io() -> None:
-    """proxy/exchange/ is sans I/O: frames in, events out; no sockets, no event loop,
-    no logging (what it tells, its drivers say)."""
-    io = {"asyncio", "uvloop", "socket", "ssl", "selectors", "select", "structlog", "logging", "threading"}
-    for path in sorted((PROXY / "exchange").glob("*.py")):
-        imported: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                imported |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                imported.add(node.module.split(".")[0])
-        assert not imported & io, (path.name, sorted(imported & io))

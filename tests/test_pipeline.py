@@ -25,6 +25,7 @@ from support.report_oracle import expected_only, failed, micros, micros_of, reso
 from bench.synth import BAD_SAMPLES, Synth, to_line, write_rotated
 from pipeline import html
 from pipeline.cli import report_main
+from pipeline.read import BadReason
 from pipeline.readiness_data import removed_versions
 from pipeline.report import run_report
 from pipeline.summary import ReportResult
@@ -307,10 +308,26 @@ def test_bad_lines(spark: SparkSession, built: tuple) -> None:
     for r in rows:
         got[r["file"].rsplit("/", 1)[1]] += r["bad_lines"]
         assert 1 <= len(r["samples"]) <= 2
-        assert all(s in BAD_SAMPLES or s.startswith('{"ts":"2025-') for s in r["samples"])
+        # the text Spark could not parse, or the fields it read of valid JSON
+        assert all(s in BAD_SAMPLES or s.startswith('{"ts":"') for s in r["samples"])
     assert dict(got) == want
     assert "other.log" in got  # the truncated last line
-    assert {r["reason"] for r in rows} <= {"invalid JSON", "missing or invalid ts/event"}
+    reasons = {r["reason"] for r in rows}
+    assert reasons <= {BadReason.INVALID_JSON, BadReason.INVALID_TS, BadReason.NOT_AN_OBJECT}
+    assert BadReason.INVALID_TS in reasons  # {"ts": "yesterday", ...}
+    assert BadReason.NOT_AN_OBJECT in reasons  # [1, 2, 3]
+
+
+def test_input_files(spark: SparkSession, built: tuple) -> None:
+    """Every file the listing found, with its lines and bad lines, the empty one too."""
+    logs, result, out = built
+    want = {p.name: (len(lines := _file_lines(p)), sum(map(_is_bad, lines)))
+            for p in logs.files}
+    rows = table(spark, out, "input_files")
+    got = {r["file"].rsplit("/", 1)[1]: (r["lines"], r["bad_lines"]) for r in rows}
+    assert got == want and want["requests.log.9"] == (0, 0)
+    assert {(r["status"], r["reason"]) for r in rows} == {("read", None)}
+    assert result.files == len(want) and not result.left_out
 
 
 def test_html_report(built: tuple) -> None:
@@ -359,7 +376,7 @@ def test_a_table_longer_than_shown_is_counted_whole(spark: SparkSession, tmp_pat
 # tests/test_pipeline_fleet.py has them).
 TABLES_SHOWN = ("client_inventory", "api_usage", "kafka4_readiness", "latency_by_api",
                 "top_topics", "consumer_groups", "consumer_lag", "consumer_topic_lag",
-                "committed_lag", "topic_access", "bad_lines")
+                "committed_lag", "topic_access", "bad_lines", "input_files")
 
 
 def test_chart_lines_break_where_buckets_are_missing() -> None:
@@ -386,6 +403,7 @@ def test_empty_input_gives_empty_report(spark: SparkSession, tmp_path: Path) -> 
     (tmp_path / "logs" / "requests.log").write_text("")
     result = run_report(spark, [str(tmp_path / "logs")], str(tmp_path / "out"))
     assert result.counts.lines == 0 and result.counts.bad == 0
+    assert result.table_rows.pop("input_files") == 1  # the empty file, with its 0 lines
     assert set(result.table_rows.values()) == {0}
     assert spark.read.parquet(str(tmp_path / "out" / "client_inventory")).count() == 0
     assert "no data" in (tmp_path / "out" / "report.html").read_text()

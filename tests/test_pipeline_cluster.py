@@ -4,13 +4,12 @@ same tables as on local[*], with executors that have a bare Python: nothing of t
 project's environment (pyarrow, msgspec, pandas ...) is needed on the nodes.
 
 Each cluster run is a separate driver process through the command line, as a user runs
-it; the local[*] runs call the same command line in this process, on the tests' local
+it (the report's by `spark-submit pipeline/cli.py report`); the local[*] runs call the same command line in this process, on the tests' local
 Spark session (one JVM start less each).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -18,8 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyspark
 import pytest
+from support.ingest_run import (
+    ingest_args,
+    kill_after_first_batch,
+    lines_per_file,
+    rotated_logs,
+    run_to_the_end,
+)
+from support.logs import age_like_proxy
+from support.parquet_tables import tables
 from support.spark_cluster import PROJECT_PACKAGES, SparkCluster, importable, standalone_cluster
 
 from bench.synth import Synth, to_line, write_rotated
@@ -44,8 +52,6 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     synth = Synth(seed=21, rate=5, bad_every=97)
     write_rotated(directory, (to_line(e) for e in synth.events(3000)), 1000)
     write_rotated(directory, (to_line(e) for e in synth.events(2000)), 1000, gz=True)
-    from tests.test_pipeline_watch import age_like_proxy
-
     age_like_proxy(directory)
     return directory
 
@@ -54,6 +60,23 @@ def driver(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comple
     env = {**env, "PYTHONPATH": str(ROOT), "KAFKALENS_SPARK_CDS": "0"}
     done = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=RUN_TIMEOUT_S, check=False)
+    assert done.returncode == 0, f"{args}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
+def submit(cluster: SparkCluster, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`spark-submit --master URL pipeline/cli.py ARGS`, as the README says to run a
+    command on a cluster: the file run as a script (not the package), by Spark's own
+    launcher, the driver in this Python and the executors in the cluster's bare one."""
+    env = cluster.driver_env(local_env())
+    conf = env.pop("PYSPARK_SUBMIT_ARGS").removesuffix(" pyspark-shell").split()
+    env.update(SPARK_HOME=str(Path(pyspark.__file__).parent),  # the pip package's
+               PYSPARK_DRIVER_PYTHON=sys.executable)
+    command = [str(Path(sys.executable).parent / "spark-submit"), "--master",
+               cluster.master_url, *conf, "--conf", f"spark.pyspark.driver.python={sys.executable}",
+               str(ROOT / "pipeline" / "cli.py"), *args]
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, check=False)
     assert done.returncode == 0, f"{args}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     return done
 
@@ -94,41 +117,12 @@ def test_executors_run_a_python_without_the_projects_packages(
     assert said["PYARROW"] == "True", done.stderr[-3000:]
 
 
-def rows(directory: Path) -> list[tuple[Any, ...]]:
-    """A Parquet table's rows, sorted, floats to 6 significant digits (sums of floats
-    in another order differ in the last bits)."""
-    table = pq.read_table(directory)
-    out = []
-    for row in table.to_pylist():
-        out.append(tuple(sorted((k, _comparable(v)) for k, v in row.items())))
-    return sorted(out, key=repr)
-
-
-def _comparable(value: Any) -> Any:
-    if isinstance(value, float) and math.isfinite(value) and value:
-        return float(f"{value:.6g}")
-    if isinstance(value, list):
-        return [_comparable(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _comparable(v) for k, v in value.items()}
-    return value
-
-
-def tables(out: Path) -> dict[str, list[tuple[Any, ...]]]:
-    found = {p.name: rows(p) for p in sorted(out.iterdir())
-             if p.is_dir() and not p.name.startswith(("_", "."))}
-    assert found, f"no tables in {out}"
-    return found
-
-
 def test_report_on_the_cluster_equals_local(
     cluster: SparkCluster, logs: Path, tmp_path: Path, spark: Any
 ) -> None:
     local, remote = tmp_path / "local", tmp_path / "cluster"
     assert report_main([str(logs), "--out", str(local), "--master", LOCAL]) == 0
-    report = ["-m", "pipeline.cli", str(logs)]
-    driver([*report, "--out", str(remote), "--master", cluster.master_url],
-           cluster.driver_env(local_env()), tmp_path)
+    submit(cluster, ["report", str(logs), "--out", str(remote)], tmp_path)
     want, got = tables(local), tables(remote)
     assert set(got) == set(want)
     for name in want:
@@ -140,14 +134,29 @@ def test_watch_on_the_cluster_equals_local(
     cluster: SparkCluster, logs: Path, tmp_path: Path, spark: Any
 ) -> None:
     local, remote = tmp_path / "local", tmp_path / "cluster"
-    watch = ["-m", "pipeline.watch", str(logs), "--once"]
+    watch = ["-m", "pipeline.cli", "watch", str(logs), "--once"]
     assert watch_main([str(logs), "--once", "--out", str(local), "--master", LOCAL]) == 0
     driver([*watch, "--out", str(remote), "--master", cluster.master_url],
            cluster.driver_env(local_env()), tmp_path)
     want, got = tables(local), tables(remote)
-    assert set(want) == {"by_api", "by_software"} == set(got)
+    assert set(want) == {"by_api", "by_software", "input_files", "bad_lines"} == set(got)
     assert want["by_api"] and want["by_software"]
     for name in want:
         assert got[name] == want[name], name
     apps = [a["name"] for a in cluster.applications()]
     assert "kafkalens-watch" in apps  # it did run on the cluster
+
+
+def test_ingest_killed_on_the_cluster_and_restarted_keeps_every_line_once(
+    cluster: SparkCluster, tmp_path: Path, spark: Any
+) -> None:
+    """As tests/test_pipeline_ingest.py on local[*]: the executors write the table's
+    files; the driver is killed after the first batch and started again."""
+    logs, table = tmp_path / "logs", tmp_path / "table"
+    want = rotated_logs(logs, files=4, lines_per_file=150, seed=41)
+    env = cluster.driver_env(local_env())
+    args = ingest_args(logs, table, "--master", cluster.master_url)
+    kill_after_first_batch(args, env, table, tmp_path, len(want))
+    run_to_the_end(args, env, tmp_path)
+    assert lines_per_file(spark, table) == want
+    assert "kafkalens-ingest" in [a["name"] for a in cluster.applications()]

@@ -1,6 +1,7 @@
-"""`kafkalens report`'s inputs and environment: what matches nothing or cannot be read
-fails loudly, an empty input is a valid report, a missing `pipeline` extra is one
-line, and no Python runs on the executors (so a stock Spark cluster runs the job)."""
+"""`kafkalens report`'s inputs and environment: what matches nothing fails loudly, an
+empty input is a valid report, a missing `pipeline` extra is one line, the terminal
+shows the command's own lines only, and no Python runs on the executors (so a stock
+Spark cluster runs the job). Files that cannot be read: test_pipeline_unreadable.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -19,8 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType
 
 from bench.synth import Synth, to_line
-from pipeline import report
-from pipeline.cli import MISSING_PYSPARK, report_main
+from pipeline.cli import missing_extra, report_main
 from pipeline.read import InputError
 from pipeline.report import run_report
 
@@ -53,26 +52,6 @@ def test_an_input_of_an_unknown_filesystem_fails_with_one_line(
     assert "\n" not in err
 
 
-def test_a_file_the_executors_cannot_read_fails_with_one_line(
-        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """The driver lists the file, the executors do not find it (a path only the driver
-    sees, a file removed meanwhile): an error and a non-zero exit, not an empty report."""
-    log = _log(tmp_path / "logs" / "requests.log")
-    real = report.read_logs
-
-    def listed_then_gone(s: SparkSession, paths: list[str]) -> Any:
-        lines = real(s, paths)  # the file index is built here, on the driver
-        log.unlink()
-        return lines
-
-    monkeypatch.setattr(report, "read_logs", listed_then_gone)
-    code = report_main([str(tmp_path / "logs"), "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err.strip()
-    assert code == 1 and err.startswith("kafkalens report: cannot read the inputs:")
-    assert "\n" not in err and "requests.log" in err
-
-
 def test_an_existing_empty_directory_is_a_valid_empty_report(
         spark: SparkSession, tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
@@ -81,27 +60,39 @@ def test_an_existing_empty_directory_is_a_valid_empty_report(
     assert spark.read.parquet(str(tmp_path / "out" / "latency_by_api")).count() == 0
 
 
-def test_the_terminal_shows_the_summary_and_real_warnings_only(tmp_path: Path) -> None:
-    """A user's terminal: no progress bar per stage, none of Spark's start-up notices,
-    a truncated .gz still warned of, in one line (log4j2.properties)."""
+def test_the_terminal_shows_the_commands_own_lines_only(tmp_path: Path) -> None:
+    """A user's terminal, the command line in a process of its own: a truncated .gz
+    stops the report with one line naming it (no progress bar, no Spark log, not the
+    JVM's incubator-module notice); with --skip-unreadable the summary names it, and
+    --spark-log warn shows Spark's own warnings."""
     logs = tmp_path / "logs"
     _log(logs / "requests.log")
     whole = gzip.compress(_log(tmp_path / "whole.log", 3000).read_bytes())
     (logs / "requests.log.1.gz").write_bytes(whole[: len(whole) // 2])
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     env.update(PYTHONPATH=str(ROOT), KAFKALENS_SPARK_CDS="0")
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", str(logs), "--out", str(tmp_path / "out")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith("kafkalens report\n")
-    said = [line for line in done.stderr.splitlines() if "incubator modules" not in line]
-    assert len(said) == 1, done.stderr[-3000:]
-    assert " WARN " in said[0] and "requests.log.1.gz" in said[0]
-    assert "Unexpected end of input stream" in said[0]
+
+    def report(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "report", str(logs), "--out", str(tmp_path / "out"),
+             *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+            check=False)
+
+    stopped = report()
+    assert stopped.returncode == 1 and stopped.stdout == "", stopped.stderr[-3000:]
+    [said] = stopped.stderr.splitlines()
+    assert said.startswith("kafkalens report: 1 input file cannot be read: file:/"), said
+    assert "requests.log.1.gz (truncated: " in said and not (tmp_path / "out").exists()
+    skipped = report("--skip-unreadable", "--spark-log", "warn")
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    assert skipped.stdout.startswith("kafkalens report\n")
+    assert "1 LEFT OUT (their lines are not counted): file:/" in skipped.stdout
+    assert " WARN " in skipped.stderr  # Spark's own log, asked for
+    assert "incubator modules" not in stopped.stderr + skipped.stderr
 
 
-@pytest.mark.parametrize("args", [["report", "x.log", "--out", "out"], ["watch", "logs"]])
+@pytest.mark.parametrize("args", [["report", "x.log", "--out", "out"], ["watch", "logs"],
+                                  ["ingest", "logs", "--table", "t"]])
 def test_without_pyspark_the_cli_names_the_extra_in_one_line(
         tmp_path: Path, args: list[str]) -> None:
     code = ("import sys; sys.modules['pyspark'] = None\n"
@@ -110,8 +101,28 @@ def test_without_pyspark_the_cli_names_the_extra_in_one_line(
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env=_env())
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == MISSING_PYSPARK
-    assert "pip install 'kafkalens[pipeline]'" in MISSING_PYSPARK
+    # run from this checkout: the editable install's command, in this directory
+    assert done.stderr.strip() == missing_extra() == (
+        "kafkalens: the pipeline needs PySpark and matplotlib (and Java 17+): "
+        f"pip install -e '.[pipeline]' in {ROOT}")
+
+
+def test_an_installed_kafkalens_names_the_extra_to_install(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"  # pipeline/ without a pyproject.toml beside it
+    (site / "pipeline").mkdir(parents=True)
+    assert missing_extra(site).endswith(": pip install 'kafkalens[pipeline]'")
+
+
+def test_the_file_spark_submit_runs_takes_a_command_or_says_which_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.cli import COMMANDS, main
+
+    assert set(COMMANDS) == {"report", "watch", "ingest"}
+    for wrong in ([], ["/var/log/kafkalens"]):
+        assert main(wrong) == 2
+        assert capsys.readouterr().err == (
+            "usage: pipeline/cli.py {report,watch,ingest} ... (e.g. report LOGS --out DIR; "
+            "COMMAND --help says more)\n")
 
 
 def _env() -> dict[str, str]:

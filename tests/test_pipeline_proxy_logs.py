@@ -4,7 +4,9 @@ kafka-python pinned to 0.10.1 speaks protocol versions Kafka 4.0 removed (Produc
 Metadata v1 ...): the readiness table must name it; confluent-kafka speaks current
 versions and names its software (KIP-511): the inventory must show it; its consumer
 joins a group (JoinGroup waits for the rebalance) and long-polls Fetch. Every table
-is held to the plain-Python reference over the same lines (support.report_oracle).
+is held to the plain-Python reference over the same lines (support.report_oracle), and
+the same log ingested (`kafkalens ingest`) and reported from the table gives the same
+tables.
 
 The broker is tansu, which still answers the versions Kafka 4.0 removed: the old
 client's traffic must reach the log whole; Apache Kafka 4.x refuses those versions.
@@ -22,8 +24,10 @@ from pyspark.sql import functions as F
 from support import ck_client, kp_client
 from support.clients import Record
 from support.observed import observed_in_front_of
+from support.parquet_tables import tables
 from support.report_oracle import expected_only, failed, micros, resolved, waits
 
+from pipeline.ingest import IngestOptions, run_ingest
 from pipeline.readiness_data import removed_versions
 from pipeline.report import run_report
 from pipeline.schema import REQUEST_EVENTS
@@ -63,6 +67,18 @@ def test_report_over_the_proxys_own_log(tansu_factory: Any, tmp_path: Path,
     check_latency_and_errors_by_api_match_the_lines(spark, reported)
     check_consumer_group_and_topics_match_the_lines(spark, reported)
     check_fleet_lag_and_access_match_the_lines(spark, reported)
+    check_the_ingested_table_gives_the_same_tables(spark, tmp_path)
+
+
+def check_the_ingested_table_gives_the_same_tables(spark: SparkSession, tmp: Path) -> None:
+    """The same log ingested (`kafkalens ingest`), then reported from the table: every
+    table is the one the report made from the log itself."""
+    table, out = tmp / "table", tmp / "from-table"
+    options = IngestOptions(str(tmp / "logs"), str(table), use_spool=False,
+                            pattern="requests.log", once=True)
+    assert run_ingest(spark, options) == 0
+    run_report(spark, [], str(out), table=str(table))
+    assert tables(out) == tables(tmp / "out")
 
 
 def report_over_proxy_log(tansu_factory: Any, tmp: Path, spark: SparkSession

@@ -69,6 +69,7 @@ def test_the_reports_aggregation_is_cached_on_disk_not_in_the_heap(
     them kept a 1g driver collecting garbage for 12+ minutes (pipeline/README). The
     report keeps it on disk only: none of its blocks in memory, all on disk."""
     from bench.synth import Synth, to_line
+    from pipeline.read import parse_lines, read_logs
     from pipeline.report import _scan
 
     logs = tmp_path / "requests.log"
@@ -80,7 +81,7 @@ def test_the_reports_aggregation_is_cached_on_disk_not_in_the_heap(
         return {i.id(): i for i in infos if i.numCachedPartitions() > 0}
 
     before = cached()
-    fine, counts, rows = _scan(spark, [str(logs)])
+    fine, counts, rows = _scan(spark, parse_lines(read_logs(spark, [str(logs)])))
     try:
         assert counts.bad == 500 and rows > 500  # a row per distinct bad line, at least
         (info,) = [info for rdd, info in cached().items() if rdd not in before]

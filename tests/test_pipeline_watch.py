@@ -24,9 +24,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from support.logs import age_like_proxy, file_lines
 
 from bench.synth import Synth, to_line, write_rotated
-from pipeline.spool import Spool
+from pipeline.spool import BAD_AFTER_SECONDS, Spool
 from pipeline.watch import WatchOptions, run_watch
 
 WATERMARK = dt.timedelta(minutes=2)
@@ -34,47 +35,43 @@ WATERMARK = dt.timedelta(minutes=2)
 
 
 
-def _lines(path: Path) -> list[str]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
-
-
-def age_like_proxy(logdir: Path, pattern: str = "requests.log*") -> None:
-    """Give each file the mtime of its last line, as if written in real time."""
-    for path in logdir.glob(pattern):
-        last = json.loads(_lines(path)[-1])["ts"]
-        t = dt.datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp()
-        os.utime(path, (t, t))
-
-
-def rotated_requests(logdir: Path) -> list[dict]:
-    """The request lines of every rotated file now in logdir (not the active file)."""
+def rotated_lines(logdir: Path) -> list[dict]:
+    """The good lines of every rotated file now in logdir (not the active file)."""
     out = []
     for path in logdir.glob("requests.log.*"):
-        for line in _lines(path):
+        for line in file_lines(path):
             try:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(e, dict) and e.get("event") in ("request", "request_no_response") \
-                    and "api" in e:  # "yesterday" is no timestamp
-                out.append(e)
+            if isinstance(e, dict) and "event" in e and e.get("ts", "").startswith("20"):
+                out.append(e)  # "yesterday" is no timestamp
     return out
 
 
-def expected_windows(requests: list[dict]) -> Counter:
-    """(window start, api) -> count, for windows the watermark has closed."""
-    def ts(e: dict) -> dt.datetime:
-        return dt.datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).replace(tzinfo=None)
+def _ts(e: dict) -> dt.datetime:
+    return dt.datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).replace(tzinfo=None)
 
-    watermark = max(map(ts, requests)) - WATERMARK
+
+def expected_windows(lines: list[dict]) -> Counter:
+    """(window start, api) -> requests, for the windows the watermark has closed: the
+    newest good line's time minus the watermark (every event moves it)."""
+    watermark = max(map(_ts, lines)) - WATERMARK
     counts: Counter = Counter()
-    for e in requests:
-        start = ts(e).replace(second=0, microsecond=0)
+    for e in lines:
+        if e["event"] not in ("request", "request_no_response"):
+            continue
+        start = _ts(e).replace(second=0, microsecond=0)
         if start + dt.timedelta(minutes=1) <= watermark:
             counts[(start, e["api"])] += 1
     return counts
+
+
+def written(out: Path) -> list[str]:
+    """The watch's data files under OUT (not its checkpoint, spool or staging)."""
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*.parquet")
+                  if not p.name.startswith(".") and not any(
+                      part.startswith("_") for part in p.relative_to(out).parts))
 
 
 def output(spark: SparkSession, out: Path, table: str = "by_api") -> Counter:
@@ -97,7 +94,7 @@ def test_rotation_restart_counts_each_line_once(spark: SparkSession, tmp_path: P
     age_like_proxy(logs)
     assert run_watch(spark, options) == 0
     first = output(spark, out)
-    assert first == expected_windows(rotated_requests(logs)) and first
+    assert first == expected_windows(rotated_lines(logs)) and first
 
     # The proxy goes on: .1 -> .3, .2 -> .4, new .1 and .2, now compressed.
     write_rotated(logs, (to_line(e) for e in synth.events(2000)), 1000, gz=True)
@@ -107,20 +104,28 @@ def test_rotation_restart_counts_each_line_once(spark: SparkSession, tmp_path: P
         "requests.log.4"}
     assert run_watch(spark, options) == 0
     second = output(spark, out)
-    assert second == expected_windows(rotated_requests(logs))
+    assert second == expected_windows(rotated_lines(logs))
     assert len(second) > len(first)
     assert all(second[k] == n for k, n in first.items())  # nothing counted twice
+    # A table partitioned by window: a file per batch that closed windows, no directory.
+    files = written(out)
+    assert files and all(f.startswith(("by_api/window_date=2025-03-01/batch-",
+                                       "by_software/window_date=2025-03-01/batch-",
+                                       "input_files/batch-", "bad_lines/batch-"))
+                         for f in files), files
 
     # A restart with nothing new writes nothing.
-    batches = sorted(p.name for p in (out / "by_api").iterdir())
     assert run_watch(spark, options) == 0
-    assert sorted(p.name for p in (out / "by_api").iterdir()) == batches
+    assert written(out) == files
 
     software = output(spark, out, "by_software")
     assert sum(software.values()) == sum(second.values())
     assert any(key == ("sarama", "1.27.0") for _, key in software)
-    # Staged files are deleted once committed; the ledger remembers them.
-    assert {p.name for p in (out / "_spool").iterdir()} == {"_ledger.txt"}
+    # Staged files are deleted once committed (Spark's cleanSource), those of a run's
+    # last batch when the next batch starts; the ledger remembers them all.
+    staged = [p for p in (out / "_spool").iterdir() if p.name != "_ledger.txt"]
+    assert len(staged) <= options.max_files_per_trigger, staged
+    assert (out / "_spool" / "_ledger.txt").read_text().count("\n") == 4
 
 
 def test_unique_names_without_spool(spark: SparkSession, tmp_path: Path) -> None:
@@ -135,9 +140,8 @@ def test_unique_names_without_spool(spark: SparkSession, tmp_path: Path) -> None
     options = WatchOptions(str(logs), out=str(out), once=True, use_spool=False,
                            pattern="requests-*.log")
     assert run_watch(spark, options) == 0
-    requests = [json.loads(x) for p in sorted(logs.glob("requests-*.log")) for x in _lines(p)]
-    requests = [e for e in requests if e["event"].startswith("request")]
-    assert output(spark, out) == expected_windows(requests)
+    lines = [json.loads(x) for p in sorted(logs.glob("requests-*.log")) for x in file_lines(p)]
+    assert output(spark, out) == expected_windows(lines)
 
 
 def test_files_appearing_while_running(spark: SparkSession, tmp_path: Path) -> None:
@@ -151,7 +155,7 @@ def test_files_appearing_while_running(spark: SparkSession, tmp_path: Path) -> N
     try:
         write_rotated(logs, (to_line(e) for e in synth.events(2000)), 1000)
         age_like_proxy(logs)
-        want = expected_windows(rotated_requests(logs))
+        want = expected_windows(rotated_lines(logs))
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -183,8 +187,11 @@ def test_spool_stages_renamed_and_recompressed_files_once(tmp_path: Path) -> Non
     age_like_proxy(logs)
     assert [p.name for p in spool.collect()] == ["requests.log.1"]
     assert spool.collect() == []
-    staged = sorted(spool_dir.glob("*.log"))
+    staged = sorted(staged_files(spool_dir))
     assert len(staged) == 3 and (spool_dir / "_ledger.txt").read_text().count("\n") == 3
+    # each under its content's hash and the name it had when staged
+    assert sorted(p.name.split(".", 1)[1] for p in staged) == [
+        "requests.log.1", "requests.log.1", "requests.log.2"]
 
 
 def test_spool_stages_each_file_once_when_rotated_while_staging(
@@ -211,11 +218,15 @@ def test_spool_stages_each_file_once_when_rotated_while_staging(
     spool.collect()
     spool.collect()
     assert rotations
-    staged = {p.name.removesuffix(".log"): _lines(p) for p in spool_dir.glob("*.log")}
-    rotated = sorted(_lines(p) for p in logs.glob("requests.log.*"))
+    staged = {p.name.split(".", 1)[0]: file_lines(p) for p in staged_files(spool_dir)}
+    rotated = sorted(file_lines(p) for p in logs.glob("requests.log.*"))
     assert sorted(staged.values()) == rotated and len(rotated) == 2
     for fingerprint, lines in staged.items():  # each under its own content's name
         assert hashlib.sha256((lines[0] + "\n").encode()).hexdigest()[:32] == fingerprint
+
+
+def staged_files(spool_dir: Path) -> list[Path]:
+    return [p for p in spool_dir.iterdir() if not p.name.startswith(("_", "."))]
 
 
 def test_spool_skips_unfinished_files(tmp_path: Path) -> None:
@@ -224,13 +235,42 @@ def test_spool_skips_unfinished_files(tmp_path: Path) -> None:
     whole = gzip.compress(b'{"ts":"2025-01-01T00:00:00Z","event":"request"}\n' * 1000)
     (logs / "requests.log.1.gz").write_bytes(whole[: len(whole) // 2])  # being compressed
     (logs / "requests.log.2").write_text('{"a":1}\n')  # just rotated: not settled yet
-    old = time.time() - 60
+    old = time.time() - 10  # settled, not yet given up on (BAD_AFTER_SECONDS)
     os.utime(logs / "requests.log.1.gz", (old, old))
     spool = Spool(logs, spool_dir, "*.log.[0-9]*")
-    assert spool.collect() == []
+    assert spool.collect() == [] and spool.unreadable == []
     (logs / "requests.log.1.gz").write_bytes(whole)
     os.utime(logs / "requests.log.1.gz", (old, old))
     assert [p.name for p in spool.collect()] == ["requests.log.1.gz"]
+
+
+def test_spool_names_the_files_it_will_never_stage_until_left_out(tmp_path: Path) -> None:
+    """A .gz cut short long after its last write (the compressor died), a plain file
+    named .gz: never staged, each named with why, not passed over in silence: on every
+    pass and after a restart (a command that stopped on them must stop again), until
+    the command goes on without them (--skip-unreadable); then never again."""
+    logs, spool_dir = tmp_path / "logs", tmp_path / "spool"
+    logs.mkdir()
+    whole = gzip.compress(b'{"ts":"2025-01-01T00:00:00Z","event":"request"}\n' * 1000)
+    (logs / "requests.log.1.gz").write_bytes(whole[: len(whole) // 2])
+    (logs / "requests.log.2.gz").write_text('{"ts":"2025-01-01T00:00:00Z"}\n')
+    (logs / "requests.log.3").write_text('{"ts":"2025-01-01T00:00:00Z"}\n')
+    old = time.time() - BAD_AFTER_SECONDS - 1
+    for path in logs.iterdir():
+        os.utime(path, (old, old))
+    spool = Spool(logs, spool_dir, "*.log.[0-9]*")
+    assert [p.name for p in spool.collect()] == ["requests.log.3"]
+    assert {(u.path.name, u.reason) for u in spool.unreadable} == {
+        ("requests.log.1.gz", "truncated: the gzip stream is cut short"),
+        ("requests.log.2.gz", "not gzip data, though its name says .gz")}
+    named = {(u.path.name, u.reason) for u in spool.unreadable}
+    assert spool.collect() == [] and {(u.path.name, u.reason) for u in spool.unreadable} == named
+    again = Spool(logs, spool_dir, "*.log.[0-9]*")  # a restart
+    assert again.collect() == [] and {(u.path.name, u.reason) for u in again.unreadable} == named
+    again.leave_out(again.unreadable)
+    assert again.collect() == [] and again.unreadable == []  # left out: not named again
+    restarted = Spool(logs, spool_dir, "*.log.[0-9]*")
+    assert restarted.collect() == [] and restarted.unreadable == []  # across restarts too
 
 
 def test_spool_recovers_after_crash_between_ledger_and_rename(tmp_path: Path) -> None:
@@ -241,9 +281,8 @@ def test_spool_recovers_after_crash_between_ledger_and_rename(tmp_path: Path) ->
     os.utime(logs / "requests.log.1", (0, 0))
     spool = Spool(logs, spool_dir, "*.log.[0-9]*")
     spool.collect()
-    [staged] = spool_dir.glob("*.log")
-    fingerprint = staged.name.removesuffix(".log")
-    staged.rename(spool_dir / f".{fingerprint}.log.tmp")  # as if we died before renaming
+    [staged] = staged_files(spool_dir)
+    staged.rename(spool_dir / f".{staged.name}.tmp")  # as if we died before renaming
     (spool_dir / ".deadbeef.log.tmp").write_text("never recorded\n")
     assert spool.collect() == []  # already in the ledger: not staged again
     assert sorted(p.name for p in spool_dir.iterdir()) == ["_ledger.txt", staged.name]
@@ -257,8 +296,9 @@ def _request_line(ts: str, api: str, **fields: object) -> str:
 def test_protocol_steps_are_not_errors_and_waits_not_latency(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """expected_errors.json's errors are not failures; a JoinGroup, and a Fetch that ran
-    out its long poll, are counted as waits and left out of the latency."""
+    """expected_errors.json's errors are not failures; a JoinGroup, and a Fetch allowed
+    to wait (max_wait_ms > 0, or not logged), are counted as waits and left out of the
+    latency: the report's definitions (semantics.py)."""
     logs, out = tmp_path / "logs", tmp_path / "out"
     logs.mkdir()
     t = "2025-03-01T12:00:%02d.000000Z"
@@ -278,16 +318,17 @@ def test_protocol_steps_are_not_errors_and_waits_not_latency(
     age_like_proxy(logs)
     assert run_watch(spark, WatchOptions(str(logs), out=str(out), once=True)) == 0
     rows = {r["api"]: r for r in spark.read.parquet(str(out / "by_api")).collect()}
-    got = {api: (r["requests"], r["errors"], r["waited"], r["avg_latency_ms"])
-           for api, r in rows.items()}
+    got = {api: (r["requests"], r["errors"], r["expected_errors"], r["waiting_requests"],
+                 r["avg_ms"]) for api, r in rows.items()}
     assert got == {
-        "JoinGroup": (3, 1, 3, None),
-        "Heartbeat": (2, 1, 0, 3.0),
-        "Fetch": (3, 0, 1, 16.0),
-        "Metadata": (1, 1, 0, 3.0),  # REBALANCE_IN_PROGRESS is a step of groups, not here
+        "JoinGroup": (3, 1, 1, 3, None),
+        "Heartbeat": (2, 1, 1, 0, 3.0),
+        # a long poll waits by design whether or not it ran out (the report's definition)
+        "Fetch": (3, 0, 0, 3, None),
+        "Metadata": (1, 1, 0, 0, 3.0),  # REBALANCE_IN_PROGRESS is a step of groups, not here
     }
     [software] = spark.read.parquet(str(out / "by_software")).collect()
-    assert (software["requests"], software["errors"], software["waited"]) == (9, 3, 4)
+    assert (software["requests"], software["errors"], software["waiting_requests"]) == (9, 3, 6)
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -313,7 +354,7 @@ def test_says_what_it_waits_for_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KAFKALENS_SPARK_CDS": "0"}
     with stdout.open("wb") as o, stderr.open("wb") as e:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.watch", str(logs), "--out", str(out),
+            [sys.executable, "-m", "pipeline.cli", "watch", str(logs), "--out", str(out),
              "--interval", "1", "--notice-every", "3", "--master", "local[1]"],
             cwd=tmp_path, env=env, stdout=o, stderr=e, start_new_session=True)
     try:
@@ -323,7 +364,8 @@ def test_says_what_it_waits_for_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         # what it waits for: the pattern, the directory, the files there and read so far
         assert f"*.log.[0-9]* in {logs}" in notice and "(1 there now, 1 read so far)" in notice
         # the rotated file was read (its windows printed) before or about then
-        assert "finished window rows" in _wait_for(stdout, "finished window rows", proc, 60)
+        printed = _wait_for(stdout, "kafkalens watch: batch 0:", proc, 60)
+        assert "kafkalens watch: batch 0: " in printed and " provisional " in printed
         os.killpg(proc.pid, signal.SIGINT)
         rc = proc.wait(120)
     finally:
@@ -333,6 +375,8 @@ def test_says_what_it_waits_for_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     text = stderr.read_text(errors="replace")
     assert rc in (0, 130) and "Traceback" not in text, text[-3000:]
     assert "kafkalens watch: stopped" in text
+    # the watch's own lines only: none of Spark's log, no JVM notice
+    assert all(line.startswith("kafkalens watch: ") for line in text.splitlines()), text
     deadline = time.monotonic() + 60  # the JVM exits once its driver's pipe closes
     while time.monotonic() < deadline and _group_alive(proc.pid):
         time.sleep(0.5)
@@ -353,7 +397,7 @@ def _group_alive(pgid: int) -> bool:
 def test_waiting_notice_counts_files_through_hadoop_without_spool(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    from pipeline.watch import Waiting
+    from pipeline.follow import Waiting
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -389,12 +433,12 @@ def test_lines_read_between_two_polls_count_though_other_reports_followed(
     and one without input follows at once to move the watermark on."""
     from types import SimpleNamespace
 
-    from pipeline import watch
+    from pipeline import follow
 
     clock = [1000.0]
-    monkeypatch.setattr(watch, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(follow, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     o = WatchOptions(str(tmp_path), out=str(tmp_path / "out"))  # a spool: Spark not asked
-    waiting = watch.Waiting(o, None, 30)  # type: ignore[arg-type]
+    waiting = follow.Waiting(o, None, 30)  # type: ignore[arg-type]
     reports = [report(0, 60, 0), report(1, 0, 1), report(2, 0, 11)]
     waiting.update(reports)
     clock[0] += 25
@@ -412,10 +456,128 @@ def test_lines_read_between_two_polls_count_though_other_reports_followed(
 def test_the_recent_progress_is_read_only_when_a_batch_ran() -> None:
     from types import SimpleNamespace
 
-    from pipeline.watch import progress_since
+    from pipeline.follow import progress_since
 
     reports = [report(2, 0, 11), report(2, 12, 30), report(3, 0, 31)]
     query = SimpleNamespace(lastProgress=reports[-1], recentProgress=reports)
     assert progress_since(query, 3) == [reports[-1]]  # type: ignore[arg-type]
     assert progress_since(query, 2) == reports  # type: ignore[arg-type]
     assert progress_since(SimpleNamespace(lastProgress=None), -1) == []  # type: ignore[arg-type]
+
+
+def _requests(times: list[str], api: str = "Metadata") -> str:
+    return "".join(_request_line(f"2025-03-01T{t}.000000Z", api, latency_ms=1.0) + "\n"
+                   for t in times)
+
+
+def test_lines_of_a_window_already_final_are_counted_as_dropped(
+    spark: SparkSession, tmp_path: Path, capsys: Any
+) -> None:
+    """Late by more than the watermark: not folded into a window written already, not
+    passed over either; counted per file (input_files.late_lines) and said."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    logs.mkdir()
+    (logs / "requests.log.2").write_text(_requests([f"12:0{m}:00" for m in range(10)]))
+    age_like_proxy(logs)
+    options = WatchOptions(str(logs), out=str(out), once=True)
+    assert run_watch(spark, options) == 0
+    before = output(spark, out)
+    assert max(start for start, _ in before) == dt.datetime(2025, 3, 1, 12, 6)  # 12:07 mark
+    late, kept = ["12:01:10"] * 5, ["12:08:30"] * 3
+    (logs / "requests.log.1").write_text(_requests([*late, *kept, "12:20:00"]))
+    age_like_proxy(logs)
+    capsys.readouterr()
+    assert run_watch(spark, options) == 0
+    said = capsys.readouterr().out
+    assert "5 of windows already final: dropped (late by more than --watermark 2 minutes)" in said
+    after = output(spark, out)
+    minute = dt.datetime(2025, 3, 1, 12, 1)
+    assert after[(minute, "Metadata")] == before[(minute, "Metadata")] == 1  # not twice
+    assert after[(dt.datetime(2025, 3, 1, 12, 8), "Metadata")] == 1 + 3
+    files = {r["file"].rsplit("/", 1)[1]: r for r in
+             spark.read.parquet(str(out / "input_files")).collect()}
+    assert (files["requests.log.1"]["lines"], files["requests.log.1"]["late_lines"]) == (9, 5)
+    assert files["requests.log.2"]["late_lines"] == 0
+
+
+def test_a_batch_run_again_after_a_crash_writes_what_it_wrote(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark runs a batch again when it did not record it as done (a crash after its
+    writes): its files are written again under the same names, nothing added twice."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    write_rotated(logs, (to_line(e) for e in Synth(seed=17, rate=5).events(2500)), 1000)
+    age_like_proxy(logs)
+    options = WatchOptions(str(logs), out=str(out), once=True, max_files_per_trigger=1)
+    assert run_watch(spark, options) == 0
+    files, windows = written(out), output(spark, out)
+    commits = sorted((out / "_checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert len(commits) == 2
+    # as if the driver died before Spark recorded the batch done
+    for done in (commits[-1], commits[-1].with_name(f".{commits[-1].name}.crc")):
+        done.unlink()
+    assert run_watch(spark, options) == 0
+    assert written(out) == files and output(spark, out) == windows
+
+
+def test_the_watermark_is_a_duration_or_one_line_and_exit_2(
+    spark: SparkSession, tmp_path: Path, capsys: Any
+) -> None:
+    from pipeline.watch import delay_seconds
+
+    assert [delay_seconds(t) for t in ("2 minutes", "10 seconds", "90s", "1 hour", "1.5 min")
+            ] == [120, 10, 90, 3600, 90]
+    (tmp_path / "logs").mkdir()
+    for bad in ("soon", "1ms"):  # not a minute for "m" and "s"
+        o = WatchOptions(str(tmp_path / "logs"), out=str(tmp_path / "out"), watermark=bad)
+        assert run_watch(spark, o) == 2
+        assert capsys.readouterr().err == (
+            f"kafkalens watch: --watermark: {bad!r} is not a number of seconds, minutes, "
+            "hours or days (e.g. '2 minutes')\n")
+
+
+def test_a_rotated_file_that_cannot_be_read_stops_the_watch_or_is_named_and_left_out(
+    spark: SparkSession, tmp_path: Path, capsys: Any
+) -> None:
+    """A plain file named .gz (a misnamed rotation): by default the watch stops with one
+    line naming it and why (exit 1) before reading anything; with --skip-unreadable it
+    reads the other files, and the file is in input_files as left out, with the reason.
+    Without the spool, a truncated gzip fails Spark's read: one line naming it, exit 1."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    logs.mkdir()
+    (logs / "requests.log.1").write_text(_requests([f"12:0{m}:00" for m in range(6)]))
+    misnamed = logs / "requests.log.2.gz"
+    misnamed.write_text(_requests(["11:59:00"]))
+    age_like_proxy(logs, "requests.log.1")
+    old = time.time() - 3600
+    os.utime(misnamed, (old, old))
+    capsys.readouterr()
+    assert run_watch(spark, WatchOptions(str(logs), out=str(out), once=True)) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"kafkalens watch: 1 rotated file(s) cannot be read: {misnamed} (not gzip data, "
+        "though its name says .gz); stopped (--skip-unreadable goes on without them)")
+    assert written(out) == []
+
+    options = WatchOptions(str(logs), out=str(out), once=True, skip_unreadable=True)
+    assert run_watch(spark, options) == 0
+    assert f"kafkalens watch: left out, not read: {misnamed}" in capsys.readouterr().err
+    minute = dt.datetime(2025, 3, 1, 12, 0)
+    assert output(spark, out)[(minute, "Metadata")] == 1  # 12:00-12:03 final at 12:05
+    files = {r["file"].rsplit("/", 1)[1]: r for r in
+             spark.read.parquet(str(out / "input_files")).collect()}
+    assert (files["requests.log.2.gz"]["status"], files["requests.log.2.gz"]["reason"]) == (
+        "left out", "not gzip data, though its name says .gz")
+    assert (files["requests.log.1"]["status"], files["requests.log.1"]["lines"]) == ("read", 6)
+
+    unique, out2 = tmp_path / "unique", tmp_path / "out2"
+    unique.mkdir()
+    whole = gzip.compress(_requests([f"12:0{m}:00" for m in range(6)]).encode())
+    (unique / "requests-0001.log.gz").write_bytes(whole[: len(whole) // 2])
+    os.utime(unique / "requests-0001.log.gz", (old, old))
+    o = WatchOptions(str(unique), out=str(out2), once=True, use_spool=False,
+                     pattern="requests-*.log.gz")
+    assert run_watch(spark, o) == 1
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.startswith(f"kafkalens watch: cannot read file:{unique}/requests-0001.log.gz "
+                           "(truncated"), said
+    assert said.endswith("; stopped (replace it with an empty file to go on)")

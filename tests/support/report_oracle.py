@@ -25,10 +25,14 @@ def expected_only(e: dict[str, Any]) -> bool:
 
 
 def waits(e: dict[str, Any]) -> bool:
-    """Long polls allowed to wait (max_wait_ms > 0 or not logged) and JoinGroup."""
-    if e["api_key"] in (1, 78):
+    """Long polls allowed to wait (max_wait_ms > 0 or not logged) and JoinGroup; a line
+    without api_key is known by its api name."""
+    key = e.get("api_key")
+    if key is None:
+        key = {"Fetch": 1, "ShareFetch": 78, "JoinGroup": 11}.get(e.get("api") or "")
+    if key in (1, 78):
         return e.get("max_wait_ms") is None or e["max_wait_ms"] > 0
-    return e["api_key"] == 11
+    return key == 11
 
 
 def micros(ts: str) -> int:
