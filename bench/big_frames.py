@@ -24,8 +24,9 @@ from pathlib import Path
 from bench.procs import memory_kib, user_system_seconds
 from bench.raw_broker import RawBroker, read_exactly, read_frame
 from bench.soak import HOST, ProxyProcess
+from codec import ApiKey
 
-FETCH = 1
+FETCH = ApiKey.FETCH
 _LEN = struct.Struct(">i")
 BATCH_BYTES = 1024 * 1024
 

@@ -38,6 +38,7 @@ from support import aio_client, ck_client, kp_client  # noqa: E402
 from support.clients import Record, attempt, make_records, supported_compressions  # noqa: E402
 from support.relay import Frame, RecordingRelay  # noqa: E402
 
+from codec import ApiKey  # noqa: E402
 from proxy.tansu import TansuBroker, free_port, tansu_binary  # noqa: E402
 
 PER_KIND = 3
@@ -50,7 +51,7 @@ NOTES = [
     "tansu answers Produce with acks=0 (Kafka sends nothing): such responses have unexpected=true",
     "not captured: tansu's ListOffsets v0 and all-topics OffsetFetch v3 answers are malformed",
 ]
-PRODUCE = 0
+PRODUCE = ApiKey.PRODUCE
 Step = tuple[str, Callable[[str], object]]
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from codec import decode_request, decode_request_header, decode_response
+from codec import ApiKey, decode_request, decode_request_header, decode_response
 from codec.errors import DecodeError
 from codec.groups import decode_assignment, decode_subscription, group_payloads
 from codec.peek import peek_request, produce_acks
@@ -134,9 +134,7 @@ def records_test_batches() -> list[Case]:
     """The records tests' batches (all codecs, legacy and v2), if tests/ imports here."""
     sys.path.insert(0, str(ROOT / "tests"))
     try:
-        from records_oracle import CODECS, build_legacy, build_v2
-        from test_records import make_specs
-        from test_records_hostile import MIXED
+        from records_oracle import CODECS, MIXED, build_legacy, build_v2, make_specs
     except ImportError:
         return []
     finally:
@@ -181,7 +179,7 @@ def decode(case: Case) -> Any:
 def run_frame(case: Case) -> None:
     if case.target == "request":
         api_key, version, _ = peek_request(case.data)
-        if api_key == 0:
+        if api_key == ApiKey.PRODUCE:
             produce_acks(case.data, version)
         decode_request_header(case.data)
     message = decode(case)
@@ -189,7 +187,7 @@ def run_frame(case: Case) -> None:
     group_payloads(message.api_key, kind, message.body)
     for records in fields_named(message.body, "records"):
         read_records(records)
-    if message.api_key == 36 and kind == "request":  # SaslAuthenticate
+    if message.api_key == ApiKey.SASL_AUTHENTICATE and kind == "request":
         for mechanism in MECHANISMS:
             check_principal(sasl_principal(mechanism, message.body["auth_bytes"] or b""))
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from support.relay import Frame, RecordingRelay  # noqa: E402
 
 from bench import metadata, throughput, wire  # noqa: E402
-from codec import decode_request, decode_response  # noqa: E402
+from codec import ApiKey, decode_request, decode_response  # noqa: E402
 from proxy.config import Overrides, load_config  # noqa: E402
 from proxy.hooks import ConnectionInfo, Hooks, Pending  # noqa: E402
 from proxy.metrics import Metrics  # noqa: E402
@@ -54,7 +54,7 @@ from proxy.tansu import TansuBroker, free_port  # noqa: E402
 
 Pair = tuple[Frame, Frame]
 HOST = "127.0.0.1"
-API_VERSIONS = 18
+API_VERSIONS = ApiKey.API_VERSIONS
 
 
 def capture(records: int = 5000, partitions: int = 1000) -> dict[str, Pair]:
@@ -104,8 +104,8 @@ def capture_share(records: int = 2000) -> dict[str, Pair]:
                 driver.must("close")
             time.sleep(0.2)
             pairs = [(q, r) for q, r in relay.pairs() if r is not None]
-    fetches = [p for p in pairs if p[0].api_key == 78 and _acknowledges(p[0]) and _acquires(p[1])]
-    acks = [p for p in pairs if p[0].api_key == 79]
+    fetches = [p for p in pairs if p[0].api_key == ApiKey.SHARE_FETCH and _acknowledges(p[0]) and _acquires(p[1])]
+    acks = [p for p in pairs if p[0].api_key == ApiKey.SHARE_ACKNOWLEDGE]
     fetch = max(fetches, key=lambda p: len(p[0].data) + len(p[1].data))
     return {
         "ShareFetch (Java, acks + records)": fetch,

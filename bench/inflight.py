@@ -26,8 +26,9 @@ from tempfile import TemporaryDirectory
 from bench.procs import memory_kib
 from bench.raw_broker import RawBroker, read_frame
 from bench.soak import HOST, ProxyProcess
+from codec import ApiKey
 
-API_VERSIONS, METADATA = 18, 3
+API_VERSIONS, METADATA = ApiKey.API_VERSIONS, ApiKey.METADATA
 STUCK = "stuck"
 
 

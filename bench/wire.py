@@ -10,13 +10,13 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from codec import Request, encode_request
+from codec import ApiKey, Request, encode_request
 
 CLIENT_ID = "kafkalens-bench"
-API_VERSIONS = 18
-METADATA = 3
-OFFSET_COMMIT = 8
-FIND_COORDINATOR = 10
+API_VERSIONS = ApiKey.API_VERSIONS
+METADATA = ApiKey.METADATA
+OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
+FIND_COORDINATOR = ApiKey.FIND_COORDINATOR
 _CORR = struct.Struct(">i")
 _SIZE = struct.Struct(">i")
 _ZERO_UUID = bytes(16)

@@ -1,6 +1,7 @@
 """kafkalens codec: the Kafka wire protocol, sans-I/O (bytes in, messages out, bytes out)."""
 
 from codec.errors import DecodeError, EncodeError
+from codec.generated.api_key import ApiKey
 from codec.messages import (
     DEFAULT_POLICY,
     HeaderPolicy,
@@ -20,6 +21,7 @@ from codec.schema import api_messages, api_names
 
 __all__ = [
     "DEFAULT_POLICY",
+    "ApiKey",
     "DecodeError",
     "EncodeError",
     "HeaderPolicy",

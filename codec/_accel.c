@@ -1,19 +1,27 @@
-/* codec._accel: one generic interpreter that decodes Kafka structs in C.
+/* codec._accel: the layout description (codec/layout.py) run in C.
  *
- * codec/accel.py lowers a message version into a program of nested tuples; make_decoder
- * turns it into the C tree below (validating every part of it) and returns a callable
- * with the Python decoders' signature: f(buf, pos, end, budget) -> (dict, pos). The
- * Python decoders (codec/compiler.py) are the reference; this file mirrors them check
- * for check, so the same input gives the same dict, position, budget and DecodeError
- * (class, offset and message).
+ * Decoder(struct, decode_fallback, skim_fallback) loads a layout.Struct into the C tree
+ * below, checking everything memory safety relies on, and runs it as codec/interpreter.py
+ * runs it: decoder(buf, pos, end, budget) -> (dict, pos) is interpreter.decode, and
+ * decoder.skim(buf, pos, end, budget, found) -> pos is interpreter.skim. The functions
+ * have the Python ones' names and shape (struct, value, array, tagged); the Python one is
+ * the reference, and tests/test_codec_interpreters.py holds this one to the same dicts,
+ * positions, budgets and errors (class, message, offset). Calls it does not take (a
+ * buffer that is not a 1-D byte memoryview, positions out of it, a budget that is not a
+ * list holding an int) go to the fallbacks, the Python interpreter, unchanged.
+ *
+ * The numbers of kinds, framings and entities come from codec/generated/kinds.h, which
+ * `python -m codec.generate` writes from codec/kinds.py; codec/accel.py checks NUMBERS
+ * against codec.kinds at import.
  *
  * Memory safety: every read of the buffer (r->b) follows a check in the same function
- * that it ends at or before `end` (read_fixed_elements: its caller's count check), and
- * takes() checks 0 <= pos <= end <= the buffer's length, on an export that keeps the
- * buffer from being released or resized during the call. Lengths and counts are int64
- * (a varint here carries up to 35 bits) and are compared with the bytes left, never
- * added to a position before that. Every function returns NULL or -1 with an exception
- * set, and its caller drops what it built so far.
+ * that it ends at or before `end`, or, for a field in a run of fixed-size fields, the
+ * run's check, which load_ops verified covers it (read_fixed_elements: its caller's count
+ * check). takes() checks 0 <= pos <= end <= the buffer's length on an export that keeps
+ * the buffer from being released or resized during the call. Lengths and counts are
+ * int64 (a varint here carries up to 35 bits) and are compared with the bytes left,
+ * never added to a position before that. Every function returns NULL or -1 with an
+ * exception set, and its caller drops what it built so far.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,13 +29,20 @@
 #include <stdint.h>
 #include <string.h>
 
-/* CPython 3.11 only (the layout verified, see put_direct): a decoded struct's values
- * go straight into its dict's entries. The internal header needs Py_BUILD_CORE, which
- * is set only around it: the rest of this file sees the public API alone. Where the
- * header is not installed, the public API does it all (rather than the build failing,
- * which setup.py's optional=True would turn into no extension at all). */
+#include "generated/kinds.h"
+
+/* CPython 3.11 only (the layout verified at load, see put_direct): a decoded struct's
+ * values go straight into its dict's entries, PyDict_SetItem's lookup skipped. Worth
+ * the risk of writing into a private structure: callgrind's instructions per decode of
+ * bench/bench_codec.py's frames, this file built with the direct writes and with
+ * -DKAFKALENS_NO_DICT_WRITES (public API only), are Fetch (100 partitions) 238,483 vs
+ * 364,093 (the public API +53 %) and Metadata (1,000 partitions) 4,007,137 vs
+ * 5,106,779 (+27 %); bench/HISTORY.md says how. The internal header needs
+ * Py_BUILD_CORE, set only around it: the rest of this file sees the public API alone.
+ * Where the header is not installed, the public API does it all (rather than the build
+ * failing, which setup.py's optional=True would turn into no extension at all). */
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_LIMITED_API) \
-    && !defined(PYPY_VERSION) && defined(__has_include)
+    && !defined(PYPY_VERSION) && defined(__has_include) && !defined(KAFKALENS_NO_DICT_WRITES)
 #if __has_include("internal/pycore_dict.h")
 #define DIRECT_DICT 1
 #define Py_BUILD_CORE
@@ -48,85 +63,57 @@
 #define NOINLINE
 #endif
 
-/* Op kinds: codec/accel.py has the same numbers. */
-enum { OP_FIXED = 1, OP_STRING, OP_BYTES, OP_RECORDS, OP_UUID, OP_STRUCT, OP_ARRAY };
-
 #define MAX_DEPTH 32              /* struct nesting: Kafka's schemas go 5 deep */
 #define MAX_FIELDS 64             /* fields of one struct: Kafka's largest has 16 */
 #define MAX_MIN_SIZE (1 << 20)    /* keeps count * element size far from overflow */
 #define MAX_TAG ((int64_t)1 << 35) /* a 5-byte varint carries 35 bits */
 
 typedef struct Program Program;
-typedef struct Op Op;
 
-typedef struct {
-    Py_ssize_t slot;  /* the struct field it decodes; -1 for an array element */
-    char code;        /* struct format character: b h H i I q d ? */
-    int size;
-} FixedField;
-
-struct Op {
-    int kind;
-    Py_ssize_t slot;      /* the struct field it decodes; -1 for an array element */
-    int flex;             /* compact (varint) length or count */
-    int nullable;
-    int peek;             /* the bounds check covers one byte more: a varint follows */
-    Py_ssize_t nfixed;    /* OP_FIXED: the run */
-    FixedField *fixed;
-    Py_ssize_t run_size;
-    int64_t min_size;     /* OP_ARRAY: fewest bytes one element takes */
-    Op *element;          /* OP_ARRAY */
-    Program *sub;         /* OP_STRUCT */
-};
-
-typedef struct {
-    int64_t tag;
-    Py_ssize_t slot;
-    PyObject *deflt;      /* compared with the value: equal goes to _explicit_tags */
-    Op op;
-} Tagged;
-
-typedef struct {
-    Py_ssize_t slot;
-    PyObject *deflt;      /* a list or dict, copied per decode */
-    int shallow;          /* it holds no list or dict: a shallow copy will do */
-} Fresh;
+typedef struct Op {
+    int kind, framing, nullable, peek, entity;
+    int size;             /* fixed-size kinds and uuid: the value's bytes */
+    int check;            /* fixed-size kinds and uuid: the bytes its check covers (0: its run's) */
+    int run;              /* a regular field whose check covers a run of fixed-size fields: how many */
+    int step;             /* regular fields: the ops to the next one not in its run */
+    Py_ssize_t slot;      /* its key's index in the struct's keys; -1 for an array's element */
+    int64_t tag;          /* tagged fields */
+    int64_t min_size;     /* arrays: the fewest bytes one element takes */
+    PyObject *name;       /* its key */
+    PyObject *deflt;      /* tagged fields: a value equal to it goes to _explicit_tags */
+    struct Op *element;   /* arrays */
+    Program *sub;         /* structs */
+} Op;
 
 struct Program {
     int flexible;
     Py_ssize_t nkeys;
     PyObject **keys;      /* the dict's keys, in order */
-    PyObject **values;    /* the template's value of each key: see put() */
+    PyObject **values;    /* the C template's value of each key: see likely() */
     PyObject *template_;  /* keys -> values: each struct's dict starts as a copy */
     int direct;           /* a copy's entry i holds keys[i]: see put_direct */
-    Py_ssize_t nops;
-    Op *ops;
-    Py_ssize_t ntagged;
-    Tagged *tagged;       /* sorted by tag */
-    Py_ssize_t nfresh;
-    Fresh *fresh;
+    Py_ssize_t nops, ntagged, nfresh;
+    Op *ops;              /* the regular fields, in wire order */
+    Op *tagged;           /* the tagged fields, by tag */
+    Op **fresh;           /* tagged fields whose default is copied per decode */
+    Py_ssize_t pair_id, pair_topic;  /* skim: the slots of layout.Struct.topic_pair, or -1 */
 };
 
-/* What the Python side provides: codec.wire's error factories and uuid cache. */
-typedef struct {
-    PyObject *short_;          /* wire.short(pos, what) -> DecodeError */
-    PyObject *invalid;         /* wire.invalid(pos, what) -> DecodeError */
-    PyObject *uuid_of;         /* wire.uuid_of(bytes) -> UUID */
-    Py_ssize_t max_unknown_tags;
-    PyObject *unknown_key;     /* "_unknown_tags" */
-    PyObject *explicit_key;    /* "_explicit_tags" */
-} Helpers;
+/* What codec/accel.py gives once: codec.wire's error factories and uuid cache. */
+static PyObject *short_, *invalid, *uuid_of, *unknown_key, *explicit_key, *counts_key;
+static PyObject *found_keys[5];   /* found's lists: topics, groups, transactional ids, errors, topic ids */
+static Py_ssize_t max_unknown_tags;
 
 /* ------------------------------------------------------------------------------------
- * The program: loading (validated) and freeing
+ * Loading a layout.Struct
  * ------------------------------------------------------------------------------------ */
 
 static void free_program(Program *prog);
 
 static void clear_op(Op *op)
 {
-    PyMem_Free(op->fixed);
-    op->fixed = NULL;
+    Py_CLEAR(op->name);
+    Py_CLEAR(op->deflt);
     if (op->element != NULL) {
         clear_op(op->element);
         PyMem_Free(op->element);
@@ -151,183 +138,275 @@ static void free_program(Program *prog)
     for (i = 0; prog->ops != NULL && i < prog->nops; i++)
         clear_op(&prog->ops[i]);
     PyMem_Free(prog->ops);
-    for (i = 0; prog->tagged != NULL && i < prog->ntagged; i++) {
-        Py_XDECREF(prog->tagged[i].deflt);
-        clear_op(&prog->tagged[i].op);
-    }
+    for (i = 0; prog->tagged != NULL && i < prog->ntagged; i++)
+        clear_op(&prog->tagged[i]);
     PyMem_Free(prog->tagged);
-    for (i = 0; prog->fresh != NULL && i < prog->nfresh; i++)
-        Py_XDECREF(prog->fresh[i].deflt);
     PyMem_Free(prog->fresh);
     PyMem_Free(prog);
 }
 
-static int bad_program(const char *what)
+COLD static int bad_layout(const char *what)
 {
-    PyErr_Format(PyExc_ValueError, "invalid decoder program: %s", what);
+    PyErr_Format(PyExc_ValueError, "invalid layout: %s", what);
     return -1;
-}
-
-/* A tuple of exactly n items (any number if n < 0). */
-static PyObject *tuple_of(PyObject *obj, Py_ssize_t n, const char *what)
-{
-    if (!PyTuple_Check(obj) || (n >= 0 && PyTuple_GET_SIZE(obj) != n)) {
-        bad_program(what);
-        return NULL;
-    }
-    return obj;
-}
-
-/* A 0/1 flag (Python bool or int). */
-static int load_flag(PyObject *obj, int *out)
-{
-    long value = PyLong_Check(obj) ? PyLong_AsLong(obj) : -1;
-    if (value != 0 && value != 1) {
-        PyErr_Clear();
-        return bad_program("flag");
-    }
-    *out = (int)value;
-    return 0;
 }
 
 static void *calloc_or_raise(Py_ssize_t n, size_t size)
 {
-    void *memory = PyMem_Calloc((size_t)n, size);
+    void *memory = PyMem_Calloc((size_t)(n > 0 ? n : 1), size);
     if (memory == NULL)
         PyErr_NoMemory();
     return memory;
 }
 
-/* The slot of a field's key (`index` maps keys to slots), or -1 for an array element,
- * whose key must be None. */
-static int load_slot(PyObject *index, PyObject *key, int element, Py_ssize_t *slot)
+/* An int attribute within [low, high], or None, read as `none`. */
+static int int_attr(PyObject *obj, const char *name, int64_t low, int64_t high, int64_t none, int64_t *out)
 {
-    PyObject *found;
-    if (element) {
-        *slot = -1;
-        return key == Py_None ? 0 : bad_program("an element has no key");
+    PyObject *value = PyObject_GetAttrString(obj, name);
+    long long number;
+    if (value == NULL)
+        return -1;
+    if (value == Py_None) {
+        Py_DECREF(value);
+        *out = none;
+        return 0;
     }
-    found = PyUnicode_CheckExact(key) ? PyDict_GetItemWithError(index, key) : NULL;
-    if (found == NULL)
-        return PyErr_Occurred() ? -1 : bad_program("field of no key");
-    *slot = PyLong_AsSsize_t(found);
+    number = PyLong_Check(value) ? PyLong_AsLongLong(value) : low - 1;
+    Py_DECREF(value);
+    if (number == -1 && PyErr_Occurred())
+        return -1;
+    if (number < low || number > high)
+        return bad_layout(name);
+    *out = number;
     return 0;
 }
 
-static int fixed_size(char code)
+static int small_attr(PyObject *obj, const char *name, int low, int high, int *out)
 {
-    switch (code) {
-    case 'b': case '?': return 1;
-    case 'h': case 'H': return 2;
-    case 'i': case 'I': return 4;
-    case 'q': case 'd': return 8;
+    int64_t value;
+    if (int_attr(obj, name, low, high, low - 1, &value) < 0)
+        return -1;
+    *out = (int)value;
+    return 0;
+}
+
+/* A tuple attribute (a new reference). */
+static PyObject *tuple_attr(PyObject *obj, const char *name)
+{
+    PyObject *value = PyObject_GetAttrString(obj, name);
+    if (value != NULL && !PyTuple_CheckExact(value)) {
+        Py_DECREF(value);
+        bad_layout(name);
+        return NULL;
+    }
+    return value;
+}
+
+static int fixed_size(int kind)
+{
+    switch (kind) {
+    case KIND_INT8: case KIND_BOOL: return 1;
+    case KIND_INT16: case KIND_UINT16: return 2;
+    case KIND_INT32: case KIND_UINT32: return 4;
+    case KIND_INT64: case KIND_FLOAT64: return 8;
+    case KIND_UUID: return 16;
     default: return 0;
     }
 }
 
-static Program *load_program(PyObject *obj, int depth);
-static int load_op(PyObject *t, PyObject *index, int element, int depth, Op *op);
+static Program *load_program(PyObject *layout, int depth);
 
-static int load_fixed(PyObject *t, PyObject *index, int element, Op *op)
+/* One layout.Field; `index` maps a key to its slot (NULL for an array's element). */
+static int load_op(PyObject *field, PyObject *index, int depth, Op *op)
 {
-    PyObject *pairs;
-    Py_ssize_t i, n;
-    if (tuple_of(t, 3, "fixed op") == NULL || load_flag(PyTuple_GET_ITEM(t, 1), &op->peek) < 0)
-        return -1;
-    pairs = PyTuple_GET_ITEM(t, 2);
-    if (tuple_of(pairs, -1, "fixed run") == NULL)
-        return -1;
-    n = PyTuple_GET_SIZE(pairs);
-    if (n < 1 || (element && (n != 1 || op->peek)))
-        return bad_program("fixed run size");
-    if ((op->fixed = calloc_or_raise(n, sizeof(FixedField))) == NULL)
-        return -1;
-    op->nfixed = n;
-    for (i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(pairs, i), *code;
-        FixedField *f = &op->fixed[i];
-        if (tuple_of(pair, 2, "fixed field") == NULL)
-            return -1;
-        code = PyTuple_GET_ITEM(pair, 1);
-        if (!PyUnicode_CheckExact(code) || PyUnicode_GET_LENGTH(code) != 1
-            || PyUnicode_READ_CHAR(code, 0) > 127)
-            return bad_program("fixed code");
-        f->code = (char)PyUnicode_READ_CHAR(code, 0);
-        f->size = fixed_size(f->code);
-        if (f->size == 0)
-            return bad_program("fixed code");
-        if (load_slot(index, PyTuple_GET_ITEM(pair, 0), element, &f->slot) < 0)
-            return -1;
-        op->run_size += f->size;
-    }
-    return 0;
-}
-
-static int load_array(PyObject *t, PyObject *index, int depth, Op *op)
-{
-    PyObject *size;
-    if (tuple_of(t, 7, "array op") == NULL || load_slot(index, PyTuple_GET_ITEM(t, 1), 0, &op->slot) < 0
-        || load_flag(PyTuple_GET_ITEM(t, 2), &op->flex) < 0
-        || load_flag(PyTuple_GET_ITEM(t, 3), &op->nullable) < 0
-        || load_flag(PyTuple_GET_ITEM(t, 4), &op->peek) < 0)
-        return -1;
-    size = PyTuple_GET_ITEM(t, 5);
-    op->min_size = PyLong_Check(size) ? PyLong_AsLongLong(size) : -1;
-    if (op->min_size < 1 || op->min_size > MAX_MIN_SIZE) {
-        PyErr_Clear();
-        return bad_program("element size");
-    }
-    if ((op->element = calloc_or_raise(1, sizeof(Op))) == NULL)
-        return -1;
-    if (load_op(PyTuple_GET_ITEM(t, 6), NULL, 1, depth, op->element) < 0)
-        return -1;
-    if (op->element->kind == OP_FIXED && op->element->run_size != op->min_size)
-        return bad_program("fixed element size");
-    if (op->peek && op->element->kind != OP_FIXED)
-        return bad_program("peek after an array of variable elements");
-    return 0;
-}
-
-/* Load one op; `element`: an array's element (no key, no peek, not nullable). */
-static int load_op(PyObject *t, PyObject *index, int element, int depth, Op *op)
-{
-    long kind;
+    PyObject *sub = NULL;
+    int64_t tag, min_size;
+    int status = -1;
     memset(op, 0, sizeof(*op));
-    if (tuple_of(t, -1, "op") == NULL || PyTuple_GET_SIZE(t) < 2)
-        return bad_program("op");
-    kind = PyLong_Check(PyTuple_GET_ITEM(t, 0)) ? PyLong_AsLong(PyTuple_GET_ITEM(t, 0)) : -1;
-    if (kind == -1 && PyErr_Occurred())
-        PyErr_Clear();
-    op->kind = (int)kind;
-    switch (kind) {
-    case OP_FIXED:
-        return load_fixed(t, index, element, op);
-    case OP_STRING: case OP_BYTES: case OP_RECORDS:
-        if (tuple_of(t, 5, "sized op") == NULL
-            || load_slot(index, PyTuple_GET_ITEM(t, 1), element, &op->slot) < 0
-            || load_flag(PyTuple_GET_ITEM(t, 2), &op->flex) < 0
-            || load_flag(PyTuple_GET_ITEM(t, 3), &op->nullable) < 0
-            || load_flag(PyTuple_GET_ITEM(t, 4), &op->peek) < 0)
-            return -1;
-        return element && (op->nullable || op->peek) ? bad_program("element flags") : 0;
-    case OP_UUID:
-        if (tuple_of(t, 2, "uuid op") == NULL)
-            return -1;
-        return load_slot(index, PyTuple_GET_ITEM(t, 1), element, &op->slot);
-    case OP_STRUCT:
-        if (tuple_of(t, 4, "struct op") == NULL
-            || load_slot(index, PyTuple_GET_ITEM(t, 1), element, &op->slot) < 0
-            || load_flag(PyTuple_GET_ITEM(t, 2), &op->nullable) < 0)
-            return -1;
-        if (element && op->nullable)
-            return bad_program("element flags");
-        op->sub = load_program(PyTuple_GET_ITEM(t, 3), depth + 1);
-        return op->sub == NULL ? -1 : 0;
-    case OP_ARRAY:
-        return element ? bad_program("array of arrays") : load_array(t, index, depth, op);
-    default:
-        return bad_program("op kind");
+    op->slot = -1;
+    if (small_attr(field, "kind", KIND_INT8, KIND_ARRAY, &op->kind) < 0
+        || small_attr(field, "framing", FRAMING_NONE, FRAMING_MARKER, &op->framing) < 0
+        || small_attr(field, "entity", ENTITY_NONE, ENTITY_TOPIC_ID, &op->entity) < 0
+        || small_attr(field, "nullable", 0, 1, &op->nullable) < 0
+        || small_attr(field, "peek", 0, 1, &op->peek) < 0
+        || small_attr(field, "size", 0, 16, &op->size) < 0
+        || small_attr(field, "check", 0, 1 << 16, &op->check) < 0
+        || int_attr(field, "tag", 0, MAX_TAG - 1, -1, &tag) < 0
+        || int_attr(field, "min_size", 0, MAX_MIN_SIZE, 0, &min_size) < 0
+        || (op->name = PyObject_GetAttrString(field, "name")) == NULL
+        || (op->deflt = PyObject_GetAttrString(field, "default")) == NULL)
+        return -1;
+    op->tag = tag;
+    op->min_size = min_size;
+    if (!PyUnicode_CheckExact(op->name))
+        return bad_layout("name");
+    if (index != NULL) {
+        PyObject *slot = PyDict_GetItemWithError(index, op->name);
+        if (slot == NULL)
+            return PyErr_Occurred() ? -1 : bad_layout("a field not in the template");
+        op->slot = PyLong_AsSsize_t(slot);
     }
+    if (op->size != fixed_size(op->kind) || (op->size == 0 && op->check != 0)
+        || (op->kind == KIND_UUID && op->check != 16))
+        return bad_layout("size");
+    if (op->kind == KIND_STRUCT) {
+        if (op->framing != (op->nullable ? FRAMING_MARKER : FRAMING_NONE) || op->peek)
+            return bad_layout("struct framing");
+        if ((sub = PyObject_GetAttrString(field, "struct")) == NULL)
+            return -1;
+        op->sub = load_program(sub, depth + 1);
+        status = op->sub == NULL ? -1 : 0;
+    } else if (op->kind == KIND_ARRAY) {
+        if ((op->framing != FRAMING_COMPACT && op->framing != FRAMING_INT32) || op->min_size < 1)
+            return bad_layout("array framing");
+        if ((sub = PyObject_GetAttrString(field, "element")) == NULL
+            || (op->element = calloc_or_raise(1, sizeof(Op))) == NULL
+            || load_op(sub, NULL, depth, op->element) < 0)
+            goto done;
+        if (op->element->kind == KIND_ARRAY || op->element->nullable || op->element->peek
+            || (op->element->size && op->element->kind != KIND_UUID && op->element->size != op->min_size)
+            || (op->peek && (op->element->size == 0 || op->element->kind == KIND_UUID)))
+            status = bad_layout("array element");
+        else
+            status = 0;
+    } else if (op->kind >= KIND_STRING) {
+        int framing = op->framing;
+        if (framing != FRAMING_COMPACT && framing != (op->kind == KIND_STRING ? FRAMING_INT16 : FRAMING_INT32))
+            return bad_layout("length framing");
+        status = 0;
+    } else {
+        status = op->framing != FRAMING_NONE || op->nullable || op->peek ? bad_layout("fixed framing") : 0;
+    }
+done:
+    Py_XDECREF(sub);
+    return status;
+}
+
+/* The regular fields. A fixed-size field of check 0 must be covered by the check of
+ * the first field of its run: what lets read_run read the run after one check. */
+static int load_ops(Program *prog, PyObject *layout, PyObject *index, int depth)
+{
+    PyObject *fields = tuple_attr(layout, "fields");
+    Op *first = NULL;     /* the first field of the run being loaded */
+    Py_ssize_t i, covered = 0;
+    int status = 0;
+    if (fields == NULL)
+        return -1;
+    prog->nops = PyTuple_GET_SIZE(fields);
+    if ((prog->ops = calloc_or_raise(prog->nops, sizeof(Op))) == NULL)
+        status = -1;
+    for (i = 0; status == 0 && i < prog->nops; i++) {
+        Op *op = &prog->ops[i];
+        status = load_op(PyTuple_GET_ITEM(fields, i), index, depth, op);
+        if (status < 0 || op->tag >= 0) {
+            status = status < 0 ? -1 : bad_layout("a tagged field among the regular ones");
+        } else if (op->size && op->kind != KIND_UUID) {
+            if (op->check)
+                first = op, covered = op->check;
+            if (first == NULL || (covered -= op->size) < 0)
+                status = bad_layout("a fixed-size field no check covers");
+            else
+                first->step = ++first->run;
+        } else {
+            op->step = 1;
+            first = NULL;
+        }
+    }
+    Py_DECREF(fields);
+    return status;
+}
+
+static int load_tagged(Program *prog, PyObject *layout, PyObject *index, int depth)
+{
+    PyObject *fields = tuple_attr(layout, "tagged");
+    Py_ssize_t i;
+    int status = 0;
+    if (fields == NULL)
+        return -1;
+    prog->ntagged = PyTuple_GET_SIZE(fields);
+    if (prog->ntagged > 0 && !prog->flexible)
+        status = bad_layout("tagged fields in a struct that is not flexible");
+    else if ((prog->tagged = calloc_or_raise(prog->ntagged, sizeof(Op))) == NULL)
+        status = -1;
+    for (i = 0; status == 0 && i < prog->ntagged; i++) {
+        Op *op = &prog->tagged[i];
+        status = load_op(PyTuple_GET_ITEM(fields, i), index, depth, op);
+        if (status == 0 && (op->tag < 0 || op->peek || (op->size && op->check != op->size)
+                            || (i > 0 && op->tag <= prog->tagged[i - 1].tag)))
+            status = bad_layout("tagged field");
+    }
+    Py_DECREF(fields);
+    return status;
+}
+
+static Py_ssize_t slot_of(PyObject *index, PyObject *name)
+{
+    PyObject *slot = PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(index, name) : NULL;
+    if (slot == NULL)
+        return PyErr_Occurred() ? -1 : bad_layout("a name not in the template");
+    return PyLong_AsSsize_t(slot);
+}
+
+static int load_fresh(Program *prog, PyObject *layout, PyObject *index)
+{
+    PyObject *fields = tuple_attr(layout, "fresh");
+    Py_ssize_t i, j;
+    int status = 0;
+    if (fields == NULL)
+        return -1;
+    prog->nfresh = PyTuple_GET_SIZE(fields);
+    if ((prog->fresh = calloc_or_raise(prog->nfresh, sizeof(Op *))) == NULL)
+        status = -1;
+    for (i = 0; status == 0 && i < prog->nfresh; i++) {
+        PyObject *name = PyObject_GetAttrString(PyTuple_GET_ITEM(fields, i), "name");
+        Py_ssize_t slot = name == NULL ? -1 : slot_of(index, name);
+        Py_XDECREF(name);
+        for (j = 0; slot >= 0 && j < prog->ntagged; j++)
+            if (prog->tagged[j].slot == slot)
+                prog->fresh[i] = &prog->tagged[j];
+        if (slot < 0)
+            status = -1;
+        else if (prog->fresh[i] == NULL || !(PyList_CheckExact(prog->fresh[i]->deflt) || PyDict_CheckExact(prog->fresh[i]->deflt)))
+            status = bad_layout("fresh default");
+    }
+    Py_DECREF(fields);
+    return status;
+}
+
+static int load_pair(Program *prog, PyObject *layout, PyObject *index)
+{
+    PyObject *pair = PyObject_GetAttrString(layout, "topic_pair");
+    int status = 0;
+    prog->pair_id = prog->pair_topic = -1;
+    if (pair == NULL)
+        return -1;
+    if (pair != Py_None) {
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+            status = bad_layout("topic_pair");
+        else if ((prog->pair_id = slot_of(index, PyTuple_GET_ITEM(pair, 0))) < 0
+                 || (prog->pair_topic = slot_of(index, PyTuple_GET_ITEM(pair, 1))) < 0)
+            status = -1;
+    }
+    Py_DECREF(pair);
+    return status;
+}
+
+/* What a regular field's value most likely is, as a shared object (a small int, False,
+ * "", the zero uuid: its default), or None: the C template holds it, and put() leaves a
+ * value that is that very object to the template. */
+static PyObject *likely(const Op *op)
+{
+    PyObject *d = op->deflt;
+    if (op->nullable || op->kind == KIND_STRUCT || op->kind == KIND_ARRAY)
+        return Py_None;
+    if (PyLong_CheckExact(d)) {
+        int overflow;
+        long value = PyLong_AsLongAndOverflow(d, &overflow);
+        return !overflow && value >= -5 && value <= 256 ? d : Py_None;
+    }
+    if (d == Py_False || (PyUnicode_CheckExact(d) && PyUnicode_GET_LENGTH(d) == 0) || op->kind == KIND_UUID)
+        return d;
+    return Py_None;
 }
 
 #if DIRECT_DICT
@@ -354,37 +433,60 @@ static int direct_layout(const Program *prog)
 }
 #endif
 
-/* The keys in order, their template values, and `index`: key -> slot. */
-static int load_template(Program *prog, PyObject *items, PyObject *index)
+/* The keys and `index` (key -> slot) from layout.Struct.template; their values are set
+ * by load_values once the fields are loaded. */
+static int load_keys(Program *prog, PyObject *layout, PyObject *index)
 {
-    Py_ssize_t i, n;
-    if (tuple_of(items, -1, "template") == NULL)
+    PyObject *template = PyObject_GetAttrString(layout, "template"), *key, *value, *slot;
+    Py_ssize_t i, n, pos = 0;
+    int status = 0;
+    if (template == NULL)
         return -1;
-    n = PyTuple_GET_SIZE(items);
-    if (n > MAX_FIELDS)
-        return bad_program("too many fields");
-    if ((prog->template_ = PyDict_New()) == NULL || (prog->keys = calloc_or_raise(n + 1, sizeof(PyObject *))) == NULL
-        || (prog->values = calloc_or_raise(n + 1, sizeof(PyObject *))) == NULL)
-        return -1;
-    prog->nkeys = n;
-    for (i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(items, i), *slot;
-        int status;
-        if (tuple_of(pair, 2, "template item") == NULL)
-            return -1;
-        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0)))
-            return bad_program("template key");
-        prog->keys[i] = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
-        prog->values[i] = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
-        if (PyDict_SetItem(prog->template_, prog->keys[i], prog->values[i]) < 0 || (slot = PyLong_FromSsize_t(i)) == NULL)
-            return -1;
-        status = PyDict_SetItem(index, prog->keys[i], slot);
-        Py_DECREF(slot);
-        if (status < 0)
-            return -1;
+    if (!PyDict_CheckExact(template) || (n = PyDict_GET_SIZE(template)) > MAX_FIELDS) {
+        Py_DECREF(template);
+        return bad_layout("template");
     }
-    if (PyDict_GET_SIZE(index) != n)
-        return bad_program("duplicate template key");
+    if ((prog->keys = calloc_or_raise(n, sizeof(PyObject *))) == NULL
+        || (prog->values = calloc_or_raise(n, sizeof(PyObject *))) == NULL) {
+        Py_DECREF(template);
+        return -1;
+    }
+    prog->nkeys = n;
+    for (i = 0; status == 0 && PyDict_Next(template, &pos, &key, &value); i++) {
+        (void)value;
+        if (!PyUnicode_CheckExact(key))
+            status = bad_layout("template key");
+        else if ((slot = PyLong_FromSsize_t(i)) == NULL)
+            status = -1;
+        else {
+            prog->keys[i] = Py_NewRef(key);
+            status = PyDict_SetItem(index, key, slot);
+            Py_DECREF(slot);
+        }
+    }
+    Py_DECREF(template);
+    return status;
+}
+
+/* The C template: the tagged fields' defaults (None for fresh ones, set per decode),
+ * the regular fields' likely values. Every key must be some field's. */
+static int load_values(Program *prog)
+{
+    Py_ssize_t i;
+    for (i = 0; i < prog->nops + prog->ntagged; i++) {
+        const Op *op = i < prog->nops ? &prog->ops[i] : &prog->tagged[i - prog->nops];
+        PyObject *value = i < prog->nops ? likely(op) : op->deflt;
+        if (prog->values[op->slot] != NULL)
+            return bad_layout("two fields of one key");
+        if (PyList_CheckExact(value) || PyDict_CheckExact(value))
+            value = Py_None;  /* a fresh default: put_fresh_defaults */
+        prog->values[op->slot] = Py_NewRef(value);
+    }
+    if (prog->nops + prog->ntagged != prog->nkeys || (prog->template_ = PyDict_New()) == NULL)
+        return prog->template_ == NULL && !PyErr_Occurred() ? bad_layout("a key of no field") : -1;
+    for (i = 0; i < prog->nkeys; i++)
+        if (PyDict_SetItem(prog->template_, prog->keys[i], prog->values[i]) < 0)
+            return -1;
 #if DIRECT_DICT
     if ((prog->direct = direct_layout(prog)) < 0)
         return -1;
@@ -392,120 +494,22 @@ static int load_template(Program *prog, PyObject *items, PyObject *index)
     return 0;
 }
 
-/* Whether a list's or dict's items are all neither lists nor dicts. */
-static int holds_no_container(PyObject *obj)
-{
-    PyObject *key, *value;
-    Py_ssize_t i = 0;
-    if (PyList_CheckExact(obj)) {
-        for (i = 0; i < PyList_GET_SIZE(obj); i++)
-            if (PyList_Check(PyList_GET_ITEM(obj, i)) || PyDict_Check(PyList_GET_ITEM(obj, i)))
-                return 0;
-        return 1;
-    }
-    while (PyDict_Next(obj, &i, &key, &value))
-        if (PyList_Check(value) || PyDict_Check(value))
-            return 0;
-    return 1;
-}
-
-static int load_fresh(Program *prog, PyObject *items, PyObject *index)
-{
-    Py_ssize_t i, n;
-    if (tuple_of(items, -1, "fresh defaults") == NULL)
-        return -1;
-    n = PyTuple_GET_SIZE(items);
-    if (n == 0)
-        return 0;
-    if ((prog->fresh = calloc_or_raise(n, sizeof(Fresh))) == NULL)
-        return -1;
-    prog->nfresh = n;
-    for (i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(items, i), *value;
-        if (tuple_of(pair, 2, "fresh default") == NULL)
-            return -1;
-        value = PyTuple_GET_ITEM(pair, 1);
-        if (!PyDict_CheckExact(value) && !PyList_CheckExact(value))
-            return bad_program("fresh default type");
-        if (load_slot(index, PyTuple_GET_ITEM(pair, 0), 0, &prog->fresh[i].slot) < 0)
-            return -1;
-        prog->fresh[i].deflt = Py_NewRef(value);
-        prog->fresh[i].shallow = holds_no_container(value);
-    }
-    return 0;
-}
-
-static int load_tagged(Program *prog, PyObject *items, PyObject *index, int depth)
-{
-    Py_ssize_t i, n;
-    if (tuple_of(items, -1, "tagged fields") == NULL)
-        return -1;
-    n = PyTuple_GET_SIZE(items);
-    if (n > 0 && !prog->flexible)
-        return bad_program("tagged fields in a struct that is not flexible");
-    if (n == 0)
-        return 0;
-    if ((prog->tagged = calloc_or_raise(n, sizeof(Tagged))) == NULL)
-        return -1;
-    prog->ntagged = n;
-    for (i = 0; i < n; i++) {
-        PyObject *entry = PyTuple_GET_ITEM(items, i), *tag;
-        Tagged *t = &prog->tagged[i];
-        Py_ssize_t op_slot;
-        if (tuple_of(entry, 4, "tagged field") == NULL)
-            return -1;
-        tag = PyTuple_GET_ITEM(entry, 0);
-        t->tag = PyLong_Check(tag) ? PyLong_AsLongLong(tag) : -1;
-        if (t->tag < 0 || t->tag >= MAX_TAG || (i > 0 && t->tag < prog->tagged[i - 1].tag)) {
-            PyErr_Clear();
-            return bad_program("tag");
-        }
-        t->deflt = Py_NewRef(PyTuple_GET_ITEM(entry, 3));
-        if (load_slot(index, PyTuple_GET_ITEM(entry, 1), 0, &t->slot) < 0
-            || load_op(PyTuple_GET_ITEM(entry, 2), index, 0, depth, &t->op) < 0)
-            return -1;
-        op_slot = t->op.kind == OP_FIXED ? (t->op.nfixed == 1 ? t->op.fixed[0].slot : -1) : t->op.slot;
-        if (t->op.peek || op_slot != t->slot)
-            return bad_program("tagged op");
-    }
-    return 0;
-}
-
-static int load_ops(Program *prog, PyObject *items, PyObject *index, int depth)
-{
-    Py_ssize_t i, n;
-    if (tuple_of(items, -1, "ops") == NULL)
-        return -1;
-    n = PyTuple_GET_SIZE(items);
-    if (n == 0)
-        return 0;
-    if ((prog->ops = calloc_or_raise(n, sizeof(Op))) == NULL)
-        return -1;
-    prog->nops = n;
-    for (i = 0; i < n; i++)
-        if (load_op(PyTuple_GET_ITEM(items, i), index, 0, depth, &prog->ops[i]) < 0)
-            return -1;
-    return 0;
-}
-
-static Program *load_program(PyObject *obj, int depth)
+static Program *load_program(PyObject *layout, int depth)
 {
     Program *prog;
     PyObject *index;
+    int flexible;
     if (depth > MAX_DEPTH) {
-        bad_program("nested too deep");
+        bad_layout("nested too deep");
         return NULL;
     }
-    if (tuple_of(obj, 5, "struct") == NULL)
-        return NULL;
     if ((prog = calloc_or_raise(1, sizeof(Program))) == NULL)
         return NULL;
-    if ((index = PyDict_New()) == NULL
-        || load_flag(PyTuple_GET_ITEM(obj, 0), &prog->flexible) < 0
-        || load_template(prog, PyTuple_GET_ITEM(obj, 1), index) < 0
-        || load_fresh(prog, PyTuple_GET_ITEM(obj, 2), index) < 0
-        || load_ops(prog, PyTuple_GET_ITEM(obj, 3), index, depth) < 0
-        || load_tagged(prog, PyTuple_GET_ITEM(obj, 4), index, depth) < 0) {
+    if ((index = PyDict_New()) == NULL || small_attr(layout, "flexible", 0, 1, &flexible) < 0
+        || (prog->flexible = flexible, load_keys(prog, layout, index)) < 0
+        || load_ops(prog, layout, index, depth) < 0 || load_tagged(prog, layout, index, depth) < 0
+        || load_fresh(prog, layout, index) < 0 || load_pair(prog, layout, index) < 0
+        || load_values(prog) < 0) {
         Py_XDECREF(index);
         free_program(prog);
         return NULL;
@@ -515,17 +519,19 @@ static Program *load_program(PyObject *obj, int depth)
 }
 
 /* ------------------------------------------------------------------------------------
- * Errors: the same DecodeError as codec/wire.py's short() and invalid() build
+ * Reading: the buffer, varints, lengths, fixed-size values
  * ------------------------------------------------------------------------------------ */
 
 typedef struct {
     const uint8_t *b;      /* the buffer's bytes; b[0 .. len) readable */
     PyObject *view;        /* the memoryview, for zero-copy slices */
     Py_ssize_t p;          /* the position */
-    int64_t budget;        /* struct, string and uuid array elements still allowed */
-    const Helpers *h;
+    int64_t budget;        /* struct, string, bytes and uuid array elements still allowed */
+    PyObject *found[5];    /* skim: found's lists (borrowed), by ENTITY_ - 1; else NULL */
+    int skim;
 } Reader;
 
+/* The same DecodeError as codec/wire.py's short() and invalid() build. */
 COLD static int raise_from(PyObject *factory, Py_ssize_t pos, const char *what)
 {
     PyObject *exc = PyObject_CallFunction(factory, "ns", pos, what);
@@ -536,19 +542,15 @@ COLD static int raise_from(PyObject *factory, Py_ssize_t pos, const char *what)
     return -1;
 }
 
-COLD static int fail_short(const Reader *r, Py_ssize_t pos, const char *what)
+COLD static int fail_short(Py_ssize_t pos, const char *what)
 {
-    return raise_from(r->h->short_, pos, what);
+    return raise_from(short_, pos, what);
 }
 
-COLD static int fail_invalid(const Reader *r, Py_ssize_t pos, const char *what)
+COLD static int fail_invalid(Py_ssize_t pos, const char *what)
 {
-    return raise_from(r->h->invalid, pos, what);
+    return raise_from(invalid, pos, what);
 }
-
-/* ------------------------------------------------------------------------------------
- * Varints, lengths and fixed-size values
- * ------------------------------------------------------------------------------------ */
 
 /* Bytes from p to end (0 <= p <= end <= the buffer's length holds throughout). */
 static inline int64_t left(const Reader *r, Py_ssize_t end)
@@ -556,8 +558,7 @@ static inline int64_t left(const Reader *r, Py_ssize_t end)
     return (int64_t)(end - r->p);
 }
 
-/* wire.read_uvarint past a first byte of 0x80 or more (at r->p - 1): up to 5 bytes,
- * so up to 35 bits. */
+/* wire.read_uvarint past a first byte of 0x80 or more (at r->p - 1): up to 5 bytes. */
 NOINLINE static int read_uvarint_rest(Reader *r, Py_ssize_t end, int64_t *out)
 {
     Py_ssize_t p = r->p;
@@ -566,7 +567,7 @@ NOINLINE static int read_uvarint_rest(Reader *r, Py_ssize_t end, int64_t *out)
     uint8_t byte;
     for (;;) {
         if (p >= end)
-            return fail_short(r, p, "varint");
+            return fail_short(p, "varint");
         byte = r->b[p++];
         result |= (int64_t)(byte & 0x7F) << shift;
         if (byte < 0x80) {
@@ -576,7 +577,7 @@ NOINLINE static int read_uvarint_rest(Reader *r, Py_ssize_t end, int64_t *out)
         }
         shift += 7;
         if (shift > 28)
-            return fail_invalid(r, p, "varint longer than 5 bytes");
+            return fail_invalid(p, "varint longer than 5 bytes");
     }
 }
 
@@ -585,34 +586,13 @@ static inline int read_uvarint(Reader *r, Py_ssize_t end, int64_t *out)
 {
     uint8_t byte;
     if (r->p >= end)
-        return fail_short(r, r->p, "varint");
+        return fail_short(r->p, "varint");
     byte = r->b[r->p++];
     if (byte < 0x80) {
         *out = byte;
         return 0;
     }
     return read_uvarint_rest(r, end, out);
-}
-
-/* compiler.emit_length: a compact length minus one, or a big-endian int16/int32. */
-static inline int read_length(Reader *r, Py_ssize_t end, int flex, int width, int64_t *out)
-{
-    const uint8_t *s;
-    if (flex) {
-        if (read_uvarint(r, end, out) < 0)
-            return -1;
-        *out -= 1;
-        return 0;
-    }
-    if (left(r, end) < width)
-        return fail_short(r, r->p, "length");
-    s = r->b + r->p;
-    if (width == 2)
-        *out = (int16_t)(uint16_t)((unsigned)s[0] << 8 | s[1]);
-    else
-        *out = (int32_t)((uint32_t)s[0] << 24 | (uint32_t)s[1] << 16 | (uint32_t)s[2] << 8 | s[3]);
-    r->p += width;
-    return 0;
 }
 
 static inline uint16_t be16(const uint8_t *s)
@@ -623,6 +603,23 @@ static inline uint16_t be16(const uint8_t *s)
 static inline uint32_t be32(const uint8_t *s)
 {
     return (uint32_t)s[0] << 24 | (uint32_t)s[1] << 16 | (uint32_t)s[2] << 8 | s[3];
+}
+
+/* A length or count as its framing writes it: a compact one minus one, or an int16/int32. */
+static inline int read_length(Reader *r, const Op *op, Py_ssize_t end, int64_t *out)
+{
+    int width = op->framing == FRAMING_INT16 ? 2 : 4;
+    if (op->framing == FRAMING_COMPACT) {
+        if (read_uvarint(r, end, out) < 0)
+            return -1;
+        *out -= 1;
+        return 0;
+    }
+    if (left(r, end) < width)
+        return fail_short(r->p, "length");
+    *out = width == 2 ? (int16_t)be16(r->b + r->p) : (int32_t)be32(r->b + r->p);
+    r->p += width;
+    return 0;
 }
 
 /* CPython's small ints, held here so the commonest values cost no call. */
@@ -637,36 +634,34 @@ static inline PyObject *int_of(long value)
     return PyLong_FromLong(value);
 }
 
-/* A fixed-size value at s (the caller checked its bytes), as struct.unpack's '>' + code. */
-static inline PyObject *unpack_fixed(const uint8_t *s, char code)
+/* A fixed-size value at s (the caller checked its bytes), as struct.unpack would. */
+static inline PyObject *unpack_fixed(const uint8_t *s, int kind)
 {
-    switch (code) {
-    case 'b': return int_of((int8_t)s[0]);
-    case '?': return PyBool_FromLong(s[0] != 0);
-    case 'h': return int_of((int16_t)be16(s));
-    case 'H': return int_of(be16(s));
-    case 'i': return int_of((int32_t)be32(s));
-    case 'I': return PyLong_FromUnsignedLong(be32(s));
-    case 'q': {
+    switch (kind) {
+    case KIND_INT8: return int_of((int8_t)s[0]);
+    case KIND_BOOL: return PyBool_FromLong(s[0] != 0);
+    case KIND_INT16: return int_of((int16_t)be16(s));
+    case KIND_UINT16: return int_of(be16(s));
+    case KIND_INT32: return int_of((int32_t)be32(s));
+    case KIND_UINT32: return PyLong_FromUnsignedLong(be32(s));
+    case KIND_INT64: {
         int64_t value = (int64_t)((uint64_t)be32(s) << 32 | be32(s + 4));
         return value >= SMALL_MIN && value <= SMALL_MAX ? int_of((long)value) : PyLong_FromLongLong(value);
     }
-    case 'd': {
+    case KIND_FLOAT64: {
         double d = PyFloat_Unpack8((const char *)s, 0);
-        if (d == -1.0 && PyErr_Occurred())
-            return NULL;
-        return PyFloat_FromDouble(d);
+        return d == -1.0 && PyErr_Occurred() ? NULL : PyFloat_FromDouble(d);
     }
     default:
-        PyErr_SetString(PyExc_SystemError, "bad fixed code");
+        PyErr_SetString(PyExc_SystemError, "not a fixed-size kind");
         return NULL;
     }
 }
 
-/* A zero-copy view of buf[start:stop], as the Python decoder's `b[p:stop]`. A view of
- * the whole memoryview (sharing its managed buffer), narrowed before anyone sees it,
- * is what memoryview's own slicing builds for a 1-D byte view, without the slice
- * object and its two ints; anything unexpected takes the slice path. */
+/* A zero-copy view of buf[start:stop], as the Python interpreter's `b[p:stop]`. A view
+ * of the whole memoryview (sharing its managed buffer), narrowed before anyone sees it,
+ * is what memoryview's own slicing builds for a 1-D byte view, without the slice object
+ * and its two ints; anything unexpected takes the slice path. */
 static PyObject *slice_view(const Reader *r, Py_ssize_t start, Py_ssize_t stop)
 {
     PyObject *lo, *hi, *slice, *view = PyMemoryView_FromObject(r->view);
@@ -694,54 +689,8 @@ static PyObject *slice_view(const Reader *r, Py_ssize_t start, Py_ssize_t stop)
     return view;
 }
 
-/* ------------------------------------------------------------------------------------
- * Values
- * ------------------------------------------------------------------------------------ */
-
-/* A struct's values while it is decoded, by slot; NULL is the template's value. */
-typedef struct {
-    PyObject *slot[MAX_FIELDS];
-    PyObject *unknown;    /* _unknown_tags, once there is one */
-    PyObject *explicit_;  /* _explicit_tags, once there is one */
-} Fields;
-
-/* Set a slot, stealing value. The template's very object (a small int, False, None, "",
- * the zero uuid: codec/accel.py puts there what a field most likely holds) is kept as
- * NULL, which a dict copied from the template already holds. */
-static int put(Fields *f, const Program *prog, Py_ssize_t slot, PyObject *value)
-{
-    PyObject *old = f->slot[slot];
-    if (value == NULL)
-        return -1;
-    if (value == prog->values[slot]) {
-        Py_DECREF(value);
-        value = NULL;
-    }
-    f->slot[slot] = value;
-    Py_XDECREF(old);
-    return 0;
-}
-
-static PyObject *decode_struct(Reader *r, const Program *prog, Py_ssize_t end);
-
-/* _emit_fixed_run: one check for the run (and the byte after it with peek). */
-static int read_fixed_run(Reader *r, const Op *op, Py_ssize_t end, const Program *prog, Fields *f)
-{
-    Py_ssize_t i, at = r->p;
-    if (left(r, end) < op->run_size + op->peek)
-        return fail_short(r, r->p, "value");
-    for (i = 0; i < op->nfixed; i++) {
-        const FixedField *field = &op->fixed[i];
-        if (put(f, prog, field->slot, unpack_fixed(r->b + at, field->code)) < 0)
-            return -1;
-        at += field->size;
-    }
-    r->p = at;
-    return 0;
-}
-
-/* A string's UTF-8 (strict), as PyUnicode_DecodeUTF8. Kafka's strings are mostly ASCII,
- * which needs only a check and a copy; the rest, and the strings of 0 or 1 characters
+/* A string's UTF-8 (strict), as bytes.decode(). Kafka's strings are mostly ASCII, which
+ * needs only a check and a copy; the rest, and the strings of 0 or 1 characters
  * (CPython shares them), take PyUnicode_DecodeUTF8. */
 static PyObject *decode_text(const uint8_t *s, Py_ssize_t n)
 {
@@ -762,173 +711,284 @@ static PyObject *decode_text(const uint8_t *s, Py_ssize_t n)
     return text;
 }
 
-static const char *sized_name(int kind)
+/* Append `item` to a list, creating the list first if *list is NULL; steals item. */
+static int append_new(PyObject **list, PyObject *item)
 {
-    return kind == OP_STRING ? "string" : kind == OP_BYTES ? "bytes" : "records";
+    int status;
+    if (item == NULL)
+        return -1;
+    if (*list == NULL && (*list = PyList_New(0)) == NULL) {
+        Py_DECREF(item);
+        return -1;
+    }
+    status = PyList_Append(*list, item);
+    Py_DECREF(item);
+    return status;
 }
 
-/* _emit_sized: a string (UTF-8, strict) or a zero-copy bytes/records view. */
-static inline PyObject *read_sized(Reader *r, const Op *op, Py_ssize_t end)
+/* skim: keep a value (borrowed) in found's list of its entity. */
+static inline int keep(Reader *r, int entity, PyObject *value)
 {
-    int64_t length = 0;
-    Py_ssize_t start;
-    if (read_length(r, end, op->flex, op->kind == OP_STRING ? 2 : 4, &length) < 0)
-        return NULL;
-    if (length < 0) {
-        if (op->nullable)
-            Py_RETURN_NONE;
-        fail_invalid(r, r->p, "null in a field that is not nullable");
-        return NULL;
-    }
-    if (op->peek ? length >= left(r, end) : length > left(r, end)) {
-        fail_short(r, r->p, sized_name(op->kind));
-        return NULL;
-    }
-    start = r->p;
-    if (op->kind == OP_STRING) {
-        PyObject *text = decode_text(r->b + start, (Py_ssize_t)length);
-        if (text != NULL)
-            r->p = start + (Py_ssize_t)length;
-        return text;
-    }
-    r->p = start + (Py_ssize_t)length;
-    return slice_view(r, start, r->p);
+    return PyList_Append(r->found[entity - 1], value);
 }
 
-static PyObject *read_uuid(Reader *r, Py_ssize_t end)
+/* ------------------------------------------------------------------------------------
+ * Values (interpreter._value, _array)
+ * ------------------------------------------------------------------------------------ */
+
+/* A struct's values while it is decoded, by slot; NULL is the template's value. */
+typedef struct {
+    PyObject *slot[MAX_FIELDS];
+    PyObject *const *likely;  /* the program's template values; skimming, none */
+    PyObject *unknown;    /* _unknown_tags, once there is one */
+    PyObject *explicit_;  /* _explicit_tags, once there is one */
+    Py_ssize_t nunknown;  /* unknown tagged fields met (skimming keeps none) */
+} Fields;
+
+static PyObject *const no_likely[MAX_FIELDS];  /* all NULL */
+
+/* Set a slot, stealing value. Decoding, the template's very object (see likely()) is
+ * kept as NULL, which a dict copied from the template already holds. */
+static inline int put(Fields *f, Py_ssize_t slot, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    if (value == f->likely[slot]) {
+        Py_DECREF(value);
+        value = NULL;
+    }
+    Py_XSETREF(f->slot[slot], value);
+    return 0;
+}
+
+static PyObject *decode_struct(Reader *r, const Program *prog, Py_ssize_t end, PyObject *counts);
+
+/* skim: an error code that is not 0 (at s, in bounds) is kept. */
+static int keep_error_code(Reader *r, const Op *op, const uint8_t *s)
+{
+    PyObject *code;
+    int status;
+    if (op->entity != ENTITY_ERROR_CODE || (s[0] | s[1]) == 0)
+        return 0;
+    if ((code = int_of((int16_t)be16(s))) == NULL)
+        return -1;
+    status = keep(r, op->entity, code);
+    Py_DECREF(code);
+    return status;
+}
+
+/* A fixed-size field alone (tagged): its own check. */
+static PyObject *read_fixed(Reader *r, const Op *op, Py_ssize_t end)
+{
+    const uint8_t *s = r->b + r->p;
+    if (left(r, end) < op->check) {
+        fail_short(r->p, "value");
+        return NULL;
+    }
+    r->p += op->size;
+    if (r->skim)
+        return keep_error_code(r, op, s) < 0 ? NULL : Py_NewRef(Py_None);
+    return unpack_fixed(s, op->kind);
+}
+
+/* A run of op->run fixed-size fields from op on: one check (load_ops verified it covers
+ * them all), then each into its slot. */
+static int read_run(Reader *r, const Op *op, Py_ssize_t end, Fields *f)
+{
+    const uint8_t *s = r->b + r->p;
+    const Op *stop = op + op->run;
+    if (left(r, end) < op->check)
+        return fail_short(r->p, "value");
+    if (r->skim) {
+        for (; op < stop; s += op->size, op++)
+            if (keep_error_code(r, op, s) < 0)
+                return -1;
+    } else {
+        for (; op < stop; s += op->size, op++)
+            if (put(f, op->slot, unpack_fixed(s, op->kind)) < 0)
+                return -1;
+    }
+    r->p = s - r->b;
+    return 0;
+}
+
+static PyObject *read_uuid(Reader *r, const Op *op, Py_ssize_t end)
 {
     PyObject *raw, *uuid;
     if (left(r, end) < 16) {
-        fail_short(r, r->p, "uuid");
+        fail_short(r->p, "uuid");
         return NULL;
+    }
+    if (r->skim && op->entity != ENTITY_TOPIC_ID) {
+        r->p += 16;
+        Py_RETURN_NONE;
     }
     raw = PyBytes_FromStringAndSize((const char *)r->b + r->p, 16);
     if (raw == NULL)
         return NULL;
-    uuid = PyObject_CallOneArg(r->h->uuid_of, raw);
+    uuid = PyObject_CallOneArg(uuid_of, raw);
     Py_DECREF(raw);
     if (uuid != NULL)
         r->p += 16;
     return uuid;
 }
 
-/* _emit_struct: a nullable struct has a marker byte, 0xFF for null. */
-static PyObject *read_struct(Reader *r, const Op *op, Py_ssize_t end)
+/* A length or count, or null (returns 1): -1 if the field may not be null. */
+static inline int read_count(Reader *r, const Op *op, Py_ssize_t end, int64_t *out)
 {
-    if (op->nullable) {
-        if (r->p >= end) {
-            fail_short(r, r->p, "struct marker");
-            return NULL;
-        }
-        r->p += 1;
-        if (r->b[r->p - 1] == 0xFF)
-            Py_RETURN_NONE;
-    }
-    return decode_struct(r, op->sub, end);
+    if (read_length(r, op, end, out) < 0)
+        return -1;
+    if (*out >= 0)
+        return 0;
+    if (op->nullable)
+        return 1;
+    return fail_invalid(r->p, op->kind == KIND_ARRAY ? "null array in a field that is not nullable"
+                                                     : "null in a field that is not nullable");
 }
 
-static PyObject *read_value(Reader *r, const Op *op, Py_ssize_t end);
+/* A string (UTF-8, strict) or a zero-copy bytes/records view; skimming, only the strings
+ * kept are decoded. */
+static PyObject *read_sized(Reader *r, const Op *op, Py_ssize_t end)
+{
+    Py_ssize_t start;
+    int64_t length = 0;
+    PyObject *text;
+    int status = read_count(r, op, end, &length);
+    if (status != 0)
+        return status < 0 ? NULL : Py_NewRef(Py_None);
+    if (op->peek ? length >= left(r, end) : length > left(r, end)) {
+        fail_short(r->p, op->kind == KIND_STRING ? "string" : op->kind == KIND_BYTES ? "bytes" : "records");
+        return NULL;
+    }
+    start = r->p;
+    r->p = start + (Py_ssize_t)length;
+    if (op->kind != KIND_STRING)
+        return r->skim ? Py_NewRef(Py_None) : slice_view(r, start, r->p);
+    if (r->skim && op->entity == ENTITY_NONE)
+        Py_RETURN_NONE;
+    if ((text = decode_text(r->b + start, (Py_ssize_t)length)) == NULL)
+        r->p = start;
+    else if (r->skim && keep(r, op->entity, text) < 0)
+        Py_CLEAR(text);
+    return text;
+}
 
-/* Fixed-size elements: all in one go, as `unpack_from('>%di' % count)`. */
-static PyObject *read_fixed_elements(Reader *r, const FixedField *f, int64_t count)
+static PyObject *read_value(Reader *r, const Op *op, Py_ssize_t end, PyObject *counts);
+
+/* Fixed-size elements: all in one go, as the Python interpreter's one unpack. */
+static PyObject *read_fixed_elements(Reader *r, const Op *element, int64_t count)
 {
     const uint8_t *s = r->b + r->p;
-    PyObject *list = PyList_New((Py_ssize_t)count);
+    PyObject *list;
     Py_ssize_t i;
-    if (list == NULL)
+    r->p += (Py_ssize_t)count * element->size;
+    if (r->skim)
+        Py_RETURN_NONE;
+    if ((list = PyList_New((Py_ssize_t)count)) == NULL)
         return NULL;
     for (i = 0; i < (Py_ssize_t)count; i++) {
-        PyObject *value = f->code == 'i' ? int_of((int32_t)be32(s + i * 4))
-                                         : unpack_fixed(s + i * f->size, f->code);
+        PyObject *value = element->kind == KIND_INT32 ? int_of((int32_t)be32(s + i * 4))
+                                                      : unpack_fixed(s + i * element->size, element->kind);
         if (value == NULL) {
             Py_DECREF(list);
             return NULL;
         }
         PyList_SET_ITEM(list, i, value);
     }
-    r->p += (Py_ssize_t)count * f->size;
     return list;
 }
 
-/* Struct, string and uuid elements: each costs one of the decode's element budget. */
-static PyObject *read_elements(Reader *r, const Op *element, int64_t count, Py_ssize_t end)
+/* An array: its count checked against the bytes left before any allocation; elements
+ * other than fixed-size ones cost the element budget. Skimming, the count of an array of
+ * the message's own struct goes to `counts`. */
+static PyObject *read_array(Reader *r, const Op *op, Py_ssize_t end, PyObject *counts)
 {
     PyObject *list;
-    Py_ssize_t i;
+    int64_t count = 0, i;
+    int status = read_count(r, op, end, &count);
+    if (status != 0)
+        return status < 0 ? NULL : Py_NewRef(Py_None);
+    /* count < 2^35 and min_size <= 2^20: the product cannot overflow */
+    if (op->peek ? count * op->min_size >= left(r, end) : count * op->min_size > left(r, end)) {
+        fail_invalid(r->p, "array count exceeds the bytes left");
+        return NULL;
+    }
+    if (counts != NULL) {
+        PyObject *number = PyLong_FromLongLong(count);
+        status = number == NULL ? -1 : PyDict_SetItem(counts, op->name, number);
+        Py_XDECREF(number);
+        if (status < 0)
+            return NULL;
+    }
+    if (op->element->kind <= KIND_BOOL)
+        return read_fixed_elements(r, op->element, count);
     if (count > 0) {
         r->budget -= count;
         if (r->budget < 0) {
-            fail_invalid(r, r->p, "more array elements than the decode budget");
+            fail_invalid(r->p, "more array elements than the decode budget");
             return NULL;
         }
     }
-    list = PyList_New((Py_ssize_t)count);  /* unset items are NULL: list_dealloc allows it */
-    if (list == NULL)
+    if (r->skim) {
+        for (i = 0; i < count; i++) {
+            PyObject *item = read_value(r, op->element, end, NULL);
+            if (item == NULL)
+                return NULL;
+            Py_DECREF(item);
+        }
+        Py_RETURN_NONE;
+    }
+    if ((list = PyList_New((Py_ssize_t)count)) == NULL)  /* unset items are NULL: list_dealloc allows it */
         return NULL;
-    for (i = 0; i < (Py_ssize_t)count; i++) {
-        PyObject *item = read_value(r, element, end);
+    for (i = 0; i < count; i++) {
+        PyObject *item = read_value(r, op->element, end, NULL);
         if (item == NULL) {
             Py_DECREF(list);
             return NULL;
         }
-        PyList_SET_ITEM(list, i, item);
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
     }
     return list;
 }
 
-/* _emit_array: the count is checked against the bytes left before any allocation. */
-static PyObject *read_array(Reader *r, const Op *op, Py_ssize_t end)
+/* A nullable struct has a marker byte before it, 0xFF for null. */
+static PyObject *read_struct(Reader *r, const Op *op, Py_ssize_t end)
 {
-    int64_t count = 0;
-    if (read_length(r, end, op->flex, 4, &count) < 0)
-        return NULL;
-    if (count < 0) {
-        if (op->nullable)
+    if (op->framing == FRAMING_MARKER) {
+        if (r->p >= end) {
+            fail_short(r->p, "struct marker");
+            return NULL;
+        }
+        r->p += 1;
+        if (r->b[r->p - 1] == 0xFF)
             Py_RETURN_NONE;
-        fail_invalid(r, r->p, "null array in a field that is not nullable");
-        return NULL;
     }
-    /* count < 2^35 and min_size <= 2^20: the product cannot overflow */
-    if (op->peek ? count * op->min_size >= left(r, end) : count * op->min_size > left(r, end)) {
-        fail_invalid(r, r->p, "array count exceeds the bytes left");
-        return NULL;
-    }
-    if (op->element->kind == OP_FIXED)
-        return read_fixed_elements(r, &op->element->fixed[0], count);
-    return read_elements(r, op->element, count, end);
+    return decode_struct(r, op->sub, end, NULL);
 }
 
-static PyObject *read_value(Reader *r, const Op *op, Py_ssize_t end)
+/* interpreter._value: any field but a fixed-size one in a run. */
+static PyObject *read_value(Reader *r, const Op *op, Py_ssize_t end, PyObject *counts)
 {
     switch (op->kind) {
-    case OP_STRING: case OP_BYTES: case OP_RECORDS:
+    case KIND_STRING: case KIND_BYTES: case KIND_RECORDS:
         return read_sized(r, op, end);
-    case OP_UUID:
-        return read_uuid(r, end);
-    case OP_STRUCT:
+    case KIND_STRUCT:
         return read_struct(r, op, end);
-    case OP_ARRAY:
-        return read_array(r, op, end);
-    default:  /* OP_FIXED is read by read_fixed_run; load_op refuses anything else */
-        PyErr_SetString(PyExc_SystemError, "bad op kind");
-        return NULL;
+    case KIND_ARRAY:
+        return read_array(r, op, end, counts);
+    case KIND_UUID:
+        return read_uuid(r, op, end);
+    default:
+        return read_fixed(r, op, end);
     }
-}
-
-/* Decode one field (or a run of fixed ones) into its slot. */
-static inline int apply_op(Reader *r, const Op *op, Py_ssize_t end, const Program *prog, Fields *f)
-{
-    if (op->kind == OP_FIXED)
-        return read_fixed_run(r, op, end, prog, f);
-    return put(f, prog, op->slot, read_value(r, op, end));
 }
 
 /* ------------------------------------------------------------------------------------
- * Structs and their tagged fields
+ * Structs and their tagged fields (interpreter._struct, _tagged)
  * ------------------------------------------------------------------------------------ */
 
-/* A new copy of a list or dict default (nested ones too), as the Python decoder's
- * literal builds; anything else is immutable and shared. */
+/* A new copy of a list or dict default (nested ones too), as copy.deepcopy makes of the
+ * defaults that hold only those, strings, numbers and None. */
 static PyObject *fresh_copy(PyObject *obj, int depth)
 {
     PyObject *copy, *key, *value;
@@ -961,62 +1021,22 @@ static PyObject *fresh_copy(PyObject *obj, int depth)
     return copy;
 }
 
-/* Tagged fields whose default is a list or a dict get a new one per decode. */
-NOINLINE static int put_fresh_defaults(const Program *prog, Fields *f)
-{
-    Py_ssize_t i;
-    for (i = 0; i < prog->nfresh; i++) {
-        const Fresh *fresh = &prog->fresh[i];
-        PyObject *value;
-        if (!fresh->shallow)
-            value = fresh_copy(fresh->deflt, 0);
-        else if (PyList_CheckExact(fresh->deflt))
-            value = PyList_GetSlice(fresh->deflt, 0, PyList_GET_SIZE(fresh->deflt));
-        else
-            value = PyDict_Copy(fresh->deflt);
-        if (put(f, prog, fresh->slot, value) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static const Tagged *find_tag(const Program *prog, int64_t tag)
-{
-    Py_ssize_t i;
-    for (i = 0; i < prog->ntagged; i++)
-        if (prog->tagged[i].tag == tag)
-            return &prog->tagged[i];
-    return NULL;
-}
-
-/* Append `item` to *list, creating the list first; steals item. */
-static int append_new(PyObject **list, PyObject *item)
-{
-    int status;
-    if (item == NULL)
-        return -1;
-    if (*list == NULL && (*list = PyList_New(0)) == NULL) {
-        Py_DECREF(item);
-        return -1;
-    }
-    status = PyList_Append(*list, item);
-    Py_DECREF(item);
-    return status;
-}
-
 /* A known tagged field ending at `stop`: its value must end there, and a value equal to
  * the default is remembered in _explicit_tags (the encoder then writes it back). */
-static int read_known_tag(Reader *r, const Tagged *t, Py_ssize_t stop, const Program *prog, Fields *f)
+static int read_known_tag(Reader *r, const Op *op, Py_ssize_t stop, const Program *prog, Fields *f,
+                          PyObject *counts)
 {
     PyObject *value, *equal;
     int same;
-    if (apply_op(r, &t->op, stop, prog, f) < 0)
+    if (put(f, op->slot, read_value(r, op, stop, counts)) < 0)
         return -1;
     if (r->p != stop)
-        return fail_invalid(r, r->p, "tagged field size mismatch");
-    value = f->slot[t->slot] != NULL ? f->slot[t->slot] : prog->values[t->slot];
+        return fail_invalid(r->p, "tagged field size mismatch");
+    if (r->skim)
+        return 0;
+    value = f->slot[op->slot] != NULL ? f->slot[op->slot] : prog->values[op->slot];
     Py_INCREF(value);  /* `==` may run Python code */
-    equal = PyObject_RichCompare(value, t->deflt, Py_EQ);
+    equal = PyObject_RichCompare(value, op->deflt, Py_EQ);
     Py_DECREF(value);
     if (equal == NULL)
         return -1;
@@ -1024,15 +1044,20 @@ static int read_known_tag(Reader *r, const Tagged *t, Py_ssize_t stop, const Pro
     Py_DECREF(equal);
     if (same < 0)
         return -1;
-    return same ? append_new(&f->explicit_, PyLong_FromLongLong(t->tag)) : 0;
+    return same ? append_new(&f->explicit_, PyLong_FromLongLong(op->tag)) : 0;
 }
 
 /* An unknown tagged field: kept as (tag, view), at most max_unknown_tags of them. */
 static int read_unknown_tag(Reader *r, int64_t tag, Py_ssize_t stop, Fields *f)
 {
     PyObject *tag_obj, *raw, *pair;
-    if (f->unknown != NULL && PyList_GET_SIZE(f->unknown) >= r->h->max_unknown_tags)
-        return fail_invalid(r, r->p, "too many tagged fields");
+    if (f->nunknown >= max_unknown_tags)
+        return fail_invalid(r->p, "too many tagged fields");
+    f->nunknown += 1;
+    if (r->skim) {
+        r->p = stop;
+        return 0;
+    }
     tag_obj = PyLong_FromLongLong(tag);
     raw = tag_obj == NULL ? NULL : slice_view(r, r->p, stop);
     pair = raw == NULL ? NULL : PyTuple_Pack(2, tag_obj, raw);
@@ -1044,30 +1069,41 @@ static int read_unknown_tag(Reader *r, int64_t tag, Py_ssize_t stop, Fields *f)
     return append_new(&f->unknown, pair);
 }
 
-/* The tagged fields section (_emit_tagged, read_unknown_tags), when not a 0 byte. */
-NOINLINE static int read_tagged(Reader *r, const Program *prog, Py_ssize_t end, Fields *f)
+/* The tagged-field section, when it is not a 0 byte. */
+NOINLINE static int read_tagged(Reader *r, const Program *prog, Py_ssize_t end, Fields *f, PyObject *counts)
 {
-    int64_t count, i;
+    int64_t count = 0, i;
     if (read_uvarint(r, end, &count) < 0)
         return -1;
     if (count > left(r, end))
-        return fail_invalid(r, r->p, "tagged field count exceeds the bytes left");
+        return fail_invalid(r->p, "tagged field count exceeds the bytes left");
     for (i = 0; i < count; i++) {
         int64_t tag, size;
-        const Tagged *known;
+        Py_ssize_t j;
         int status;
         if (read_uvarint(r, end, &tag) < 0 || read_uvarint(r, end, &size) < 0)
             return -1;
         if (size > left(r, end))
-            return fail_short(r, r->p, "tagged field");
-        known = find_tag(prog, tag);
-        if (known != NULL)
-            status = read_known_tag(r, known, r->p + (Py_ssize_t)size, prog, f);
+            return fail_short(r->p, "tagged field");
+        for (j = 0; j < prog->ntagged && prog->tagged[j].tag != tag; j++)
+            ;
+        if (j < prog->ntagged)
+            status = read_known_tag(r, &prog->tagged[j], r->p + (Py_ssize_t)size, prog, f, counts);
         else
             status = read_unknown_tag(r, tag, r->p + (Py_ssize_t)size, f);
         if (status < 0)
             return -1;
     }
+    return 0;
+}
+
+/* Tagged fields whose default is a list or a dict get a new one per decode. */
+NOINLINE static int put_fresh_defaults(const Program *prog, Fields *f)
+{
+    Py_ssize_t i;
+    for (i = 0; i < prog->nfresh; i++)
+        if (put(f, prog->fresh[i]->slot, fresh_copy(prog->fresh[i]->deflt, 0)) < 0)
+            return -1;
     return 0;
 }
 
@@ -1119,8 +1155,8 @@ static int put_direct(PyObject *dict, const Program *prog, Fields *f)
 #endif
 
 /* The struct's dict: its keys in the template's order, then _unknown_tags and
- * _explicit_tags if any, as the Python decoder's dict literal and assignments. */
-static PyObject *build_dict(const Program *prog, Fields *f, const Helpers *h)
+ * _explicit_tags if any. */
+static PyObject *build_dict(const Program *prog, Fields *f)
 {
     Py_ssize_t i = 0;
     PyObject *dict = PyDict_Copy(prog->template_);
@@ -1137,40 +1173,68 @@ static PyObject *build_dict(const Program *prog, Fields *f, const Helpers *h)
             Py_CLEAR(dict);
         Py_DECREF(value);
     }
-    if (dict != NULL && f->unknown != NULL && PyDict_SetItem(dict, h->unknown_key, f->unknown) < 0)
+    if (dict != NULL && f->unknown != NULL && PyDict_SetItem(dict, unknown_key, f->unknown) < 0)
         Py_CLEAR(dict);
-    if (dict != NULL && f->explicit_ != NULL && PyDict_SetItem(dict, h->explicit_key, f->explicit_) < 0)
+    if (dict != NULL && f->explicit_ != NULL && PyDict_SetItem(dict, explicit_key, f->explicit_) < 0)
         Py_CLEAR(dict);
     return dict;
 }
 
-static PyObject *decode_struct(Reader *r, const Program *prog, Py_ssize_t end)
+/* skim: the (topic id, topic name) pair of the struct, if both were read. */
+static PyObject *skimmed(Reader *r, const Program *prog, Fields *f)
+{
+    PyObject *id, *topic, *pair;
+    if (prog->pair_id < 0)
+        Py_RETURN_NONE;
+    id = f->slot[prog->pair_id];
+    topic = f->slot[prog->pair_topic];
+    if (id == NULL || id == Py_None || topic == NULL || topic == Py_None)
+        Py_RETURN_NONE;
+    if ((pair = PyTuple_Pack(2, id, topic)) == NULL || keep(r, ENTITY_TOPIC_ID, pair) < 0) {
+        Py_XDECREF(pair);
+        return NULL;
+    }
+    Py_DECREF(pair);
+    Py_RETURN_NONE;
+}
+
+/* interpreter._struct: the dict decoding, None skimming. `counts`: found["counts"] for
+ * the message's own struct when skimming, else NULL. */
+static PyObject *decode_struct(Reader *r, const Program *prog, Py_ssize_t end, PyObject *counts)
 {
     Fields f;
+    const Op *op, *stop = prog->ops + prog->nops;
     Py_ssize_t i;
-    PyObject *dict = NULL;
+    PyObject *result = NULL;
     for (i = 0; i < prog->nkeys; i++)
         f.slot[i] = NULL;
+    f.likely = r->skim ? no_likely : prog->values;
     f.unknown = f.explicit_ = NULL;
-    for (i = 0; i < prog->nops; i++)
-        if (apply_op(r, &prog->ops[i], end, prog, &f) < 0)
+    f.nunknown = 0;
+    for (op = prog->ops; op < stop; op += op->step) {
+        if (op->run) {  /* a run of fixed-size fields */
+            if (read_run(r, op, end, &f) < 0)
+                goto done;
+        } else if (put(&f, op->slot, read_value(r, op, end, counts)) < 0) {
             goto done;
+        }
+    }
     if (prog->flexible) {
-        if (prog->nfresh > 0 && put_fresh_defaults(prog, &f) < 0)
+        if (prog->nfresh > 0 && !r->skim && put_fresh_defaults(prog, &f) < 0)
             goto done;
         if (r->p < end && r->b[r->p] == 0)  /* no tagged fields: the usual case */
             r->p += 1;
-        else if (read_tagged(r, prog, end, &f) < 0)
+        else if (read_tagged(r, prog, end, &f, counts) < 0)
             goto done;
     }
-    dict = build_dict(prog, &f, r->h);
+    result = r->skim ? skimmed(r, prog, &f) : build_dict(prog, &f);
 done:
-    if (dict == NULL)  /* else build_dict took them all */
+    if (result == NULL || r->skim)  /* else build_dict took them all */
         for (i = 0; i < prog->nkeys; i++)
             Py_XDECREF(f.slot[i]);
     Py_XDECREF(f.unknown);
     Py_XDECREF(f.explicit_);
-    return dict;
+    return result;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -1181,10 +1245,9 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     Program *prog;
-    PyObject *fallback;   /* the Python decoder: calls the C one does not take */
-    PyObject *helpers;    /* the tuple h's references come from */
-    PyObject *name;
-    Helpers h;
+    PyObject *layout;          /* the layout.Struct it runs */
+    PyObject *decode_fallback; /* interpreter.decode for it: calls the C one does not take */
+    PyObject *skim_fallback;   /* interpreter.skim for it */
 } DecoderObject;
 
 /* The budget list's first item, if the call is one the C decoder takes. */
@@ -1223,14 +1286,35 @@ static int position_of(PyObject *obj, Py_ssize_t *out)
 }
 
 /* Whether the C decoder takes the call: a 1-D memoryview of unsigned bytes, exact ints
- * with 0 <= pos <= end <= len(buf), a list budget. On success `view` holds an export
- * of the buffer (so it can be neither released nor resized while we read it); its
- * layout is checked on that export, never on a memoryview that may be released. */
-static int takes(PyObject *const *args, Reader *r, Py_ssize_t *end, Py_buffer *view)
+ * with 0 <= pos <= end <= len(buf), a list budget, and when skimming a dict `found` of
+ * lists. On success `view` holds an export of the buffer (so it can be neither released
+ * nor resized while we read it); its layout is checked on that export, never on a
+ * memoryview that may be released. */
+static int takes(PyObject *const *args, Reader *r, Py_ssize_t *end, Py_buffer *view, PyObject *found,
+                 PyObject **counts)
 {
+    int i;
     if (!PyMemoryView_Check(args[0]) || !position_of(args[1], &r->p) || !position_of(args[2], end)
         || !budget_of(args[3], &r->budget))
         return 0;
+    r->skim = found != NULL;
+    *counts = NULL;
+    if (found != NULL) {
+        if (!PyDict_CheckExact(found))
+            return 0;
+        for (i = 0; i < 5; i++) {
+            r->found[i] = PyDict_GetItemWithError(found, found_keys[i]);
+            if (r->found[i] == NULL || !PyList_CheckExact(r->found[i])) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        *counts = PyDict_GetItemWithError(found, counts_key);
+        if (*counts == NULL || !PyDict_CheckExact(*counts)) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
     if (PyObject_GetBuffer(args[0], view, PyBUF_FULL_RO) < 0) {  /* a released view, say */
         PyErr_Clear();
         return 0;
@@ -1246,7 +1330,7 @@ static int takes(PyObject *const *args, Reader *r, Py_ssize_t *end, Py_buffer *v
     return 1;
 }
 
-/* Write the budget back, as the Python decoder's `k[0] -= count` leaves it, keeping
+/* Write the budget back, as the Python interpreter's `k[0] -= count` leaves it, keeping
  * any exception being raised. */
 static int store_budget(PyObject *budget, int64_t start, int64_t now)
 {
@@ -1265,29 +1349,40 @@ static int store_budget(PyObject *budget, int64_t start, int64_t now)
     return status;
 }
 
-static PyObject *decoder_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
-                                    PyObject *kwnames)
+/* Run the struct over args (buf, pos, end, budget): the dict, or None when skimming
+ * into `found`; NULL with *taken 0 when the call is not one the C decoder takes. */
+static PyObject *run(DecoderObject *d, PyObject *const *args, PyObject *found, int *taken, Py_ssize_t *stop)
 {
-    DecoderObject *d = (DecoderObject *)self;
     Reader r;
     Py_buffer view;
     Py_ssize_t end;
     int64_t start_budget;
-    PyObject *dict, *result, *position;
-    if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != 4 || !takes(args, &r, &end, &view))
-        return PyObject_Vectorcall(d->fallback, args, nargsf, kwnames);
-    r.h = &d->h;
-    start_budget = r.budget;
-    dict = decode_struct(&r, d->prog, end);
-    PyBuffer_Release(&view);
-    if (store_budget(args[3], start_budget, r.budget) < 0) {
-        Py_XDECREF(dict);
+    PyObject *result, *counts;
+    *taken = takes(args, &r, &end, &view, found, &counts);
+    if (!*taken)
         return NULL;
-    }
+    start_budget = r.budget;
+    result = decode_struct(&r, d->prog, end, counts);
+    PyBuffer_Release(&view);
+    if (store_budget(args[3], start_budget, r.budget) < 0)
+        Py_CLEAR(result);
+    *stop = r.p;
+    return result;
+}
+
+static PyObject *decoder_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    DecoderObject *d = (DecoderObject *)self;
+    PyObject *dict, *result, *position;
+    Py_ssize_t stop;
+    int taken = 0;
+    if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != 4
+        || ((dict = run(d, args, NULL, &taken, &stop)) == NULL && !taken))
+        return PyObject_Vectorcall(d->decode_fallback, args, nargsf, kwnames);
     if (dict == NULL)
         return NULL;
     result = PyTuple_New(2);
-    position = result == NULL ? NULL : PyLong_FromSsize_t(r.p);
+    position = result == NULL ? NULL : PyLong_FromSsize_t(stop);
     if (position == NULL) {
         Py_DECREF(dict);
         Py_XDECREF(result);
@@ -1298,40 +1393,89 @@ static PyObject *decoder_vectorcall(PyObject *self, PyObject *const *args, size_
     return result;
 }
 
+static PyObject *decoder_skim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    DecoderObject *d = (DecoderObject *)self;
+    PyObject *none;
+    Py_ssize_t stop;
+    int taken = 0;
+    if (nargs != 5 || ((none = run(d, args, args[4], &taken, &stop)) == NULL && !taken))
+        return PyObject_Vectorcall(d->skim_fallback, args, nargs, NULL);
+    if (none == NULL)
+        return NULL;
+    Py_DECREF(none);
+    return PyLong_FromSsize_t(stop);
+}
+
 static void decoder_dealloc(PyObject *self)
 {
     DecoderObject *d = (DecoderObject *)self;
     PyObject_GC_UnTrack(self);
     free_program(d->prog);
-    Py_XDECREF(d->fallback);
-    Py_XDECREF(d->helpers);
-    Py_XDECREF(d->name);
+    Py_XDECREF(d->layout);
+    Py_XDECREF(d->decode_fallback);
+    Py_XDECREF(d->skim_fallback);
     PyObject_GC_Del(self);
 }
 
-/* Only the fallback (a Python closure) and the helpers could lead back here. */
+/* Only the fallbacks (Python callables) could lead back here. */
 static int decoder_traverse(PyObject *self, visitproc visit, void *arg)
 {
     DecoderObject *d = (DecoderObject *)self;
-    Py_VISIT(d->fallback);
-    Py_VISIT(d->helpers);
+    Py_VISIT(d->decode_fallback);
+    Py_VISIT(d->skim_fallback);
     return 0;
 }
 
 static int decoder_clear(PyObject *self)
 {
     DecoderObject *d = (DecoderObject *)self;
-    PyObject *fallback = d->fallback;
-    /* keep a callable there: a decoder may still be called after a clear */
-    d->fallback = Py_NewRef(Py_None);
-    Py_XDECREF(fallback);
+    /* keep callables there: a decoder may still be called after a clear */
+    Py_SETREF(d->decode_fallback, Py_NewRef(Py_None));
+    Py_SETREF(d->skim_fallback, Py_NewRef(Py_None));
     return 0;
+}
+
+static PyObject *decoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *layout, *decode_fallback, *skim_fallback;
+    DecoderObject *d;
+    static char *keywords[] = {"layout", "decode_fallback", "skim_fallback", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:Decoder", keywords, &layout, &decode_fallback,
+                                     &skim_fallback))
+        return NULL;
+    if (!PyCallable_Check(decode_fallback) || !PyCallable_Check(skim_fallback)) {
+        PyErr_SetString(PyExc_TypeError, "the fallbacks must be callable");
+        return NULL;
+    }
+    if (short_ == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "codec._accel.configure() was not called");
+        return NULL;
+    }
+    if ((d = PyObject_GC_New(DecoderObject, type)) == NULL)
+        return NULL;
+    d->vectorcall = decoder_vectorcall;
+    d->layout = Py_NewRef(layout);
+    d->decode_fallback = Py_NewRef(decode_fallback);
+    d->skim_fallback = Py_NewRef(skim_fallback);
+    if ((d->prog = load_program(layout, 0)) == NULL) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    PyObject_GC_Track(d);
+    return (PyObject *)d;
 }
 
 static PyObject *decoder_repr(PyObject *self)
 {
-    return PyUnicode_FromFormat("<codec._accel decoder %S>", ((DecoderObject *)self)->name);
+    return PyUnicode_FromFormat("<codec._accel.Decoder of %R>", ((DecoderObject *)self)->layout);
 }
+
+static PyMethodDef decoder_methods[] = {
+    {"skim", (PyCFunction)(void (*)(void))decoder_skim, METH_FASTCALL,
+     "skim(buf, pos, end, budget, found) -> pos: codec.interpreter.skim"},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyTypeObject DecoderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -1342,80 +1486,92 @@ static PyTypeObject DecoderType = {
     .tp_repr = decoder_repr,
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "A Kafka struct decoder: f(buf, pos, end, budget) -> (dict, pos).",
+    .tp_doc = "Decoder(layout, decode_fallback, skim_fallback): a layout.Struct run in C;\n"
+              "decoder(buf, pos, end, budget) -> (dict, pos) is codec.interpreter.decode.",
     .tp_traverse = decoder_traverse,
     .tp_clear = decoder_clear,
+    .tp_methods = decoder_methods,
+    .tp_new = decoder_new,
 };
 
-static int load_helpers(PyObject *tuple, Helpers *h)
+/* configure(short, invalid, uuid_of, max_unknown_tags): codec.wire's, once. */
+static PyObject *configure(PyObject *module, PyObject *args)
 {
-    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != 6)
-        return bad_program("helpers");
-    h->short_ = PyTuple_GET_ITEM(tuple, 0);
-    h->invalid = PyTuple_GET_ITEM(tuple, 1);
-    h->uuid_of = PyTuple_GET_ITEM(tuple, 2);
-    h->max_unknown_tags = PyLong_Check(PyTuple_GET_ITEM(tuple, 3))
-        ? PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, 3)) : -1;
-    h->unknown_key = PyTuple_GET_ITEM(tuple, 4);
-    h->explicit_key = PyTuple_GET_ITEM(tuple, 5);
-    if (!PyCallable_Check(h->short_) || !PyCallable_Check(h->invalid) || !PyCallable_Check(h->uuid_of)
-        || h->max_unknown_tags < 1 || !PyUnicode_CheckExact(h->unknown_key)
-        || !PyUnicode_CheckExact(h->explicit_key)) {
-        PyErr_Clear();
-        return bad_program("helpers");
-    }
-    return 0;
-}
-
-static PyObject *make_decoder(PyObject *module, PyObject *args)
-{
-    PyObject *program, *fallback, *helpers, *name;
-    DecoderObject *d;
+    static const char *const keys[5] = {"topics", "groups", "transactional_ids", "errors", "topic_ids"};
+    PyObject *s, *i, *u;
+    Py_ssize_t n, k;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OOO!U:make_decoder", &program, &fallback, &PyTuple_Type, &helpers, &name))
+    if (!PyArg_ParseTuple(args, "OOOn:configure", &s, &i, &u, &n))
         return NULL;
-    if (!PyCallable_Check(fallback)) {
-        PyErr_SetString(PyExc_TypeError, "fallback must be callable");
-        return NULL;
-    }
-    d = PyObject_GC_New(DecoderObject, &DecoderType);
-    if (d == NULL)
-        return NULL;
-    d->vectorcall = decoder_vectorcall;
-    d->prog = NULL;
-    d->fallback = Py_NewRef(fallback);
-    d->helpers = Py_NewRef(helpers);  /* owns the references in d->h */
-    d->name = Py_NewRef(name);
-    if (load_helpers(helpers, &d->h) < 0 || (d->prog = load_program(program, 0)) == NULL) {
-        Py_DECREF(d);
+    if (!PyCallable_Check(s) || !PyCallable_Check(i) || !PyCallable_Check(u) || n < 1) {
+        PyErr_SetString(PyExc_TypeError, "configure(short, invalid, uuid_of, max_unknown_tags)");
         return NULL;
     }
-    PyObject_GC_Track(d);
-    return (PyObject *)d;
+    Py_XSETREF(short_, Py_NewRef(s));
+    Py_XSETREF(invalid, Py_NewRef(i));
+    Py_XSETREF(uuid_of, Py_NewRef(u));
+    max_unknown_tags = n;
+    for (k = 0; k < 5; k++)
+        if (found_keys[k] == NULL && (found_keys[k] = PyUnicode_InternFromString(keys[k])) == NULL)
+            return NULL;
+    if ((unknown_key == NULL && (unknown_key = PyUnicode_InternFromString("_unknown_tags")) == NULL)
+        || (explicit_key == NULL && (explicit_key = PyUnicode_InternFromString("_explicit_tags")) == NULL)
+        || (counts_key == NULL && (counts_key = PyUnicode_InternFromString("counts")) == NULL))
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
-    {"make_decoder", make_decoder, METH_VARARGS,
-     "make_decoder(program, fallback, helpers, name): a decoder running the program "
-     "(see codec/accel.py)."},
+    {"configure", configure, METH_VARARGS,
+     "configure(short, invalid, uuid_of, max_unknown_tags): codec.wire's, before any Decoder."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef accel_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "codec._accel",
-    .m_doc = "Kafka struct decoding in C: see codec/accel.py.",
+    .m_doc = "The layout description run in C: see codec/_accel.c and codec/accel.py.",
     .m_size = -1,
     .m_methods = module_methods,
 };
 
+/* NUMBERS: {enum name: {member name: number}} as this build has them (kinds.h). */
+static PyObject *numbers(void)
+{
+    PyObject *table = PyDict_New(), *members, *number;
+    int i, status = 0;
+    for (i = 0; table != NULL && status == 0 && kinds_numbers[i].type != NULL; i++) {
+        members = PyDict_GetItemString(table, kinds_numbers[i].type);
+        if (members == NULL) {
+            if ((members = PyDict_New()) == NULL || PyDict_SetItemString(table, kinds_numbers[i].type, members) < 0)
+                status = -1;
+            Py_XDECREF(members);  /* the table holds it */
+        }
+        number = status < 0 ? NULL : PyLong_FromLong(kinds_numbers[i].value);
+        status = number == NULL ? -1 : PyDict_SetItemString(members, kinds_numbers[i].name, number);
+        Py_XDECREF(number);
+    }
+    if (status < 0)
+        Py_CLEAR(table);
+    return table;
+}
+
 PyMODINIT_FUNC PyInit__accel(void)
 {
+    PyObject *module, *table;
     long i;
     for (i = SMALL_MIN; i <= SMALL_MAX; i++)
         if (small_ints[i - SMALL_MIN] == NULL && (small_ints[i - SMALL_MIN] = PyLong_FromLong(i)) == NULL)
             return NULL;
-    if (PyType_Ready(&DecoderType) < 0)
+    if (PyType_Ready(&DecoderType) < 0 || (module = PyModule_Create(&accel_module)) == NULL)
         return NULL;
-    return PyModule_Create(&accel_module);
+    if ((table = numbers()) == NULL || PyModule_AddObjectRef(module, "NUMBERS", table) < 0
+        || PyModule_AddObjectRef(module, "Decoder", (PyObject *)&DecoderType) < 0
+        || PyModule_AddIntConstant(module, "DIRECT_DICT", DIRECT_DICT) < 0) {
+        Py_XDECREF(table);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_DECREF(table);
+    return module;
 }

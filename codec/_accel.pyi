@@ -1,9 +1,13 @@
-# The C decoder interpreter (codec/_accel.c); see codec/accel.py.
+# The layout description run in C (codec/_accel.c); see codec/accel.py.
+from collections.abc import Callable
 from typing import Any
 
-class Decoder:
-    def __call__(
-        self, buf: memoryview, pos: int, end: int, budget: list[int]
-    ) -> tuple[dict[str, Any], int]: ...
+NUMBERS: dict[str, dict[str, int]]
+DIRECT_DICT: int
 
-def make_decoder(program: tuple[Any, ...], fallback: Any, helpers: tuple[Any, ...], name: str) -> Decoder: ...
+class Decoder:
+    def __init__(self, layout: Any, decode_fallback: Callable[..., Any], skim_fallback: Callable[..., Any]) -> None: ...
+    def __call__(self, buf: memoryview, pos: int, end: int, budget: list[int]) -> tuple[dict[str, Any], int]: ...
+    def skim(self, buf: memoryview, pos: int, end: int, budget: list[int], found: dict[str, Any]) -> int: ...
+
+def configure(short: Callable[..., Any], invalid: Callable[..., Any], uuid_of: Callable[..., Any], max_unknown_tags: int) -> None: ...

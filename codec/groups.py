@@ -10,10 +10,12 @@ so instead of guessing from earlier messages on the connection.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from codec.connect_protocol import decode_connect_assignment, decode_connect_metadata
 from codec.errors import DecodeError
+from codec.generated.api_key import ApiKey
 from codec.messages import struct_decoder
 from codec.schema import message
 from codec.wire import DEFAULT_ELEMENT_BUDGET
@@ -168,11 +170,10 @@ def _describe_response(body: dict[str, Any]) -> dict[str, Any]:
     return {"groups": groups}
 
 
-JOIN_GROUP, SYNC_GROUP, DESCRIBE_GROUPS = 11, 14, 15
-_HANDLERS = {
-    (JOIN_GROUP, "request"): _join_request,
-    (JOIN_GROUP, "response"): _join_response,
-    (SYNC_GROUP, "request"): _sync_request,
-    (SYNC_GROUP, "response"): _sync_response,
-    (DESCRIBE_GROUPS, "response"): _describe_response,
+_HANDLERS: dict[tuple[int, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    (ApiKey.JOIN_GROUP, "request"): _join_request,
+    (ApiKey.JOIN_GROUP, "response"): _join_response,
+    (ApiKey.SYNC_GROUP, "request"): _sync_request,
+    (ApiKey.SYNC_GROUP, "response"): _sync_response,
+    (ApiKey.DESCRIBE_GROUPS, "response"): _describe_response,
 }

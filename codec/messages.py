@@ -7,24 +7,19 @@ only the api key and version of its request: no other state.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from codec.compiler import (
-    Decoder,
-    Encoder,
-    compile_decoder,
-    compile_encoder,
-    compile_python_decoder,
-)
+from codec import accel, interpreter
+from codec.accel import Decoder
 from codec.errors import DecodeError, EncodeError
+from codec.generated.api_key import ApiKey
+from codec.layout import layout
 from codec.schema import Message, api_messages, message
 from codec.wire import DEFAULT_ELEMENT_BUDGET
 
-API_VERSIONS = 18
-CONTROLLED_SHUTDOWN = 7
 _API_KEY_AND_VERSION = struct.Struct(">hh")
 
 
@@ -71,7 +66,7 @@ class HeaderPolicy:
     """
 
     header_v3: Mapping[int, int | tuple[int, int | None]] = field(default_factory=dict)
-    # Decode with the Python decoders even where the C ones are active (codec/accel.py):
+    # Decode with the Python interpreter even where the C one is active (codec/accel.py):
     # the reference, for tests and benchmarks that compare the two.
     pure: bool = False
     # (api key, version, is response) -> (header version, header decoder, body decoder):
@@ -90,16 +85,15 @@ class HeaderPolicy:
         return found
 
     def _make_plan(self, api_key: int, version: int, response: bool) -> tuple[int, Decoder, Decoder]:
-        request, reply = _messages_for(api_key, version)
-        decoder = python_struct_decoder if self.pure else struct_decoder
+        request, reply = messages_for(api_key, version)
         if response:
             header_version = self.response_header_version(api_key, version)
-            header = decoder("ResponseHeader", header_version)
+            header = struct_decoder("ResponseHeader", header_version, self.pure)
         else:
             header_version = self.request_header_version(api_key, version)
-            header = decoder("RequestHeader", header_version)
+            header = struct_decoder("RequestHeader", header_version, self.pure)
         name = (reply if response else request).name
-        return header_version, header, decoder(name, self.body_version(api_key, version))
+        return header_version, header, struct_decoder(name, self.body_version(api_key, version), self.pure)
 
     def declares_v3(self, api_key: int, version: int) -> bool:
         rule = self.header_v3.get(api_key)
@@ -111,30 +105,30 @@ class HeaderPolicy:
     def request_header_version(self, api_key: int, version: int) -> int:
         if self.declares_v3(api_key, version):
             return 3
-        request, _ = _messages_for(api_key, version)
+        request, _ = messages_for(api_key, version)
         definition = request.definition(self.body_version(api_key, version))
         assert definition is not None
         declared = definition.header_version(version)
         if declared is not None:
             return declared
-        if api_key == CONTROLLED_SHUTDOWN and version == 0:
+        if api_key == ApiKey.CONTROLLED_SHUTDOWN and version == 0:
             return 0
         return 2 if definition.is_flexible(version) else 1
 
     def response_header_version(self, api_key: int, version: int) -> int:
-        _, response = _messages_for(api_key, version)
+        _, response = messages_for(api_key, version)
         definition = response.definition(self.body_version(api_key, version))
         assert definition is not None
         declared = definition.header_version(version)
         if declared is not None:
             return declared
-        if api_key == API_VERSIONS:
+        if api_key == ApiKey.API_VERSIONS:
             # KIP-511: clients read the error code at a fixed offset, whatever the version.
             return 0
         return 1 if definition.is_flexible(self.body_version(api_key, version)) else 0
 
     def body_version(self, api_key: int, version: int) -> int:
-        request, _ = _messages_for(api_key, None)
+        request, _ = messages_for(api_key, None)
         if version in request.versions:
             return version
         if version > request.max_version and self.declares_v3(api_key, version):
@@ -153,7 +147,7 @@ DEFAULT_POLICY = HeaderPolicy()
 PURE_POLICY = HeaderPolicy(pure=True)
 
 
-def _messages_for(api_key: int, version: int | None) -> tuple[Message, Message]:
+def messages_for(api_key: int, version: int | None) -> tuple[Message, Message]:
     pair = api_messages().get(api_key)
     if pair is None:
         raise UnknownApiError("unknown api key", api_key=api_key, api_version=version)
@@ -161,36 +155,20 @@ def _messages_for(api_key: int, version: int | None) -> tuple[Message, Message]:
 
 
 @cache
-def struct_decoder(name: str, version: int) -> Decoder:
-    return _decoder(name, version, compile_decoder)
+def struct_decoder(name: str, version: int, pure: bool = False) -> Decoder:
+    """The decoder of message `name` at `version` (codec/accel.py: C when active; `pure`:
+    the Python interpreter); UnknownApiError if the schemas do not define it."""
+    try:
+        described = layout(name, version)
+    except KeyError:
+        api_key = message(name).api_key  # a name the schemas do not have: KeyError
+        raise UnknownApiError(f"{name} has no version {version}", api_key=api_key, api_version=version) from None
+    return accel.decoder(described, pure)
 
 
-@cache
-def python_struct_decoder(name: str, version: int) -> Decoder:
-    """struct_decoder's Python decoder, whether or not the C one is active."""
-    return _decoder(name, version, compile_python_decoder)
-
-
-def _decoder(name: str, version: int, compile_: Callable[..., Decoder]) -> Decoder:
-    msg = message(name)
-    definition = msg.definition(version)
-    if definition is None:
-        raise UnknownApiError(f"{name} has no version {version}", api_key=msg.api_key, api_version=version)
-    return compile_(definition.fields, version, definition.is_flexible(version), name)
-
-
-@cache
-def struct_encoder(name: str, version: int) -> Encoder:
-    msg = message(name)
-    definition = msg.definition(version)
-    if definition is None:
-        raise EncodeError(f"{name} has no version {version}")
-    return compile_encoder(definition.fields, version, definition.is_flexible(version), name)
-
-
-# What a Python decoder raises on malformed input besides DecodeError (a ValueError
-# itself, re-raised first; the C ones raise only DecodeError): translated to
-# DecodeError at the offset where that decoder began.
+# What an interpreter raises on malformed input besides DecodeError (a ValueError
+# itself, re-raised first): UnicodeDecodeError for a string that is not UTF-8, the rest
+# as a guard. Translated to DecodeError at the offset where that decode began.
 _MALFORMED = (UnicodeDecodeError, struct.error, IndexError, OverflowError, ValueError, TypeError)
 
 
@@ -297,7 +275,11 @@ def decode_response(
 
 def _encode(name: str, version: int, value: dict[str, Any], out: list[Any]) -> None:
     try:
-        struct_encoder(name, version)(value, out)
+        described = layout(name, version)
+    except KeyError:
+        raise EncodeError(f"{name} has no version {version}") from None
+    try:
+        interpreter.encode(described, value, out)
     except EncodeError:
         raise
     except (TypeError, AttributeError, struct.error, OverflowError, ValueError) as exc:
@@ -310,7 +292,7 @@ def encode_request(request: Request, policy: HeaderPolicy = DEFAULT_POLICY) -> b
     header["request_api_key"] = request.api_key
     header["request_api_version"] = request.api_version
     header_version = policy.request_header_version(request.api_key, request.api_version)
-    req, _ = _messages_for(request.api_key, request.api_version)
+    req, _ = messages_for(request.api_key, request.api_version)
     out: list[Any] = []
     _encode("RequestHeader", header_version, header, out)
     _encode(req.name, policy.body_version(request.api_key, request.api_version), request.body, out)
@@ -321,7 +303,7 @@ def encode_request(request: Request, policy: HeaderPolicy = DEFAULT_POLICY) -> b
 def encode_response(response: Response, policy: HeaderPolicy = DEFAULT_POLICY) -> bytes:
     """The frame (without its length prefix) of a response."""
     header_version = policy.response_header_version(response.api_key, response.api_version)
-    _, resp = _messages_for(response.api_key, response.api_version)
+    _, resp = messages_for(response.api_key, response.api_version)
     out: list[Any] = []
     _encode("ResponseHeader", header_version, response.header, out)
     _encode(resp.name, policy.body_version(response.api_key, response.api_version), response.body, out)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import struct
 
 from codec.errors import DecodeError
+from codec.generated.api_key import ApiKey
 
 _HEADER_PREFIX = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 
-PRODUCE = 0
 # Produce v9 is the first flexible version (request header v2, compact strings).
 _PRODUCE_FIRST_FLEXIBLE = 9
 
@@ -78,7 +78,7 @@ def produce_acks(frame: bytes | memoryview, api_version: int) -> int:
             if txn_len > 0:
                 pos = _skip(frame, pos, txn_len)
     if pos + 2 > len(frame):
-        raise DecodeError("truncated acks", api_key=PRODUCE, direction="request", offset=pos)
+        raise DecodeError("truncated acks", api_key=ApiKey.PRODUCE, direction="request", offset=pos)
     return int(_INT16.unpack_from(frame, pos)[0])
 
 

@@ -11,16 +11,6 @@ from codec.generated.schemas import MESSAGES
 
 VersionRange = tuple[int, int] | None
 
-FIXED_TYPES = {
-    "int8": ("b", 1),
-    "int16": ("h", 2),
-    "uint16": ("H", 2),
-    "int32": ("i", 4),
-    "uint32": ("I", 4),
-    "int64": ("q", 8),
-    "float64": ("d", 8),
-    "bool": ("?", 1),
-}
 ZERO_UUID = UUID(int=0)
 
 

@@ -3,8 +3,8 @@
 The whole-frame decoders (codec/messages.py) need the frame in one buffer. A proxy
 that forwards a 60 MB Fetch response as it arrives would have to keep all of it to
 decode it afterwards. `FrameStream` is fed the frame's pieces instead, in any sizes,
-and walks the message schema (codec/schema.py, the same facts the compiled decoders
-use: any api and version) as they come. It buffers only a field cut by a piece border,
+and walks the message's layout (codec/layout.py, the description the whole-frame
+decoders run: any api and version) as they come. It buffers only a field cut by a piece border,
 and only up to `StreamLimits.max_field_bytes`.
 
 What it gives is what the whole-frame decoder gives (header dict, body dict, same
@@ -29,20 +29,21 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Generator
-from dataclasses import dataclass, replace
-from functools import cache
+from dataclasses import dataclass
 from typing import Any
 
 from codec import wire
-from codec.absent import ReadOnlyDict, shared_default
-from codec.compiler import Decoder, _element_min_size, compile_decoder
+from codec.absent import ReadOnlyDict
+from codec.accel import Decoder, decoder
 from codec.errors import DecodeError
-from codec.messages import DEFAULT_POLICY, HeaderPolicy, Request, Response, _messages_for
+from codec.interpreter import fresh
+from codec.kinds import FORMATS, Framing, Kind
+from codec.layout import Field, Struct, layout
+from codec.messages import DEFAULT_POLICY, HeaderPolicy, Request, Response, messages_for
 from codec.records.batch import LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE, read_v2_header
 from codec.records.common import DEFAULT_MAX_BYTES
 from codec.records.legacy import read_legacy_header
 from codec.records.stats import RecordStats, add_batch
-from codec.schema import FIXED_TYPES, Field, message
 
 # A walker step: yields (nothing) when it needs the next piece, returns its value.
 Step = Generator[None, None, Any]
@@ -133,83 +134,35 @@ class _Input:
             yield
 
 
-# Field kinds of a compiled plan.
-_FIXED, _UUID, _STRING, _BYTES, _RECORDS, _STRUCT, _ARRAY = range(7)
+_PACKERS = {kind: struct.Struct(">" + code) for kind, code in FORMATS.items()}
+# Enum members read once: `Kind.BOOL` costs ~0.6 us a time on CPython 3.11.
+_BOOL, _UUID, _STRING, _RECORDS, _STRUCT, _ARRAY = (
+    Kind.BOOL, Kind.UUID, Kind.STRING, Kind.RECORDS, Kind.STRUCT, Kind.ARRAY
+)
+_COMPACT, _INT16_FRAMING = Framing.COMPACT, Framing.INT16
+# Array elements that hold no records field, decoded whole by the interpreter when they
+# lie inside the piece (the usual case, and most of the work in big arrays): their
+# decoders, by element struct.
+_WHOLE: dict[Struct, Decoder | None] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """One field at one version, worked out once."""
-
-    name: str
-    kind: int
-    nullable: bool
-    flex: bool
-    packer: struct.Struct | None = None
-    element: _Plan | None = None  # arrays: their element's plan
-    element_min: int = 1
-    fields: tuple[_Plan, ...] = ()  # structs: regular fields
-    # structs: (tag, plan, schema field, its shared default if it has one)
-    tagged: tuple[tuple[int, _Plan, Field, Any], ...] = ()
-    # array elements without records inside: the whole-frame decoder of one element, for
-    # an element inside the piece (the usual case, and most of the work in big arrays)
-    whole: Decoder | None = None
+def _whole_decoder(struct: Struct) -> Decoder | None:
+    if struct not in _WHOLE:
+        _WHOLE[struct] = None if _has_records(struct) else decoder(struct)
+    return _WHOLE[struct]
 
 
-def _scalar_kind(type_name: str) -> int:
-    if type_name in FIXED_TYPES:
-        return _FIXED
-    return {"uuid": _UUID, "string": _STRING, "bytes": _BYTES, "records": _RECORDS}[type_name]
+def _has_records(struct: Struct) -> bool:
+    for field in struct.fields + struct.tagged:
+        inner = (field.element or field).struct
+        if field.kind is Kind.RECORDS or (inner is not None and _has_records(inner)):
+            return True
+    return False
 
 
-def _plan_field(field: Field, version: int, flexible: bool) -> _Plan:
-    nullable = field.nullable_in(version)
-    flex = field.flexible_in(version, flexible)
-    if field.is_array:
-        element = (
-            _plan_struct(field.name, field.children or (), version, flexible, False)
-            if field.is_struct
-            else _plan_scalar(field.name, field.element_type, False, flex)
-        )
-        if field.is_struct and not _has_records(field.children or (), version):
-            element = replace(element, whole=compile_decoder(field.children or (), version, flexible, field.name))
-        return _Plan(field.name, _ARRAY, nullable, flex, element=element,
-                     element_min=_element_min_size(field, version, flexible))
-    if field.is_struct:
-        return _plan_struct(field.name, field.children or (), version, flexible, nullable)
-    return _plan_scalar(field.name, field.type, nullable, flex)
-
-
-def _has_records(fields: tuple[Field, ...], version: int) -> bool:
-    return any(
-        f.present_in(version) and (f.type == "records" or _has_records(f.children or (), version))
-        for f in fields
-    )
-
-
-def _plan_scalar(name: str, type_name: str, nullable: bool, flex: bool) -> _Plan:
-    kind = _scalar_kind(type_name)
-    packer = struct.Struct(">" + FIXED_TYPES[type_name][0]) if kind == _FIXED else None
-    return _Plan(name, kind, nullable, flex, packer=packer)
-
-
-def _plan_struct(name: str, fields: tuple[Field, ...], version: int, flexible: bool, nullable: bool) -> _Plan:
-    present = [f for f in fields if f.present_in(version)]
-    regular = tuple(_plan_field(f, version, flexible) for f in present if f.tag is None)
-    tagged = tuple(
-        (f.tag or 0, _plan_field(f, version, flexible), f, shared_default(f))
-        for f in sorted((f for f in present if f.tag is not None), key=lambda f: f.tag or 0)
-    )
-    # `flex` of a struct: whether it ends with tagged fields, as its message's versions say
-    return _Plan(name, _STRUCT, nullable, flexible, fields=regular, tagged=tagged)
-
-
-@cache
-def _message_plan(name: str, version: int) -> _Plan:
-    definition = message(name).definition(version)
-    if definition is None:
-        raise DecodeError(f"{name} has no version {version}", api_version=version)
-    return _plan_struct(name, definition.fields, version, definition.is_flexible(version), False)
+def _default(field: Field) -> Any:
+    """An absent tagged field's value: a new list or dict each time, else shared."""
+    return fresh(field.default)
 
 
 class FrameStream:
@@ -240,7 +193,7 @@ class FrameStream:
         self._in = _Input()
         self._error: DecodeError | None = None
         self._result: tuple[dict[str, Any], dict[str, Any]] | None = None
-        self._walk = self._frame(_message_plan(header, header_version), _message_plan(body, body_version))
+        self._walk = self._frame(_layout(header, header_version), _layout(body, body_version))
         self._step()  # up to the first byte it needs (an error is kept for finish)
 
     @property
@@ -294,7 +247,7 @@ class FrameStream:
 
     # -- the walk ------------------------------------------------------------
 
-    def _frame(self, header: _Plan, body: _Plan) -> Step:
+    def _frame(self, header: Struct, body: Struct) -> Step:
         end = self.size
         head = yield from self._struct(header, end)
         out = yield from self._struct(body, end)
@@ -327,27 +280,28 @@ class FrameStream:
             if shift > 28:
                 raise wire.invalid(self._in.offset, "varint longer than 5 bytes")
 
-    def _length(self, plan: _Plan, width: int, end: int) -> Step:
-        if plan.flex:
+    def _length(self, field: Field, end: int) -> Step:
+        if field.framing == _COMPACT:
             return (yield from self._uvarint(end)) - 1
-        raw = yield from self._bytes(width, end)
-        return (_INT16 if width == 2 else _INT32).unpack_from(raw)[0]
+        if field.framing == _INT16_FRAMING:
+            return _INT16.unpack_from((yield from self._bytes(2, end)))[0]
+        return _INT32.unpack_from((yield from self._bytes(4, end)))[0]
 
-    def _struct(self, plan: _Plan, end: int) -> Step:
+    def _struct(self, struct: Struct, end: int) -> Step:
         out: dict[str, Any] = {}
-        for field in plan.fields:
+        for field in struct.fields:
             value = self._now(field, end)
             if value is _MISSING:
                 value = yield from self._field(field, end)
             out[field.name] = value
-        if plan.flex:  # tagged fields exist in flexible versions only
-            yield from self._tags(plan, out, end)
+        if struct.flexible:  # tagged fields exist in flexible versions only
+            yield from self._tags(struct, out, end)
         return out
 
-    def _tags(self, plan: _Plan, out: dict[str, Any], end: int) -> Step:
+    def _tags(self, struct: Struct, out: dict[str, Any], end: int) -> Step:
         inp = self._in
-        for _, field, schema_field, shared in plan.tagged:
-            out[field.name] = schema_field.default_value() if shared is None else shared
+        for field in struct.tagged:
+            out[field.name] = _default(field)
         if not inp.carry and inp.pos < min(len(inp.view), end - inp.base) and not inp.view[inp.pos]:
             inp.pos += 1  # the usual case: no tagged fields
             return
@@ -356,7 +310,7 @@ class FrameStream:
             return
         if count > end - inp.offset:
             raise wire.invalid(inp.offset, "tagged field count exceeds the bytes left")
-        known = {tag: (field, schema_field) for tag, field, schema_field, _ in plan.tagged}
+        known = {field.tag: field for field in struct.tagged}
         unknown: list[tuple[int, bytes]] = []
         explicit: list[int] = []
         for _ in range(count):
@@ -367,12 +321,12 @@ class FrameStream:
             if stop > end:
                 raise wire.short(inp.offset, "tagged field")
             if tag in known:
-                field, schema_field = known[tag]
+                field = known[tag]
                 value = yield from self._field(field, stop)
                 if inp.offset != stop:
                     raise wire.invalid(inp.offset, "tagged field size mismatch")
                 out[field.name] = value
-                if value == schema_field.default_value():
+                if value == field.default:
                     explicit.append(tag)
             else:
                 if len(unknown) >= wire.MAX_UNKNOWN_TAGS:
@@ -385,7 +339,7 @@ class FrameStream:
         if explicit:
             out["_explicit_tags"] = explicit
 
-    def _now(self, plan: _Plan, end: int) -> Any:
+    def _now(self, field: Field, end: int) -> Any:
         """The field at the input decoded at once if it lies inside the piece and needs
         no walk (a scalar, a null or empty array, a struct of those): most fields. Else
         _MISSING, nothing consumed, and the walker takes it (and finds any error)."""
@@ -394,47 +348,45 @@ class FrameStream:
             return _MISSING
         start = inp.pos
         try:
-            value = self._now_at(plan, min(len(inp.view), end - inp.base))
+            value = self._now_at(field, min(len(inp.view), end - inp.base))
         except _MALFORMED:
             value = _MISSING
         if value is _MISSING:
             inp.pos = start
         return value
 
-    def _now_at(self, plan: _Plan, limit: int) -> Any:
+    def _now_at(self, field: Field, limit: int) -> Any:
         """_now's work; `limit`: where the piece or the field's bound ends, in the piece."""
         inp = self._in
         view, pos = inp.view, inp.pos
-        kind = plan.kind
-        if kind == _FIXED:
-            packer = plan.packer
-            assert packer is not None
-            if pos + packer.size > limit:
+        kind = field.kind
+        if kind <= _BOOL:
+            if pos + field.size > limit:
                 return _MISSING
-            inp.pos = pos + packer.size
-            return packer.unpack_from(view, pos)[0]
+            inp.pos = pos + field.size
+            return _PACKERS[kind].unpack_from(view, pos)[0]
         if kind == _UUID:
             if pos + 16 > limit:
                 return _MISSING
             inp.pos = pos + 16
             return wire.uuid_of(view[pos : pos + 16].tobytes())
         if kind == _STRUCT:
-            return self._struct_now(plan, limit)
+            return self._struct_now(field, limit)
         if kind == _RECORDS:
             return _MISSING
-        if plan.flex:
+        if field.framing == _COMPACT:
             found = _uvarint_at(view, pos, limit)
             if found is None:
                 return _MISSING
             length, pos = found[0] - 1, found[1]
         else:
-            width = 2 if kind == _STRING else 4
+            width = 2 if field.framing == _INT16_FRAMING else 4
             if pos + width > limit:
                 return _MISSING
             length = (_INT16 if width == 2 else _INT32).unpack_from(view, pos)[0]
             pos += width
         if length < 0:
-            if not plan.nullable:
+            if not field.nullable:
                 return _MISSING
             inp.pos = pos
             return None
@@ -449,47 +401,49 @@ class FrameStream:
         raw = view[pos : pos + length]
         return raw.tobytes().decode() if kind == _STRING else raw.tobytes()
 
-    def _struct_now(self, plan: _Plan, limit: int) -> Any:
+    def _struct_now(self, field: Field, limit: int) -> Any:
         inp = self._in
-        if plan.nullable:
+        if field.nullable:
             if inp.pos >= limit:
                 return _MISSING
             inp.pos += 1
             if inp.view[inp.pos - 1] == 0xFF:
                 return None
+        struct = field.struct
+        assert struct is not None
         out: dict[str, Any] = {}
-        for field in plan.fields:
-            value = self._now_at(field, limit)
+        for inner in struct.fields:
+            value = self._now_at(inner, limit)
             if value is _MISSING:
                 return _MISSING
-            out[field.name] = value
-        if plan.flex:
+            out[inner.name] = value
+        if struct.flexible:
             if inp.pos >= limit or inp.view[inp.pos]:
                 return _MISSING  # tagged fields: the walker reads them
             inp.pos += 1
-            for _, field, schema_field, shared in plan.tagged:
-                out[field.name] = schema_field.default_value() if shared is None else shared
+            for tagged in struct.tagged:
+                out[tagged.name] = _default(tagged)
         return out
 
-    def _field(self, plan: _Plan, end: int) -> Step:
-        kind = plan.kind
-        if kind == _FIXED:
-            assert plan.packer is not None
-            raw = yield from self._bytes(plan.packer.size, end)
-            return plan.packer.unpack_from(raw)[0]
+    def _field(self, field: Field, end: int) -> Step:
+        kind = field.kind
+        if kind <= _BOOL:
+            raw = yield from self._bytes(field.size, end)
+            return _PACKERS[kind].unpack_from(raw)[0]
         if kind == _UUID:
             return wire.uuid_of(bytes((yield from self._bytes(16, end))))
         if kind == _STRUCT:
-            if plan.nullable:
+            if field.nullable:
                 marker = (yield from self._bytes(1, end))[0]
                 if marker == 0xFF:
                     return None
-            return (yield from self._struct(plan, end))
+            assert field.struct is not None
+            return (yield from self._struct(field.struct, end))
         if kind == _ARRAY:
-            return (yield from self._array(plan, end))
-        length = yield from self._length(plan, 2 if kind == _STRING else 4, end)
+            return (yield from self._array(field, end))
+        length = yield from self._length(field, end)
         if length < 0:
-            if plan.nullable:
+            if field.nullable:
                 return None
             raise wire.invalid(self._in.offset, "null in a field that is not nullable")
         if self._in.offset + length > end:
@@ -504,25 +458,25 @@ class FrameStream:
         raw = yield from self._bytes(length, end)
         return raw.tobytes().decode() if kind == _STRING else raw.tobytes()
 
-    def _array(self, plan: _Plan, end: int) -> Step:
+    def _array(self, field: Field, end: int) -> Step:
         inp = self._in
-        count = yield from self._length(plan, 4, end)
+        count = yield from self._length(field, end)
         if count < 0:
-            if plan.nullable:
+            if field.nullable:
                 return None
             raise wire.invalid(inp.offset, "null array in a field that is not nullable")
-        if count * plan.element_min > end - inp.offset:
+        if count * field.min_size > end - inp.offset:
             raise wire.invalid(inp.offset, "array count exceeds the bytes left")
-        element = plan.element
+        element = field.element
         assert element is not None
         items: list[Any] = []
-        if element.kind == _FIXED:
+        if element.kind <= _BOOL:
             return (yield from self._fixed_array(element, count, end))
         self._walk_budget -= count
         if self._walk_budget < 0:
             # as the whole-frame decoders: a bound on the work a frame can ask for
             raise wire.invalid(inp.offset, "more array elements than the decode budget")
-        whole = element.whole
+        whole = None if element.struct is None else _whole_decoder(element.struct)
         for _ in range(count):
             # Counted before the element is walked: a topic keeps its place ahead of
             # the partitions inside it.
@@ -571,7 +525,7 @@ class FrameStream:
         _own(item, self.limits.max_field_bytes)
         return item
 
-    def _fixed_array(self, element: _Plan, count: int, end: int) -> Step:
+    def _fixed_array(self, element: Field, count: int, end: int) -> Step:
         """Numbers: the first max_elements kept, the rest skipped in one go."""
         keep = min(count, self.limits.max_elements)
         items: list[Any] = []
@@ -579,9 +533,8 @@ class FrameStream:
             self._tick()
             items.append((yield from self._field(element, end)))
         if count > keep:
-            assert element.packer is not None
             self.dropped_elements += count - keep
-            yield from self._in.skip((count - keep) * element.packer.size)
+            yield from self._in.skip((count - keep) * element.size)
         return items
 
     def _records(self, length: int) -> Step:
@@ -705,6 +658,13 @@ def _own(value: Any, cap: int) -> Any:
     return value
 
 
+def _layout(name: str, version: int) -> Struct:
+    try:
+        return layout(name, version)
+    except KeyError:
+        raise DecodeError(f"{name} has no version {version}", api_version=version) from None
+
+
 def request_stream(
     api_key: int,
     api_version: int,
@@ -713,7 +673,7 @@ def request_stream(
     limits: StreamLimits = StreamLimits(),  # noqa: B008 - frozen
 ) -> FrameStream:
     """A FrameStream for a request frame of `size` bytes; UnknownApiError as decode_request."""
-    request, _ = _messages_for(api_key, api_version)
+    request, _ = messages_for(api_key, api_version)
     body_version = policy.body_version(api_key, api_version)
     header_version = policy.request_header_version(api_key, api_version)
     return FrameStream("RequestHeader", header_version, request.name, body_version, size, limits)
@@ -728,7 +688,7 @@ def response_stream(
     partial_tail: bool = True,
 ) -> FrameStream:
     """A FrameStream for a response to (api_key, api_version) of `size` bytes."""
-    _, response = _messages_for(api_key, api_version)
+    _, response = messages_for(api_key, api_version)
     body_version = policy.body_version(api_key, api_version)
     header_version = policy.response_header_version(api_key, api_version)
     return FrameStream("ResponseHeader", header_version, response.name, body_version, size, limits, partial_tail)

@@ -1,4 +1,4 @@
-"""Primitive wire helpers shared by the compiled decoders and encoders."""
+"""Primitive wire helpers of the interpreters (codec/interpreter.py, codec/_accel.c)."""
 
 from __future__ import annotations
 
@@ -63,30 +63,6 @@ def write_uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def read_unknown_tags(
-    buf: memoryview, pos: int, end: int
-) -> tuple[list[tuple[int, memoryview]] | None, int]:
-    """The tagged fields of a struct that declares none: (tag, raw value) pairs, or
-    None when there are none, and the position after them."""
-    count, pos = read_uvarint(buf, pos, end)
-    if count > end - pos:
-        raise invalid(pos, "tagged field count exceeds the bytes left")
-    unknown: list[tuple[int, memoryview]] | None = None
-    for _ in range(count):
-        tag, pos = read_uvarint(buf, pos, end)
-        size, pos = read_uvarint(buf, pos, end)
-        stop = pos + size
-        if stop > end:
-            raise short(pos, "tagged field")
-        if unknown is None:
-            unknown = []
-        elif len(unknown) >= MAX_UNKNOWN_TAGS:
-            raise invalid(pos, "too many tagged fields")
-        unknown.append((tag, buf[pos:stop]))
-        pos = stop
-    return unknown, pos
-
-
 @lru_cache(maxsize=8192)
 def uuid_of(raw: bytes) -> UUID:
     # Topic ids repeat in every Metadata and Fetch; a UUID is immutable, so share them.
@@ -102,6 +78,3 @@ def uuid_bytes(value: UUID | bytes) -> bytes:
         raise EncodeError(f"a uuid must be a UUID or 16 bytes, got {type(value).__name__}")
     return bytes(value)
 
-
-def utf8(value: str) -> bytes:
-    return value.encode("utf-8")

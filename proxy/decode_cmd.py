@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from codec import DecodeError, decode_request, decode_response
+from codec import ApiKey, DecodeError, decode_request, decode_response
 from codec.groups import group_payloads
 from codec.render import to_jsonable
 from codec.sasl import sasl_principal
@@ -28,7 +28,7 @@ PCAP_MAGICS = frozenset({
     b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1",  # nanosecond timestamps
     b"\x0a\x0d\x0d\x0a",  # pcapng
 })
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+SASL_HANDSHAKE, SASL_AUTHENTICATE = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE
 
 
 def parse_api(text: str) -> tuple[int, int]:
@@ -98,7 +98,7 @@ def _learn(context: FrameContext, message: Any, kind: str) -> None:
     body = message.body
     if message.api_key == SASL_HANDSHAKE and kind == "request":
         context.mechanism = body.get("mechanism")
-    if message.api_key == 11 and kind == "request":
+    if message.api_key == ApiKey.JOIN_GROUP and kind == "request":
         context.protocol_type = body.get("protocol_type")
 
 

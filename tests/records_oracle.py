@@ -3,6 +3,8 @@
 kafka-python looks for python-snappy, lz4, zstandard and xxhash, none installed here;
 `kafka_codecs()` lends it cramjam-backed stand-ins while a builder runs. The framing
 (xerial blocks, LZ4 frames, the KIP-57 broken header checksum) stays kafka-python's.
+Also the records the records tests build batches of (`make_specs`) and a buffer of every
+kind of entry (`MIXED`).
 """
 
 from __future__ import annotations
@@ -181,3 +183,37 @@ def raw_record(
     for hkey, hvalue in headers:
         body += varint(len(hkey)) + hkey + field(hvalue)
     return varint(len(body) + length_adjust) + body
+
+
+def make_specs(count: int = 40, *, headers: bool = True) -> list[Spec]:
+    """Varied records: null and empty keys/values, non-ASCII header keys, timestamps that
+    go backwards (negative deltas), values repetitive enough that every codec kicks in."""
+    specs: list[Spec] = []
+    for i in range(count):
+        key = None if i % 5 == 0 else (b"" if i % 7 == 0 else b"key-%d" % i)
+        value = None if i % 11 == 3 else (b"value %d " % i) * (i % 13)
+        hdrs = [("trace-id", b"%08x" % i), ("ünï", b""), ("nil", None)] if headers else []
+        specs.append((1_700_000_000_000 + (i * 37) % 50 - 25, key, value, hdrs[: i % 4]))
+    return specs
+
+
+def mixed_buffer() -> tuple[bytes, list[int]]:
+    """Every kind of entry, small: the buffer and where each entry ends."""
+    parts = [
+        build_v2(make_specs(4), compression=c, base_offset=10 * i) for i, c in enumerate(CODECS)
+    ]
+    parts += [
+        build_legacy(make_specs(2, headers=False), magic=0),
+        build_legacy(make_specs(3, headers=False), magic=1, compression="gzip"),
+        build_legacy(make_specs(3, headers=False), magic=0, compression="lz4"),
+        build_legacy(make_specs(3, headers=False), magic=1, compression="snappy"),
+    ]
+    ends = []
+    total = 0
+    for part in parts:
+        total += len(part)
+        ends.append(total)
+    return b"".join(parts), ends
+
+
+MIXED, MIXED_ENDS = mixed_buffer()

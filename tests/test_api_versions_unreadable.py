@@ -14,11 +14,11 @@ from pathlib import Path
 from proxy_harness import FakeBroker, read_frame, write_frame
 from support.observed import ObservedProxy
 
-from codec import Request, Response, decode_response, encode_request, encode_response
+from codec import ApiKey, Request, Response, decode_response, encode_request, encode_response
 from codec.error_codes import UNSUPPORTED_VERSION
 from codec.schema import api_messages
 
-API_VERSIONS, METADATA = 18, 3
+API_VERSIONS, METADATA = ApiKey.API_VERSIONS, ApiKey.METADATA
 
 
 class RecordingBroker(FakeBroker):

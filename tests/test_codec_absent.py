@@ -8,11 +8,11 @@ from uuid import UUID
 
 import pytest
 
-from codec import Response, decode_response, encode_response
+from codec import ApiKey, Response, decode_response, encode_response
 from codec.absent import ReadOnlyDict, shared_default
 from codec.schema import message
 
-FETCH = 1
+FETCH = ApiKey.FETCH
 CURRENT_LEADER_TAG = 1
 TOPIC_ID = UUID(int=42)
 

@@ -1,19 +1,19 @@
-"""The C decoders (codec/_accel.c, programs from codec/accel.py) against the Python
-ones (codec/compiler.py), which are the reference: for every input, the same dicts
-(keys in the same order, values of the same types, bytes fields zero-copy views of the
-same buffer, fresh lists and dicts but for shared read-only defaults), the same end position and element budget left,
-or the same exception (class, offset and message).
+"""The C interpreter (codec/_accel.c) against the Python one (codec/interpreter.py),
+which is the reference, both running the same layouts (codec/layout.py): on every api
+and version, for every input, decoding gives the same dicts (keys in the same order,
+values of the same types, bytes fields zero-copy views of the same buffer, fresh lists
+and dicts but for shared read-only defaults), the same end position and element budget
+left, or the same exception (class, offset and message); skimming finds the same.
 
-Both paths run here whatever KAFKALENS_PURE_CODEC says; these tests also keep the
-Python decoders honest (their results round-trip) now that kafkalens runs the C ones
-wherever the extension is built.
+Both interpreters run here whatever KAFKALENS_PURE_CODEC says; these tests also keep the
+Python one honest (its results round-trip) now that kafkalens runs the C one wherever
+the extension is built.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import random
 import struct
@@ -21,9 +21,7 @@ import subprocess
 import sys
 import tracemalloc
 import uuid
-from collections.abc import Iterator
-from functools import cache
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -32,20 +30,29 @@ from hypothesis import strategies as st
 
 from codec import Request, Response, encode_data, encode_request, encode_response
 from codec import accel as accel_module
-from codec.absent import ReadOnlyDict
-from codec.compiler import Decoder
-from codec.messages import DEFAULT_POLICY, python_struct_decoder
+from codec.accel import Decoder
+from codec.kinds import Framing, Kind
+from codec.layout import Field as LayoutField
+from codec.layout import Struct, layout
+from codec.messages import DEFAULT_POLICY, struct_decoder
 from codec.schema import ZERO_UUID, Field, api_messages, data_message_names, message
+from codec.skim import CATEGORIES
 from codec.wire import DEFAULT_ELEMENT_BUDGET, MAX_UNKNOWN_TAGS
 from tests.codec_strategies import plain, struct_value
-from tests.test_codec_hostile import mutated
-from tests.test_codec_inline import fetch_frame, join_group, metadata_frame
-
-REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "tests" / "data" / "golden"
-FRAMES: list[dict[str, Any]] = json.loads((GOLDEN / "index.json").read_text())["frames"]
-
-needs_accel = pytest.mark.skipif(not accel_module.AVAILABLE, reason="codec._accel is not built")
+from tests.support.codec_frames import (
+    FRAMES,
+    REPO,
+    TRUNCATED,
+    compare_frame,
+    compare_struct,
+    decoders,
+    fetch_frame,
+    golden,
+    mutated,
+    needs_accel,
+    outcome,
+    stages,
+)
 
 
 def test_the_extension_is_built_where_required() -> None:
@@ -60,99 +67,6 @@ def test_the_extension_is_built_where_required() -> None:
 
 
 # --- the two decoders of a struct, and what a call of each gives ------------------------
-
-
-@cache
-def decoders(name: str, version: int) -> tuple[Decoder, Decoder]:
-    """(Python, C) decoders of a message version."""
-    definition = message(name).definition(version)
-    assert definition is not None
-    pure = python_struct_decoder(name, version)
-    flexible = definition.is_flexible(version)
-    return pure, accel_module.compile_accel_decoder(definition.fields, version, flexible, name, pure)
-
-
-def outcome(decoder: Decoder, buf: Any, pos: Any, end: Any, budget: Any) -> tuple[Any, ...]:
-    """("ok", value, end, budget left) or ("error", class, offset, message, budget left)."""
-    k = [budget]
-    try:
-        value, stop = decoder(buf, pos, end, k)
-    except Exception as exc:  # noqa: BLE001 - compared, whatever it is
-        return ("error", type(exc), getattr(exc, "offset", None), str(exc), k[0])
-    return ("ok", value, stop, k[0])
-
-
-def assert_identical(ours: Any, theirs: Any, base: Any, where: str = "") -> None:
-    """Same types and values all the way down; views over `base` on both sides."""
-    assert type(ours) is type(theirs), (where, ours, theirs)
-    if isinstance(ours, dict):
-        assert list(ours) == list(theirs), where
-        for key in ours:
-            assert_identical(ours[key], theirs[key], base, f"{where}.{key}")
-    elif isinstance(ours, list | tuple):
-        assert len(ours) == len(theirs), where
-        for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            assert_identical(a, b, base, f"{where}[{index}]")
-    elif isinstance(ours, memoryview):
-        assert ours.obj is base and theirs.obj is base, where  # zero-copy, same buffer
-        assert ours.tobytes() == theirs.tobytes(), where
-        for attribute in ("format", "itemsize", "ndim", "shape", "strides", "readonly", "c_contiguous"):
-            assert getattr(ours, attribute) == getattr(theirs, attribute), (where, attribute)
-    elif isinstance(ours, float):
-        assert struct.pack(">d", ours) == struct.pack(">d", theirs), where  # NaN too
-    else:
-        assert ours == theirs, (where, ours, theirs)
-
-
-def containers(value: Any) -> Iterator[Any]:
-    if isinstance(value, dict | list):
-        yield value
-        for item in value.values() if isinstance(value, dict) else value:
-            yield from containers(item)
-    elif isinstance(value, tuple):
-        for item in value:
-            yield from containers(item)
-
-
-def assert_same_outcome(pure: tuple[Any, ...], fast: tuple[Any, ...], base: Any) -> None:
-    assert pure[0] == fast[0], (pure, fast)
-    if pure[0] == "error":
-        assert pure[1:] == fast[1:], (pure, fast)
-        return
-    assert_identical(fast[1], pure[1], base)
-    assert fast[2:] == pure[2:], (pure[2:], fast[2:])
-    # Decoded lists and dicts are never shared (within a message or with the program),
-    # but for the read-only defaults of absent tagged structs (codec/absent.py).
-    found = [c for c in containers(fast[1]) if not isinstance(c, ReadOnlyDict)]
-    assert len({id(c) for c in found}) == len(found)
-
-
-def compare_struct(name: str, version: int, frame: bytes, pos: int = 0, budget: int = DEFAULT_ELEMENT_BUDGET) -> tuple[Any, ...]:
-    buf = memoryview(frame)
-    pure, fast = decoders(name, version)
-    expected = outcome(pure, buf, pos, len(buf), budget)
-    assert_same_outcome(expected, outcome(fast, buf, pos, len(buf), budget), frame)
-    return expected
-
-
-def stages(kind: str, api_key: int, version: int) -> list[tuple[str, int]]:
-    """(message, version) of the header and the body decoder, as codec.messages plans."""
-    request, response = api_messages()[api_key]
-    body = DEFAULT_POLICY.body_version(api_key, version)
-    if kind == "request":
-        return [("RequestHeader", DEFAULT_POLICY.request_header_version(api_key, version)), (request.name, body)]
-    return [("ResponseHeader", DEFAULT_POLICY.response_header_version(api_key, version)), (response.name, body)]
-
-
-def compare_frame(frame: bytes, kind: str, api_key: int, version: int, budget: int = DEFAULT_ELEMENT_BUDGET) -> bool:
-    """Header then body from where the header ended, both ways; True if both decoded."""
-    pos = 0
-    for name, stage_version in stages(kind, api_key, version):
-        result = compare_struct(name, stage_version, frame, pos, budget)
-        if result[0] == "error":
-            return False
-        pos = result[2]
-    return True
 
 
 # --- generated messages of every api, version and direction ------------------------------
@@ -210,8 +124,8 @@ def test_generated_frames(api_key: int, version: int, kind: str, data: st.DataOb
     assert compare_frame(frame, kind, api_key, version)
     # The reference itself still round-trips (the suite's other tests run the C path).
     header_name, header_version = stages(kind, api_key, version)[0]
-    pure_header, pos = python_struct_decoder(header_name, header_version)(memoryview(frame), 0, len(frame), [DEFAULT_ELEMENT_BUDGET])
-    pure_body, _ = python_struct_decoder(name, version)(memoryview(frame), pos, len(frame), [DEFAULT_ELEMENT_BUDGET])
+    pure_header, pos = struct_decoder(header_name, header_version, pure=True)(memoryview(frame), 0, len(frame), [DEFAULT_ELEMENT_BUDGET])
+    pure_body, _ = struct_decoder(name, version, pure=True)(memoryview(frame), pos, len(frame), [DEFAULT_ELEMENT_BUDGET])
     assert plain(pure_body) == plain(body)
     # Broken copies of the same frame: cut, a byte changed, junk after it, a small budget.
     cut = data.draw(st.integers(0, len(frame)))
@@ -243,11 +157,6 @@ def test_generated_data_messages(name: str, version: int, data: st.DataObject) -
 # --- real frames, and broken copies of them ----------------------------------------------
 
 
-def golden(entry: dict[str, Any]) -> tuple[bytes, str, int, int]:
-    kind = "request" if entry["direction"] == "req" else "response"
-    return (GOLDEN / entry["file"]).read_bytes(), kind, entry["api_key"], entry["api_version"]
-
-
 @needs_accel
 def test_every_golden_frame_whole_with_junk_and_mutated() -> None:
     rng = random.Random(4)
@@ -265,24 +174,6 @@ def test_every_golden_frame_whole_with_junk_and_mutated() -> None:
                 data[at : at + 4] = struct.pack(">i", rng.choice((-1, -2, 2**31 - 1, len(data) - at)))
             compare_frame(bytes(data), kind, api_key, version)
         compare_frame(frame[: rng.randrange(len(frame))], kind, api_key, version)
-
-
-def few_golden_frames() -> list[tuple[bytes, str, int, int]]:
-    """One small real frame each of a few apis that matter, both directions."""
-    chosen: dict[tuple[str, int], tuple[bytes, str, int, int]] = {}
-    for entry in sorted(FRAMES, key=lambda e: e["size"]):
-        frame, kind, api_key, version = golden(entry)
-        if api_key in (0, 1, 3, 11, 14, 18, 19, 22) and 40 <= len(frame) <= 4000:
-            chosen.setdefault((kind, api_key), (frame, kind, api_key, version))
-    return list(chosen.values())
-
-
-TRUNCATED = few_golden_frames() + [
-    (fetch_frame(), "response", 1, 17),
-    (metadata_frame(), "response", 3, 13),
-    (join_group(300, 9)[1], "response", 11, 9),
-    (join_group(300, 5)[1], "response", 11, 5),
-]
 
 
 @needs_accel
@@ -435,12 +326,15 @@ def test_calls_the_c_decoder_does_not_take_go_to_the_python_one() -> None:
         (view.cast("b"), 5, len(frame), DEFAULT_ELEMENT_BUDGET),
     ]
     for buf, pos, end, budget in odd:
-        expected = outcome(pure, buf, pos, end, budget)
-        got = outcome(fast, buf, pos, end, budget)
-        assert expected[0] == got[0] and plain(expected[1:]) == plain(got[1:])
+        for skim in (False, True):
+            expected = outcome(pure, buf, pos, end, budget, skim)
+            got = outcome(fast, buf, pos, end, budget, skim)
+            assert expected[0] == got[0] and plain(expected[1:]) == plain(got[1:])
     assert fast(view, 5, len(frame), [DEFAULT_ELEMENT_BUDGET])[1] == len(frame)
     with pytest.raises(TypeError):
         fast(view, 5)
+    with pytest.raises(KeyError):  # skimming into a dict that is not skim's: the Python one's error
+        fast.skim(view, 5, len(frame), [DEFAULT_ELEMENT_BUDGET], {"topics": ()})
     released = memoryview(frame)
     released.release()
     assert outcome(pure, released, 5, 20, 9)[:2] == outcome(fast, released, 5, 20, 9)[:2]
@@ -457,31 +351,66 @@ def test_the_buffer_stays_exported_while_views_of_it_live() -> None:
     assert records.obj is frame and bytes(records) == b"r" * 130
 
 
-def test_programs_are_validated() -> None:
-    if not accel_module.AVAILABLE:
-        pytest.skip("codec._accel is not built")
+def _nested(depth: int) -> Struct:
+    struct = Struct("Leaf", False, (), (), {}, (), 0, None)
+    for _ in range(depth):
+        inner = LayoutField("s", Kind.STRUCT, struct=struct)
+        struct = Struct("Level", False, (inner,), (), {"s": None}, (), struct.min_size, None)
+    return struct
+
+
+def _bad_layouts() -> dict[str, Struct]:
+    """Layouts the C interpreter must refuse: each would make it read out of bounds, or
+    is not what the description can mean."""
+    good = layout("FetchResponse", 17)
+    partition = good.fields[-1].element.struct.fields[-1].element.struct  # type: ignore[union-attr]
+    first = partition.fields[0]
+    int32 = LayoutField("a", Kind.INT32, size=4, check=4)
+    one = {"a": None}
+    return {
+        "a run's check short of its fields": replace(partition, fields=(replace(first, check=5),) + partition.fields[1:]),
+        "a fixed field no check covers": replace(partition, fields=(replace(first, check=0),) + partition.fields[1:]),
+        "a size not its kind's": Struct("S", False, (replace(int32, size=8, check=8),), (), one, (), 8, None),
+        "a field not in the template": Struct("S", False, (int32,), (), {"b": None}, (), 4, None),
+        "a key of no field": Struct("S", False, (int32,), (), {"a": None, "b": None}, (), 4, None),
+        "a tagged field, not flexible": Struct("S", False, (), (replace(int32, tag=1),), one, (), 0, None),
+        "a tagged field among the regular ones": Struct("S", True, (replace(int32, tag=1),), (), one, (), 5, None),
+        "a string framed as int32": Struct("S", False, (LayoutField("a", Kind.STRING, Framing.INT32),), (), one, (), 4, None),
+        "an array of arrays": Struct("S", False, (LayoutField("a", Kind.ARRAY, Framing.INT32, min_size=4, element=LayoutField("", Kind.ARRAY, Framing.INT32, min_size=4, element=int32)),), (), one, (), 4, None),
+        "an element smaller than its size": Struct("S", False, (LayoutField("a", Kind.ARRAY, Framing.INT32, min_size=2, element=int32),), (), one, (), 4, None),
+        "a kind out of range": Struct("S", False, (replace(int32, kind=99),), (), one, (), 4, None),
+        "nested too deep": _nested(40),
+    }
+
+
+BAD_LAYOUTS = _bad_layouts()
+
+
+@needs_accel
+@pytest.mark.parametrize("why", BAD_LAYOUTS)
+def test_layouts_are_validated(why: str) -> None:
+    with pytest.raises(ValueError, match="invalid layout"):
+        accel_module.c_decoder(BAD_LAYOUTS[why])
+
+
+@needs_accel
+def test_a_good_layout_loads_and_fallbacks_must_be_callable() -> None:
     from codec import _accel
 
-    good = accel_module.lower(message("FetchResponse").definition(17).fields, 17, True)  # type: ignore[union-attr]
-    helpers = accel_module._HELPERS
-    _accel.make_decoder(good, print, helpers, "ok")
-    bad = [
-        (), (True, (), (), ((99, "x"),), ()), (True, (("a", None),), (), ((1, False, (("b", "i"),)),), ()),
-        (True, (("a", None),), (), ((1, False, (("a", "z"),)),), ()),
-        (True, (("a", None),), (), ((7, "a", True, False, False, 0, (1, False, ((None, "i"),))),), ()),
-        (False, (("a", None),), (), (), ((1, "a", (1, False, (("a", "i"),)), 0),)),
-        (True, (("a", None), ("a", None)), (), (), ()),
-    ]
-    for program in bad:
-        with pytest.raises(ValueError, match="invalid decoder program"):
-            _accel.make_decoder(program, print, helpers, "bad")
+    accel_module.c_decoder(_nested(20))
     with pytest.raises(TypeError):
-        _accel.make_decoder(good, 3, helpers, "bad")
-    deep: Any = (False, (), (), (), ())
-    for _ in range(40):
-        deep = (False, (("s", None),), (), ((6, "s", False, deep),), ())
-    with pytest.raises(ValueError, match="too deep"):
-        _accel.make_decoder(deep, print, helpers, "deep")
+        _accel.Decoder(layout("FetchResponse", 17), 3, print)
+
+
+@needs_accel
+def test_an_extension_built_from_other_kinds_is_refused() -> None:
+    from codec import _accel
+
+    accel_module.check_numbers(_accel.NUMBERS)  # what codec.accel does at import
+    stale = {enum: dict(members) for enum, members in _accel.NUMBERS.items()}
+    stale["Kind"]["INT8"] = 99
+    with pytest.raises(ImportError, match="rebuild it"):
+        accel_module.check_numbers(stale)
 
 
 # --- no leaks on any path ----------------------------------------------------------------
@@ -510,7 +439,7 @@ def _refcounts() -> list[int]:
 
 
 @needs_accel
-def test_hostile_inputs_decoded_100k_times_leak_nothing() -> None:
+def test_hostile_inputs_decoded_and_skimmed_30k_times_leak_nothing() -> None:
     inputs = hostile_inputs()
     calls = [(fast, memoryview(frame), start, len(frame), budget) for fast, frame, start, budget in inputs]
 
@@ -518,19 +447,23 @@ def test_hostile_inputs_decoded_100k_times_leak_nothing() -> None:
         for index in range(times):
             fast, view, start, end, budget = calls[index % len(calls)]
             with contextlib.suppress(ValueError):  # DecodeError, and bad UTF-8 before _run
-                fast(view, start, end, [budget])
+                if index & 1:
+                    fast(view, start, end, [budget])
+                else:
+                    found: dict[str, Any] = {key: [] for key in CATEGORIES}
+                    fast.skim(view, start, end, [budget], found | {"counts": {}})
 
     run(len(calls) * 2)
     gc.collect()
     refs = _refcounts()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    run(100_000)
+    run(30_000)
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     assert after - before < 64 * 1024, after - before
-    # a reference leaked per call would show 100,000 times; caches warming show a few
+    # a reference leaked per call would show 15,000 times; caches warming show a few
     assert all(abs(b - a) < 100 for a, b in zip(refs, _refcounts(), strict=True)), (refs, _refcounts())
 
 
@@ -548,4 +481,4 @@ def test_kafkalens_pure_codec_turns_the_c_decoders_off() -> None:
     env = {k: v for k, v in os.environ.items() if k != "KAFKALENS_PURE_CODEC"}
     assert _active_in_child(env) == "True Decoder"
     assert _active_in_child({**env, "KAFKALENS_PURE_CODEC": ""}) == "True Decoder"
-    assert _active_in_child({**env, "KAFKALENS_PURE_CODEC": "1"}) == "False function"
+    assert _active_in_child({**env, "KAFKALENS_PURE_CODEC": "1"}) == "False PythonDecoder"

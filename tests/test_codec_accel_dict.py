@@ -20,8 +20,15 @@ from typing import Any
 import pytest
 
 from codec.schema import ZERO_UUID
-from tests.test_codec_accel import FRAMES as GOLDEN_FRAMES
-from tests.test_codec_accel import TRUNCATED, compare_frame, decoders, golden, needs_accel, stages
+from tests.support.codec_frames import FRAMES as GOLDEN_FRAMES
+from tests.support.codec_frames import (
+    TRUNCATED,
+    compare_frame,
+    decoders,
+    golden,
+    needs_accel,
+    stages,
+)
 
 Frame = tuple[bytes, str, int, int]
 

@@ -4,11 +4,9 @@ and never allocates far beyond what the input could justify."""
 from __future__ import annotations
 
 import contextlib
-import json
 import struct
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,62 +14,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codec import (
+    ApiKey,
     DecodeError,
-    Request,
-    Response,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
 )
-
-
-def metadata_v0_request(topic_count: int) -> bytes:
-    return struct.pack(">hhih", 3, 0, 1, 2) + b"ab" + struct.pack(">i", topic_count)
-
-
-def seed_frames() -> list[tuple[str, bytes, int, int]]:
-    """(direction, frame, api_key, version) of a few realistic messages."""
-    produce = Request(
-        0, 9, {"correlation_id": 7, "client_id": "p"},
-        {"transactional_id": None, "acks": -1, "timeout_ms": 3000, "topic_data": [
-            {"name": "orders", "partition_data": [{"index": 0, "records": b"\x00" * 70}]}]},
-    )
-    metadata = Response(3, 12, {"correlation_id": 9}, {
-        "throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b1", "port": 9092, "rack": None}],
-        "cluster_id": "c", "controller_id": 1, "topics": [{
-            "error_code": 0, "name": "orders", "topic_id": None, "is_internal": False,
-            "partitions": [{"error_code": 0, "partition_index": i, "leader_id": 1, "leader_epoch": 0,
-                            "replica_nodes": [1], "isr_nodes": [1], "offline_replicas": []}
-                           for i in range(3)],
-            "topic_authorized_operations": -1}]})
-    metadata.body["topics"][0]["topic_id"] = __import__("uuid").UUID(int=5)
-    join = Response(11, 5, {"correlation_id": 3}, {
-        "throttle_time_ms": 0, "error_code": 0, "generation_id": 4, "protocol_name": "range",
-        "leader": "m1", "member_id": "m1",
-        "members": [{"member_id": "m1", "group_instance_id": None, "metadata": b"\x00\x01meta"}]})
-    return [
-        ("request", encode_request(produce), 0, 9),
-        ("response", encode_response(metadata), 3, 12),
-        ("response", encode_response(join), 11, 5),
-        ("request", metadata_v0_request(1)[:-4] + struct.pack(">i", 1) + b"\x00\x01t", 3, 0),
-    ]
-
-
-def golden_seeds(limit_bytes: int = 600) -> list[tuple[str, bytes, int, int]]:
-    """One real captured frame per (direction, api key, version), small ones first."""
-    folder = Path(__file__).resolve().parent / "data" / "golden"
-    seen: dict[tuple[str, int, int], tuple[str, bytes, int, int]] = {}
-    for entry in sorted(json.loads((folder / "index.json").read_text())["frames"], key=lambda e: e["size"]):
-        direction = "request" if entry["direction"] == "req" else "response"
-        key = (direction, entry["api_key"], entry["api_version"])
-        if key not in seen and entry["size"] <= limit_bytes:
-            seen[key] = (direction, (folder / entry["file"]).read_bytes(), entry["api_key"], entry["api_version"])
-    return list(seen.values())
-
-
-TRUNCATION_SEEDS = seed_frames()
-SEEDS = TRUNCATION_SEEDS + golden_seeds()
+from tests.support.codec_frames import (
+    SEEDS,
+    TRUNCATION_SEEDS,
+    golden_seeds,
+    metadata_v0_request,
+    mutated,
+)
 
 
 def decoder_for(direction: str, api_key: int, version: int) -> Callable[[bytes], Any]:
@@ -98,7 +54,7 @@ def test_huge_array_count_in_a_tiny_frame_allocates_nothing() -> None:
     frame = metadata_v0_request(54_000_000)
     with pytest.raises(DecodeError, match="array count exceeds") as info:
         decode_request(frame)
-    assert info.value.api_key == 3 and info.value.direction == "request"
+    assert info.value.api_key == ApiKey.METADATA and info.value.direction == "request"
     assert peak_bytes(lambda: decode_request(frame)) < 64 * 1024
 
 
@@ -169,24 +125,6 @@ def test_librdkafka_metadata_v12_request_with_trailing_bytes() -> None:
     assert request.body["topics"] is None
     assert bytes(request.body["_trailing"]) == b"\x01\x00\x00"
     assert encode_request(request) == frame
-
-
-@st.composite
-def mutated(draw: st.DrawFn) -> tuple[str, bytes, int, int]:
-    direction, frame, api_key, version = draw(st.sampled_from(SEEDS))
-    data = bytearray(frame)
-    for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(["flip", "insert", "delete", "int32"]))
-        pos = draw(st.integers(0, max(0, len(data) - 1)))
-        if kind == "flip" and data:
-            data[pos] = draw(st.integers(0, 255))
-        elif kind == "insert":
-            data[pos:pos] = draw(st.binary(min_size=1, max_size=8))
-        elif kind == "delete" and data:
-            del data[pos : pos + draw(st.integers(1, 8))]
-        elif kind == "int32" and len(data) >= pos + 4:
-            data[pos : pos + 4] = struct.pack(">i", draw(st.sampled_from([-2, -1, 2**31 - 1, 2**24])))
-    return direction, bytes(data), api_key, version
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

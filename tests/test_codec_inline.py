@@ -1,7 +1,7 @@
-"""The decoder's and skimmer's fast paths (codec/compiler.py, codec/skim.py): sub-structs
-decoded in line, the "no tagged fields" byte, bounds checks that cover the next byte,
-and one- and two-byte varints read in line. Each has a slow path beside it; these
-tests make sure both are taken and agree."""
+"""The interpreters' short paths (codec/interpreter.py, codec/_accel.c): the "no tagged
+fields" byte, bounds checks that cover the next byte (codec/layout.py's `check` and
+`peek`), one-byte varints, empty arrays. Each has a slow path beside it; these tests
+make sure both are taken and agree, decoding and skimming."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import codec.compiler
-import codec.skim
 from codec import (
     DecodeError,
     Request,
@@ -25,11 +23,10 @@ from codec import (
     encode_request,
     encode_response,
 )
-from codec.compiler import compile_python_decoder
-from codec.schema import Field, api_messages, message
-from codec.skim import SkimBuilder, skim_response
+from codec.schema import Field, api_messages
+from codec.skim import skim_response
 from tests.codec_strategies import field_value, plain
-from tests.test_codec_skim import compare
+from tests.support.codec_frames import compare, fetch_frame, join_group, metadata_frame
 
 
 def tagged_everywhere(fields: tuple[Field, ...], version: int) -> st.SearchStrategy[dict[str, Any]]:
@@ -80,17 +77,6 @@ def test_unknown_tags_at_every_depth_round_trip_and_skim(api_key: int, version: 
     compare(frame, api_key, version)
 
 
-def join_group(metadata_size: int, version: int) -> tuple[Response, bytes]:
-    members = [
-        {"member_id": "m", "group_instance_id": None, "metadata": bytes(range(256)) * (metadata_size // 256)
-         + bytes(metadata_size % 256)}
-    ]
-    body = {"generation_id": 1, "protocol_type": "consumer", "protocol_name": "range", "leader": "m",
-            "member_id": "m", "members": members}  # fmt: skip
-    response = Response(11, version, {"correlation_id": 1}, body)
-    return response, encode_response(response)
-
-
 @pytest.mark.parametrize("version", [5, 9])  # classic and flexible
 @pytest.mark.parametrize("size", [0, 125, 126, 127, 128, 255, 16_382, 16_383, 16_384, 70_000])
 def test_bytes_lengths_across_varint_widths(size: int, version: int) -> None:
@@ -103,34 +89,6 @@ def test_bytes_lengths_across_varint_widths(size: int, version: int) -> None:
             decode_response(frame[:cut], 11, version)
         with pytest.raises(DecodeError):
             skim_response(frame[:cut], 11, version)
-
-
-def fetch_frame() -> bytes:
-    partition = {
-        "partition_index": 0, "error_code": 3, "high_watermark": 5, "last_stable_offset": 5,
-        "log_start_offset": 0, "aborted_transactions": [{"producer_id": 1, "first_offset": 2}],
-        "preferred_read_replica": -1, "records": b"r" * 130,
-        "diverging_epoch": {"epoch": 2, "end_offset": 9},
-        "_unknown_tags": [(9, b"x")],
-    }  # fmt: skip
-    empty = {**partition, "aborted_transactions": None, "records": None, "_unknown_tags": []}
-    topic = {"topic_id": uuid.UUID(int=3), "partitions": [partition, empty]}
-    body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 1, "responses": [topic],
-            "node_endpoints": [{"node_id": 1, "host": "h", "port": 1, "rack": None}]}  # fmt: skip
-    return encode_response(Response(1, 17, {"correlation_id": 1}, body))
-
-
-def metadata_frame() -> bytes:
-    partitions = [
-        {"error_code": e, "partition_index": i, "leader_id": 1, "leader_epoch": 0, "replica_nodes": [1, 2],
-         "isr_nodes": [1], "offline_replicas": list(range(300)) if i == 1 else []}
-        for i, e in enumerate((0, 9))
-    ]  # fmt: skip
-    topic = {"error_code": 0, "name": "t", "topic_id": uuid.UUID(int=5), "is_internal": False,
-             "partitions": partitions, "topic_authorized_operations": -1}  # fmt: skip
-    body = {"throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b", "port": 1, "rack": "r"}],
-            "cluster_id": None, "controller_id": 1, "topics": [topic, {**topic, "name": None}]}  # fmt: skip
-    return encode_response(Response(3, 13, {"correlation_id": 1}, body))
 
 
 @pytest.mark.parametrize(("frame", "api_key", "version"), [(fetch_frame(), 1, 17), (metadata_frame(), 3, 13)])
@@ -154,32 +112,6 @@ def test_every_truncation_and_every_byte_flip(frame: bytes, api_key: int, versio
                     skim_response(flipped, api_key, version)
             else:
                 compare(flipped, api_key, version)
-
-
-@pytest.mark.parametrize(("limit", "value"), [("_INLINE_INDENT", 1), ("_FUNCTION_CHARS", 400)])
-def test_sub_structs_not_written_in_line_are_called(
-    monkeypatch: pytest.MonkeyPatch, limit: str, value: int
-) -> None:
-    frame = metadata_frame()
-    definition = message("MetadataResponse").definition(13)
-    assert definition is not None
-    inline = compile_python_decoder(definition.fields, 13, True, "MetadataResponse")
-    monkeypatch.setattr(codec.compiler, limit, value)
-    called = compile_python_decoder(definition.fields, 13, True, "MetadataResponse")
-    assert called.__code__.co_code != inline.__code__.co_code
-    view = memoryview(frame)
-    body = 5  # after the response header: correlation id and an empty tag section
-    assert plain(called(view, body, len(view), [1000])) == plain(inline(view, body, len(view), [1000]))
-    namespace = codec.skim._namespace()
-    skim = namespace[SkimBuilder(namespace, 13, True).build(definition.fields, "MetadataResponse", top=True)]
-    found: dict[str, Any] = {c: [] for c in codec.skim.CATEGORIES} | {"counts": {}}
-    assert skim(view, body, len(view), found) == len(view)
-    assert found["errors"] == [9, 9] and found["topics"] == ["t"]
-    for cut in range(body, len(view)):
-        with pytest.raises(DecodeError):
-            called(view, body, cut, [1000])
-        with pytest.raises(DecodeError):
-            skim(view, body, cut, found)
 
 
 def test_empty_struct_arrays_cost_no_budget_and_big_ones_are_refused() -> None:

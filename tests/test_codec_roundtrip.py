@@ -7,52 +7,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codec import (
-    DEFAULT_POLICY,
-    Request,
-    Response,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
 )
-from codec.schema import api_messages, message
-from tests.codec_strategies import plain, struct_value
-
-CASES = [
-    (api_key, version, kind)
-    for api_key, (req, _) in api_messages().items()
-    for version in req.versions
-    for kind in ("request", "response")
-]
-
-
-def _header_fields(kind: str, api_key: int, version: int) -> tuple[object, int, bool]:
-    if kind == "request":
-        header_version = DEFAULT_POLICY.request_header_version(api_key, version)
-        header = message("RequestHeader")
-    else:
-        header_version = DEFAULT_POLICY.response_header_version(api_key, version)
-        header = message("ResponseHeader")
-    definition = header.definition(header_version)
-    assert definition is not None
-    return definition.fields, header_version, definition.is_flexible(header_version)
-
-
-@st.composite
-def exchange(draw: st.DrawFn, api_key: int, version: int, kind: str) -> Request | Response:
-    req, resp = api_messages()[api_key]
-    msg = req if kind == "request" else resp
-    definition = msg.definition(version)
-    assert definition is not None
-    flexible = definition.is_flexible(version)
-    body = draw(struct_value(definition.fields, version, flexible, unknown_tags=True))
-    fields, header_version, header_flexible = _header_fields(kind, api_key, version)
-    header = draw(struct_value(fields, header_version, header_flexible, unknown_tags=True))  # type: ignore[arg-type]
-    if kind == "request":
-        header["request_api_key"] = api_key
-        header["request_api_version"] = version
-        return Request(api_key, version, header, body, header_version)
-    return Response(api_key, version, header, body, header_version)
+from tests.codec_strategies import plain
+from tests.support.codec_frames import CASES, exchange
 
 
 @pytest.mark.parametrize(("api_key", "version", "kind"), CASES)

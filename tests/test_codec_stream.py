@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from codec import (
     DEFAULT_POLICY,
+    ApiKey,
     DecodeError,
     Request,
     Response,
@@ -31,9 +32,9 @@ from codec.schema import Field, api_messages, message
 from codec.stream import FrameStream, StreamedRecords, StreamLimits, request_stream, response_stream
 from tests.codec_strategies import plain
 from tests.records_oracle import build_legacy, build_v2
-from tests.test_codec_roundtrip import CASES, exchange
+from tests.support.codec_frames import CASES, exchange
 
-FETCH = 1
+FETCH = ApiKey.FETCH
 
 _BATCHES = [
     build_v2([(1000, b"k", b"v" * 40, [])]),

@@ -26,7 +26,7 @@ from support.capture import Line, decode, events, need, tcpdump, tshark_messages
 from support.clients import run_workload
 from support.observed import ObservedProxy
 
-from codec import decode_request, decode_response
+from codec import ApiKey, decode_request, decode_response
 from codec.error_codes import error_name
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.tansu import free_port
@@ -43,7 +43,7 @@ CLIENTS = [
 ]
 
 
-GET_TELEMETRY_SUBSCRIPTIONS = 71
+GET_TELEMETRY_SUBSCRIPTIONS = ApiKey.GET_TELEMETRY_SUBSCRIPTIONS
 JOINED = frozenset({"client_instance_id"})
 
 

@@ -27,7 +27,7 @@ from bench.soak import (
     create_topic,
     read_all,
 )
-from codec import Request, encode_request
+from codec import ApiKey, Request, encode_request
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port, tansu_binary
 
 try:
@@ -39,7 +39,7 @@ TansuFactory = Callable[..., TansuBroker]
 Proxies = Callable[..., ProxyProcess]
 PARTITIONS = 4
 RATE = 500  # records a second per producer
-FETCH = 1
+FETCH = ApiKey.FETCH
 
 
 @pytest.fixture

@@ -40,14 +40,14 @@ from support.gateway import (
 )
 from support.mock_cluster import KAFKA_PYTHON_API_VERSION
 
-from codec import Response, decode_response, encode_response
+from codec import ApiKey, Response, decode_response, encode_response
 from proxy.forward.server import Server
 from proxy.gateway.gateway import Gateway
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 from proxy.metrics import Metrics
 from proxy.tansu import free_port
 
-METADATA, FIND_COORDINATOR, FETCH = 3, 10, 1
+METADATA, FIND_COORDINATOR, FETCH = ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.FETCH
 
 # --- the mock cluster: three brokers, leaders spread -----------------------------------------
 

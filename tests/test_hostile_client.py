@@ -31,8 +31,10 @@ from support.hostile import (
     hostile_proxy,
 )
 
+from codec import ApiKey
+
 BOUND = 32 * MIB  # peak RSS growth allowed during any one attack below
-METADATA, PRODUCE, SASL_AUTHENTICATE = 3, 0, 36
+METADATA, PRODUCE, SASL_AUTHENTICATE = ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.SASL_AUTHENTICATE
 
 
 def client_hello() -> bytes:

@@ -1,9 +1,10 @@
 """The modules of proxy/ import one way: config (and codec) at the bottom, the
 command line at the top, and the rooms in between (exchange/, forward/, observe/,
 gateway/, admin/, capture/) each depend only on what is below them. The modules of
-pipeline/ too: no cycle, its command line (pipeline/cli.py) at the top. Read from the
-source with `ast`, every import counts: module level, inside functions (lazy), under
-TYPE_CHECKING and under `if __name__ == "__main__"`."""
+pipeline/ too: no cycle, its command line (pipeline/cli.py) at the top. codec/ imports
+one way too: no cycle, nothing above it, and no module takes another's private names.
+Read from the source with `ast`, every import counts: module level, inside functions
+(lazy), under TYPE_CHECKING and under `if __name__ == "__main__"`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROXY = ROOT / "proxy"
+CODEC = ROOT / "codec"
+# The one private name a codec module may import: the C extension, behind codec/accel.py.
+CODEC_PRIVATE_IMPORTS = {("accel", "_accel")}
 # What config.py may import from proxy/: nothing, it is the bottom layer.
 CONFIG_MAY_IMPORT: frozenset[str] = frozenset()
 # The top-level modules every room may use: configuration, the seam between forwarding
@@ -171,3 +175,68 @@ def test_no_import_cycle_in_pipeline_and_its_command_line_is_the_top() -> None:
     assert "report" in graph["cli"]  # the walk sees the command line's lazy imports
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
     assert not [module for module, imports in graph.items() if "cli" in imports]
+
+
+def test_no_import_cycle_in_codec() -> None:
+    graph = import_graph("codec")
+    assert {"messages", "layout", "interpreter", "accel", "stream", "records.batch"} <= set(graph)
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def top_level_imports(source: str) -> set[str]:
+    """The first part of every absolute import's module name in `source`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_codec_imports_nothing_above_it() -> None:
+    above = {"proxy", "pipeline", "bench", "tests", "support"}
+    wrong = {
+        module_name(path, CODEC): sorted(top_level_imports(path.read_text(encoding="utf-8")) & above)
+        for path in CODEC.rglob("*.py")
+    }
+    assert not {module: names for module, names in wrong.items() if names}
+
+
+def codec_private_uses(source: str, importer: str) -> set[tuple[str, str]]:
+    """(importer, name) of each private name of another codec module that `source`
+    imports (`from codec.x import _y`, `import codec._x`) or reaches into (`x._y` with
+    `x` a codec module it imported)."""
+    found: set[tuple[str, str]] = set()
+    modules: set[str] = set()  # local names bound to codec modules
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "codec":
+            for alias in node.names:
+                if alias.name.startswith("_"):
+                    found.add((importer, alias.name))
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "codec":
+                    found |= {(importer, part) for part in parts[1:] if part.startswith("_")}
+                    modules.add(alias.asname or parts[0])
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+            continue
+        if node.value.id in modules and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.add((importer, node.attr))
+    return found
+
+
+def test_the_checker_sees_private_names() -> None:
+    source = "from codec.a import _b, c\nimport codec._d\nfrom codec import e\nx = e._f\ny = c.g\n"
+    assert codec_private_uses(source, "m") == {("m", "_b"), ("m", "_d"), ("m", "_f")}
+
+
+def test_no_codec_module_takes_another_ones_private_names() -> None:
+    found: set[tuple[str, str]] = set()
+    for path in CODEC.rglob("*.py"):
+        found |= codec_private_uses(path.read_text(encoding="utf-8"), module_name(path, CODEC))
+    assert found <= CODEC_PRIVATE_IMPORTS, sorted(found - CODEC_PRIVATE_IMPORTS)

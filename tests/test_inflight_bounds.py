@@ -58,11 +58,12 @@ from support.hostile import (
 from support.observed import ObservedProxy
 from test_proxy_sasl import EXCHANGES, handshake_v0, sasl_v0_broker
 
+from codec import ApiKey
 from proxy.forward.framing import PAUSE, FrameSplitter
 from proxy.hooks import ConnectionInfo, Hooks
 from proxy.tansu import free_port
 
-API_VERSIONS, METADATA = 18, 3
+API_VERSIONS, METADATA = ApiKey.API_VERSIONS, ApiKey.METADATA
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -28,11 +28,11 @@ from support import compat
 from support.go_clients import SARAMA, Run, client_args, finish, module_version, same_steps, start
 from support.kafka import SharedKafka, observed_sidecar
 
-from codec import Request, decode_response, encode_request
+from codec import ApiKey, Request, decode_response, encode_request
 from pipeline.readiness_data import removed_versions
 from proxy.observe.api_versions import refused_version
 
-API_VERSIONS = 18
+API_VERSIONS = ApiKey.API_VERSIONS
 # A minimal body where the codec's defaults would not make a request the broker answers:
 # Produce's acks default 0 gets no response at all, and a DescribeAcls filter of the
 # UNKNOWN (0) types is one the broker cannot parse (it closes, for another reason).

@@ -24,8 +24,9 @@ from proxy_harness import FakeBroker, read_exactly, read_frame, record_batch, re
 
 from bench.procs import memory_kib
 from bench.soak import ProxyProcess
+from codec import ApiKey
 
-FETCH = 1
+FETCH = ApiKey.FETCH
 MB = 1_000_000
 SLOW_CONNECTIONS = 50
 PER_CONNECTION_BOUND = 2 * 1024 * 1024  # README: at most 2 MB of RSS per connection
@@ -298,7 +299,7 @@ def uvarint(value: int) -> bytes:
 
 # --- a frame observed in pieces is logged as a whole one ------------------------------
 
-PRODUCE = 0
+PRODUCE = ApiKey.PRODUCE
 VOLATILE = {"ts", "time", "conn", "client_address", "latency_ms"}
 
 

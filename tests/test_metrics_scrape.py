@@ -21,14 +21,14 @@ from pathlib import Path
 from proxy_harness import LOCAL, read_frame, request_frame, write_frame
 from support.hostile import Sentinel, connect, hostile_proxy
 
-from codec import Request, encode_request
+from codec import ApiKey, Request, encode_request
 from codec.error_codes import ERROR_CODES
 from codec.schema import api_messages, api_names
 from proxy.metrics import Metrics
 
 DISTINCT = 20_000
 SOFTWARE_CONNECTIONS = 2_000  # each a connection: 40x the default cap of 50 pairs
-METADATA, SASL_HANDSHAKE, API_VERSIONS = 3, 17, 18
+METADATA, SASL_HANDSHAKE, API_VERSIONS = ApiKey.METADATA, ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS
 UNSUPPORTED_VERSION = 35
 MAX_SCRAPE_BYTES = 300_000
 # The target is 50 ms (measured: ~20 ms here); the bound leaves room for a loaded CI box.

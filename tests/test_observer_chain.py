@@ -11,11 +11,11 @@ from typing import Any
 
 from support.hooks_harness import Harness
 
-from codec import Response
+from codec import ApiKey, Response
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.observe.chain import ConnState, Observer, Token
 
-METADATA, HEARTBEAT = 3, 12
+METADATA, HEARTBEAT = ApiKey.METADATA, ApiKey.HEARTBEAT
 METADATA_REQUEST = (METADATA, 12, {
     "topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False,
 })  # fmt: skip

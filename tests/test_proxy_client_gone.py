@@ -21,7 +21,9 @@ from pathlib import Path
 from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 from support.observed import ObservedProxy
 
-METADATA = 3
+from codec import ApiKey
+
+METADATA = ApiKey.METADATA
 CORRELATION_ID = 7
 # Metadata v0 with no topics asked; the answer: no brokers, no topics.
 REQUEST = request_frame(METADATA, 0, CORRELATION_ID, struct.pack(">i", 0))

@@ -27,10 +27,11 @@ from proxy_harness import (
 )
 from support.clients import run_workload, sort_records
 
+from codec import ApiKey
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 
-API_VERSIONS = 18
-METADATA = 3
+API_VERSIONS = ApiKey.API_VERSIONS
+METADATA = ApiKey.METADATA
 
 
 def connect(port: int) -> socket.socket:

@@ -34,9 +34,10 @@ from proxy_harness import FakeBroker, request_frame, write_frame
 from support.hostile import connect, eventually, sidecar_config
 from support.observed import ObservedProxy
 
+from codec import ApiKey
 from proxy.forward.connection import DRAINING, IN_FLIGHT, PEER_BACKLOGGED, Connection
 
-METADATA = 3
+METADATA = ApiKey.METADATA
 BOUND = 16
 
 

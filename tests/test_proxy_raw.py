@@ -23,7 +23,9 @@ from proxy_harness import (
     write_frame,
 )
 
-METADATA = 3
+from codec import ApiKey
+
+METADATA = ApiKey.METADATA
 
 
 def connect(port: int) -> socket.socket:

@@ -25,11 +25,12 @@ from proxy_harness import (
     write_frame,
 )
 
+from codec import ApiKey
 from proxy.exchange.sasl import handshake_mechanism, looks_like_request
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 
-SASL_HANDSHAKE = 17
-METADATA = 3
+SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+METADATA = ApiKey.METADATA
 
 
 def handshake_v0(corr: int, mechanism: str) -> bytes:

@@ -27,9 +27,10 @@ from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_fram
 from support.hostile import connect, eventually, hostile_proxy, sidecar_config
 from support.observed import ObservedProxy
 
+from codec import ApiKey
 from proxy.forward.connection import Connection
 
-API_VERSIONS, METADATA = 18, 3
+API_VERSIONS, METADATA = ApiKey.API_VERSIONS, ApiKey.METADATA
 REQUESTS = (
     request_frame(API_VERSIONS, 0, 7)
     + request_frame(METADATA, 0, 8, struct.pack(">i", 0))

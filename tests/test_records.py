@@ -13,6 +13,7 @@ from records_oracle import (
     Spec,
     build_legacy,
     build_v2,
+    make_specs,
     set_v2_attributes,
 )
 
@@ -28,18 +29,6 @@ from codec.records import (
 
 V2_CODECS = list(CODECS)
 LEGACY_CODECS = ["none", "gzip", "snappy", "lz4"]
-
-
-def make_specs(count: int = 40, *, headers: bool = True) -> list[Spec]:
-    """Varied records: null and empty keys/values, non-ASCII header keys, timestamps that
-    go backwards (negative deltas), values repetitive enough that every codec kicks in."""
-    specs: list[Spec] = []
-    for i in range(count):
-        key = None if i % 5 == 0 else (b"" if i % 7 == 0 else b"key-%d" % i)
-        value = None if i % 11 == 3 else (b"value %d " % i) * (i % 13)
-        hdrs = [("trace-id", b"%08x" % i), ("ünï", b""), ("nil", None)] if headers else []
-        specs.append((1_700_000_000_000 + (i * 37) % 50 - 25, key, value, hdrs[: i % 4]))
-    return specs
 
 
 def as_tuples(records: list[Record]) -> list[tuple]:

@@ -8,9 +8,7 @@ import struct
 import cramjam
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from records_oracle import CODECS, build_legacy, build_v2, wrap_v2
-from test_records import make_specs
-from test_records_hostile import MIXED
+from records_oracle import CODECS, MIXED, build_legacy, build_v2, make_specs, wrap_v2
 
 from codec.errors import DecodeError
 from codec.records import decompress, iter_batches, iter_records, summarize

@@ -8,42 +8,22 @@ from collections.abc import Callable
 import pytest
 from records_oracle import (
     CODECS,
+    MIXED,
+    MIXED_ENDS,
     build_legacy,
     build_v2,
     fix_legacy_crc,
     fix_v2_crc,
+    make_specs,
     raw_record,
     varint,
     wrap_v2,
 )
-from test_records import make_specs
 
 from codec.errors import DecodeError
 from codec.records import iter_batches, iter_records, summarize
 
 INT32_MAX = 2**31 - 1
-
-
-def mixed_buffer() -> tuple[bytes, list[int]]:
-    """Every kind of entry, small: the buffer and where each entry ends."""
-    parts = [
-        build_v2(make_specs(4), compression=c, base_offset=10 * i) for i, c in enumerate(CODECS)
-    ]
-    parts += [
-        build_legacy(make_specs(2, headers=False), magic=0),
-        build_legacy(make_specs(3, headers=False), magic=1, compression="gzip"),
-        build_legacy(make_specs(3, headers=False), magic=0, compression="lz4"),
-        build_legacy(make_specs(3, headers=False), magic=1, compression="snappy"),
-    ]
-    ends = []
-    total = 0
-    for part in parts:
-        total += len(part)
-        ends.append(total)
-    return b"".join(parts), ends
-
-
-MIXED, MIXED_ENDS = mixed_buffer()
 
 
 def read_all(buf: bytes, **flags: bool) -> tuple[int, int]:

@@ -11,7 +11,9 @@ from pathlib import Path
 from proxy_harness import read_frame, request_frame
 from support.hostile import connect, eventually, hostile_proxy
 
-METADATA = 3
+from codec import ApiKey
+
+METADATA = ApiKey.METADATA
 
 
 def test_a_request_of_an_unknown_version_still_names_its_client(tmp_path: Path) -> None:

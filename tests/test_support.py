@@ -23,11 +23,15 @@ from support.relay import (
     RecordingRelay,
 )
 
+from codec import ApiKey
 from proxy.tansu import TansuBroker
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 NAME = re.compile(r"^(\d{4})-(req|resp)-k(\d+)-v(\d+)\.bin$")
-PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18
+PRODUCE = ApiKey.PRODUCE
+FETCH = ApiKey.FETCH
+METADATA = ApiKey.METADATA
+API_VERSIONS = ApiKey.API_VERSIONS
 
 
 def frame(body: bytes) -> bytes:

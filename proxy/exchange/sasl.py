@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import struct
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-API_VERSIONS = 18
+from codec import ApiKey
+
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/exchange/kafka.py says what it cost).
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
 # Requests a client may send before it has authenticated.
 AUTH_APIS = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 

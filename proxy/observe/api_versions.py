@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import struct
 
-from codec import DecodeError, HeaderPolicy, Response, decode_response, encode_response
+from codec import ApiKey, DecodeError, HeaderPolicy, Response, decode_response, encode_response
 from codec.error_codes import UNSUPPORTED_VERSION
 from codec.schema import api_messages
 
-PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/exchange/kafka.py says what it cost).
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
 # Kafka 4 brokers list Produce v0-2 in their ApiVersions answer but refuse them: Kafka's
 # own ProduceRequest.json says so (KAFKA-18659, for old librdkafka that will not talk to
 # a broker whose Produce starts above v0). Such a broker is known by its Fetch range,
 # which starts at v4 since KIP-896 (Kafka 4.0) removed v0-3.
-_LISTED_BUT_REFUSED = {PRODUCE: 3}
+_LISTED_BUT_REFUSED: dict[int, int] = {PRODUCE: 3}
 _KIP896_FETCH_MIN = 4
 _ERROR_CODE = struct.Struct(">h")
 

@@ -12,12 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from codec import Request, Response
+from codec import ApiKey, Request, Response
 from codec.sasl import sasl_principal
 from proxy.observe.summary import clean
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
-GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/exchange/kafka.py says what it cost).
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+GET_TELEMETRY_SUBSCRIPTIONS = int(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
+PUSH_TELEMETRY = int(ApiKey.PUSH_TELEMETRY)
 ZERO_UUID = UUID(int=0)
 MAX_MEMBER_IDS = 32
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from codec import (
+    ApiKey,
     DecodeError,
     HeaderPolicy,
     Response,
@@ -72,7 +73,11 @@ BROKER_CLOSED = frozenset({"upstream_eof", "upstream_error"})
 # (Produce and Fetch name topics learnt from Metadata, SyncGroup a generation's
 # protocol), they rarely repeat (offsets), or they carry credentials (SASL, delegation
 # token HMACs) or telemetry payloads, which must not linger in memory as memo keys.
-UNMEMOISED = frozenset({0, 1, 14, 17, 36, 38, 39, 40, 41, 72})
+UNMEMOISED = frozenset(map(int, {
+    ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SYNC_GROUP, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
+    ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN, ApiKey.EXPIRE_DELEGATION_TOKEN,
+    ApiKey.DESCRIBE_DELEGATION_TOKEN, ApiKey.PUSH_TELEMETRY,
+}))
 KIP714_APIS = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY})
 _NO_LINKS: tuple[Observer, ...] = ()
 L = TypeVar("L", bound=Observer)

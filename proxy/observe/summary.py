@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from codec import DecodeError, Request, Response
+from codec import ApiKey, DecodeError, Request, Response
 from codec.entities import ERROR_CODES, GROUPS, TOPICS, TRANSACTIONAL_IDS, collector
 from codec.error_codes import error_name
 from codec.groups import group_payloads
@@ -24,9 +24,20 @@ MAX_LISTED = 100
 # a few microseconds a record, and a small compressed Produce can hold millions.
 MAX_DETAIL_RECORDS = 10_000  # topics, groups or config names listed in one line; the rest are counted
 
-PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, ALLOCATE_PRODUCER_IDS = 0, 1, 3, 22, 67
-JOIN_GROUP, SYNC_GROUP, API_VERSIONS, SHARE_FETCH = 11, 14, 18, 78
-OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT = 8, 9, 28
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/exchange/kafka.py says what it cost).
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+METADATA = int(ApiKey.METADATA)
+INIT_PRODUCER_ID = int(ApiKey.INIT_PRODUCER_ID)
+ALLOCATE_PRODUCER_IDS = int(ApiKey.ALLOCATE_PRODUCER_IDS)
+JOIN_GROUP = int(ApiKey.JOIN_GROUP)
+SYNC_GROUP = int(ApiKey.SYNC_GROUP)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+SHARE_FETCH = int(ApiKey.SHARE_FETCH)
+OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
+OFFSET_FETCH = int(ApiKey.OFFSET_FETCH)
+TXN_OFFSET_COMMIT = int(ApiKey.TXN_OFFSET_COMMIT)
 CONFIG_APIS = {19: "topics", 33: "resources", 44: "resources"}  # CreateTopics, AlterConfigs...
 
 

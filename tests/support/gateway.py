@@ -13,13 +13,13 @@ from typing import Any
 
 from proxy_harness import LOCAL, ProxyThread, read_frame, request_frame
 
-from codec import decode_response
+from codec import ApiKey, decode_response
 from proxy.config import Config, parse_config
 from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks
 from proxy.tansu import free_port
 
-METADATA, FIND_COORDINATOR = 3, 10
+METADATA, FIND_COORDINATOR = ApiKey.METADATA, ApiKey.FIND_COORDINATOR
 
 # --- raw requests -------------------------------------------------------------------------
 

@@ -24,11 +24,12 @@ import pytest
 from crc32c import crc32c
 from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 
+from codec import ApiKey
 from proxy.config import Config, parse_config
 from support.observed import ObservedProxy
 
 MIB = 1 << 20
-API_VERSIONS = 18
+API_VERSIONS = ApiKey.API_VERSIONS
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 

@@ -15,9 +15,12 @@ from typing import Any
 
 from proxy_harness import FakeBroker, read_frame, write_frame
 
-from codec import Response, decode_request, encode_response
+from codec import ApiKey, Response, decode_request, encode_response
 
-API_VERSIONS, METADATA, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 3, 17, 36
+API_VERSIONS = ApiKey.API_VERSIONS
+METADATA = ApiKey.METADATA
+SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
 SASL_AUTHENTICATION_FAILED = 58
 
 

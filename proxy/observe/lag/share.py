@@ -40,13 +40,18 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from codec import ApiKey
 from codec.error_codes import error_name
 from proxy.config import LagConfig
 from proxy.metrics import OTHER, LabelCapper, Metrics, sanitize_label
 from proxy.observe.summary import TopicIds, clean
 
-SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
-CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 68, 76
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/exchange/kafka.py says what it cost).
+SHARE_FETCH = int(ApiKey.SHARE_FETCH)
+SHARE_ACKNOWLEDGE = int(ApiKey.SHARE_ACKNOWLEDGE)
+CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+SHARE_GROUP_HEARTBEAT = int(ApiKey.SHARE_GROUP_HEARTBEAT)
 SHARE_APIS = frozenset({SHARE_FETCH, SHARE_ACKNOWLEDGE})
 HEARTBEAT_APIS = frozenset({CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT})
 

@@ -29,12 +29,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from codec import ApiKey
 from proxy.config import LagConfig
 from proxy.observe.summary import TopicIds, clean
 
-PRODUCE, FETCH, OFFSET_COMMIT = 0, 1, 8
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/exchange/kafka.py says what it cost).
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
 # Requests that say which group their client is a member of
-GROUP_APIS = frozenset({8, 11, 12, 13, 14, 68})
+GROUP_APIS = frozenset(map(int, {
+    ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT,
+}))
 LAG_APIS = GROUP_APIS | {FETCH}
 READ_COMMITTED = 1
 

@@ -14,12 +14,15 @@ import zlib
 from typing import Any
 from uuid import UUID, uuid4
 
-from codec import HeaderPolicy, Response, encode_response
+from codec import ApiKey, HeaderPolicy, Response, encode_response
 from codec.error_codes import ERROR_CODES
 from proxy.config import COMPRESSION_TYPES, TelemetryConfig
 from proxy.observe.identity import kafka_uuid
 
-GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
+# Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
+# int fast path (proxy/exchange/kafka.py says what it cost).
+GET_TELEMETRY_SUBSCRIPTIONS = int(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
+PUSH_TELEMETRY = int(ApiKey.PUSH_TELEMETRY)
 ZERO_UUID = UUID(int=0)
 _CODES = {name: code for code, name in ERROR_CODES.items()}
 UNKNOWN_SUBSCRIPTION_ID = _CODES["UNKNOWN_SUBSCRIPTION_ID"]
