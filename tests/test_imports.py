@@ -240,3 +240,36 @@ def test_no_codec_module_takes_another_ones_private_names() -> None:
     for path in CODEC.rglob("*.py"):
         found |= codec_private_uses(path.read_text(encoding="utf-8"), module_name(path, CODEC))
     assert found <= CODEC_PRIVATE_IMPORTS, sorted(found - CODEC_PRIVATE_IMPORTS)
+
+
+def imported_test_modules(source: str) -> set[str]:
+    """The test modules (test_*.py, as `test_x` or `tests.test_x`) that `source` imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            module = parts[1] if parts[0] == "tests" and len(parts) > 1 else parts[0]
+            if module.startswith("test_"):
+                found.add(module)
+    return found
+
+
+def test_the_checker_sees_test_modules_imported() -> None:
+    source = "from test_a import x\nimport tests.test_b\nfrom tests.test_c import y\nfrom support import z\n"
+    assert imported_test_modules(source) == {"test_a", "test_b", "test_c"}
+
+
+def test_no_test_module_imports_another() -> None:
+    """Helpers live in tests/support/; a test module is never another's library (its
+    fixtures and checks would run, or break, with the module that imports them)."""
+    tests = ROOT / "tests"
+    found = {
+        path.name: sorted(imported_test_modules(path.read_text(encoding="utf-8")))
+        for path in sorted([*tests.glob("*.py"), *(tests / "support").rglob("*.py")])
+    }
+    assert not {name: imported for name, imported in found.items() if imported}

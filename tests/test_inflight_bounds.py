@@ -56,7 +56,7 @@ from support.hostile import (
     sidecar_config,
 )
 from support.observed import ObservedProxy
-from test_proxy_sasl import EXCHANGES, handshake_v0, sasl_v0_broker
+from support.sasl_scripts import EXCHANGES, handshake_v0, sasl_v0_broker
 
 from codec import ApiKey
 from proxy.forward.framing import PAUSE, FrameSplitter
