@@ -3,7 +3,7 @@
 The whole-frame decoders (codec/messages.py) need the frame in one buffer. A proxy
 that forwards a 60 MB Fetch response as it arrives would have to keep all of it to
 decode it afterwards. `FrameStream` is fed the frame's pieces instead, in any sizes,
-and walks the message's layout (codec/layout.py, the description the whole-frame
+and walks the message's layout (codec/layout/, the description the whole-frame
 decoders run: any api and version) as they come. It buffers only a field cut by a piece border,
 and only up to `StreamLimits.max_field_bytes`.
 

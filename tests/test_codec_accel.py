@@ -1,5 +1,5 @@
 """The C interpreter (codec/_accel.c) against the Python one (codec/interpreter.py),
-which is the reference, both running the same layouts (codec/layout.py): on every api
+which is the reference, both running the same layouts (codec/layout/): on every api
 and version, for every input, decoding gives the same dicts (keys in the same order,
 values of the same types, bytes fields zero-copy views of the same buffer, fresh lists
 and dicts but for shared read-only defaults), the same end position and element budget

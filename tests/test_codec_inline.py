@@ -1,5 +1,5 @@
 """The interpreters' short paths (codec/interpreter.py, codec/_accel.c): the "no tagged
-fields" byte, bounds checks that cover the next byte (codec/layout.py's `check` and
+fields" byte, bounds checks that cover the next byte (codec/layout/'s `check` and
 `peek`), one-byte varints, empty arrays. Each has a slow path beside it; these tests
 make sure both are taken and agree, decoding and skimming."""
 
