@@ -82,7 +82,7 @@ class StreamedRecords:
 
 
 _EMPTY = memoryview(b"")
-_MISSING: Any = object()  # a field that cannot be decoded at once (see FrameStream._now)
+_MISSING: Any = object()  # an element the interpreter did not decode (see FrameStream._whole_element)
 # What a compiled decoder may raise on bad input (codec/messages.py translates them too)
 _MALFORMED = (DecodeError, UnicodeDecodeError, struct.error, IndexError, OverflowError, ValueError, TypeError)
 
@@ -290,10 +290,7 @@ class FrameStream:
     def _struct(self, struct: Struct, end: int) -> Step:
         out: dict[str, Any] = {}
         for field in struct.fields:
-            value = self._now(field, end)
-            if value is _MISSING:
-                value = yield from self._field(field, end)
-            out[field.name] = value
+            out[field.name] = yield from self._field(field, end)
         if struct.flexible:  # tagged fields exist in flexible versions only
             yield from self._tags(struct, out, end)
         return out
@@ -338,92 +335,6 @@ class FrameStream:
             out["_unknown_tags"] = unknown
         if explicit:
             out["_explicit_tags"] = explicit
-
-    def _now(self, field: Field, end: int) -> Any:
-        """The field at the input decoded at once if it lies inside the piece and needs
-        no walk (a scalar, a null or empty array, a struct of those): most fields. Else
-        _MISSING, nothing consumed, and the walker takes it (and finds any error)."""
-        inp = self._in
-        if inp.carry:
-            return _MISSING
-        start = inp.pos
-        try:
-            value = self._now_at(field, min(len(inp.view), end - inp.base))
-        except _MALFORMED:
-            value = _MISSING
-        if value is _MISSING:
-            inp.pos = start
-        return value
-
-    def _now_at(self, field: Field, limit: int) -> Any:
-        """_now's work; `limit`: where the piece or the field's bound ends, in the piece."""
-        inp = self._in
-        view, pos = inp.view, inp.pos
-        kind = field.kind
-        if kind <= _BOOL:
-            if pos + field.size > limit:
-                return _MISSING
-            inp.pos = pos + field.size
-            return _PACKERS[kind].unpack_from(view, pos)[0]
-        if kind == _UUID:
-            if pos + 16 > limit:
-                return _MISSING
-            inp.pos = pos + 16
-            return wire.uuid_of(view[pos : pos + 16].tobytes())
-        if kind == _STRUCT:
-            return self._struct_now(field, limit)
-        if kind == _RECORDS:
-            return _MISSING
-        if field.framing == _COMPACT:
-            found = _uvarint_at(view, pos, limit)
-            if found is None:
-                return _MISSING
-            length, pos = found[0] - 1, found[1]
-        else:
-            width = 2 if field.framing == _INT16_FRAMING else 4
-            if pos + width > limit:
-                return _MISSING
-            length = (_INT16 if width == 2 else _INT32).unpack_from(view, pos)[0]
-            pos += width
-        if length < 0:
-            if not field.nullable:
-                return _MISSING
-            inp.pos = pos
-            return None
-        if kind == _ARRAY:
-            if length:
-                return _MISSING
-            inp.pos = pos
-            return []
-        if length > self.limits.max_field_bytes or pos + length > limit:
-            return _MISSING
-        inp.pos = pos + length
-        raw = view[pos : pos + length]
-        return raw.tobytes().decode() if kind == _STRING else raw.tobytes()
-
-    def _struct_now(self, field: Field, limit: int) -> Any:
-        inp = self._in
-        if field.nullable:
-            if inp.pos >= limit:
-                return _MISSING
-            inp.pos += 1
-            if inp.view[inp.pos - 1] == 0xFF:
-                return None
-        struct = field.struct
-        assert struct is not None
-        out: dict[str, Any] = {}
-        for inner in struct.fields:
-            value = self._now_at(inner, limit)
-            if value is _MISSING:
-                return _MISSING
-            out[inner.name] = value
-        if struct.flexible:
-            if inp.pos >= limit or inp.view[inp.pos]:
-                return _MISSING  # tagged fields: the walker reads them
-            inp.pos += 1
-            for tagged in struct.tagged:
-                out[tagged.name] = _default(tagged)
-        return out
 
     def _field(self, field: Field, end: int) -> Step:
         kind = field.kind
@@ -484,9 +395,7 @@ class FrameStream:
             keep = self._budget > 0
             if keep:
                 self._budget -= 1
-            item = self._now(element, end)
-            if item is _MISSING and whole is not None:
-                item = self._whole_element(whole, end)
+            item = _MISSING if whole is None else self._whole_element(whole, end)
             if item is _MISSING:
                 item = yield from self._field(element, end)
             if keep:
@@ -620,20 +529,6 @@ class FrameStream:
         if magic < 2:
             return read_legacy_header(view, 0, size, verify_crc=False)
         raise DecodeError(f"unknown record magic {magic}", direction="records", offset=self._in.offset)
-
-
-def _uvarint_at(view: memoryview, pos: int, limit: int) -> tuple[int, int] | None:
-    """(value, position after) of the varint at `pos`, None if it is not all before
-    `limit` or is longer than 5 bytes (the walker then says which)."""
-    result = shift = 0
-    while pos < limit and shift <= 28:
-        byte = view[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-    return None
 
 
 def _own(value: Any, cap: int) -> Any:
