@@ -288,7 +288,7 @@ class FrameStream:
         return _INT32.unpack_from((yield from self._bytes(4, end)))[0]
 
     def _struct(self, struct: Struct, end: int) -> Step:
-        out: dict[str, Any] = {}
+        out = dict.fromkeys(struct.template)  # the decoded dict's key order, tagged ones in place
         for field in struct.fields:
             out[field.name] = yield from self._field(field, end)
         if struct.flexible:  # tagged fields exist in flexible versions only

@@ -102,8 +102,8 @@ def _streamed(kind: str, api_key: int, version: int, pieces: list[bytes], limits
 def _normal(value: Any) -> Any:
     if isinstance(value, StreamedRecords):
         return ("records", value.size, value.stats)
-    if isinstance(value, dict):
-        return {k: _normal(v) for k, v in value.items() if k != "_explicit_tags"}
+    if isinstance(value, dict):  # in order: a streamed dict has the decoded one's key order
+        return [(k, _normal(v)) for k, v in value.items() if k != "_explicit_tags"]
     if isinstance(value, list | tuple):
         return type(value)(_normal(v) for v in value)
     return plain(value)
