@@ -48,8 +48,6 @@ from codec.records.stats import RecordStats, add_batch
 # A walker step: yields (nothing) when it needs the next piece, returns its value.
 Step = Generator[None, None, Any]
 
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
 # The shortest legal entry of a records field (up to its magic byte), after offset+length.
 _MIN_ENTRY = MAGIC_OFFSET + 1 - LOG_OVERHEAD
 _HEAD_AFTER_PREFIX = V2_HEADER_SIZE - LOG_OVERHEAD
@@ -158,11 +156,6 @@ def _has_records(struct: Struct) -> bool:
         if field.kind is Kind.RECORDS or (inner is not None and _has_records(inner)):
             return True
     return False
-
-
-def _default(field: Field) -> Any:
-    """An absent tagged field's value: a new list or dict each time, else shared."""
-    return fresh(field.default)
 
 
 class FrameStream:
@@ -284,8 +277,8 @@ class FrameStream:
         if field.framing == _COMPACT:
             return (yield from self._uvarint(end)) - 1
         if field.framing == _INT16_FRAMING:
-            return _INT16.unpack_from((yield from self._bytes(2, end)))[0]
-        return _INT32.unpack_from((yield from self._bytes(4, end)))[0]
+            return wire.INT16.unpack_from((yield from self._bytes(2, end)))[0]
+        return wire.INT32.unpack_from((yield from self._bytes(4, end)))[0]
 
     def _struct(self, struct: Struct, end: int) -> Step:
         out = dict.fromkeys(struct.template)  # the decoded dict's key order, tagged ones in place
@@ -298,7 +291,7 @@ class FrameStream:
     def _tags(self, struct: Struct, out: dict[str, Any], end: int) -> Step:
         inp = self._in
         for field in struct.tagged:
-            out[field.name] = _default(field)
+            out[field.name] = fresh(field.default)  # a new list or dict, else shared
         if not inp.carry and inp.pos < min(len(inp.view), end - inp.base) and not inp.view[inp.pos]:
             inp.pos += 1  # the usual case: no tagged fields
             return
@@ -460,7 +453,7 @@ class FrameStream:
                 break
             if not keep and not inp.carry and self._whole_v2_header(stats, left):
                 # the usual case, in line: a v2 header inside this piece, no copy
-                size = _INT32.unpack_from(inp.view, inp.pos + 8)[0]
+                size = wire.INT32.unpack_from(inp.view, inp.pos + 8)[0]
                 left -= LOG_OVERHEAD + size
                 stop = inp.pos + LOG_OVERHEAD + size
                 if stop <= len(inp.view):
@@ -472,7 +465,7 @@ class FrameStream:
                 continue
             prefix = inp.take(LOG_OVERHEAD) or (yield from inp.gather(LOG_OVERHEAD))
             left -= LOG_OVERHEAD
-            (size,) = _INT32.unpack_from(prefix, 8)
+            (size,) = wire.INT32.unpack_from(prefix, 8)
             if size < _MIN_ENTRY:
                 raise DecodeError(f"record batch length {size} invalid", direction="records",
                                   offset=inp.offset - LOG_OVERHEAD)
@@ -503,7 +496,7 @@ class FrameStream:
         view, pos = inp.view, inp.pos
         if len(view) - pos < V2_HEADER_SIZE or view[pos + MAGIC_OFFSET] != 2:
             return False
-        (size,) = _INT32.unpack_from(view, pos + 8)
+        (size,) = wire.INT32.unpack_from(view, pos + 8)
         if not _HEAD_AFTER_PREFIX <= size <= left - LOG_OVERHEAD:
             return False
         limit = self.limits.decompression_limit
