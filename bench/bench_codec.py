@@ -75,7 +75,7 @@ def produce_case() -> Case:
         "correlation_id": 7,
         "client_id": "bench",
     }
-    return Case("produce_1mib", 0, 12, "request", encode_request(Request(ApiKey.PRODUCE, 12, header, body)))
+    return Case("produce_1mib", ApiKey.PRODUCE, 12, "request", encode_request(Request(ApiKey.PRODUCE, 12, header, body)))
 
 
 def topic_id(n: int) -> uuid.UUID:
@@ -102,7 +102,7 @@ def fetch_case() -> Case:
     ]
     body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 1, "responses": topics}
     frame = encode_response(Response(ApiKey.FETCH, 17, {"correlation_id": 7}, body))
-    return Case("fetch_100_partitions", 1, 17, "response", frame)
+    return Case("fetch_100_partitions", ApiKey.FETCH, 17, "response", frame)
 
 
 def metadata_case() -> Case:
@@ -130,7 +130,7 @@ def metadata_case() -> Case:
     ]
     body = {"brokers": brokers, "cluster_id": "bench", "controller_id": 0, "topics": topics}
     frame = encode_response(Response(ApiKey.METADATA, 13, {"correlation_id": 7}, body))
-    return Case("metadata_1000_partitions", 3, 13, "response", frame)
+    return Case("metadata_1000_partitions", ApiKey.METADATA, 13, "response", frame)
 
 
 def join_group_case() -> Case:
@@ -151,7 +151,7 @@ def join_group_case() -> Case:
         "members": members,
     }
     frame = encode_response(Response(ApiKey.JOIN_GROUP, 9, {"correlation_id": 7}, body))
-    return Case("join_group_50_members", 11, 9, "response", frame)
+    return Case("join_group_50_members", ApiKey.JOIN_GROUP, 9, "response", frame)
 
 
 def kafkalens_decoder(case: Case, policy: HeaderPolicy = DEFAULT_POLICY) -> Callable[[], object]:

@@ -36,11 +36,11 @@ def test_requests_bytes_shown_as_length_and_prefix(capsys: pytest.CaptureFixture
 
 def test_responses_need_the_request_api(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     response = Response(ApiKey.API_VERSIONS, 0, {"correlation_id": 1}, {"error_code": 0, "api_keys": [
-        {"api_key": 0, "min_version": 0, "max_version": 9}]})
+        {"api_key": ApiKey.PRODUCE, "min_version": 0, "max_version": 9}]})
     status, out = run(capsys, tmp_path, framed(encode_response(response)), "--response-to", "18:0")
     assert status == 0
     assert out[0]["direction"] == "response"
-    assert out[0]["body"]["api_keys"] == [{"api_key": 0, "min_version": 0, "max_version": 9}]
+    assert out[0]["body"]["api_keys"] == [{"api_key": ApiKey.PRODUCE, "min_version": 0, "max_version": 9}]
 
 
 def test_errors_are_reported_per_frame(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ def api_versions_exchange(h: Harness, correlation_id: int = 1) -> None:
         "client_software_name": "librdkafka", "client_software_version": "2.4.0"})
     response = Response(ApiKey.API_VERSIONS, 3, {"correlation_id": correlation_id}, {
         "error_code": 0, "throttle_time_ms": 0,
-        "api_keys": [{"api_key": 0, "min_version": 0, "max_version": 11}]})
+        "api_keys": [{"api_key": ApiKey.PRODUCE, "min_version": 0, "max_version": 11}]})
     h.send(request, response)
 
 
@@ -191,19 +191,19 @@ def newest_version(api_key: int) -> int:
 def test_api_versions_capped_to_what_the_codec_decodes(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
     response = Response(ApiKey.API_VERSIONS, 3, {"correlation_id": 1}, {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
-        {"api_key": 0, "min_version": 3, "max_version": 99},
-        {"api_key": 3, "min_version": 0, "max_version": 12},
+        {"api_key": ApiKey.PRODUCE, "min_version": 3, "max_version": 99},
+        {"api_key": ApiKey.METADATA, "min_version": 0, "max_version": 12},
         {"api_key": 999, "min_version": 0, "max_version": 1},
-        {"api_key": 1, "min_version": 40, "max_version": 50}]})
+        {"api_key": ApiKey.FETCH, "min_version": 40, "max_version": 50}]})
     pending = Pending(1, 18, 3, time.perf_counter(), 30)
     new = h.hooks.rewrite_response(h.info, memoryview(encode_response(response)), pending)
     assert new is not None
     assert decode_response(new, 18, 3).body["api_keys"] == [
-        {"api_key": 0, "min_version": 3, "max_version": newest_version(0)},
-        {"api_key": 3, "min_version": 0, "max_version": 12},
+        {"api_key": ApiKey.PRODUCE, "min_version": 3, "max_version": newest_version(ApiKey.PRODUCE)},
+        {"api_key": ApiKey.METADATA, "min_version": 0, "max_version": 12},
     ]
     untouched = Response(ApiKey.API_VERSIONS, 3, {"correlation_id": 2}, {"error_code": 0, "throttle_time_ms": 0,
-                         "api_keys": [{"api_key": 3, "min_version": 0, "max_version": 12}]})
+                         "api_keys": [{"api_key": ApiKey.METADATA, "min_version": 0, "max_version": 12}]})
     assert h.hooks.rewrite_response(h.info, memoryview(encode_response(untouched)), pending) is None
 
 
@@ -211,13 +211,13 @@ def test_api_versions_fallback_v0_is_decoded_and_capped(tmp_path: Path) -> None:
     # KIP-511: the client asked v9, which the broker does not know: a v0 body, error 35.
     h = Harness(tmp_path, lag=None)
     fallback = Response(ApiKey.API_VERSIONS, 0, {"correlation_id": 4}, {"error_code": 35, "api_keys": [
-        {"api_key": 18, "min_version": 0, "max_version": 77}]})
+        {"api_key": ApiKey.API_VERSIONS, "min_version": 0, "max_version": 77}]})
     pending = Pending(4, 18, 9, time.perf_counter(), 30)
     new = h.hooks.rewrite_response(h.info, memoryview(encode_response(fallback)), pending)
     assert new is not None
     decoded = decode_response(new, 18, 0)
     assert decoded.body == {
-        "error_code": 35, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": newest_version(18)}]}
+        "error_code": 35, "api_keys": [{"api_key": ApiKey.API_VERSIONS, "min_version": 0, "max_version": newest_version(ApiKey.API_VERSIONS)}]}
 
 
 @pytest.mark.parametrize("rate", [0.0])
@@ -324,14 +324,14 @@ def test_memoised_api_versions_cap_answers_with_each_correlation_id(tmp_path: Pa
     h = Harness(tmp_path, lag=None)
     for corr in (11, 12):
         response = Response(ApiKey.API_VERSIONS, 3, {"correlation_id": corr}, {"error_code": 0, "throttle_time_ms": 0,
-                            "api_keys": [{"api_key": 0, "min_version": 3, "max_version": 99}]})
+                            "api_keys": [{"api_key": ApiKey.PRODUCE, "min_version": 3, "max_version": 99}]})
         pending = Pending(corr, 18, 3, time.perf_counter(), 30)
         new = h.hooks.rewrite_response(h.info, memoryview(encode_response(response)), pending)
         assert new is not None
         decoded = decode_response(new, 18, 3)
         assert decoded.correlation_id == corr
         assert decoded.body["api_keys"] == [
-            {"api_key": 0, "min_version": 3, "max_version": newest_version(0)}]
+            {"api_key": ApiKey.PRODUCE, "min_version": 3, "max_version": newest_version(ApiKey.PRODUCE)}]
     assert h.hooks.api_versions_memo.hits == 1
 
 
