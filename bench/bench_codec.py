@@ -37,6 +37,7 @@ from kio.serial import entity_reader
 
 from codec import (
     DEFAULT_POLICY,
+    ApiKey,
     HeaderPolicy,
     Request,
     Response,
@@ -74,7 +75,7 @@ def produce_case() -> Case:
         "correlation_id": 7,
         "client_id": "bench",
     }
-    return Case("produce_1mib", 0, 12, "request", encode_request(Request(0, 12, header, body)))
+    return Case("produce_1mib", ApiKey.PRODUCE, 12, "request", encode_request(Request(ApiKey.PRODUCE, 12, header, body)))
 
 
 def topic_id(n: int) -> uuid.UUID:
@@ -100,8 +101,8 @@ def fetch_case() -> Case:
         for t in range(4)
     ]
     body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 1, "responses": topics}
-    frame = encode_response(Response(1, 17, {"correlation_id": 7}, body))
-    return Case("fetch_100_partitions", 1, 17, "response", frame)
+    frame = encode_response(Response(ApiKey.FETCH, 17, {"correlation_id": 7}, body))
+    return Case("fetch_100_partitions", ApiKey.FETCH, 17, "response", frame)
 
 
 def metadata_case() -> Case:
@@ -128,8 +129,8 @@ def metadata_case() -> Case:
         for t in range(50)
     ]
     body = {"brokers": brokers, "cluster_id": "bench", "controller_id": 0, "topics": topics}
-    frame = encode_response(Response(3, 13, {"correlation_id": 7}, body))
-    return Case("metadata_1000_partitions", 3, 13, "response", frame)
+    frame = encode_response(Response(ApiKey.METADATA, 13, {"correlation_id": 7}, body))
+    return Case("metadata_1000_partitions", ApiKey.METADATA, 13, "response", frame)
 
 
 def join_group_case() -> Case:
@@ -149,8 +150,8 @@ def join_group_case() -> Case:
         "member_id": members[0]["member_id"],
         "members": members,
     }
-    frame = encode_response(Response(11, 9, {"correlation_id": 7}, body))
-    return Case("join_group_50_members", 11, 9, "response", frame)
+    frame = encode_response(Response(ApiKey.JOIN_GROUP, 9, {"correlation_id": 7}, body))
+    return Case("join_group_50_members", ApiKey.JOIN_GROUP, 9, "response", frame)
 
 
 def kafkalens_decoder(case: Case, policy: HeaderPolicy = DEFAULT_POLICY) -> Callable[[], object]:

@@ -6,6 +6,10 @@ machine runs), so "no slower than kio" is also checked this way:
 
     .venv/bin/python -m bench.codec_instructions            # every case, ~5 minutes
     .venv/bin/python -m bench.codec_instructions fetch_100_partitions
+    .venv/bin/python -m bench.codec_instructions --streamed   # codec.stream alone, no kio
+
+`--streamed` counts kafkalens's streaming decoder (codec/stream.py) instead, the frame
+fed in pieces of STREAM_PIECE bytes, as the proxy decodes frames too big to hold.
 
 For each case (bench_codec's frames) and codec, a child Python decodes the frame N
 times under `valgrind --tool=callgrind`, for two values of N; the difference of the
@@ -31,6 +35,7 @@ import sys
 from collections.abc import Callable
 
 from bench.bench_codec import (
+    Case,
     fetch_case,
     join_group_case,
     kafkalens_decoder,
@@ -44,15 +49,34 @@ CASES: dict[str, Callable] = {
     "join_group_50_members": join_group_case,
 }
 SIDES = ("kafkalens", "kio")
+STREAM_PIECE = 16384
+STREAMED_CALLS = (2, 12)  # a streamed decode is Python, 10-50x the C's instructions
 FEW, MANY = 5, 105
 COUNTERS = {  # callgrind's summary lines (--cache-sim=yes) -> weight in estimated cycles
     "I   refs": 1, "I1  misses": 10, "D1  misses": 10, "LLi misses": 100, "LLd misses": 100,
 }
 
 
+def streamed_decoder(case: Case) -> Callable[[], object]:
+    """The frame fed to codec.stream in STREAM_PIECE pieces, then finished."""
+    from codec.stream import request_stream, response_stream
+
+    frame = memoryview(case.frame)
+    start = request_stream if case.kind == "request" else response_stream
+
+    def decode() -> object:
+        stream = start(case.api_key, case.version, len(frame))
+        for at in range(0, len(frame), STREAM_PIECE):
+            stream.feed(frame[at : at + STREAM_PIECE])
+        return stream.finish()
+
+    return decode
+
+
 def run_child(case_name: str, side: str, calls: int) -> None:
     case = CASES[case_name]()
-    decode = kafkalens_decoder(case) if side == "kafkalens" else kio_decoder(case)
+    sides = {"kafkalens": kafkalens_decoder, "kio": kio_decoder, "streamed": streamed_decoder}
+    decode = sides[side](case)
     decode()  # warm: lazily built decoders and caches are not what is counted
     gc.collect()
     gc.freeze()
@@ -80,16 +104,17 @@ def estimated_cycles(found: dict[str, int]) -> int:
     return sum(found[name] * weight for name, weight in COUNTERS.items())
 
 
-def per_decode(case_name: str, side: str) -> tuple[float, float]:
+def per_decode(case_name: str, side: str, calls: tuple[int, int] = (FEW, MANY)) -> tuple[float, float]:
     """(instructions, estimated cycles) of one decode."""
-    few, many = (counters(case_name, side, calls) for calls in (FEW, MANY))
-    instructions = (many["I   refs"] - few["I   refs"]) / (MANY - FEW)
-    return instructions, (estimated_cycles(many) - estimated_cycles(few)) / (MANY - FEW)
+    few, many = (counters(case_name, side, n) for n in calls)
+    instructions = (many["I   refs"] - few["I   refs"]) / (calls[1] - calls[0])
+    return instructions, (estimated_cycles(many) - estimated_cycles(few)) / (calls[1] - calls[0])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", nargs="*", metavar="CASE", help=", ".join(CASES))
+    parser.add_argument("--streamed", action="store_true", help="count codec.stream's decode, not kio's")
     parser.add_argument("--child", nargs=3, metavar=("CASE", "SIDE", "CALLS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -98,6 +123,11 @@ def main() -> None:
     unknown = set(args.cases) - set(CASES)
     if unknown:
         parser.error(f"unknown case(s) {sorted(unknown)}; choose from {', '.join(CASES)}")
+    if args.streamed:
+        for name in args.cases or CASES:
+            instructions, cycles = per_decode(name, "streamed", STREAMED_CALLS)
+            print(json.dumps({"case": name, "streamed": round(instructions), "streamed_cycles": round(cycles)}))
+        return
     rows = []
     for name in args.cases or CASES:
         (ours, our_cycles), (theirs, their_cycles) = (per_decode(name, side) for side in SIDES)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import dpkt
 
-from codec import Request, Response, encode_request, encode_response
+from codec import ApiKey, Request, Response, encode_request, encode_response
 from proxy.capture.decode import CaptureDecoder, CaptureLimits
 
 BROKER = 9092
@@ -33,9 +33,9 @@ class _Null:
 
 
 def _frames(corr: int) -> tuple[bytes, bytes]:
-    request = encode_request(Request(3, 1, {"correlation_id": corr, "client_id": "bench"},
+    request = encode_request(Request(ApiKey.METADATA, 1, {"correlation_id": corr, "client_id": "bench"},
                                      {"topics": [{"name": "orders"}]}))
-    response = encode_response(Response(3, 1, {"correlation_id": corr}, {
+    response = encode_response(Response(ApiKey.METADATA, 1, {"correlation_id": corr}, {
         "brokers": [{"node_id": 1, "host": "b", "port": 9092, "rack": None}], "controller_id": 1,
         "topics": [{"error_code": 0, "name": "orders", "is_internal": False, "partitions": []}],
     }))

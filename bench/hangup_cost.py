@@ -29,6 +29,7 @@ from typing import Any
 import uvloop
 
 from bench.raw_broker import HOST, RawBroker, read_frame
+from codec import ApiKey
 from proxy.config import parse_config
 from proxy.forward.hangups import HangupWatch
 from proxy.forward.server import Server
@@ -116,7 +117,7 @@ class ProxyLoop:
 
 def upload(port: int, mb: int) -> None:
     """`mb` requests of 1 MiB, pipelined, then every answer read."""
-    body = struct.pack(">hhih", 3, 0, 0, 1) + b"u" + b"\0" * (FRAME - 11)
+    body = struct.pack(">hhih", ApiKey.METADATA, 0, 0, 1) + b"u" + b"\0" * (FRAME - 11)
     with socket.create_connection((HOST, port)) as sock:
         reader = threading.Thread(target=_read_answers, args=(sock, mb))
         reader.start()

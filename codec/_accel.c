@@ -1,4 +1,4 @@
-/* codec._accel: the layout description (codec/layout.py) run in C.
+/* codec._accel: the layout description (codec/layout/) run in C.
  *
  * Decoder(struct, decode_fallback, skim_fallback) loads a layout.Struct into the C tree
  * below, checking everything memory safety relies on, and runs it as codec/interpreter.py

@@ -1,6 +1,6 @@
 """Find fields by what they mean in a decoded body: topic names, group ids, error codes.
 
-The layout (codec/layout.py) marks each field with the `Entity` the schemas give it
+The layout (codec/layout/) marks each field with the `Entity` the schemas give it
 (entityType topicName, groupId, transactionalId; int16 fields named *error_code). For
 each (message, version) the paths to such fields are worked out once from the layout,
 and a collector walks a decoded body along those paths only: pulling the topics and

@@ -1,4 +1,4 @@
-"""The reference interpreter of the layout description (codec/layout.py), in Python.
+"""The reference interpreter of the layout description (codec/layout/), in Python.
 
 `decode` turns a struct's bytes into a dict; `skim` walks the same bytes with the same
 checks but keeps only what a log line needs (codec/skim.py); `encode` writes a dict

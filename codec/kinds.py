@@ -1,4 +1,4 @@
-"""The numbers the layout description (codec/layout.py) and the C interpreter share.
+"""The numbers the layout description (codec/layout/) and the C interpreter share.
 
 What a field holds (`Kind`), how its length, count or presence is written before it
 (`Framing`), and what the skimmer keeps of it (`Entity`). The C interpreter

@@ -3,7 +3,7 @@
 The whole-frame decoders (codec/messages.py) need the frame in one buffer. A proxy
 that forwards a 60 MB Fetch response as it arrives would have to keep all of it to
 decode it afterwards. `FrameStream` is fed the frame's pieces instead, in any sizes,
-and walks the message's layout (codec/layout.py, the description the whole-frame
+and walks the message's layout (codec/layout/, the description the whole-frame
 decoders run: any api and version) as they come. It buffers only a field cut by a piece border,
 and only up to `StreamLimits.max_field_bytes`.
 
@@ -48,8 +48,6 @@ from codec.records.stats import RecordStats, add_batch
 # A walker step: yields (nothing) when it needs the next piece, returns its value.
 Step = Generator[None, None, Any]
 
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
 # The shortest legal entry of a records field (up to its magic byte), after offset+length.
 _MIN_ENTRY = MAGIC_OFFSET + 1 - LOG_OVERHEAD
 _HEAD_AFTER_PREFIX = V2_HEADER_SIZE - LOG_OVERHEAD
@@ -82,7 +80,7 @@ class StreamedRecords:
 
 
 _EMPTY = memoryview(b"")
-_MISSING: Any = object()  # a field that cannot be decoded at once (see FrameStream._now)
+_MISSING: Any = object()  # an element the interpreter did not decode (see FrameStream._whole_element)
 # What a compiled decoder may raise on bad input (codec/messages.py translates them too)
 _MALFORMED = (DecodeError, UnicodeDecodeError, struct.error, IndexError, OverflowError, ValueError, TypeError)
 
@@ -158,11 +156,6 @@ def _has_records(struct: Struct) -> bool:
         if field.kind is Kind.RECORDS or (inner is not None and _has_records(inner)):
             return True
     return False
-
-
-def _default(field: Field) -> Any:
-    """An absent tagged field's value: a new list or dict each time, else shared."""
-    return fresh(field.default)
 
 
 class FrameStream:
@@ -284,16 +277,13 @@ class FrameStream:
         if field.framing == _COMPACT:
             return (yield from self._uvarint(end)) - 1
         if field.framing == _INT16_FRAMING:
-            return _INT16.unpack_from((yield from self._bytes(2, end)))[0]
-        return _INT32.unpack_from((yield from self._bytes(4, end)))[0]
+            return wire.INT16.unpack_from((yield from self._bytes(2, end)))[0]
+        return wire.INT32.unpack_from((yield from self._bytes(4, end)))[0]
 
     def _struct(self, struct: Struct, end: int) -> Step:
-        out: dict[str, Any] = {}
+        out = dict.fromkeys(struct.template)  # the decoded dict's key order, tagged ones in place
         for field in struct.fields:
-            value = self._now(field, end)
-            if value is _MISSING:
-                value = yield from self._field(field, end)
-            out[field.name] = value
+            out[field.name] = yield from self._field(field, end)
         if struct.flexible:  # tagged fields exist in flexible versions only
             yield from self._tags(struct, out, end)
         return out
@@ -301,7 +291,7 @@ class FrameStream:
     def _tags(self, struct: Struct, out: dict[str, Any], end: int) -> Step:
         inp = self._in
         for field in struct.tagged:
-            out[field.name] = _default(field)
+            out[field.name] = fresh(field.default)  # a new list or dict, else shared
         if not inp.carry and inp.pos < min(len(inp.view), end - inp.base) and not inp.view[inp.pos]:
             inp.pos += 1  # the usual case: no tagged fields
             return
@@ -338,92 +328,6 @@ class FrameStream:
             out["_unknown_tags"] = unknown
         if explicit:
             out["_explicit_tags"] = explicit
-
-    def _now(self, field: Field, end: int) -> Any:
-        """The field at the input decoded at once if it lies inside the piece and needs
-        no walk (a scalar, a null or empty array, a struct of those): most fields. Else
-        _MISSING, nothing consumed, and the walker takes it (and finds any error)."""
-        inp = self._in
-        if inp.carry:
-            return _MISSING
-        start = inp.pos
-        try:
-            value = self._now_at(field, min(len(inp.view), end - inp.base))
-        except _MALFORMED:
-            value = _MISSING
-        if value is _MISSING:
-            inp.pos = start
-        return value
-
-    def _now_at(self, field: Field, limit: int) -> Any:
-        """_now's work; `limit`: where the piece or the field's bound ends, in the piece."""
-        inp = self._in
-        view, pos = inp.view, inp.pos
-        kind = field.kind
-        if kind <= _BOOL:
-            if pos + field.size > limit:
-                return _MISSING
-            inp.pos = pos + field.size
-            return _PACKERS[kind].unpack_from(view, pos)[0]
-        if kind == _UUID:
-            if pos + 16 > limit:
-                return _MISSING
-            inp.pos = pos + 16
-            return wire.uuid_of(view[pos : pos + 16].tobytes())
-        if kind == _STRUCT:
-            return self._struct_now(field, limit)
-        if kind == _RECORDS:
-            return _MISSING
-        if field.framing == _COMPACT:
-            found = _uvarint_at(view, pos, limit)
-            if found is None:
-                return _MISSING
-            length, pos = found[0] - 1, found[1]
-        else:
-            width = 2 if field.framing == _INT16_FRAMING else 4
-            if pos + width > limit:
-                return _MISSING
-            length = (_INT16 if width == 2 else _INT32).unpack_from(view, pos)[0]
-            pos += width
-        if length < 0:
-            if not field.nullable:
-                return _MISSING
-            inp.pos = pos
-            return None
-        if kind == _ARRAY:
-            if length:
-                return _MISSING
-            inp.pos = pos
-            return []
-        if length > self.limits.max_field_bytes or pos + length > limit:
-            return _MISSING
-        inp.pos = pos + length
-        raw = view[pos : pos + length]
-        return raw.tobytes().decode() if kind == _STRING else raw.tobytes()
-
-    def _struct_now(self, field: Field, limit: int) -> Any:
-        inp = self._in
-        if field.nullable:
-            if inp.pos >= limit:
-                return _MISSING
-            inp.pos += 1
-            if inp.view[inp.pos - 1] == 0xFF:
-                return None
-        struct = field.struct
-        assert struct is not None
-        out: dict[str, Any] = {}
-        for inner in struct.fields:
-            value = self._now_at(inner, limit)
-            if value is _MISSING:
-                return _MISSING
-            out[inner.name] = value
-        if struct.flexible:
-            if inp.pos >= limit or inp.view[inp.pos]:
-                return _MISSING  # tagged fields: the walker reads them
-            inp.pos += 1
-            for tagged in struct.tagged:
-                out[tagged.name] = _default(tagged)
-        return out
 
     def _field(self, field: Field, end: int) -> Step:
         kind = field.kind
@@ -484,9 +388,7 @@ class FrameStream:
             keep = self._budget > 0
             if keep:
                 self._budget -= 1
-            item = self._now(element, end)
-            if item is _MISSING and whole is not None:
-                item = self._whole_element(whole, end)
+            item = _MISSING if whole is None else self._whole_element(whole, end)
             if item is _MISSING:
                 item = yield from self._field(element, end)
             if keep:
@@ -551,7 +453,7 @@ class FrameStream:
                 break
             if not keep and not inp.carry and self._whole_v2_header(stats, left):
                 # the usual case, in line: a v2 header inside this piece, no copy
-                size = _INT32.unpack_from(inp.view, inp.pos + 8)[0]
+                size = wire.INT32.unpack_from(inp.view, inp.pos + 8)[0]
                 left -= LOG_OVERHEAD + size
                 stop = inp.pos + LOG_OVERHEAD + size
                 if stop <= len(inp.view):
@@ -563,7 +465,7 @@ class FrameStream:
                 continue
             prefix = inp.take(LOG_OVERHEAD) or (yield from inp.gather(LOG_OVERHEAD))
             left -= LOG_OVERHEAD
-            (size,) = _INT32.unpack_from(prefix, 8)
+            (size,) = wire.INT32.unpack_from(prefix, 8)
             if size < _MIN_ENTRY:
                 raise DecodeError(f"record batch length {size} invalid", direction="records",
                                   offset=inp.offset - LOG_OVERHEAD)
@@ -594,7 +496,7 @@ class FrameStream:
         view, pos = inp.view, inp.pos
         if len(view) - pos < V2_HEADER_SIZE or view[pos + MAGIC_OFFSET] != 2:
             return False
-        (size,) = _INT32.unpack_from(view, pos + 8)
+        (size,) = wire.INT32.unpack_from(view, pos + 8)
         if not _HEAD_AFTER_PREFIX <= size <= left - LOG_OVERHEAD:
             return False
         limit = self.limits.decompression_limit
@@ -620,20 +522,6 @@ class FrameStream:
         if magic < 2:
             return read_legacy_header(view, 0, size, verify_crc=False)
         raise DecodeError(f"unknown record magic {magic}", direction="records", offset=self._in.offset)
-
-
-def _uvarint_at(view: memoryview, pos: int, limit: int) -> tuple[int, int] | None:
-    """(value, position after) of the varint at `pos`, None if it is not all before
-    `limit` or is longer than 5 bytes (the walker then says which)."""
-    result = shift = 0
-    while pos < limit and shift <= 28:
-        byte = view[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-    return None
 
 
 def _own(value: Any, cap: int) -> Any:

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from codec.generated.api_key import ApiKey
 from pipeline import semantics
 from pipeline.clients import CONN, GROUP_KEYS, IDENTITY
 from pipeline.schema import INCOMPLETE_EVENT, REQUEST_EVENTS, TELEMETRY_EVENT
 
-PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
+# Plain ints for Spark literals: pyspark 3.5 (still allowed) hands them to py4j as they are.
+PRODUCE, FETCH, SHARE_FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.SHARE_FETCH)
 _COUNT_FIELDS = ("bytes", "records", "batches")
 
 

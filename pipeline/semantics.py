@@ -16,8 +16,11 @@ from pathlib import Path
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from codec.generated.api_key import ApiKey
+
 EXPECTED_ERRORS_FILE = Path(__file__).with_name("data") / "expected_errors.json"
-FETCH, JOIN_GROUP, SHARE_FETCH = 1, 11, 78
+# Plain ints for Spark literals: pyspark 3.5 (still allowed) hands them to py4j as they are.
+FETCH, JOIN_GROUP, SHARE_FETCH = int(ApiKey.FETCH), int(ApiKey.JOIN_GROUP), int(ApiKey.SHARE_FETCH)
 LONG_POLLS = (FETCH, SHARE_FETCH)
 UNKNOWN_API = "unknown"
 # The latency histograms' bins, 1 % wide: bin b holds [1.01^b, 1.01^(b+1)) ms, so a

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import uvloop
 
+from codec import ApiKey
 from proxy.config import Address, Config, Overrides, load_config
 from proxy.forward.server import Server
 from proxy.hooks import Hooks
@@ -150,7 +151,7 @@ def request_frame(
 
 
 def api_versions_v0(correlation_id: int) -> bytes:
-    return request_frame(18, 0, correlation_id)
+    return request_frame(ApiKey.API_VERSIONS, 0, correlation_id)
 
 
 def record_batch(value: bytes = b"v") -> bytes:
@@ -172,7 +173,7 @@ def produce_v3(
     body = struct.pack(">hhi", -1, acks, timeout_ms)  # null transactional id, acks, timeout
     body += struct.pack(">i", 1) + struct.pack(">h", len(t)) + t
     body += struct.pack(">i", 1) + struct.pack(">ii", 0, len(records)) + records
-    return request_frame(0, 3, correlation_id, body)
+    return request_frame(ApiKey.PRODUCE, 3, correlation_id, body)
 
 
 def read_frame(sock: socket.socket) -> bytes:

@@ -8,6 +8,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from codec import ApiKey
 from codec.frame_cutter import (
     HEAD_BYTES,
     BigEnd,
@@ -97,7 +98,7 @@ def test_a_capture_joining_mid_stream_says_so_first() -> None:
 
 
 def request(corr: int, size: int = 30) -> bytes:
-    body = struct.pack(">hhih", 3, 12, corr, 1) + b"c" + bytes(size)
+    body = struct.pack(">hhih", ApiKey.METADATA, 12, corr, 1) + b"c" + bytes(size)
     return struct.pack(">i", len(body)) + body
 
 

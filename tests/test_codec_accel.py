@@ -1,5 +1,5 @@
 """The C interpreter (codec/_accel.c) against the Python one (codec/interpreter.py),
-which is the reference, both running the same layouts (codec/layout.py): on every api
+which is the reference, both running the same layouts (codec/layout/): on every api
 and version, for every input, decoding gives the same dicts (keys in the same order,
 values of the same types, bytes fields zero-copy views of the same buffer, fresh lists
 and dicts but for shared read-only defaults), the same end position and element budget
@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codec import Request, Response, encode_data, encode_request, encode_response
+from codec import ApiKey, Request, Response, encode_data, encode_request, encode_response
 from codec import accel as accel_module
 from codec.accel import Decoder
 from codec.kinds import Framing, Kind
@@ -214,7 +214,7 @@ def test_element_budget(budget: int) -> None:
 
 def api_versions_v3(tags: bytes) -> bytes:
     """An ApiVersions v3 request whose header's tagged section is `tags`."""
-    return struct.pack(">hhih", 18, 3, 1, 1) + b"c" + tags + b"\x02a\x02b\x00"
+    return struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 1, 1) + b"c" + tags + b"\x02a\x02b\x00"
 
 
 VARINT_TAGS = [
@@ -256,9 +256,9 @@ BAD_UTF8 = [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80",
 @pytest.mark.parametrize("raw", BAD_UTF8, ids=range(len(BAD_UTF8)))
 def test_invalid_utf8(raw: bytes) -> None:
     # client id (classic string) and software name (compact string) of ApiVersions v3
-    header = struct.pack(">hhih", 18, 3, 1, len(raw)) + raw + b"\x00"
+    header = struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 1, len(raw)) + raw + b"\x00"
     compare_frame(header + b"\x02a\x02b\x00", "request", 18, 3)
-    ok = struct.pack(">hhih", 18, 3, 1, 1) + b"c\x00"
+    ok = struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 1, 1) + b"c\x00"
     compare_frame(ok + bytes([len(raw) + 1]) + raw + b"\x02b\x00", "request", 18, 3)
 
 
@@ -266,20 +266,20 @@ def test_invalid_utf8(raw: bytes) -> None:
 def test_floats_bools_and_unsigned_ints() -> None:
     entry = {"entity": [{"entity_type": "user", "entity_name": None}],
              "values": [{"key": "producer_byte_rate", "value": 1.5}]}  # fmt: skip
-    response = Response(48, 1, {"correlation_id": 1}, {"throttle_time_ms": 0, "error_code": 0,
+    response = Response(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"correlation_id": 1}, {"throttle_time_ms": 0, "error_code": 0,
                                                         "error_message": None, "entries": [entry]})  # fmt: skip
     frame = encode_response(response)
     at = frame.index(struct.pack(">d", 1.5))
     for value in (b"\x7f\xf8\x00\x00\x00\x00\x00\x01", b"\xff\xf0" + bytes(6), b"\x80" + bytes(7), bytes(8)):
         assert compare_frame(frame[:at] + value + frame[at + 8 :], "response", 48, 1)
     # a bool byte of 2 is True; uint16 ports up to 65535
-    request = Request(19, 5, {"correlation_id": 1, "client_id": "c"}, {"topics": [{
+    request = Request(ApiKey.CREATE_TOPICS, 5, {"correlation_id": 1, "client_id": "c"}, {"topics": [{
         "name": "t", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
         "timeout_ms": 1, "validate_only": True})  # fmt: skip
     frame = encode_request(request)
     assert compare_frame(frame[:-2] + b"\x02\x00", "request", 19, 5)
     endpoint = {"name": "l", "host": "h", "port": 65535}
-    vote = Response(52, 1, {"correlation_id": 1}, {"error_code": 0, "topics": [],
+    vote = Response(ApiKey.VOTE, 1, {"correlation_id": 1}, {"error_code": 0, "topics": [],
                                                    "node_endpoints": [{"node_id": 1, **endpoint}]})  # fmt: skip
     assert compare_frame(encode_response(vote), "response", 52, 1)
 
@@ -294,13 +294,13 @@ def test_uuids_nullable_structs_and_tagged_defaults() -> None:
                      "_explicit_tags": [0]}  # fmt: skip
         body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic_id": tid, "partitions": [partition, partition]}]}  # fmt: skip
-        frame = encode_response(Response(1, 16, {"correlation_id": 1}, body))
+        frame = encode_response(Response(ApiKey.FETCH, 16, {"correlation_id": 1}, body))
         assert compare_frame(frame, "response", 1, 16)
     # a nullable struct (ConsumerGroupHeartbeat's assignment, last): 0xFF is null,
     # any other marker byte is a struct
     heartbeat = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "member_id": "m",
                  "member_epoch": 1, "heartbeat_interval_ms": 5, "assignment": None}  # fmt: skip
-    frame = encode_response(Response(68, 0, {"correlation_id": 1}, heartbeat))
+    frame = encode_response(Response(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {"correlation_id": 1}, heartbeat))
     assert frame[-2:] == b"\xff\x00"
     for marker in (b"\xff", b"\x00", b"\x01", b"\x7f", b"\x80", b"\xfe"):
         for rest in (b"\x00", b"\x01\x00\x00", b"\x02\x00\x00\x00"):
@@ -430,7 +430,7 @@ def hostile_inputs() -> list[tuple[Decoder, bytes, int, int]]:
         found += [(fast, frame, start, budget) for budget in (0, 1, 2)]
     header = decoders("RequestHeader", 2)[1]
     found += [(header, api_versions_v3(tags), 0, 9) for tags in VARINT_TAGS]
-    found += [(header, struct.pack(">hhih", 18, 3, 1, 1) + b"\xff\x00", 0, 9)]  # bad UTF-8
+    found += [(header, struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 1, 1) + b"\xff\x00", 0, 9)]  # bad UTF-8
     return found
 
 

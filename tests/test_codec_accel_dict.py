@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from codec import ApiKey
 from codec.schema import ZERO_UUID
 from tests.support.codec_frames import FRAMES as GOLDEN_FRAMES
 from tests.support.codec_frames import (
@@ -130,13 +131,13 @@ def test_a_cycle_through_a_decoded_dict_is_collected(api_key: int) -> None:
 @pytest.mark.parametrize("size", [0, 1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 33])
 def test_strings_ascii_or_not_at_every_position(size: int) -> None:
     """ApiVersions v3's client id (a classic string) and software name (compact)."""
-    ok = struct.pack(">hhih", 18, 3, 1, 1) + b"c\x00"
+    ok = struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 1, 1) + b"c\x00"
     texts = [bytes(range(size)), b"z" * size]
     for at in range(size):
         for byte in (0x7F, 0x80, 0xC3, 0xFF):
             texts.append(b"a" * at + bytes([byte]) + b"b" * (size - at - 1))
         texts.append(b"a" * at + "é".encode() + b"b" * (size - at - 1))
     for raw in texts:
-        header = struct.pack(">hhih", 18, 3, 1, len(raw)) + raw + b"\x00"
+        header = struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 1, len(raw)) + raw + b"\x00"
         compare_frame(header + b"\x02a\x02b\x00", "request", 18, 3)
         compare_frame(ok + bytes([len(raw) + 1]) + raw + b"\x02b\x00", "request", 18, 3)

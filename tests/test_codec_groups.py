@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from codec import Response, decode_response, encode_data, encode_response
+from codec import ApiKey, Response, decode_response, encode_data, encode_response
 from codec.groups import decode_assignment, decode_subscription, group_payloads
 
 
@@ -58,7 +58,7 @@ def test_other_protocols_stay_opaque_with_their_size() -> None:
 
 def test_join_group_response_v6_has_no_protocol_type_so_nothing_is_guessed() -> None:
     meta = subscription_v0(["t"], None)
-    response = Response(11, 6, {"correlation_id": 1}, {
+    response = Response(ApiKey.JOIN_GROUP, 6, {"correlation_id": 1}, {
         "throttle_time_ms": 0, "error_code": 0, "generation_id": 4, "protocol_name": "range",
         "leader": "m1", "member_id": "m1",
         "members": [{"member_id": "m1", "group_instance_id": None, "metadata": meta}],
@@ -72,7 +72,7 @@ def test_join_group_response_v6_has_no_protocol_type_so_nothing_is_guessed() -> 
         "opaque": True, "reason": "this message version carries no protocol type", "bytes": len(meta),
     }
     decoded_v7 = decode_response(
-        encode_response(Response(11, 7, {"correlation_id": 1}, {
+        encode_response(Response(ApiKey.JOIN_GROUP, 7, {"correlation_id": 1}, {
             **response.body, "protocol_type": "consumer"})), 11, 7)
     payloads_v7 = group_payloads(11, "response", decoded_v7.body)
     assert payloads_v7 is not None

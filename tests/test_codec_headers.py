@@ -9,6 +9,7 @@ import pytest
 
 from codec import (
     DEFAULT_POLICY,
+    ApiKey,
     DecodeError,
     HeaderPolicy,
     Request,
@@ -102,7 +103,7 @@ def test_telemetry_v1_requests_carry_the_id_only_in_the_header() -> None:
     assert push_v1.body["subscription_id"] == 5
     assert bytes(push_v1.body["metrics"]) == b"abc"
     get_v0 = decode_request(
-        struct.pack(">hhi", 71, 0, 3) + classic_string("rdkafka") + b"\x00" + INSTANCE.bytes + b"\x00"
+        struct.pack(">hhi", ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, 3) + classic_string("rdkafka") + b"\x00" + INSTANCE.bytes + b"\x00"
     )
     assert get_v0.header_version == 2
     assert get_v0.body["client_instance_id"] == INSTANCE
@@ -124,7 +125,7 @@ def test_header_v3_declared_as_data_for_other_rpcs() -> None:
 
 
 def test_null_client_id_is_allowed() -> None:
-    frame = struct.pack(">hhih", 18, 0, 1, -1)
+    frame = struct.pack(">hhih", ApiKey.API_VERSIONS, 0, 1, -1)
     request = decode_request(frame)
     assert request.header["client_id"] is None
     assert encode_request(request) == frame

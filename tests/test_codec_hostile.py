@@ -61,7 +61,7 @@ def test_huge_array_count_in_a_tiny_frame_allocates_nothing() -> None:
 def test_null_where_the_schema_forbids_it() -> None:
     with pytest.raises(DecodeError, match="not nullable"):
         decode_request(metadata_v0_request(-1))  # Metadata v0 topics are never null
-    nullable_v1 = struct.pack(">hhih", 3, 1, 1, 0) + struct.pack(">i", -1)
+    nullable_v1 = struct.pack(">hhih", ApiKey.METADATA, 1, 1, 0) + struct.pack(">i", -1)
     assert decode_request(nullable_v1).body["topics"] is None
 
 
@@ -69,26 +69,26 @@ def test_million_tagged_fields_in_a_header_are_refused_with_bounded_memory() -> 
     count = 1_000_000
     tags = b"".join(bytes([0x80 | (t & 0x7F), t >> 7 & 0x7F, 0]) for t in range(count))
     varint_count = bytes([0x80 | (count & 0x7F), 0x80 | (count >> 7 & 0x7F), count >> 14])
-    frame = struct.pack(">hhih", 3, 12, 1, 0) + varint_count + tags + b"\x01\x00\x00"
+    frame = struct.pack(">hhih", ApiKey.METADATA, 12, 1, 0) + varint_count + tags + b"\x01\x00\x00"
     with pytest.raises(DecodeError, match="too many tagged fields"):
         decode_request(frame)
     assert peak_bytes(lambda: decode_request(frame)) < 1024 * 1024
 
 
 def test_tagged_field_declaring_16_mib() -> None:
-    frame = struct.pack(">hhih", 3, 12, 1, 0) + b"\x01" + b"\x05" + b"\x80\x80\x80\x08" + b"x"
+    frame = struct.pack(">hhih", ApiKey.METADATA, 12, 1, 0) + b"\x01" + b"\x05" + b"\x80\x80\x80\x08" + b"x"
     with pytest.raises(DecodeError, match="tagged field"):
         decode_request(frame)
 
 
 def test_string_longer_than_the_frame() -> None:
-    frame = struct.pack(">hhih", 18, 0, 1, 30000) + b"abc"
+    frame = struct.pack(">hhih", ApiKey.API_VERSIONS, 0, 1, 30000) + b"abc"
     with pytest.raises(DecodeError, match="past the end"):
         decode_request(frame)
 
 
 def test_invalid_utf8_is_a_decode_error() -> None:
-    frame = struct.pack(">hhih", 18, 0, 1, 2) + b"\xff\xfe"
+    frame = struct.pack(">hhih", ApiKey.API_VERSIONS, 0, 1, 2) + b"\xff\xfe"
     with pytest.raises(DecodeError, match="UTF-8"):
         decode_request(frame)
 

@@ -1,5 +1,5 @@
 """The interpreters' short paths (codec/interpreter.py, codec/_accel.c): the "no tagged
-fields" byte, bounds checks that cover the next byte (codec/layout.py's `check` and
+fields" byte, bounds checks that cover the next byte (codec/layout/'s `check` and
 `peek`), one-byte varints, empty arrays. Each has a slow path beside it; these tests
 make sure both are taken and agree, decoding and skimming."""
 
@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codec import (
+    ApiKey,
     DecodeError,
     Request,
     Response,
@@ -116,10 +117,10 @@ def test_every_truncation_and_every_byte_flip(frame: bytes, api_key: int, versio
 
 def test_empty_struct_arrays_cost_no_budget_and_big_ones_are_refused() -> None:
     # An element budget of 0 still decodes a message whose arrays of structs are empty.
-    request = Request(3, 12, {"correlation_id": 1, "client_id": "c"},
+    request = Request(ApiKey.METADATA, 12, {"correlation_id": 1, "client_id": "c"},
                       {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})  # fmt: skip
     assert decode_request(encode_request(request), budget=0).body["topics"] == []
-    frame = encode_request(Request(3, 12, request.header, {**request.body, "topics": [{"topic_id": uuid.UUID(int=0), "name": "t"}] * 3}))
+    frame = encode_request(Request(ApiKey.METADATA, 12, request.header, {**request.body, "topics": [{"topic_id": uuid.UUID(int=0), "name": "t"}] * 3}))
     with pytest.raises(DecodeError, match="budget"):
         decode_request(frame, budget=2)
 

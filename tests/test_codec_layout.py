@@ -1,4 +1,4 @@
-"""codec/layout.py: the one description of the wire, lowered from the schema facts.
+"""codec/layout/: the one description of the wire, lowered from the schema facts.
 
 What the layouts decide is held by what decodes with them (golden frames, round trips,
 kio as an oracle, the C interpreter against the Python one); here: that every message
@@ -92,6 +92,7 @@ def test_python_m_codec_layout_prints_one() -> None:
         [sys.executable, "-m", "codec.layout", "Produce", "11", "request"],
         cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
+    assert done.stderr == ""  # no runpy warning: the package has not imported what -m runs
     lines = done.stdout.splitlines()
     assert lines[0].startswith("ProduceRequest v11 (flexible")
     assert any(line.split()[:3] == ["acks", "int16", "2"] and "check 7" in line for line in lines)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codec import DecodeError, Response, decode_response, encode_response
+from codec import ApiKey, DecodeError, Response, decode_response, encode_response
 from codec.schema import api_messages
 from codec.skim import CATEGORIES, skim_response
 from tests.codec_strategies import struct_value
@@ -48,7 +48,7 @@ def test_topic_ids_are_paired_with_names() -> None:
 
     topic = {"error_code": 0, "name": "orders", "topic_id": uuid.UUID(int=7), "is_internal": False,
              "partitions": [], "topic_authorized_operations": -1}
-    frame = encode_response(Response(3, 12, {"correlation_id": 1}, {
+    frame = encode_response(Response(ApiKey.METADATA, 12, {"correlation_id": 1}, {
         "throttle_time_ms": 0, "brokers": [], "cluster_id": None, "controller_id": -1, "topics": [topic]}))
     _, found = skim_response(frame, 3, 12)
     assert found["topic_ids"] == [(uuid.UUID(int=7), "orders")]

@@ -102,8 +102,8 @@ def _streamed(kind: str, api_key: int, version: int, pieces: list[bytes], limits
 def _normal(value: Any) -> Any:
     if isinstance(value, StreamedRecords):
         return ("records", value.size, value.stats)
-    if isinstance(value, dict):
-        return {k: _normal(v) for k, v in value.items() if k != "_explicit_tags"}
+    if isinstance(value, dict):  # in order: a streamed dict has the decoded one's key order
+        return [(k, _normal(v)) for k, v in value.items() if k != "_explicit_tags"]
     if isinstance(value, list | tuple):
         return type(value)(_normal(v) for v in value)
     return plain(value)
@@ -255,11 +255,11 @@ def test_bytes_over_the_field_bound_are_skipped_and_long_strings_refused() -> No
     # SaslAuthenticate v0 request: one bytes field.
     token = b"x" * 100
     body = struct.pack(">i", len(token)) + token
-    header = struct.pack(">hhih", 36, 0, 1, 1) + b"c"
+    header = struct.pack(">hhih", ApiKey.SASL_AUTHENTICATE, 0, 1, 1) + b"c"
     stream = request_stream(36, 0, len(header + body), limits=StreamLimits(max_field_bytes=50))
     stream.feed(header + body)
     assert stream.finish()[1]["auth_bytes"] is None
-    long_id = struct.pack(">hhih", 36, 0, 1, 60) + b"c" * 60 + body
+    long_id = struct.pack(">hhih", ApiKey.SASL_AUTHENTICATE, 0, 1, 60) + b"c" * 60 + body
     stream = request_stream(36, 0, len(long_id), limits=StreamLimits(max_field_bytes=50))
     with pytest.raises(DecodeError):
         stream.feed(long_id)

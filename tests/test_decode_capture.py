@@ -61,7 +61,7 @@ def exchange_lines(lines: list[Line], broker_side: bool = False, kinds: tuple[st
     # compared where a connection learnt its own: on GetTelemetrySubscriptions lines.
     def dropped(line: Line) -> frozenset[str]:
         ids = frozenset() if line["api_key"] == GET_TELEMETRY_SUBSCRIPTIONS else JOINED
-        return ids | ({"response_bytes"} if broker_side and line["api_key"] == 18 else frozenset())
+        return ids | ({"response_bytes"} if broker_side and line["api_key"] == ApiKey.API_VERSIONS else frozenset())
 
     return Counter(comparable(line, dropped(line)) for line in events(lines, *kinds))
 

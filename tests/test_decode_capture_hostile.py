@@ -17,7 +17,7 @@ from pathlib import Path
 
 from support.capture import SyntheticCapture, decode, events
 
-from codec import Request, Response, encode_request, encode_response
+from codec import ApiKey, Request, Response, encode_request, encode_response
 from proxy.capture.decode import CaptureDecoder, CaptureLimits
 
 BROKER = 9092
@@ -28,9 +28,9 @@ def framed(body: bytes) -> bytes:
 
 
 def metadata_exchange(corr: int, topic: str = "orders") -> tuple[bytes, bytes]:
-    request = encode_request(Request(3, 1, {"correlation_id": corr, "client_id": "hostile-test"},
+    request = encode_request(Request(ApiKey.METADATA, 1, {"correlation_id": corr, "client_id": "hostile-test"},
                                      {"topics": [{"name": topic}]}))
-    response = encode_response(Response(3, 1, {"correlation_id": corr}, {
+    response = encode_response(Response(ApiKey.METADATA, 1, {"correlation_id": corr}, {
         "brokers": [], "controller_id": 1,
         "topics": [{"error_code": 3, "name": topic, "is_internal": False, "partitions": []}],
     }))
@@ -238,7 +238,7 @@ def test_pcapng_reads_as_pcap(tmp_path: Path) -> None:
 
 
 def sasl_frames(version: int, corr: int, body: dict, response: dict) -> tuple[bytes, bytes]:
-    api = 17 if "mechanism" in body else 36
+    api = ApiKey.SASL_HANDSHAKE if "mechanism" in body else ApiKey.SASL_AUTHENTICATE
     request = encode_request(Request(api, version, {"correlation_id": corr, "client_id": "sasl-c"}, body))
     answer = encode_response(Response(api, version, {"correlation_id": corr}, response))
     return framed(request), framed(answer)
@@ -350,7 +350,7 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
 def test_a_stream_whose_first_frame_does_not_decode_is_not_kafka(tmp_path: Path) -> None:
     """Its header passes for a Metadata v1 request; its body does not (a topic count of
     2**31-1 in 8 bytes): without --port it is let go, not decoded."""
-    fake = framed(struct.pack(">hhih", 3, 1, 1, 2) + b"ab" + struct.pack(">i", 2**31 - 1) + bytes(4))
+    fake = framed(struct.pack(">hhih", ApiKey.METADATA, 1, 1, 2) + b"ab" + struct.pack(">i", 2**31 - 1) + bytes(4))
     cap = SyntheticCapture(tmp_path / "fake.pcap")
     cap.connect(40700, 7000)
     cap.packet(40700, 7000, fake)

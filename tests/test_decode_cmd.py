@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codec import Request, Response, encode_request, encode_response
+from codec import ApiKey, Request, Response, encode_request, encode_response
 from proxy.decode_cmd import main
 
 
@@ -24,8 +24,8 @@ def run(capsys: pytest.CaptureFixture[str], tmp_path: Path, data: bytes, *args: 
 
 
 def test_requests_bytes_shown_as_length_and_prefix(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    secretless = Request(36, 2, {"correlation_id": 4, "client_id": "c"}, {"auth_bytes": b"x" * 100})
-    meta = Request(3, 1, {"correlation_id": 5, "client_id": "c"}, {"topics": [{"name": "orders"}]})
+    secretless = Request(ApiKey.SASL_AUTHENTICATE, 2, {"correlation_id": 4, "client_id": "c"}, {"auth_bytes": b"x" * 100})
+    meta = Request(ApiKey.METADATA, 1, {"correlation_id": 5, "client_id": "c"}, {"topics": [{"name": "orders"}]})
     status, out = run(capsys, tmp_path, framed(encode_request(secretless), encode_request(meta)))
     assert status == 0
     assert out[0]["api"] == "SaslAuthenticate"
@@ -35,16 +35,16 @@ def test_requests_bytes_shown_as_length_and_prefix(capsys: pytest.CaptureFixture
 
 
 def test_responses_need_the_request_api(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    response = Response(18, 0, {"correlation_id": 1}, {"error_code": 0, "api_keys": [
-        {"api_key": 0, "min_version": 0, "max_version": 9}]})
+    response = Response(ApiKey.API_VERSIONS, 0, {"correlation_id": 1}, {"error_code": 0, "api_keys": [
+        {"api_key": ApiKey.PRODUCE, "min_version": 0, "max_version": 9}]})
     status, out = run(capsys, tmp_path, framed(encode_response(response)), "--response-to", "18:0")
     assert status == 0
     assert out[0]["direction"] == "response"
-    assert out[0]["body"]["api_keys"] == [{"api_key": 0, "min_version": 0, "max_version": 9}]
+    assert out[0]["body"]["api_keys"] == [{"api_key": ApiKey.PRODUCE, "min_version": 0, "max_version": 9}]
 
 
 def test_errors_are_reported_per_frame(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    good = encode_request(Request(18, 0, {"correlation_id": 1, "client_id": None}, {}))
+    good = encode_request(Request(ApiKey.API_VERSIONS, 0, {"correlation_id": 1, "client_id": None}, {}))
     status, out = run(capsys, tmp_path, framed(good, b"\x00\x03\x00\x00garbage") + b"\x00\x00")
     assert status == 1
     assert "error" not in out[0]
@@ -67,12 +67,12 @@ def assignment_v0(topic: str, partitions: list[int]) -> bytes:
 def test_group_payloads_are_decoded(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """KIP-559: JoinGroup names the protocol type; a SyncGroup before v5 does not, and
     takes it from the JoinGroup earlier in the file."""
-    join = Request(11, 5, {"correlation_id": 1, "client_id": "c"}, {
+    join = Request(ApiKey.JOIN_GROUP, 5, {"correlation_id": 1, "client_id": "c"}, {
         "group_id": "g", "session_timeout_ms": 10, "rebalance_timeout_ms": 10, "member_id": "m",
         "group_instance_id": None, "protocol_type": "consumer",
         "protocols": [{"name": "range", "metadata": subscription_v0(["orders", "pay"])}],
     })
-    sync = Request(14, 3, {"correlation_id": 2, "client_id": "c"}, {
+    sync = Request(ApiKey.SYNC_GROUP, 3, {"correlation_id": 2, "client_id": "c"}, {
         "group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None,
         "assignments": [{"member_id": "m", "assignment": assignment_v0("orders", [0, 2])}],
     })
@@ -89,7 +89,7 @@ def test_group_payloads_are_decoded(capsys: pytest.CaptureFixture[str], tmp_path
 def test_describe_groups_members_decoded_with_response_to(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    response = Response(15, 1, {"correlation_id": 3}, {"throttle_time_ms": 0, "groups": [{
+    response = Response(ApiKey.DESCRIBE_GROUPS, 1, {"correlation_id": 3}, {"throttle_time_ms": 0, "groups": [{
         "error_code": 0, "group_id": "g", "group_state": "Stable", "protocol_type": "consumer",
         "protocol_data": "range", "members": [{
             "member_id": "m", "client_id": "c", "client_host": "/h",
@@ -105,9 +105,9 @@ def test_describe_groups_members_decoded_with_response_to(
 
 
 def test_sasl_principal_shown_and_the_secret_never(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    handshake = Request(17, 1, {"correlation_id": 1, "client_id": "c"}, {"mechanism": "PLAIN"})
+    handshake = Request(ApiKey.SASL_HANDSHAKE, 1, {"correlation_id": 1, "client_id": "c"}, {"mechanism": "PLAIN"})
     token = b"\x00alice\x00s3cr3t-passw0rd"
-    auth = Request(36, 2, {"correlation_id": 2, "client_id": "c"}, {"auth_bytes": token})
+    auth = Request(ApiKey.SASL_AUTHENTICATE, 2, {"correlation_id": 2, "client_id": "c"}, {"auth_bytes": token})
     path = tmp_path / "frames.bin"
     path.write_bytes(framed(encode_request(handshake), encode_request(auth)))
     assert main([str(path)]) == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from codec import Request, Response, encode_request, encode_response
+from codec import ApiKey, Request, Response, encode_request, encode_response
 from proxy.exchange.kafka import Event, ExchangeOptions, KafkaExchange
 from proxy.hooks import ConnectionInfo
 
@@ -17,12 +17,12 @@ def exchange(**options: object) -> KafkaExchange:
 
 
 def metadata(corr: int) -> bytes:
-    return encode_request(Request(3, 12, {"correlation_id": corr, "client_id": "app"}, {
+    return encode_request(Request(ApiKey.METADATA, 12, {"correlation_id": corr, "client_id": "app"}, {
         "topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}))
 
 
 def produce(corr: int, acks: int) -> bytes:
-    return encode_request(Request(0, 9, {"correlation_id": corr, "client_id": "app"}, {
+    return encode_request(Request(ApiKey.PRODUCE, 9, {"correlation_id": corr, "client_id": "app"}, {
         "transactional_id": None, "acks": acks, "timeout_ms": 1000, "topic_data": []}))
 
 
@@ -31,8 +31,8 @@ def answer(corr: int) -> bytes:
 
 
 def handshake(corr: int, mechanism: str) -> tuple[bytes, bytes]:
-    request = encode_request(Request(17, 0, {"correlation_id": corr, "client_id": "app"}, {"mechanism": mechanism}))
-    response = encode_response(Response(17, 0, {"correlation_id": corr}, {"error_code": 0, "mechanisms": [mechanism]}))
+    request = encode_request(Request(ApiKey.SASL_HANDSHAKE, 0, {"correlation_id": corr, "client_id": "app"}, {"mechanism": mechanism}))
+    response = encode_response(Response(ApiKey.SASL_HANDSHAKE, 0, {"correlation_id": corr}, {"error_code": 0, "mechanisms": [mechanism]}))
     return request, response
 
 
@@ -116,7 +116,7 @@ def test_raw_sasl_tokens_after_a_handshake_v0_then_requests_again() -> None:
 
 def test_a_large_frame_before_authentication_is_refused_a_request_after_it_is_not() -> None:
     ex = exchange(max_frame_before_auth=100)
-    big = encode_request(Request(18, 3, {"correlation_id": 1, "client_id": "x" * 200}, {
+    big = encode_request(Request(ApiKey.API_VERSIONS, 3, {"correlation_id": 1, "client_id": "x" * 200}, {
         "client_software_name": "a", "client_software_version": "1"}))
     assert ex.request(big, len(big), 0.0) is Event.TOO_LARGE_BEFORE_AUTH
     assert ex.request(metadata(2), len(metadata(2)), 0.0) is Event.REQUEST

@@ -188,7 +188,7 @@ async def until(check: Any, timeout: float = 5.0) -> None:
 async def exchange(sock: socket.socket) -> bytes:
     """One request through a non-blocking socket, its response back (off the loop's back)."""
     loop = asyncio.get_running_loop()
-    await loop.sock_sendall(sock, request_frame(18, 0, 5))
+    await loop.sock_sendall(sock, request_frame(ApiKey.API_VERSIONS, 0, 5))
     data = b""
     while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
         chunk = await asyncio.wait_for(loop.sock_recv(sock, 4096), 5)

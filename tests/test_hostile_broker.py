@@ -28,7 +28,7 @@ from support.hostile import (
     hostile_proxy,
 )
 
-from codec import decode_request, decode_response, encode_request, encode_response
+from codec import ApiKey, decode_request, decode_response, encode_request, encode_response
 
 BOUND = 32 * MIB  # peak RSS growth allowed during any one attack below
 METADATA_V0_NO_TOPICS = struct.pack(">i", 0)
@@ -69,7 +69,7 @@ def test_bad_response_lengths_close_that_client_only(tmp_path: Path) -> None:
         with PeakGrowth() as grown:
             for name in cut:
                 with connect(px.port) as sock:
-                    sock.sendall(request_frame(3, 0, 1, METADATA_V0_NO_TOPICS, f"evil-{name}"))
+                    sock.sendall(request_frame(ApiKey.METADATA, 0, 1, METADATA_V0_NO_TOPICS, f"evil-{name}"))
                     assert is_closed(sock, timeout=10), name
                 assert cut[name].wait(10), f"{name}: the broker connection stayed open"
         sentinel.healthy()
@@ -92,9 +92,9 @@ def test_garbage_response_bodies_are_forwarded_and_counted(tmp_path: Path) -> No
         PeakGrowth() as grown,
         connect(px.port) as sock,
     ):
-        sock.sendall(request_frame(3, 0, 1, METADATA_V0_NO_TOPICS, "evil"))
-        sock.sendall(request_frame(18, 0, 2, client_id="evil"))  # a response held to rewrite
-        sock.sendall(request_frame(18, 0, 100, client_id="evil"))
+        sock.sendall(request_frame(ApiKey.METADATA, 0, 1, METADATA_V0_NO_TOPICS, "evil"))
+        sock.sendall(request_frame(ApiKey.API_VERSIONS, 0, 2, client_id="evil"))  # a response held to rewrite
+        sock.sendall(request_frame(ApiKey.API_VERSIONS, 0, 100, client_id="evil"))
         got = [read_frame(sock) for _ in range(3)]
         sentinel.healthy()
         assert got[:2] == [struct.pack(">i", 1) + GARBAGE, struct.pack(">i", 2) + GARBAGE]
@@ -126,7 +126,7 @@ def test_responses_nobody_asked_for_are_passed_on(tmp_path: Path) -> None:
         PeakGrowth() as grown,
         connect(px.port) as sock,
     ):
-        sock.sendall(request_frame(18, 0, 5, client_id="evil"))
+        sock.sendall(request_frame(ApiKey.API_VERSIONS, 0, 5, client_id="evil"))
         strangers = [read_frame(sock) for _ in range(count)]
         assert set(strangers) == {struct.pack(">i", 777_777) + b"not yours"}
         assert read_frame(sock) == api_versions_v0_answer(5)  # still matched to its request
@@ -147,7 +147,7 @@ def test_a_response_that_never_completes_is_cut(tmp_path: Path) -> None:
         Sentinel(px.port) as sentinel,
         connect(px.port) as sock,
     ):
-        sock.sendall(request_frame(3, 0, 1, METADATA_V0_NO_TOPICS, "evil"))
+        sock.sendall(request_frame(ApiKey.METADATA, 0, 1, METADATA_V0_NO_TOPICS, "evil"))
         assert is_closed(sock, timeout=20)
         assert cut.wait(10)
         sentinel.healthy()

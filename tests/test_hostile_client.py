@@ -193,7 +193,7 @@ def test_slow_frames_and_idle_connections_are_cut(tmp_path: Path) -> None:
     frame = request_frame(METADATA, 0, 9, b"\x00" * 1000)  # 50 s at one byte per 50 ms
     with hostile_proxy(tmp_path, **limits) as (px, _), Sentinel(px.port) as sentinel:
         silent, quiet = connect(px.port), connect(px.port)
-        quiet.sendall(request_frame(18, 0, 1))
+        quiet.sendall(request_frame(ApiKey.API_VERSIONS, 0, 1))
         read_frame(quiet)
         with PeakGrowth() as grown:
             started = time.monotonic()
@@ -233,7 +233,7 @@ def test_connections_past_the_per_ip_limit_are_refused(tmp_path: Path) -> None:
     ):
         admitted = [connect(px.port) for _ in range(4)]  # with the sentinel: the limit
         for corr, sock in enumerate(admitted):
-            sock.sendall(request_frame(18, 0, corr))
+            sock.sendall(request_frame(ApiKey.API_VERSIONS, 0, corr))
             read_frame(sock)
         with PeakGrowth() as grown:
             refused = [connect(px.port) for _ in range(50)]
@@ -242,14 +242,14 @@ def test_connections_past_the_per_ip_limit_are_refused(tmp_path: Path) -> None:
             sock.close()
         sentinel.healthy()
         for corr, sock in enumerate(admitted):  # the admitted ones still work
-            sock.sendall(request_frame(18, 0, 100 + corr))
+            sock.sendall(request_frame(ApiKey.API_VERSIONS, 0, 100 + corr))
             assert read_frame(sock)[:4] == struct.pack(">i", 100 + corr)
         assert grown.bytes < BOUND, str(grown)
         assert px.metric("kafkalens_connections_rejected_total", reason="per_ip_limit") == 50
         admitted.pop().close()
         assert px.wait_until(lambda: len(px.server.connections) == 4, timeout=15)
         with connect(px.port) as again:  # a freed slot is usable
-            again.sendall(request_frame(18, 0, 7))
+            again.sendall(request_frame(ApiKey.API_VERSIONS, 0, 7))
             assert read_frame(again)[:4] == struct.pack(">i", 7)
         for sock in admitted:
             sock.close()
@@ -279,7 +279,7 @@ def test_decompression_bomb_with_record_detail(tmp_path: Path, codec: str) -> No
         with PeakGrowth() as grown, connect(px.port) as sock:
             sock.sendall(frame)
             assert eventually(lambda: len(px.log_lines("request_no_response")) == 1)
-            sock.sendall(request_frame(18, 0, 2))  # ...after which the connection goes on
+            sock.sendall(request_frame(ApiKey.API_VERSIONS, 0, 2))  # ...after which the connection goes on
             assert read_frame(sock)[:4] == struct.pack(">i", 2)
         s.healthy()
         assert grown.bytes < BOUND, str(grown)  # ...that would take 256 MiB inflated

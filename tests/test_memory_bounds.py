@@ -260,7 +260,7 @@ def test_frames_of_many_tiny_elements_cost_bounded_time_and_memory(proxy: ProxyP
     decode budget of 500,000 elements all are parsed (20,000 kept) unless one read takes
     longer than observe_seconds_per_read to walk; past the budget the frame is a decode
     error at once. Either way the rest streams by unparsed."""
-    header = struct.pack(">hhih", 0, 9, 5, 7) + b"million" + b"\x00"
+    header = struct.pack(">hhih", ApiKey.PRODUCE, 9, 5, 7) + b"million" + b"\x00"
     body = b"\x00" + struct.pack(">hi", 0, 5000) + uvarint(count + 1) + b"\x01\x01\x00" * count + b"\x00"
     warm_up(proxy)
     before = rss(proxy)
@@ -419,7 +419,7 @@ def test_socket_buffers_are_fixed_at_the_configured_size(size: int) -> None:
         ProxyThread(proxy_config(broker.address, socket_buffer_bytes=size)) as px,
         socket.create_connection(("127.0.0.1", px.port), timeout=10) as sock,
     ):
-        sock.sendall(request_frame(18, 0, 5))
+        sock.sendall(request_frame(ApiKey.API_VERSIONS, 0, 5))
         assert struct.unpack_from(">i", read_frame(sock))[0] == 5
         got = px.call(lambda: buffers(px))
     if size:

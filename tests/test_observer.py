@@ -12,27 +12,27 @@ from pathlib import Path
 import pytest
 from support.hooks_harness import PASSWORD, Harness, header
 
-from codec import Request, Response, decode_response, encode_request, encode_response
+from codec import ApiKey, Request, Response, decode_response, encode_request, encode_response
 from proxy.hooks import Pending
 from proxy.observe.identity import kafka_uuid_text
 from tests.records_oracle import build_v2
 
 INSTANCE = uuid.UUID("11111111-2222-4333-8444-555555555555")
 def api_versions_exchange(h: Harness, correlation_id: int = 1) -> None:
-    request = Request(18, 3, header(correlation_id), {
+    request = Request(ApiKey.API_VERSIONS, 3, header(correlation_id), {
         "client_software_name": "librdkafka", "client_software_version": "2.4.0"})
-    response = Response(18, 3, {"correlation_id": correlation_id}, {
+    response = Response(ApiKey.API_VERSIONS, 3, {"correlation_id": correlation_id}, {
         "error_code": 0, "throttle_time_ms": 0,
-        "api_keys": [{"api_key": 0, "min_version": 0, "max_version": 11}]})
+        "api_keys": [{"api_key": ApiKey.PRODUCE, "min_version": 0, "max_version": 11}]})
     h.send(request, response)
 
 
 def test_request_line_carries_identity_and_the_required_fields(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
     api_versions_exchange(h)
-    metadata = Request(3, 12, header(2, client_id=None), {"topics": [{"topic_id": uuid.UUID(int=0), "name": "orders"}],
+    metadata = Request(ApiKey.METADATA, 12, header(2, client_id=None), {"topics": [{"topic_id": uuid.UUID(int=0), "name": "orders"}],
                        "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
-    meta_response = Response(3, 12, {"correlation_id": 2}, {
+    meta_response = Response(ApiKey.METADATA, 12, {"correlation_id": 2}, {
         "throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b", "port": 9092, "rack": None}],
         "cluster_id": "c", "controller_id": 1, "topics": [{
             "error_code": 3, "name": "orders", "topic_id": uuid.UUID(int=0), "is_internal": False,
@@ -68,7 +68,7 @@ def produce_request(correlation_id: int, acks: int, compression: str = "none") -
         [(1000, b"k", b"v" * 10, [("traceparent", b"00-abc-01"), ("secret-ish", b"zzz")])] * 3,
         compression=compression, producer=(42, 1, 0),
     )
-    return Request(0, 9, header(correlation_id), {
+    return Request(ApiKey.PRODUCE, 9, header(correlation_id), {
         "transactional_id": None, "acks": acks, "timeout_ms": 1000,
         "topic_data": [{"name": "orders", "partition_data": [{"index": 0, "records": batch}]}]})
 
@@ -92,10 +92,10 @@ def test_fetch_response_record_stats_and_partial_tail(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
     batch = build_v2([(1, None, b"x" * 50, [])] * 4, compression="gzip")
     records = batch + batch[:20]  # the broker cut the last batch short: legal in Fetch
-    request = Request(1, 11, header(6), {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
+    request = Request(ApiKey.FETCH, 11, header(6), {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
                       "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
                       "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""})
-    response = Response(1, 11, {"correlation_id": 6}, {
+    response = Response(ApiKey.FETCH, 11, {"correlation_id": 6}, {
         "throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [{
             "topic": "orders", "partitions": [{
                 "partition_index": 0, "error_code": 0, "high_watermark": 4, "last_stable_offset": 4,
@@ -110,11 +110,11 @@ def test_fetch_response_record_stats_and_partial_tail(tmp_path: Path) -> None:
 
 def test_sasl_plain_principal_is_logged_and_the_password_never(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
-    h.send(Request(17, 1, header(1), {"mechanism": "PLAIN"}),
-               Response(17, 1, {"correlation_id": 1}, {"error_code": 0, "mechanisms": ["PLAIN"]}))
+    h.send(Request(ApiKey.SASL_HANDSHAKE, 1, header(1), {"mechanism": "PLAIN"}),
+               Response(ApiKey.SASL_HANDSHAKE, 1, {"correlation_id": 1}, {"error_code": 0, "mechanisms": ["PLAIN"]}))
     token = b"\x00alice\x00" + PASSWORD.encode()
-    h.send(Request(36, 2, header(2), {"auth_bytes": token}),
-               Response(36, 2, {"correlation_id": 2}, {"error_code": 0, "error_message": None,
+    h.send(Request(ApiKey.SASL_AUTHENTICATE, 2, header(2), {"auth_bytes": token}),
+               Response(ApiKey.SASL_AUTHENTICATE, 2, {"correlation_id": 2}, {"error_code": 0, "error_message": None,
                         "auth_bytes": b"", "session_lifetime_ms": 0}))
     api_versions_exchange(h, 3)
     h.close()
@@ -127,11 +127,11 @@ def test_sasl_plain_principal_is_logged_and_the_password_never(tmp_path: Path) -
 
 def test_sensitive_config_values_are_never_logged(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
-    request = Request(19, 5, header(1), {"topics": [{
+    request = Request(ApiKey.CREATE_TOPICS, 5, header(1), {"topics": [{
         "name": "t", "num_partitions": 1, "replication_factor": 1, "assignments": [],
         "configs": [{"name": "sasl.jaas.config", "value": "password=" + PASSWORD}]}],
         "timeout_ms": 1000, "validate_only": False})
-    response = Response(19, 5, {"correlation_id": 1}, {"throttle_time_ms": 0, "topics": [{
+    response = Response(ApiKey.CREATE_TOPICS, 5, {"correlation_id": 1}, {"throttle_time_ms": 0, "topics": [{
         "name": "t", "topic_id": uuid.UUID(int=0), "error_code": 0, "error_message": None,
         "num_partitions": 1, "replication_factor": 1, "configs": [
             {"name": "sasl.jaas.config", "value": PASSWORD, "read_only": False,
@@ -144,12 +144,12 @@ def test_sensitive_config_values_are_never_logged(tmp_path: Path) -> None:
 
 def kip1313_request(correlation_id: int, instance: uuid.UUID | None) -> Request:
     if instance is None:
-        return Request(47, 0, header(correlation_id), {"group_id": "g", "topics": []})
-    return Request(47, 1, header(correlation_id, client_instance_id=instance), {"group_id": "g", "topics": []})
+        return Request(ApiKey.OFFSET_DELETE, 0, header(correlation_id), {"group_id": "g", "topics": []})
+    return Request(ApiKey.OFFSET_DELETE, 1, header(correlation_id, client_instance_id=instance), {"group_id": "g", "topics": []})
 
 
 def offset_delete_response(correlation_id: int, version: int) -> Response:
-    return Response(47, version, {"correlation_id": correlation_id},
+    return Response(ApiKey.OFFSET_DELETE, version, {"correlation_id": correlation_id},
                     {"error_code": 0, "throttle_time_ms": 0, "topics": []})
 
 
@@ -190,34 +190,34 @@ def newest_version(api_key: int) -> int:
 
 def test_api_versions_capped_to_what_the_codec_decodes(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
-    response = Response(18, 3, {"correlation_id": 1}, {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
-        {"api_key": 0, "min_version": 3, "max_version": 99},
-        {"api_key": 3, "min_version": 0, "max_version": 12},
+    response = Response(ApiKey.API_VERSIONS, 3, {"correlation_id": 1}, {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
+        {"api_key": ApiKey.PRODUCE, "min_version": 3, "max_version": 99},
+        {"api_key": ApiKey.METADATA, "min_version": 0, "max_version": 12},
         {"api_key": 999, "min_version": 0, "max_version": 1},
-        {"api_key": 1, "min_version": 40, "max_version": 50}]})
+        {"api_key": ApiKey.FETCH, "min_version": 40, "max_version": 50}]})
     pending = Pending(1, 18, 3, time.perf_counter(), 30)
     new = h.hooks.rewrite_response(h.info, memoryview(encode_response(response)), pending)
     assert new is not None
     assert decode_response(new, 18, 3).body["api_keys"] == [
-        {"api_key": 0, "min_version": 3, "max_version": newest_version(0)},
-        {"api_key": 3, "min_version": 0, "max_version": 12},
+        {"api_key": ApiKey.PRODUCE, "min_version": 3, "max_version": newest_version(ApiKey.PRODUCE)},
+        {"api_key": ApiKey.METADATA, "min_version": 0, "max_version": 12},
     ]
-    untouched = Response(18, 3, {"correlation_id": 2}, {"error_code": 0, "throttle_time_ms": 0,
-                         "api_keys": [{"api_key": 3, "min_version": 0, "max_version": 12}]})
+    untouched = Response(ApiKey.API_VERSIONS, 3, {"correlation_id": 2}, {"error_code": 0, "throttle_time_ms": 0,
+                         "api_keys": [{"api_key": ApiKey.METADATA, "min_version": 0, "max_version": 12}]})
     assert h.hooks.rewrite_response(h.info, memoryview(encode_response(untouched)), pending) is None
 
 
 def test_api_versions_fallback_v0_is_decoded_and_capped(tmp_path: Path) -> None:
     # KIP-511: the client asked v9, which the broker does not know: a v0 body, error 35.
     h = Harness(tmp_path, lag=None)
-    fallback = Response(18, 0, {"correlation_id": 4}, {"error_code": 35, "api_keys": [
-        {"api_key": 18, "min_version": 0, "max_version": 77}]})
+    fallback = Response(ApiKey.API_VERSIONS, 0, {"correlation_id": 4}, {"error_code": 35, "api_keys": [
+        {"api_key": ApiKey.API_VERSIONS, "min_version": 0, "max_version": 77}]})
     pending = Pending(4, 18, 9, time.perf_counter(), 30)
     new = h.hooks.rewrite_response(h.info, memoryview(encode_response(fallback)), pending)
     assert new is not None
     decoded = decode_response(new, 18, 0)
     assert decoded.body == {
-        "error_code": 35, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": newest_version(18)}]}
+        "error_code": 35, "api_keys": [{"api_key": ApiKey.API_VERSIONS, "min_version": 0, "max_version": newest_version(ApiKey.API_VERSIONS)}]}
 
 
 @pytest.mark.parametrize("rate", [0.0])
@@ -225,7 +225,7 @@ def test_sampling_keeps_errors(tmp_path: Path, rate: float) -> None:
     h = Harness(tmp_path, lag=None)
     h.log.sample_rate = rate
     api_versions_exchange(h)
-    h.send(kip1313_request(2, None), Response(47, 0, {"correlation_id": 2},
+    h.send(kip1313_request(2, None), Response(ApiKey.OFFSET_DELETE, 0, {"correlation_id": 2},
                {"error_code": 69, "throttle_time_ms": 0, "topics": []}))
     events = [line["event"] for line in h.lines()]
     assert events == ["connection_open", "request"]
@@ -237,7 +237,7 @@ def test_record_detail_looks_at_a_bounded_number_of_records(tmp_path: Path) -> N
 
     h = Harness(tmp_path, lag=None, record_detail=True)
     batch = build_v2([(1, None, b"", [("k", b"v")])] * (MAX_DETAIL_RECORDS + 500), compression="zstd")
-    request = Request(0, 9, header(1), {"transactional_id": None, "acks": 0, "timeout_ms": 1000,
+    request = Request(ApiKey.PRODUCE, 9, header(1), {"transactional_id": None, "acks": 0, "timeout_ms": 1000,
                       "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
     h.send(request, None)
     stats = h.lines()[-1]["record_stats"]
@@ -247,10 +247,10 @@ def test_record_detail_looks_at_a_bounded_number_of_records(tmp_path: Path) -> N
 
 
 def metadata_pair(correlation_id: int, topic: str, error_code: int) -> tuple[Request, Response]:
-    request = Request(3, 12, header(correlation_id), {
+    request = Request(ApiKey.METADATA, 12, header(correlation_id), {
         "topics": [{"topic_id": uuid.UUID(int=0), "name": topic}],
         "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
-    response = Response(3, 12, {"correlation_id": correlation_id}, {
+    response = Response(ApiKey.METADATA, 12, {"correlation_id": correlation_id}, {
         "throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b", "port": 9092, "rack": None}],
         "cluster_id": "c", "controller_id": 1, "topics": [{
             "error_code": error_code, "name": topic, "topic_id": uuid.UUID(int=7), "is_internal": False,
@@ -283,7 +283,7 @@ def test_repeated_frames_are_memoised_and_each_line_keeps_its_own_correlation_id
 def test_a_memoised_request_keeps_no_view_of_the_chunk_it_came_in(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
     # JoinGroup: its protocols' metadata is a bytes field, decoded as a view
-    request = Request(11, 5, header(9), {
+    request = Request(ApiKey.JOIN_GROUP, 5, header(9), {
         "group_id": "g", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
         "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
         "protocols": [{"name": "range", "metadata": b"\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff"}]})
@@ -297,8 +297,8 @@ def test_a_memoised_request_keeps_no_view_of_the_chunk_it_came_in(tmp_path: Path
 def test_sasl_requests_are_never_memoised(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
     for corr in (1, 2):
-        request = Request(36, 2, header(corr), {"auth_bytes": f"\0alice\0{PASSWORD}".encode()})
-        response = Response(36, 2, {"correlation_id": corr}, {
+        request = Request(ApiKey.SASL_AUTHENTICATE, 2, header(corr), {"auth_bytes": f"\0alice\0{PASSWORD}".encode()})
+        response = Response(ApiKey.SASL_AUTHENTICATE, 2, {"correlation_id": corr}, {
             "error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0})
         h.send(request, response)
     assert h.hooks.request_memo.hits == h.hooks.request_memo.misses == 0
@@ -309,8 +309,8 @@ def test_delegation_token_hmacs_are_never_kept_in_a_memo(tmp_path: Path) -> None
     h = Harness(tmp_path, lag=None)
     hmac = b"HMAC-SECRET-0123456789"
     for corr in (1, 2):
-        request = Request(41, 3, header(corr), {"owners": None})
-        response = Response(41, 3, {"correlation_id": corr}, {"error_code": 0, "tokens": [{
+        request = Request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, header(corr), {"owners": None})
+        response = Response(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"correlation_id": corr}, {"error_code": 0, "tokens": [{
             "principal_type": "User", "principal_name": "alice", "token_requester_principal_type": "User",
             "token_requester_principal_name": "alice", "issue_timestamp": 1, "expiry_timestamp": 2,
             "max_timestamp": 3, "token_id": "t1", "hmac": hmac, "renewers": []}], "throttle_time_ms": 0})
@@ -323,15 +323,15 @@ def test_delegation_token_hmacs_are_never_kept_in_a_memo(tmp_path: Path) -> None
 def test_memoised_api_versions_cap_answers_with_each_correlation_id(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
     for corr in (11, 12):
-        response = Response(18, 3, {"correlation_id": corr}, {"error_code": 0, "throttle_time_ms": 0,
-                            "api_keys": [{"api_key": 0, "min_version": 3, "max_version": 99}]})
+        response = Response(ApiKey.API_VERSIONS, 3, {"correlation_id": corr}, {"error_code": 0, "throttle_time_ms": 0,
+                            "api_keys": [{"api_key": ApiKey.PRODUCE, "min_version": 3, "max_version": 99}]})
         pending = Pending(corr, 18, 3, time.perf_counter(), 30)
         new = h.hooks.rewrite_response(h.info, memoryview(encode_response(response)), pending)
         assert new is not None
         decoded = decode_response(new, 18, 3)
         assert decoded.correlation_id == corr
         assert decoded.body["api_keys"] == [
-            {"api_key": 0, "min_version": 3, "max_version": newest_version(0)}]
+            {"api_key": ApiKey.PRODUCE, "min_version": 3, "max_version": newest_version(ApiKey.PRODUCE)}]
     assert h.hooks.api_versions_memo.hits == 1
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from support.hooks_harness import PASSWORD, Harness, header
 
-from codec import Request, Response
+from codec import ApiKey, Request, Response
 
 GROUP, MEMBER, TOPIC = "g1", "m-1", "orders"
 
@@ -33,15 +33,15 @@ def assignment(topic: str) -> bytes:
 def test_raw_sasl_token_gives_the_principal_never_the_password(tmp_path: Path) -> None:
     h = Harness(tmp_path, lag=None)
     h.send(
-        Request(17, 0, header(1), {"mechanism": "PLAIN"}),
-        Response(17, 0, {"correlation_id": 1}, {"error_code": 0, "mechanisms": ["PLAIN"]}),
+        Request(ApiKey.SASL_HANDSHAKE, 0, header(1), {"mechanism": "PLAIN"}),
+        Response(ApiKey.SASL_HANDSHAKE, 0, {"correlation_id": 1}, {"error_code": 0, "mechanisms": ["PLAIN"]}),
     )
     assert h.lines()[-1]["principal"] is None
     h.hooks.sasl_token(h.info, memoryview(b"\x00bob\x00" + PASSWORD.encode()))
     assert h.info.identity["principal"] == "bob"  # /clients
     h.send(
-        Request(18, 0, header(2), {}),
-        Response(18, 0, {"correlation_id": 2}, {"error_code": 0, "api_keys": []}),
+        Request(ApiKey.API_VERSIONS, 0, header(2), {}),
+        Response(ApiKey.API_VERSIONS, 0, {"correlation_id": 2}, {"error_code": 0, "api_keys": []}),
     )
     h.close()
     assert h.lines()[-2]["principal"] == "bob" and h.lines()[-1]["principal"] == "bob"
@@ -50,7 +50,7 @@ def test_raw_sasl_token_gives_the_principal_never_the_password(tmp_path: Path) -
 
 def join(version: int, correlation_id: int) -> tuple[Request, Response]:
     request = Request(
-        11,
+        ApiKey.JOIN_GROUP,
         version,
         header(correlation_id),
         {
@@ -64,7 +64,7 @@ def join(version: int, correlation_id: int) -> tuple[Request, Response]:
         },
     )
     response = Response(
-        11,
+        ApiKey.JOIN_GROUP,
         version,
         {"correlation_id": correlation_id},
         {
@@ -84,7 +84,7 @@ def join(version: int, correlation_id: int) -> tuple[Request, Response]:
 
 def sync(version: int, correlation_id: int, generation: int = 4) -> tuple[Request, Response]:
     request = Request(
-        14,
+        ApiKey.SYNC_GROUP,
         version,
         header(correlation_id),
         {
@@ -96,7 +96,7 @@ def sync(version: int, correlation_id: int, generation: int = 4) -> tuple[Reques
         },
     )
     response = Response(
-        14,
+        ApiKey.SYNC_GROUP,
         version,
         {"correlation_id": correlation_id},
         {"throttle_time_ms": 0, "error_code": 0, "assignment": assignment(TOPIC)},
@@ -133,7 +133,7 @@ def test_failed_join_teaches_nothing(tmp_path: Path) -> None:
 
 def fetch_v13(correlation_id: int, topic_id: uuid.UUID) -> Request:
     return Request(
-        1,
+        ApiKey.FETCH,
         13,
         header(correlation_id),
         {
@@ -167,7 +167,7 @@ def fetch_v13(correlation_id: int, topic_id: uuid.UUID) -> Request:
 
 def fetch_v13_response(correlation_id: int) -> Response:
     return Response(
-        1,
+        ApiKey.FETCH,
         13,
         {"correlation_id": correlation_id},
         {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": []},
@@ -192,7 +192,7 @@ def metadata_naming(topic_id: uuid.UUID) -> tuple[Request, Response]:
         ],
     }
     request = Request(
-        3,
+        ApiKey.METADATA,
         12,
         header(1),
         {
@@ -201,7 +201,7 @@ def metadata_naming(topic_id: uuid.UUID) -> tuple[Request, Response]:
             "include_topic_authorized_operations": False,
         },
     )
-    return request, Response(3, 12, {"correlation_id": 1}, body)
+    return request, Response(ApiKey.METADATA, 12, {"correlation_id": 1}, body)
 
 
 def test_fetch_by_topic_id_lists_the_topic_names(tmp_path: Path) -> None:

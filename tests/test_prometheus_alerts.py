@@ -52,6 +52,8 @@ from support.prometheus import (
     small_tmpfs,
 )
 
+from codec import ApiKey
+
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AlertingKafka]:
@@ -415,7 +417,7 @@ def test_a_stuck_then_killed_broker_fires_the_upstream_alerts_and_readyz_follows
 
 # --- the proxy's own trouble -------------------------------------------------------------
 
-METADATA, UNKNOWN_API_KEY = 3, 999
+METADATA, UNKNOWN_API_KEY = ApiKey.METADATA, 999
 
 
 def test_a_full_log_disk_bad_frames_and_refused_connections_fire_their_alerts_and_a_stop_is_down(

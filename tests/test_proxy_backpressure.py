@@ -18,6 +18,7 @@ from proxy_harness import (
     write_frame,
 )
 
+from codec import ApiKey
 from proxy.forward.connection import HIGH_WATER
 
 RESPONSE_BYTES = 64 * 1024 * 1024
@@ -60,7 +61,7 @@ def test_slow_client_holds_the_broker_back() -> None:
         ProxyThread(proxy_config(broker.address, max_frame_bytes=128 << 20)) as px,
         socket.create_connection(("127.0.0.1", px.port)) as sock,
     ):
-        sock.sendall(request_frame(1, 4, 77))  # a "Fetch"; then the client reads nothing
+        sock.sendall(request_frame(ApiKey.FETCH, 4, 77))  # a "Fetch"; then the client reads nothing
         peak = 0
         for _ in range(25):
             time.sleep(0.04)
@@ -94,7 +95,7 @@ def test_slow_broker_holds_the_client_back() -> None:
         received.append(read_frame(sock))
         write_frame(sock, received[-1][4:8] + b"ok")
 
-    frame = request_frame(0, 3, 5, b"\x00" * RESPONSE_BYTES)  # a 64 MiB "Produce"
+    frame = request_frame(ApiKey.PRODUCE, 3, 5, b"\x00" * RESPONSE_BYTES)  # a 64 MiB "Produce"
     with (
         FakeBroker(sluggish) as broker,
         ProxyThread(proxy_config(broker.address, max_frame_bytes=128 << 20)) as px,

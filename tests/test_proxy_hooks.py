@@ -153,7 +153,7 @@ def test_rejecting_an_acks_zero_request_closes_the_connection(tansu_factory) -> 
         inspects_requests = True
 
         def admit_request(self, info, frame, api_key, api_version, correlation_id):
-            return struct.pack(">i", correlation_id) if api_key == 0 else None
+            return struct.pack(">i", correlation_id) if api_key == ApiKey.PRODUCE else None
 
     with proxy_in_front_of(tansu_factory, RejectProduce()) as px, connect(px.port) as sock:
         sock.sendall(produce_v3(1, acks=0))

@@ -118,7 +118,7 @@ def test_unknown_api_key_forwarded_untouched() -> None:
         ProxyThread(proxy_config(broker.address)) as px,
         connect(px.port) as sock,
     ):
-        sock.sendall(request_frame(999, 77, 42, b"\xff" * 30) + request_frame(18, 99, 43))
+        sock.sendall(request_frame(999, 77, 42, b"\xff" * 30) + request_frame(ApiKey.API_VERSIONS, 99, 43))
         assert read_frame(sock) == b"\x00\x00\x00\x2aok"
         assert read_frame(sock) == b"\x00\x00\x00\x2bok"
         assert px.pending_total() == 0
@@ -200,7 +200,7 @@ def test_oversized_frame_closes_only_that_connection() -> None:
             b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # TLS ClientHello: 369 MB "frame"
             b"\xff\xff\xff\xf0" + b"\x00" * 8,  # negative length
             (2 << 20).to_bytes(4, "big") + b"\x00\x03\x00\x01\x00\x00\x00\x01",  # over 1 MiB
-            request_frame(18, 0, 1, client_id="x" * 5000),  # ApiVersions over the before-auth cap
+            request_frame(ApiKey.API_VERSIONS, 0, 1, client_id="x" * 5000),  # ApiVersions over the before-auth cap
         ]
         for data in bad_inputs:
             with connect(px.port) as bad:

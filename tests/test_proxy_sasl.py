@@ -32,6 +32,7 @@ from support.sasl_scripts import (
     sasl_v0_broker,
 )
 
+from codec import ApiKey
 from proxy.exchange.sasl import looks_like_request
 from proxy.hooks import ConnectionInfo, Hooks, Pending
 
@@ -115,10 +116,10 @@ def test_token_over_the_before_auth_limit_closes() -> None:
 
 
 def test_plausible_request_heuristic() -> None:
-    assert looks_like_request(struct.pack(">hhih", 18, 3, 1, 4), 20)
-    assert looks_like_request(struct.pack(">hhih", 3, 12, 1, -1), 10)
+    assert looks_like_request(struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 1, 4), 20)
+    assert looks_like_request(struct.pack(">hhih", ApiKey.METADATA, 12, 1, -1), 10)
     for api_key in (0x6082, 0x0504, 0x0404, 101, -1):
         assert not looks_like_request(struct.pack(">hhih", api_key, 0, 1, 0), 20)
-    assert not looks_like_request(struct.pack(">hhih", 18, 21, 1, 0), 20)  # version
-    assert not looks_like_request(struct.pack(">hhih", 18, 3, 1, 100), 20)  # client id too long
+    assert not looks_like_request(struct.pack(">hhih", ApiKey.API_VERSIONS, 21, 1, 0), 20)  # version
+    assert not looks_like_request(struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 1, 100), 20)  # client id too long
     assert not looks_like_request(b"\x00\x12", 2)

@@ -31,6 +31,7 @@ from structlog.testing import capture_logs
 from support.hostile import ScriptedBroker, Sentinel, api_versions_v0_answer, connect
 from support.observed import ObservedProxy
 
+from codec import ApiKey
 from proxy.config import Config, ConfigError, load_config, parse_config
 from proxy.metrics import Metrics
 from proxy.observe import request_log
@@ -223,7 +224,7 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
 
 # --- against a live proxy --------------------------------------------------------------
 
-APIVERSIONS = 18
+APIVERSIONS = ApiKey.API_VERSIONS
 
 
 def live_config(upstream: str, log_path: Path, **request_log: Any) -> Config:

@@ -23,11 +23,12 @@ import pytest
 from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame
 from support.hostile import ScriptedBroker, Sentinel, api_versions_v0_answer, connect
 
+from codec import ApiKey
 from proxy.tansu import free_port, wait_for_port
 from proxy.workers import worker_log_path
 
 REPO = Path(__file__).resolve().parent.parent
-APIVERSIONS = 18
+APIVERSIONS = ApiKey.API_VERSIONS
 
 
 @contextmanager

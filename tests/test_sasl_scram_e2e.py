@@ -19,6 +19,8 @@ import pytest
 from support.observed import ObservedProxy
 from support.relay import RecordingRelay
 
+from codec import ApiKey
+
 USER = "scram-alice"
 PASSWORD = "kl-Scram-S3cret-91b2"
 
@@ -37,7 +39,7 @@ def client_proofs(relay: RecordingRelay) -> list[bytes]:
     proofs = []
     for frame in relay.frames:
         data = bytes(frame.data)
-        if frame.direction == "req" and frame.api_key == 36 and b",p=" in data:
+        if frame.direction == "req" and frame.api_key == ApiKey.SASL_AUTHENTICATE and b",p=" in data:
             proof = data.split(b",p=", 1)[1].split(b",", 1)[0]
             proofs.append(proof.rstrip(b"\x00"))
     return proofs

@@ -15,7 +15,7 @@ from typing import Any
 from proxy_harness import read_frame, write_frame
 from support.hostile import MIB, PeakGrowth, Sentinel, connect, eventually, hostile_proxy
 
-from codec import Request, Response, encode_request, encode_response
+from codec import ApiKey, Request, Response, encode_request, encode_response
 
 TOPIC_ID = uuid.UUID("7c7c7c7c-0b0a-4908-8706-050403020100")
 ACCEPT, RELEASE, REJECT, GAP = 1, 2, 3, 0
@@ -90,7 +90,7 @@ def test_hostile_acknowledgement_batches(tmp_path: Path) -> None:
             port = sock.getsockname()[1]
         assert len(answer) > 8
         # forwarded untouched
-        sent = encode_request(Request(78, 2, {"correlation_id": 7, "client_id": "hostile"}, body))
+        sent = encode_request(Request(ApiKey.SHARE_FETCH, 2, {"correlation_id": 7, "client_id": "hostile"}, body))
         assert broker.frames_from("hostile") == [sent]
         assert eventually(lambda: px.log_lines("request", port))
         (line,) = px.log_lines("request", port)
@@ -146,7 +146,7 @@ def test_heartbeats_with_tens_of_thousands_of_partitions(tmp_path: Path) -> None
         }
         sentinel.healthy()
     assert growth.bytes < BOUND, growth
-    sent = [encode_request(Request(68, 1, {"correlation_id": 7, "client_id": "beats"},
+    sent = [encode_request(Request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {"correlation_id": 7, "client_id": "beats"},
                                    {**consumer_beat, "topic_partitions": owned})) for owned in (whole, streamed)]
     assert broker.frames_from("beats")[:2] == sent  # forwarded untouched
     cap = 1000  # lag.max_logged_partitions

@@ -18,6 +18,7 @@ import pytest
 from support.hooks_harness import Harness, labels
 from support.readme import recipe
 
+from codec import ApiKey
 from proxy.config import LagConfig
 
 TOPIC_ID = uuid.UUID("5a5a5a5a-0b0a-4908-8706-050403020100")
@@ -263,7 +264,7 @@ def test_heartbeat_assignments_and_owned_partitions(tmp_path: Path) -> None:
     consumer_beat = (68, 1, {"group_id": "classic", "member_id": "m-2", "member_epoch": 3, "instance_id": None,
                              "rack_id": None, "rebalance_timeout_ms": 30000, "subscribed_topic_names": None,
                              "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": owned})  # fmt: skip
-    h.exchange(consumer_beat, heartbeat_answer({TOPIC_ID: [0, 1, 2, 3, 4, 5]}, api_key=68))
+    h.exchange(consumer_beat, heartbeat_answer({TOPIC_ID: [0, 1, 2, 3, 4, 5]}, api_key=ApiKey.CONSUMER_GROUP_HEARTBEAT))
     (line,) = h.lines("ConsumerGroupHeartbeat")
     assert line["owned_partitions"] == [{"topic": "orders", "partitions": [0, 1, 2]}]
     assert (line["owned_partitions_partitions"], line["owned_partitions_dropped"]) == (5, 2)

@@ -51,12 +51,12 @@ def test_frame_splitter_handles_any_chunking() -> None:
 
 def test_raw_sasl_tokens_after_handshake_v0_are_not_attributed() -> None:
     state = ConnectionState(1)
-    handshake = struct.pack(">hhih", 17, 0, 5, -1) + struct.pack(">h", 5) + b"PLAIN"
+    handshake = struct.pack(">hhih", ApiKey.SASL_HANDSHAKE, 0, 5, -1) + struct.pack(">h", 5) + b"PLAIN"
     assert state.classify_request(handshake)[:3] == (17, 0, 5)
     assert state.classify_response(struct.pack(">ih", 5, 0) + b"\x00\x00\x00\x00")[:2] == (17, 0)
     assert state.classify_request(b"\x00user\x00secret").api_key == UNKNOWN
     assert state.classify_response(b"").api_key == UNKNOWN  # the broker's empty token
-    assert state.classify_request(struct.pack(">hhih", 18, 0, 6, -1)).api_key == 18
+    assert state.classify_request(struct.pack(">hhih", ApiKey.API_VERSIONS, 0, 6, -1)).api_key == ApiKey.API_VERSIONS
 
 
 def test_relay_pairs_requests_and_responses(

@@ -28,10 +28,11 @@ from support.hostile import MIB, PeakGrowth, compressed_zeros
 from support.observed import eventually
 from support.telemetry import RawClient, TelemetryProxy, metrics_data
 
+from codec import ApiKey
 from proxy.config import Address
 from proxy.tansu import free_port
 
-GET_SUBSCRIPTIONS, PUSH, METADATA = 71, 72, 3
+GET_SUBSCRIPTIONS, PUSH, METADATA = ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY, ApiKey.METADATA
 GZIP, ZSTD = 1, 4
 BOUND = 48 * MIB  # peak RSS growth of this process (both proxies) during an attack
 MAX_SERIES = 1000

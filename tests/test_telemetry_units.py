@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.hooks_harness import Harness
 from support.telemetry import metrics_data
 
-from codec import Request, decode_response, encode_request
+from codec import ApiKey, Request, decode_response, encode_request
 from proxy.config import TelemetryConfig
 from proxy.hooks import ConnectionInfo
 from proxy.observe.identity import kafka_uuid, kafka_uuid_text
@@ -232,7 +232,7 @@ def harness(tmp_path: Path, enforcement: str = "log", **telemetry: Any) -> Harne
 
 def header_v3_first(h: Harness) -> None:
     """OffsetDelete v1 (header v3, KIP-1313) first: the connection is held to HEADER_ID."""
-    first = Request(47, 1, {"correlation_id": 1, "client_id": "app", "client_instance_id": HEADER_ID},
+    first = Request(ApiKey.OFFSET_DELETE, 1, {"correlation_id": 1, "client_id": "app", "client_instance_id": HEADER_ID},
                     {"group_id": "g", "topics": []})  # fmt: skip
     assert h.admit(first) is None
     h.forward(first)
@@ -241,10 +241,10 @@ def header_v3_first(h: Harness) -> None:
 def header_v3_second(h: Harness) -> None:
     """A header v2 request, then OffsetDelete v1 with HEADER_ID: no KIP-1313 violation
     (the first request did not use v3), and the client has said its id."""
-    metadata = Request(3, 1, {"correlation_id": 1, "client_id": "app"}, {"topics": []})
+    metadata = Request(ApiKey.METADATA, 1, {"correlation_id": 1, "client_id": "app"}, {"topics": []})
     assert h.admit(metadata) is None
     h.forward(metadata)
-    second = Request(47, 1, {"correlation_id": 2, "client_id": "app", "client_instance_id": HEADER_ID},
+    second = Request(ApiKey.OFFSET_DELETE, 1, {"correlation_id": 2, "client_id": "app", "client_instance_id": HEADER_ID},
                      {"group_id": "g", "topics": []})  # fmt: skip
     assert h.admit(second) is None
     h.forward(second)
@@ -252,7 +252,7 @@ def header_v3_second(h: Harness) -> None:
 
 def subscriptions(corr: int, instance: uuid.UUID) -> Request:
     return Request(
-        71, 0, {"correlation_id": corr, "client_id": "app"}, {"client_instance_id": instance}
+        ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, {"correlation_id": corr, "client_id": "app"}, {"client_instance_id": instance}
     )
 
 
@@ -277,7 +277,7 @@ def test_collect_mode_hands_out_the_header_id_and_keeps_a_clients_own(tmp_path: 
         again["client_instance_id"] == HEADER_ID
         and again["subscription_id"] == body["subscription_id"]
     )
-    push = Request(72, 0, {"correlation_id": 4, "client_id": "app"}, {
+    push = Request(ApiKey.PUSH_TELEMETRY, 0, {"correlation_id": 4, "client_id": "app"}, {
         "client_instance_id": HEADER_ID, "subscription_id": body["subscription_id"],
         "terminating": False, "compression_type": 4, "metrics": zstandard.ZstdCompressor().compress(DATA)})  # fmt: skip
     assert decode_response(h.admit(push) or b"", 72, 0).body["error_code"] == 0
@@ -323,7 +323,7 @@ def test_the_broker_handing_out_another_id_than_the_headers_is_logged(tmp_path: 
     request = subscriptions(3, uuid.UUID(int=0))
     pending = Pending(3, 71, 0, time.perf_counter(), 0)
     h.hooks.request_forwarded(h.info, memoryview(encode_request(request)), pending)
-    answer = Response(71, 0, {"correlation_id": 3}, {
+    answer = Response(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, {"correlation_id": 3}, {
         "throttle_time_ms": 0, "error_code": 0, "client_instance_id": OTHER_ID, "subscription_id": 1,
         "accepted_compression_types": [], "push_interval_ms": 5000, "telemetry_max_bytes": 1000,
         "delta_temporality": False, "requested_metrics": []})  # fmt: skip
@@ -341,7 +341,7 @@ def api_versions(h: Harness, listed: list[int]) -> list[int]:
 
     keys = [{"api_key": k, "min_version": 0, "max_version": 0} for k in listed]
     answer = Response(
-        18, 3, {"correlation_id": 9}, {"error_code": 0, "throttle_time_ms": 0, "api_keys": keys}
+        ApiKey.API_VERSIONS, 3, {"correlation_id": 9}, {"error_code": 0, "throttle_time_ms": 0, "api_keys": keys}
     )
     frame = encode_response(answer)
     new = h.hooks.rewrite_response(
@@ -387,7 +387,7 @@ def test_a_clients_other_connections_take_its_id_and_a_telemetry_exchange_keeps_
     h = harness(tmp_path, collect=True)
     other = ConnectionInfo("c-2", "plaintext", "10.0.0.7", 50124, "broker:9092")
     h.hooks.connection_opened(other)
-    metadata = Request(3, 1, {"correlation_id": 1, "client_id": "app"}, {"topics": []})
+    metadata = Request(ApiKey.METADATA, 1, {"correlation_id": 1, "client_id": "app"}, {"topics": []})
     from proxy.hooks import Pending
 
     frame = memoryview(encode_request(metadata))

@@ -46,7 +46,7 @@ def join_group(metadata_size: int, version: int) -> tuple[Response, bytes]:
     ]
     body = {"generation_id": 1, "protocol_type": "consumer", "protocol_name": "range", "leader": "m",
             "member_id": "m", "members": members}  # fmt: skip
-    response = Response(11, version, {"correlation_id": 1}, body)
+    response = Response(ApiKey.JOIN_GROUP, version, {"correlation_id": 1}, body)
     return response, encode_response(response)
 
 
@@ -62,7 +62,7 @@ def fetch_frame() -> bytes:
     topic = {"topic_id": uuid.UUID(int=3), "partitions": [partition, empty]}
     body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 1, "responses": [topic],
             "node_endpoints": [{"node_id": 1, "host": "h", "port": 1, "rack": None}]}  # fmt: skip
-    return encode_response(Response(1, 17, {"correlation_id": 1}, body))
+    return encode_response(Response(ApiKey.FETCH, 17, {"correlation_id": 1}, body))
 
 
 def metadata_frame() -> bytes:
@@ -75,21 +75,21 @@ def metadata_frame() -> bytes:
              "partitions": partitions, "topic_authorized_operations": -1}  # fmt: skip
     body = {"throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b", "port": 1, "rack": "r"}],
             "cluster_id": None, "controller_id": 1, "topics": [topic, {**topic, "name": None}]}  # fmt: skip
-    return encode_response(Response(3, 13, {"correlation_id": 1}, body))
+    return encode_response(Response(ApiKey.METADATA, 13, {"correlation_id": 1}, body))
 
 
 def metadata_v0_request(topic_count: int) -> bytes:
-    return struct.pack(">hhih", 3, 0, 1, 2) + b"ab" + struct.pack(">i", topic_count)
+    return struct.pack(">hhih", ApiKey.METADATA, 0, 1, 2) + b"ab" + struct.pack(">i", topic_count)
 
 
 def seed_frames() -> list[tuple[str, bytes, int, int]]:
     """(direction, frame, api_key, version) of a few realistic messages."""
     produce = Request(
-        0, 9, {"correlation_id": 7, "client_id": "p"},
+        ApiKey.PRODUCE, 9, {"correlation_id": 7, "client_id": "p"},
         {"transactional_id": None, "acks": -1, "timeout_ms": 3000, "topic_data": [
             {"name": "orders", "partition_data": [{"index": 0, "records": b"\x00" * 70}]}]},
     )
-    metadata = Response(3, 12, {"correlation_id": 9}, {
+    metadata = Response(ApiKey.METADATA, 12, {"correlation_id": 9}, {
         "throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b1", "port": 9092, "rack": None}],
         "cluster_id": "c", "controller_id": 1, "topics": [{
             "error_code": 0, "name": "orders", "topic_id": None, "is_internal": False,
@@ -98,7 +98,7 @@ def seed_frames() -> list[tuple[str, bytes, int, int]]:
                            for i in range(3)],
             "topic_authorized_operations": -1}]})
     metadata.body["topics"][0]["topic_id"] = __import__("uuid").UUID(int=5)
-    join = Response(11, 5, {"correlation_id": 3}, {
+    join = Response(ApiKey.JOIN_GROUP, 5, {"correlation_id": 3}, {
         "throttle_time_ms": 0, "error_code": 0, "generation_id": 4, "protocol_name": "range",
         "leader": "m1", "member_id": "m1",
         "members": [{"member_id": "m1", "group_instance_id": None, "metadata": b"\x00\x01meta"}]})

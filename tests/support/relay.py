@@ -25,13 +25,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from codec import ApiKey
 from codec.errors import DecodeError
 from codec.peek import peek_correlation_id, peek_request, produce_acks
 
 REQUEST = "req"
 RESPONSE = "resp"
 UNKNOWN = -1
-_SASL_HANDSHAKE = 17
+_SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
 _MAX_API_KEY = 100
 _MAX_API_VERSION = 40
 _LENGTH = struct.Struct(">i")

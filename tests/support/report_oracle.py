@@ -10,6 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from codec import ApiKey
+
 EXPECTED_FILE = Path(__file__).resolve().parents[2] / "pipeline" / "data" / "expected_errors.json"
 EXPECTED = {api: set(names) for api, names in json.loads(EXPECTED_FILE.read_text()).items()
             if not api.startswith("_")}
@@ -29,10 +31,11 @@ def waits(e: dict[str, Any]) -> bool:
     without api_key is known by its api name."""
     key = e.get("api_key")
     if key is None:
-        key = {"Fetch": 1, "ShareFetch": 78, "JoinGroup": 11}.get(e.get("api") or "")
-    if key in (1, 78):
+        key = {"Fetch": ApiKey.FETCH, "ShareFetch": ApiKey.SHARE_FETCH, "JoinGroup": ApiKey.JOIN_GROUP}.get(
+            e.get("api") or "")
+    if key in (ApiKey.FETCH, ApiKey.SHARE_FETCH):
         return e.get("max_wait_ms") is None or e["max_wait_ms"] > 0
-    return key == 11
+    return key == ApiKey.JOIN_GROUP
 
 
 def micros(ts: str) -> int:

@@ -23,7 +23,7 @@ def handshake_v0(corr: int, mechanism: str) -> bytes:
 
 def looks_like_api_versions(corr: int) -> bytes:
     """A token body that reads as an ApiVersions request header (api 18, v0)."""
-    return struct.pack(">hhih", 18, 0, corr, 0)
+    return struct.pack(">hhih", ApiKey.API_VERSIONS, 0, corr, 0)
 
 
 @dataclass

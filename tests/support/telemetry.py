@@ -21,7 +21,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 from proxy_harness import read_frame
 
-from codec import Request, decode_response, encode_request
+from codec import ApiKey, Request, decode_response, encode_request
 from proxy.config import TelemetryConfig, TelemetryLogConfig
 from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
@@ -89,7 +89,7 @@ def metrics_data(gauges: dict[str, float], sums: dict[str, float] | None = None)
 
 
 # api keys the raw client calls
-GET_SUBSCRIPTIONS, PUSH, METADATA = 71, 72, 3
+GET_SUBSCRIPTIONS, PUSH, METADATA = ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY, ApiKey.METADATA
 
 
 class RawClient:
