@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipeline.clients import CONN, IDENTITY, span, sums
-from pipeline.fine import bucketed, part
+from pipeline.fine import PRODUCE, bucketed, part
 
 TOP_INSTANCES = 5  # client_telemetry_top: instances per metric
 ACCESS_CLIENTS = 20  # topic_access: client keys listed per row (all are counted)
@@ -103,7 +103,7 @@ def committed_lag(fine: DataFrame) -> DataFrame:
 
 def _direction() -> Column:
     return (F.when(F.col("replica_id").isNotNull(), F.lit("replicate"))
-            .when(F.col("api_key") == 0, F.lit("produce")).otherwise(F.lit("fetch")))
+            .when(F.col("api_key") == PRODUCE, F.lit("produce")).otherwise(F.lit("fetch")))
 
 
 def topic_access(fine: DataFrame, usage: DataFrame) -> DataFrame:

@@ -18,10 +18,10 @@ QUANTILES = (0.5, 0.95, 0.99)
 WAITING_QUANTILES = (0.5, 0.99)
 
 
-def quantile(bins: Column, q: float) -> Column:
+def quantile(bins: Column, total: Column, q: float) -> Column:
     """The latency at quantile q of a histogram (an array of (lat_bin, c, v) in bin
-    order): the largest latency `v` in the first bin whose cumulative count reaches rank
-    r = ceil(q * total); null for no bins.
+    order; `total` the sum of its counts c): the largest latency `v` in the first bin
+    whose cumulative count reaches rank r = ceil(q * total); null for no bins.
 
     The bound, against the nearest-rank quantile x (the r-th smallest latency): the
     result is a latency that occurred, in x's bin, so x <= result < 1.01 * x (for x
@@ -30,7 +30,9 @@ def quantile(bins: Column, q: float) -> Column:
     q * (n - 1) (counted from 0): where latencies are sparse, neighbours differ by more
     than 1 %, and so can the two results.
     """
-    total = F.aggregate(bins, F.lit(0).cast("bigint"), lambda acc, b: acc + b["c"])
+    # The rank is a column of the row, not an expression over `bins` inside the lambda:
+    # there Spark evaluates it again for every bin, a histogram's square per quantile
+    # (most of the report's work after the scan, in a JFR profile at 1M lines).
     rank = F.greatest(F.lit(1), F.ceil(total * F.lit(q)))
     start = F.struct(F.lit(0).cast("bigint").alias("cum"), F.lit(None).cast("double").alias("v"))
     return F.aggregate(bins, start, lambda acc, b: F.when(acc["cum"] >= rank, acc).otherwise(
@@ -51,9 +53,15 @@ def latency_stats(latency: DataFrame, keys: list[str], quantiles: tuple[float, .
         F.max("lat_max").alias("lat_max"))
     service, waits = ~F.col("waits"), F.col("waits")
 
+    def binned_on(side: Column) -> Column:
+        return side & F.col("lat_bin").isNotNull()
+
     def histogram(side: Column) -> Column:
         entry = F.struct("lat_bin", F.col("lat_n").alias("c"), F.col("lat_max").alias("v"))
-        return F.array_sort(F.collect_list(F.when(side & F.col("lat_bin").isNotNull(), entry)))
+        return F.array_sort(F.collect_list(F.when(binned_on(side), entry)))
+
+    def total(side: Column) -> Column:  # the histogram's counts, summed
+        return F.sum(F.when(binned_on(side), F.col("lat_n")))
 
     stats = bins.groupBy(*keys).agg(
         F.sum("n").alias("requests"), *sums("errors", "expected_errors"),
@@ -62,10 +70,13 @@ def latency_stats(latency: DataFrame, keys: list[str], quantiles: tuple[float, .
         F.max(F.when(service, F.col("lat_max"))).alias("max_ms"),
         F.sum(F.when(waits, F.col("n")).otherwise(0)).alias("waiting_requests"),
         F.max(F.when(waits, F.col("lat_max"))).alias("waiting_max_ms"),
-        histogram(service).alias("_service"), histogram(waits).alias("_waiting"))
+        histogram(service).alias("_service"), histogram(waits).alias("_waiting"),
+        total(service).alias("_service_n"), total(waits).alias("_waiting_n"))
+    service_bins, waiting_bins = F.col("_service"), F.col("_waiting")
     return stats.select(
-        "*", *[quantile(F.col("_service"), q).alias(f"p{round(q * 100)}_ms") for q in quantiles],
-        *[quantile(F.col("_waiting"), q).alias(f"waiting_p{round(q * 100)}_ms")
+        "*", *[quantile(service_bins, F.col("_service_n"), q).alias(f"p{round(q * 100)}_ms")
+               for q in quantiles],
+        *[quantile(waiting_bins, F.col("_waiting_n"), q).alias(f"waiting_p{round(q * 100)}_ms")
           for q in waiting])
 
 
