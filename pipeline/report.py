@@ -61,8 +61,22 @@ PARALLEL_JOBS = len(FAMILIES)
 # the cache in a job of its own), and so are broadcast joins (each a job to collect a
 # side). README, "How the report works".
 ROWS_PER_PARTITION = 500_000
+# The tables' queries are also interpreted, not compiled: no whole-stage code, and no
+# generated code for their expressions, projections and orderings (factoryMode, a
+# setting Spark marks internal and its own test suites use to run the interpreted
+# path). Each of the ~20 queries generated classes of its own (426 for a small
+# report's tables, 49 without: Spark generates those whatever the setting), which
+# Janino compiled and the JVM then interpreted and JIT-compiled, a cost per query that
+# their few rows never earned back. Measured with the arms interleaved
+# (bench/pipeline-history.md): tables 25.5 and 25.1 s -> 17.9 and 17.1 s at 5M lines,
+# 25.1 and 28.9 -> 18.6 and 23.0 s over the ingested table, the same Parquet tables;
+# on fine aggregations of 3M and 200k rows (bench_report_inputs) a wash (37.5-48.7 s
+# either way). tests/test_pipeline_tables_codegen.py holds it: a Spark that drops
+# the setting fails it.
 TABLES_CONF = {"spark.sql.adaptive.enabled": "false",
-               "spark.sql.autoBroadcastJoinThreshold": "-1"}
+               "spark.sql.autoBroadcastJoinThreshold": "-1",
+               "spark.sql.codegen.wholeStage": "false",
+               "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 _ROW = "_kafkalens_row"
 
 
