@@ -9,8 +9,8 @@ pass, Parquet), from five threads as the report does, in rounds.
 The first round is the JVM meeting these operators for the first time, as the report's
 tables do after its scan; later rounds are the same writes warm. Beside the report's
 "after the scan" figure (bench_pipeline), it says how much of that is Spark's fixed
-cost per table (plan, generate and compile code, JIT, job and commit) rather than the
-report's own queries.
+cost per table (plan, JIT, job and commit, under the report's own settings for its
+tables: report.TABLES_CONF) rather than the report's own queries.
 """
 
 from __future__ import annotations
