@@ -1,29 +1,59 @@
-"""What Spark's JSON source alone costs the report: a fresh driver (built as
-`kafkalens report` builds it: pipeline.session) reads every line of LOGS with the
-report's schema and parses it (pipeline.read.read_logs), writes them to Spark's
-`noop` sink and exits. No table, no aggregation, no report.html.
+"""What reading its input alone costs: a fresh driver (built as `kafkalens report`
+builds it: pipeline.session) reads every line and writes it to Spark's `noop` sink,
+then exits. No aggregation, no report.html.
 
     PYTHONPATH=. .venv/bin/python -m bench.read_floor LOGS [--master URL]
+    PYTHONPATH=. .venv/bin/python -m bench.read_floor --table TABLE [--master URL]
+    PYTHONPATH=. .venv/bin/python -m bench.read_floor --table TABLE --rewrite DIR
 
-bench_pipeline runs it as `read-5M` beside the report: the report cannot be faster
-than its own input being read, so this is the floor the speed goal is measured against.
+LOGS: the JSON request logs, read and parsed with the report's schema
+(pipeline.read.read_logs): the floor the report over raw logs and the ingest are
+measured against (bench_pipeline's `read-5M`).
+
+--table: the table `kafkalens ingest` wrote, every column read as `report --table`
+reads it (pipeline.ingest.read_table): no report over the table can be faster
+(`table-read-5M`).
+
+--table with --rewrite DIR: those rows written again to DIR as the ingest writes them
+(zstd Parquet, partitioned by kind, date and hour, under the ingest's settings): less
+the table's read, what Spark's Parquet writer costs for the ingest's rows
+(`rewrite-5M`): the ingest reads the logs and writes this, so it cannot take less
+than the two together.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from pyspark.sql import DataFrame
+
+from pipeline import ingest
 from pipeline.read import read_logs
-from pipeline.session import build_session
+from pipeline.session import build_session, session_conf
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("logs")
+    p.add_argument("logs", nargs="?")
+    p.add_argument("--table", metavar="TABLE")
+    p.add_argument("--rewrite", metavar="DIR")
     p.add_argument("--master")
     args = p.parse_args()
+    if (args.logs is None) == (args.table is None) or (args.rewrite and not args.table):
+        p.error("give LOGS or --table TABLE (--rewrite needs --table)")
     spark = build_session("kafkalens-read-floor", args.master)
-    read_logs(spark, [args.logs]).write.format("noop").mode("overwrite").save()
+    if args.table is None:
+        rows: DataFrame = read_logs(spark, [args.logs])
+    else:
+        # The table's own rows, partition columns included (they are what is written).
+        rows = spark.read.schema(ingest.table_schema(spark)).parquet(args.table)
+    if args.rewrite:
+        with session_conf(spark, ingest.WRITE_CONF):
+            rows.write.mode("overwrite").option("compression", "zstd").partitionBy(
+                *ingest.PARTITIONS).parquet(args.rewrite)
+    else:
+        frame = ingest.read_table(spark, args.table) if args.table else rows
+        frame.write.format("noop").mode("overwrite").save()
     spark.stop()
     return 0
 
