@@ -257,6 +257,7 @@ def bad_reason(j: Column, ts: Column) -> Column:
 # table's, pipeline/ingest.py), in this order.
 PARSED_FIELDS = [name for name in LINE_SCHEMA.fieldNames() if name not in (CORRUPT, "record_stats")]
 PARSED_EXTRA = ["per_topic", "bad_reason", "line", "file"]
+_PARSED_TS = "_parsed_ts"  # the timestamp as read, before it takes the name `ts`
 
 
 def parse_lines(logs: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
@@ -264,15 +265,21 @@ def parse_lines(logs: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     offset converted), plus `bad_reason`, `line` (a bad line's first characters: the
     text Spark could not parse, else the fields it read), `file`, and the columns of
     `logs` named in `keep`."""
+    # In steps, each value computed once: written as one select, the timestamp's cast
+    # was made three times a line and the reason twice (in `bad_reason` and in `line`'s
+    # condition); Spark keeps the steps apart rather than repeat a cast (CollapseProject).
     ts_text = F.col("ts")
-    ts = F.when(_valid_ts(ts_text), ts_text.try_cast("timestamp"))
-    reason = bad_reason(F.struct(*LINE_SCHEMA.fieldNames()), ts)
+    timed = logs.select("*", F.when(_valid_ts(ts_text), ts_text.try_cast("timestamp"))
+                        .alias(_PARSED_TS))
+    reason = bad_reason(F.struct(*LINE_SCHEMA.fieldNames()), F.col(_PARSED_TS))
+    checked = timed.select("*", reason.alias("bad_reason"))
     read = [name for name in PARSED_FIELDS if name != "ts"]
     text = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*PARSED_FIELDS)))
-    return logs.select(
-        ts.alias("ts"), *read,
+    return checked.select(
+        F.col(_PARSED_TS).alias("ts"), *read,
         F.col("record_stats")["per_topic"].alias("per_topic"),
-        reason.alias("bad_reason"),
-        F.when(reason.isNotNull(), F.substring(text, 1, SAMPLE_CHARS)).alias("line"),
+        "bad_reason",
+        F.when(F.col("bad_reason").isNotNull(), F.substring(text, 1, SAMPLE_CHARS))
+        .alias("line"),
         F.col("file"), *keep,
     ).select(*PARSED_FIELDS, *PARSED_EXTRA, *keep)
