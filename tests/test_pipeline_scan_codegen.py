@@ -117,3 +117,23 @@ def test_generated_code_folds_as_the_interpreted_one(spark: SparkSession, logs: 
     parts = {row[0] for row in interpreted}
     assert parts == {"g", "l", "t", "b", "e", "m", "p", "c"}
     assert any(row[0] == "b" and "zero" in str(row) for row in interpreted)  # wrong type: bad
+
+
+def test_each_line_is_cast_and_judged_once(spark: SparkSession, logs: str) -> None:
+    """parse_lines computes a line's timestamp and why it is bad once each: written as
+    one projection, the plan cast the timestamp three times a line and evaluated the
+    reason twice (for `bad_reason` and for `line`), in the report's scan and the ingest."""
+    from pipeline import ingest
+
+    raw = read_logs(spark, [logs])
+    plans = {
+        "report": fine_rows(parse_lines(raw)),
+        "ingest": ingest.table_rows(parse_lines(
+            raw.select("*", raw["_metadata.file_modification_time"].alias("file_mtime")),
+            keep=("file_mtime",))),
+    }
+    with session_conf(spark, {"spark.sql.debug.maxToStringFields": "100000"}):
+        for name, df in plans.items():
+            plan = df._jdf.queryExecution().executedPlan().toString()
+            assert plan.count("try_cast(ts#") == 1, (name, plan)
+            assert plan.count("StartsWith(ltrim(_corrupt_record#") == 1, (name, plan)
