@@ -41,6 +41,7 @@ INTERVAL_SECONDS = 60.0
 # each as its rows come, instead of Spark's default of sorting every row of the task
 # by partition before writing (up to this many open at once; more: it sorts).
 WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "16"}
+COMPRESSION = "zstd"  # the table's Parquet files
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def record_unreadable(spark: SparkSession, o: IngestOptions, found: list[Unreada
 
 def start(spark: SparkSession, o: IngestOptions) -> StreamingQuery:
     rows = table_rows(follow.parsed_stream(spark, o))
-    writer = rows.writeStream.format("parquet").option("compression", "zstd").partitionBy(
+    writer = rows.writeStream.format("parquet").option("compression", COMPRESSION).partitionBy(
         *PARTITIONS).option("checkpointLocation", o.checkpoint_dir).option("path", o.table)
     if o.retention:
         writer = writer.option("retention", o.retention)
