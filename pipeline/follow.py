@@ -145,14 +145,16 @@ class Waiting:
     def __post_init__(self) -> None:
         self.last_data = self.last_notice = time.monotonic()
 
-    def update(self, recent: Sequence[dict[str, Any]], busy: bool = False) -> None:
+    def update(self, recent: Sequence[dict[str, Any]], busy: bool = False
+               ) -> list[dict[str, Any]]:
         """`recent`: progress reports, oldest first, at least those since the last poll;
         `busy`: a batch is running (not waiting then). Reports are told apart by their
         timestamps: while idle Spark reports every 10 s under the id of the batch to
-        come, which then reads the lines under that same id."""
+        come, which then reads the lines under that same id. Returns the reports not
+        seen before."""
         if not recent:  # the first batch has not finished: not waiting yet
             self.last_data = time.monotonic()
-            return
+            return []
         new = [p for p in recent if p.get("timestamp", "") > self.last_seen]
         if new:
             self.last_seen = new[-1]["timestamp"]
@@ -164,6 +166,7 @@ class Waiting:
             self.last_notice = now
             print(f"kafkalens {self.command}: no new lines for {now - self.last_data:.0f} s; "
                   f"{self.what()}{self.held_back()}", file=sys.stderr, flush=True)
+        return new
 
     def what(self) -> str:
         o = self.o
@@ -217,10 +220,12 @@ def check(o: Followed) -> str | None:
 def follow(spark: SparkSession, o: Followed, command: str,
            start: Callable[[], StreamingQuery],
            left_out: Callable[[list[Unreadable]], None],
-           held_back: Callable[[], str] = lambda: "") -> int:
+           held_back: Callable[[], str] = lambda: "",
+           progress: Callable[[list[dict[str, Any]]], None] = lambda reports: None) -> int:
     """Runs the query `start` makes until it ends (--once), fails, or a stop is asked,
     staging rotated files every --interval seconds. A file the spool will not stage
-    stops it (exit 1) unless --skip-unreadable, which reports it (`left_out`)."""
+    stops it (exit 1) unless --skip-unreadable, which reports it (`left_out`). Each of
+    the query's progress reports is given to `progress` once, the last batch's too."""
     spool = Spool(Path(str(o.logdir)), Path(o.spool_dir), o.pattern) if o.spooled else None
     with stop_on_signals(command) as stop:
         if spool and not _collect(o, spool, command, left_out):
@@ -236,15 +241,28 @@ def follow(spark: SparkSession, o: Followed, command: str,
                         return EXIT_UNREADABLE
                     collected = time.monotonic()
                 recent = progress_since(query, waiting.last_batch)
-                waiting.update(recent, bool(query.status.get("isTriggerActive")))
+                progress(waiting.update(recent, bool(query.status.get("isTriggerActive"))))
         except Exception as e:  # noqa: BLE001 - the query failed: one line, not a stack
             return _failed(e, o, command)
         if query.isActive:
             stop_between_batches(query)
+        progress(waiting.update(query.recentProgress, busy=True))  # the batches since the last poll
         if stop.requested:
             print(f"kafkalens {command}: stopped; a restart resumes from the checkpoint",
                   file=sys.stderr, flush=True)
     return 0
+
+
+def active_logs(o: Followed) -> list[str]:
+    """The files of the log directory the pattern does not match: the logs the proxy
+    is writing, read once they rotate (none without the spool: files of unique names
+    are read where they are)."""
+    if not o.spooled:
+        return []
+    directory = Path(str(o.logdir))
+    rotated = set(directory.glob(o.pattern))
+    return sorted(p.name for p in directory.iterdir()
+                  if p.is_file() and p not in rotated and not p.name.startswith("."))
 
 
 def _collect(o: Followed, spool: Spool, command: str,

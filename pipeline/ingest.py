@@ -132,6 +132,45 @@ def record_unreadable(spark: SparkSession, o: IngestOptions, found: list[Unreada
     fsio.write_text(spark, f"{o.table.rstrip('/')}/{UNREADABLE_FILES}", text)
 
 
+@dataclass
+class Tally:
+    """What this run wrote: a line per batch that wrote lines, the sum at the end. The
+    counts are the batches' progress reports' (`numInputRows`): counting bad lines or
+    files as they pass (Spark's `observe`) cost the ingest 6 % at 5M lines (66.5 and
+    66.7 s against 70.7 and 70.7 s, interleaved), so the report over the table says
+    those."""
+
+    table: str
+    lines: int = 0
+    batches: int = 0
+
+    def add(self, reports: list[dict[str, Any]]) -> None:
+        for report in reports:
+            lines = report.get("numInputRows") or 0
+            if not lines:
+                continue
+            self.lines += lines
+            self.batches += 1
+            print(f"kafkalens ingest: batch {report['batchId']}: {lines:,} lines written to "
+                  f"{self.table}", file=sys.stderr, flush=True)
+
+    def done(self, o: IngestOptions) -> str:
+        """The --once run's last line: what it wrote, and what it did not read and why."""
+        if self.lines:
+            wrote = (f"{self.lines:,} lines in {_n(self.batches, 'batch')} written to "
+                     f"{o.table}; `kafkalens report --table {o.table}` reads them")
+        else:
+            wrote = (f"nothing new to read (no file matching {o.pattern} in {o.logdir} that "
+                     f"an earlier run has not read)")
+        active = follow.active_logs(o)
+        held = f"; not read until they rotate: {', '.join(active)}" if active else ""
+        return f"kafkalens ingest: done: {wrote}{held}"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith("h") else "s")
+
+
 def start(spark: SparkSession, o: IngestOptions) -> StreamingQuery:
     rows = table_rows(follow.parsed_stream(spark, o))
     writer = rows.writeStream.format("parquet").option("compression", COMPRESSION).partitionBy(
@@ -159,10 +198,10 @@ def run_ingest(spark: SparkSession, o: IngestOptions) -> int:
         print(f"kafkalens ingest: {problem}", file=sys.stderr)
         return follow.EXIT_USAGE
     announce(o)
+    tally = Tally(o.table)
     code = follow.follow(spark, o, "ingest", lambda: start(spark, o),
-                         lambda found: record_unreadable(spark, o, found))
+                         lambda found: record_unreadable(spark, o, found), progress=tally.add)
     if code == 0 and o.once:
-        print(f"kafkalens ingest: done; `kafkalens report --table {o.table}` reads it",
-              file=sys.stderr, flush=True)
+        print(tally.done(o), file=sys.stderr, flush=True)
     return code
 

@@ -10,6 +10,7 @@ cluster: tests/test_pipeline_cluster.py.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -92,6 +93,36 @@ def test_the_watch_over_the_table_is_the_watch_over_the_logs(
     assert set(got) == set(want) >= {"by_api", "by_software"} and want["by_api"]
     for name in ("by_api", "by_software"):
         assert got[name] == want[name], name
+
+
+def test_the_ingest_says_what_it_wrote_and_what_waits_for_rotation(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cron run says, per batch and in all, how many lines it wrote (counted here in
+    the files themselves) and ends naming the active logs it leaves until they rotate;
+    run again with nothing new, it says so."""
+    logs, table = tmp_path / "logs", tmp_path / "table"
+    want = rotated_logs(logs, files=3, lines_per_file=120, seed=5)
+    assert sorted(p.name for p in logs.iterdir() if p.suffix == ".log") == [
+        "requests.log", "telemetry.log"]
+    options = IngestOptions(str(logs), str(table), once=True, max_files_per_trigger=2)
+    capsys.readouterr()
+    assert run_ingest(spark, options) == 0
+    said = capsys.readouterr().err.splitlines()
+    batches = [re.fullmatch(rf"kafkalens ingest: batch (\d): ([\d,]+) lines written to {table}",
+                            line) for line in said if line.startswith("kafkalens ingest: batch ")]
+    assert len(batches) == 2 and all(batches), said  # four rotated files, two a batch
+    lines = sum(int(m[2].replace(",", "")) for m in batches if m)
+    assert lines == sum(want.values())
+    assert said[-1] == (
+        f"kafkalens ingest: done: {lines:,} lines in 2 batches written to {table}; "
+        f"`kafkalens report --table {table}` reads them; not read until they rotate: "
+        "requests.log, telemetry.log")
+    assert run_ingest(spark, options) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"kafkalens ingest: done: nothing new to read (no file matching *.log.[0-9]* in "
+        f"{logs} that an earlier run has not read); not read until they rotate: "
+        "requests.log, telemetry.log")
+    assert lines_per_file(spark, table) == want
 
 
 def test_retention_drops_old_files_from_the_table(spark: SparkSession, tmp_path: Path) -> None:
