@@ -265,6 +265,13 @@ def active_logs(o: Followed) -> list[str]:
                   if p.is_file() and p not in rotated and not p.name.startswith("."))
 
 
+def not_read_yet(o: Followed) -> str:
+    """A --once run's last words on the active logs: "; not read until they rotate: ..."
+    (or nothing)."""
+    active = active_logs(o)
+    return f"; not read until they rotate: {', '.join(active)}" if active else ""
+
+
 def _collect(o: Followed, spool: Spool, command: str,
              left_out: Callable[[list[Unreadable]], None]) -> bool:
     """Stage what rotated; False when a file will not be staged and that stops us."""

@@ -162,9 +162,7 @@ class Tally:
         else:
             wrote = (f"nothing new to read (no file matching {o.pattern} in {o.logdir} that "
                      f"an earlier run has not read)")
-        active = follow.active_logs(o)
-        held = f"; not read until they rotate: {', '.join(active)}" if active else ""
-        return f"kafkalens ingest: done: {wrote}{held}"
+        return f"kafkalens ingest: done: {wrote}{follow.not_read_yet(o)}"
 
 
 def _n(count: int, noun: str) -> str:

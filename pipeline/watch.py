@@ -441,7 +441,15 @@ def run_watch(spark: SparkSession, o: WatchOptions) -> int:
         return follow.EXIT_USAGE
     batches = Batches(spark, o)
     announce(o)
-    return follow.follow(spark, o, "watch", lambda: start(spark, o, batches),
+    read: list[int] = []  # the lines of each batch that read some
+    code = follow.follow(spark, o, "watch", lambda: start(spark, o, batches),
                          lambda found: record_unreadable(spark, o, found),
-                         lambda: held_back(o, batches))
+                         lambda: held_back(o, batches),
+                         lambda reports: read.extend(n for p in reports
+                                                     if (n := p.get("numInputRows"))))
+    if code == 0 and o.once:
+        what = f"{sum(read):,} lines read" if read else "nothing new to read"
+        print(f"kafkalens watch: done: {what}{follow.not_read_yet(o)}", file=sys.stderr,
+              flush=True)
+    return code
 

@@ -85,6 +85,27 @@ def output(spark: SparkSession, out: Path, table: str = "by_api") -> Counter:
     return got
 
 
+def test_a_once_run_says_what_it_read_and_what_waits_for_rotation(
+        spark: SparkSession, tmp_path: Path, capsys: Any) -> None:
+    """--once ends with one line: the lines it read (counted here in the rotated files)
+    and the active log it leaves until it rotates; run again, nothing new."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    write_rotated(logs, (to_line(e) for e in Synth(seed=9, rate=5, bad_every=97).events(2300)),
+                  1000)
+    age_like_proxy(logs)
+    rotated = sum(1 for path in logs.glob("requests.log.[0-9]*")
+                  for line in file_lines(path) if line.strip())
+    assert rotated == 2000 and (logs / "requests.log").exists()
+    options = WatchOptions(str(logs), out=str(out), once=True)
+    capsys.readouterr()
+    assert run_watch(spark, options) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "kafkalens watch: done: 2,000 lines read; not read until they rotate: requests.log")
+    assert run_watch(spark, options) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "kafkalens watch: done: nothing new to read; not read until they rotate: requests.log")
+
+
 def test_rotation_restart_counts_each_line_once(spark: SparkSession, tmp_path: Path) -> None:
     logs, out = tmp_path / "logs", tmp_path / "out"
     synth = Synth(seed=5, rate=5, bad_every=211)  # ~7 minutes of traffic per 2000 lines
