@@ -265,6 +265,11 @@ def active_logs(o: Followed) -> list[str]:
                   if p.is_file() and p not in rotated and not p.name.startswith("."))
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 file`, `2 files`, `1 batch`, `2 batches`."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith("h") else "s")
+
+
 def not_read_yet(o: Followed) -> str:
     """A --once run's last words on the active logs: "; not read until they rotate: ..."
     (or nothing)."""

@@ -157,16 +157,12 @@ class Tally:
     def done(self, o: IngestOptions) -> str:
         """The --once run's last line: what it wrote, and what it did not read and why."""
         if self.lines:
-            wrote = (f"{self.lines:,} lines in {_n(self.batches, 'batch')} written to "
+            wrote = (f"{self.lines:,} lines in {follow.counted(self.batches, 'batch')} written to "
                      f"{o.table}; `kafkalens report --table {o.table}` reads them")
         else:
             wrote = (f"nothing new to read (no file matching {o.pattern} in {o.logdir} that "
                      f"an earlier run has not read)")
         return f"kafkalens ingest: done: {wrote}{follow.not_read_yet(o)}"
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith("h") else "s")
 
 
 def start(spark: SparkSession, o: IngestOptions) -> StreamingQuery:

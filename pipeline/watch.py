@@ -377,7 +377,7 @@ def _shown(rows: DataFrame) -> list[dict[str, Any]]:
 def _print(s: BatchSummary, o: WatchOptions, delay: float) -> None:
     late = (f", {s.late:,} of windows already final: dropped (late by more than "
             f"--watermark {o.watermark})") if s.late else ""
-    print(f"kafkalens watch: batch {s.batch}: {s.lines:,} lines from {s.files} files "
+    print(f"kafkalens watch: batch {s.batch}: {s.lines:,} lines from {follow.counted(s.files, 'file')} "
           f"({s.bad:,} bad{late}); watermark {_clock(s.watermark)}", flush=True)
     for label, rows in (("final", s.final), ("provisional", s.provisional)):
         for r in rows:  # window_rows' rows
