@@ -246,7 +246,8 @@ def follow(spark: SparkSession, o: Followed, command: str,
             return _failed(e, o, command)
         if query.isActive:
             stop_between_batches(query)
-        progress(waiting.update(query.recentProgress, busy=True))  # the batches since the last poll
+        # The batches that ended since the last poll (the last one's, with --once).
+        progress(waiting.update(query.recentProgress, busy=True))
         if stop.requested:
             print(f"kafkalens {command}: stopped; a restart resumes from the checkpoint",
                   file=sys.stderr, flush=True)

@@ -157,8 +157,9 @@ class Tally:
     def done(self, o: IngestOptions) -> str:
         """The --once run's last line: what it wrote, and what it did not read and why."""
         if self.lines:
-            wrote = (f"{self.lines:,} lines in {follow.counted(self.batches, 'batch')} written to "
-                     f"{o.table}; `kafkalens report --table {o.table}` reads them")
+            batches = follow.counted(self.batches, "batch")
+            wrote = (f"{self.lines:,} lines in {batches} written to {o.table}; `kafkalens "
+                     f"report --table {o.table}` reads them")
         else:
             wrote = (f"nothing new to read (no file matching {o.pattern} in {o.logdir} that "
                      f"an earlier run has not read)")

@@ -377,8 +377,9 @@ def _shown(rows: DataFrame) -> list[dict[str, Any]]:
 def _print(s: BatchSummary, o: WatchOptions, delay: float) -> None:
     late = (f", {s.late:,} of windows already final: dropped (late by more than "
             f"--watermark {o.watermark})") if s.late else ""
-    print(f"kafkalens watch: batch {s.batch}: {s.lines:,} lines from {follow.counted(s.files, 'file')} "
-          f"({s.bad:,} bad{late}); watermark {_clock(s.watermark)}", flush=True)
+    files = follow.counted(s.files, "file")
+    print(f"kafkalens watch: batch {s.batch}: {s.lines:,} lines from {files} ({s.bad:,} "
+          f"bad{late}); watermark {_clock(s.watermark)}", flush=True)
     for label, rows in (("final", s.final), ("provisional", s.provisional)):
         for r in rows:  # window_rows' rows
             p99 = "-" if r["p99_ms"] is None else f"{r['p99_ms']:.1f}"
