@@ -38,9 +38,13 @@ def test_killed_mid_run_and_restarted_every_line_once(
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     args = ingest_args(logs, table, "--master", "local[2]")
     kill_after_first_batch(args, env, table, tmp_path, len(want))
+    before = lines_per_file(spark, table)  # what the killed run committed
     said = run_to_the_end(args, env, tmp_path)
     assert lines_per_file(spark, table) == want, said[-3000:]
     assert "telemetry.log.1" in want
+    # The restart says it wrote the lines the killed run had not committed, no more.
+    rest = f"{sum(want.values()) - sum(before.values()):,} lines in "
+    assert said.splitlines()[-1].startswith(f"kafkalens ingest: done: {rest}"), said[-3000:]
 
 
 @pytest.fixture(scope="module")
