@@ -54,6 +54,7 @@ class Pending:
         "request_size",
         "token",
         "reply",
+        "rewritten",
     )
 
     def __init__(
@@ -66,6 +67,7 @@ class Pending:
         self.request_size = request_size  # bytes on the wire, the 4-byte length prefix included
         self.token: Any = None  # free for hooks: e.g. the decoded request, for the log line
         self.reply: bytes | None = None  # a response the proxy answers itself (admit_request)
+        self.rewritten: Any = None  # free for hooks: what rewrite_response made of the answer
 
     def __repr__(self) -> str:
         return (

@@ -40,7 +40,7 @@ from proxy.observe.instance_join import JoinKey
 from proxy.observe.summary import GroupProtocols
 
 
-@dataclass
+@dataclass(slots=True)
 class ConnState:
     """One connection as the observers know it (`ConnectionInfo.observed`); made by the
     request log's hooks when the connection opens, dropped when it closes."""
@@ -52,10 +52,17 @@ class ConnState:
     decode_errors: int = 0
     instance_reported: bool = False  # its instance id is on the connection's metrics
     groups: GroupProtocols = field(default_factory=GroupProtocols)  # protocol type per group
-    # What identity looked like when last published, and its log fields then: every
-    # line needs them, and they change a handful of times per connection.
+    # What identity looked like when last published, and its log fields then, as a dict
+    # and rendered (request_line.identity_fragment): every line needs them, and they
+    # change a handful of times per connection.
     identity_key: tuple[Any, ...] = ()
     log_fields: dict[str, Any] = field(default_factory=dict)
+    identity_fragment: bytes = b""
+    line_head: bytes = b""  # request_line.connection_head: what its request lines start with
+    # Memoised requests (memo.RequestEntry) whose observing changed nothing here and
+    # logged nothing: observing one again is skipped, until something of the identity
+    # changes (the request log's hooks empty it then).
+    quiet: set[Any] = field(default_factory=set)
     # The telemetry link's: the broker's ApiVersions lists KIP-714's apis.
     broker_telemetry: bool = False
     # The broker's ApiVersions ranges, api key -> (min, max), once it answered one here.
@@ -67,16 +74,16 @@ class ConnState:
     header_id: UUID | None = None  # the first KIP-1313 header id the client sent
 
 
-@dataclass
+@dataclass(slots=True)
 class Token:
     """What a pending request carries until its response (`Pending.token`): plain
-    values, no buffers."""
+    values, no buffers. A memoised request whose api no link reads has its memo entry
+    as token instead (memo.RequestEntry: these fields, read only)."""
 
     api: str
     correlation_id: int
     fields: dict[str, Any]  # the line's request fields; links add theirs
     decode_error: str | None = None
-    response: Response | None = None  # already decoded by rewrite_response
     # What a link read of the request that its response is read against (lag's and
     # share groups' asks), and that link: its `answered` makes the response's fields.
     ask: Any = None

@@ -54,8 +54,27 @@ from proxy.observe.chain import (
 from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, ZERO_UUID, Identity
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
-from proxy.observe.memo import FrameMemo
-from proxy.observe.request_line import UNKNOWN, connection_fields, request_line
+from proxy.observe.memo import (
+    CapEntry,
+    FrameMemo,
+    RequestEntry,
+    ResponseEntry,
+    request_key,
+    response_key,
+    version_key,
+)
+from proxy.observe.request_line import (
+    UNKNOWN,
+    api_head,
+    composable,
+    compose,
+    connection_fields,
+    connection_head,
+    identity_fragment,
+    request_line,
+    request_pieces,
+    response_pieces,
+)
 from proxy.observe.request_log import RequestLog
 from proxy.observe.streamed import Streamed, note_dropped
 from proxy.observe.summary import (
@@ -79,6 +98,9 @@ UNMEMOISED = frozenset(map(int, {
     ApiKey.DESCRIBE_DELEGATION_TOKEN, ApiKey.PUSH_TELEMETRY,
 }))
 KIP714_APIS = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY})
+# Memoised requests a connection remembers as quiet (ConnState.quiet) before forgetting
+# them all: a client repeats a handful.
+MAX_QUIET = 64
 _NO_LINKS: tuple[Observer, ...] = ()
 L = TypeVar("L", bound=Observer)
 
@@ -137,10 +159,16 @@ class ObservingHooks(Hooks):
         self.added_api_versions = tuple(added for link in links for added in link.added_api_versions)
         self.rewrite_api_keys = frozenset({API_VERSIONS})
         self._names = api_names()
-        # (decoded request, its line fields), and a skimmed response's line fields
-        self.request_memo = FrameMemo(skip=8)  # api key, version, correlation id
-        self.response_memo = FrameMemo(skip=4)  # correlation id
-        self.api_versions_memo = FrameMemo(skip=4)
+        # memo.RequestEntry, memo.ResponseEntry (skimmed answers), memo.CapEntry
+        self.request_memo = FrameMemo()
+        self.response_memo = FrameMemo()
+        self.api_versions_memo = FrameMemo()
+        # False: every line rendered from its dict (request_line.py), as a line that is not
+        # the usual one is; the tests compare the two ways
+        self.prerendered = True
+        # An ApiVersions answer's line fields are its cap's (memo.CapEntry), unless a link
+        # reads these answers
+        self._plain_api_versions = API_VERSIONS not in self._response_links
         self.stream_limits = stream_limits or StreamLimits(
             decompression_limit=summary.decompression_limit
         )
@@ -162,6 +190,7 @@ class ObservingHooks(Hooks):
 
     def connection_opened(self, info: ConnectionInfo) -> None:
         state = ConnState(Identity(max_string_length=self.summary.max_string_length), info)
+        state.line_head = connection_head(info)
         self.states[info.conn_id] = state
         self.refresh_identity(info, state)
         if self.log:
@@ -313,6 +342,7 @@ class ObservingHooks(Hooks):
             header, header_version, _ = decode_request_header(frame, self.policy)
             why = state.identity.kip1313.check(header_version, api_key, header.get("client_instance_id"))
             note_header_id(state, header.get("client_instance_id"))
+            state.quiet.clear()  # what observing a request does depends on these
             if why is None and api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
                 body = decode_request(frame, self.policy).body
                 why = telemetry_id_mismatch(state, body.get("client_instance_id"))
@@ -340,43 +370,68 @@ class ObservingHooks(Hooks):
             self.log.write("request_no_response", line)
 
     def request_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
-        """A request decoded (or found in the memo) and observed; its token on `pending`.
-        (The hooks' entry itself, not a call away from it, with `_started` written out:
-        two Python calls less per request, bench/PROFILE.md.)"""
+        """A request decoded (or found in the memo) and observed; its token on `pending`:
+        a memo entry, when no link reads its api (memo.RequestEntry)."""
         api_key = pending.api_key
-        api = self._names.get(api_key, UNKNOWN)
         state = self.states.get(info.conn_id)
+        key = None
+        if api_key not in UNMEMOISED:
+            key = request_key(frame)
+            entry = self.request_memo.get(key) if key is not None else None
+            if entry is not None:
+                self._memoised(info, state, pending, entry)
+                return
+        api = self._names.get(api_key, UNKNOWN)
         self.metrics.api(api).request(pending.api_version, pending.request_size)
         if state is not None:
             state.requests[api] = state.requests.get(api, 0) + 1
-        pending.token = token = Token(api, pending.correlation_id, {})
-        key = None
-        if api_key not in UNMEMOISED:
-            key = self.request_memo.key(api_key, pending.api_version, frame)
-            known = self.request_memo.get(key) if key is not None else None
-            if known is not None:
-                request, token.fields = known
-                if state is not None:
-                    self._identify(info, state, request)
-                    for link in self._request_links.get(api_key, _NO_LINKS):
-                        link.request(info, state, token, request, None)
-                return
         try:
             # A memoised request must not hold views of the chunk it came in: a copy.
             request = decode_request(frame if key is None else frame.tobytes(), self.policy)
         except UnknownApiError:
+            pending.token = token = Token(api, pending.correlation_id, {})
             self.metrics.unknown_request("api_key" if token.api == UNKNOWN else "api_version")
             token.decode_error = "unknown api key or version"
             if state is not None and state.identity.observe_unknown_request(frame):
                 self.refresh_identity(info, state)
             return
         except DecodeError as exc:
+            pending.token = token = Token(api, pending.correlation_id, {})
             self.decode_failed(state, token.api, "request")
             token.decode_error = str(exc)
             return
-        self._decoded(info, state, token, request, self._request_links.get(api_key, _NO_LINKS))
-        if key is not None:
-            self.request_memo.put(key, (request, token.fields))
+        links = self._request_links.get(api_key, _NO_LINKS)
+        if key is None or links:
+            pending.token = token = Token(api, pending.correlation_id, {})
+            self._decoded(info, state, token, request, links)
+            if key is not None:
+                self.request_memo.put(key, RequestEntry(request, api, token.fields, True))
+            return
+        # no link reads it: its memo entry is its token from the first
+        pending.token = entry = RequestEntry(request, api, {}, False)
+        self._decoded(info, state, entry, request, links)
+        self.request_memo.put(key, entry)
+
+    def _memoised(self, info: ConnectionInfo, state: ConnState | None, pending: Pending, entry: RequestEntry) -> None:
+        """A request the memo knew: counted; observed unless it is quiet here (observing it
+        changed nothing last time and nothing changed since); its entry is its token,
+        unless a link reads it."""
+        api = entry.api
+        self.metrics.api(api).request(pending.api_version, pending.request_size)
+        if entry.fragment is None:  # rendered when first met again: most frames never are
+            entry.head = api_head(pending.api_key, api, pending.api_version)
+            entry.fragment, entry.mask, entry.overlap = request_pieces(entry.fields)
+        if state is not None:
+            state.requests[api] = state.requests.get(api, 0) + 1
+            if entry not in state.quiet:
+                self._identify_memoised(info, state, entry)
+        if not entry.linked:
+            pending.token = entry
+            return
+        pending.token = token = Token(api, pending.correlation_id, entry.fields)
+        if state is not None:
+            for link in self._request_links.get(pending.api_key, _NO_LINKS):
+                link.request(info, state, token, entry.request, None)
 
     def _started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
         """A request seen (whole, streamed past or answered here): counted, its token made."""
@@ -388,10 +443,12 @@ class ObservingHooks(Hooks):
         return state, Token(api, pending.correlation_id, {})
 
     def _decoded(
-        self, info: ConnectionInfo, state: ConnState | None, token: Token, request: Any, links: tuple[Observer, ...]
+        self, info: ConnectionInfo, state: ConnState | None, token: Token | RequestEntry, request: Any,
+        links: tuple[Observer, ...],
     ) -> None:
         """A request decoded, however it came: the connection's identity learns from it,
-        its line fields are made, then `links` (those naming its api) see it."""
+        its line fields are made, then `links` (those naming its api) see it (with a
+        chain.Token: a memo entry as token has no links)."""
         protocol_type = None
         if state is not None:
             self._identify(info, state, request)
@@ -400,7 +457,7 @@ class ObservingHooks(Hooks):
         token.fields = request_fields(request, self.summary, self.topic_ids, protocol_type, stats)
         if state is not None:
             for link in links:
-                link.request(info, state, token, request, stats)
+                link.request(info, state, token, request, stats)  # type: ignore[arg-type]
 
     def request_stream(self, info: ConnectionInfo, pending: Pending, expects_response: bool) -> Streamed:
         size = pending.request_size - 4
@@ -431,7 +488,7 @@ class ObservingHooks(Hooks):
     def response_stream(self, info: ConnectionInfo, pending: Pending, size: int) -> Streamed:
         token = pending.token
         stream = None
-        if not isinstance(token, Token) or token.decode_error is None:
+        if token is None or token.decode_error is None:
             try:
                 stream = response_stream(pending.api_key, pending.api_version, size, self.policy, self.stream_limits)
             except DecodeError:
@@ -458,8 +515,11 @@ class ObservingHooks(Hooks):
 
     # -- identity and KIP-1313 ---------------------------------------------------
 
-    def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
+    def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> bool:
+        """The connection's identity learns from a request; False if it broke KIP-1313's
+        rules (a violation reported)."""
         identity = state.identity
+        quiet = True
         if request.header_version >= 3 and state.header_id is None:
             note_header_id(state, request.header.get("client_instance_id"))
         if identity.observe_request(request) and info.metrics is not None:
@@ -473,10 +533,27 @@ class ObservingHooks(Hooks):
             if why is None and request.api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
                 why = telemetry_id_mismatch(state, request.body.get("client_instance_id"))
             if why is not None:
+                quiet = False
                 self.kip1313_violation(
                     info, state, "logged", why, request.api_key, request.api_version, request.correlation_id
                 )
         self.refresh_identity(info, state)
+        return quiet
+
+    def _identify_memoised(self, info: ConnectionInfo, state: ConnState, entry: RequestEntry) -> None:
+        """`_identify`, for a memoised request: quiet on the connection from now on if that
+        changed nothing and reported nothing (observing it again would not either); any
+        change forgets what was quiet."""
+        kip = state.identity.kip1313
+        before = (state.identity_key, state.header_id, kip.first_seen, kip.required_id)
+        reported = not self._identify(info, state, entry.request)
+        if before != (state.identity_key, state.header_id, kip.first_seen, kip.required_id):
+            state.quiet.clear()
+        elif not reported:
+            quiet = state.quiet
+            if len(quiet) >= MAX_QUIET:
+                quiet.clear()
+            quiet.add(entry)
 
     def refresh_identity(self, info: ConnectionInfo, state: ConnState) -> None:
         identity = state.identity
@@ -502,6 +579,8 @@ class ObservingHooks(Hooks):
                 self.refresh_identity(taken.info, taken)
         info.identity = identity.as_json()
         state.log_fields = identity.log_fields()
+        state.identity_fragment = identity_fragment(state.log_fields)
+        state.quiet.clear()
 
     def sasl_token(self, info: ConnectionInfo, token: memoryview) -> None:
         # A raw token after SaslHandshake v0: the principal, as SaslAuthenticate gives it.
@@ -553,47 +632,48 @@ class ObservingHooks(Hooks):
     # -- responses -----------------------------------------------------------
 
     def rewrite_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> bytes | None:
-        if pending.api_key == API_VERSIONS:
-            new_frame, decoded, broker_telemetry, ranges = self._capped(frame, pending.api_version)
-            state = self.states.get(info.conn_id)
-            if state is not None and decoded is not None:
-                state.broker_telemetry = broker_telemetry
-            if ranges:
-                self.broker_ranges = ranges
-                if state is not None:
-                    state.broker_ranges = ranges
-            if isinstance(pending.token, Token):
-                pending.token.response = decoded  # no bytes fields: safe to keep
-            return new_frame
-        return None
+        if pending.api_key != API_VERSIONS:
+            return None
+        cap = self._capped(frame, pending.api_version)
+        if cap is None:
+            return None
+        state = self.states.get(info.conn_id)
+        if state is not None:
+            state.broker_telemetry = cap.broker_telemetry
+        if cap.ranges:
+            self.broker_ranges = cap.ranges
+            if state is not None:
+                state.broker_ranges = cap.ranges
+        pending.rewritten = cap  # the answer decoded, for response_forwarded
+        # the correlation id is the frame's own; the rest is the memoised rewrite
+        return None if cap.tail is None else frame[:4].tobytes() + cap.tail
 
-    def _capped(
-        self, frame: memoryview, version: int
-    ) -> tuple[bytes | None, Response | None, bool, dict[int, tuple[int, int]]]:
+    def _capped(self, frame: memoryview, version: int) -> CapEntry | None:
         """The ApiVersions cap (and, collect mode, KIP-714's apis added); a broker answers
         every connection the same. Then whether the broker itself lists KIP-714's apis,
-        and its own ranges (not capped; empty for an error answer)."""
+        and its own ranges (not capped; empty for an error answer). None: not readable."""
         memo = self.api_versions_memo
-        key = memo.key(API_VERSIONS, version, frame)
-        known = memo.get(key) if key is not None else None
-        if known is None:
+        key = version_key(version, frame)
+        cap = memo.get(key) if key is not None else None
+        if cap is None:
             ranges: dict[int, tuple[int, int]] = {}
             new_frame, decoded = cap_api_versions(frame, version, self.policy, self.added_api_versions, ranges)
+            if decoded is None:
+                return None
             broker_telemetry = {GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY} <= ranges.keys()
-            known = (None if new_frame is None else new_frame[4:], decoded, broker_telemetry, ranges)
-            if key is not None and decoded is not None:
-                memo.put(key, known)
-        tail, decoded, broker_telemetry, ranges = known
-        # the correlation id is the frame's own; the rest is the memoised rewrite
-        return (None if tail is None else frame[:4].tobytes() + tail), decoded, broker_telemetry, ranges
+            cap = CapEntry(None if new_frame is None else new_frame[4:], decoded, broker_telemetry, ranges)
+            if key is not None:
+                memo.put(key, cap)
+        return cap
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         latency = self.clock() - pending.started
-        token: Token | None = pending.token
+        token: Any = pending.token
         if token is None:  # the request hook did not run (e.g. an answer the proxy made)
             token = Token(self.api_name(pending.api_key), pending.correlation_id, {})
         state = self.states.get(info.conn_id)
         fields: dict[str, Any] = {"errors": []}
+        entry: ResponseEntry | CapEntry | None = None
         if token.decode_error is None:
             api_key, version, ask = pending.api_key, pending.api_version, token.ask
             if api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
@@ -603,38 +683,79 @@ class ObservingHooks(Hooks):
             # too). Written out here, not in a method of its own: one Python call less
             # per response (bench.hooks_cost --instructions).
             response = None
+            cap = pending.rewritten
             try:
-                if token.response is None and api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole):
-                    fields = self._skimmed(frame, api_key, version)
+                if cap is not None:  # an ApiVersions answer, decoded when capped
+                    if ask is None and self._plain_api_versions:
+                        entry = self._cap_fields(cap)
+                        fields = entry.fields  # type: ignore[assignment]
+                    else:
+                        response = cap.response
+                elif api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole):
+                    skimmed = self._skimmed(frame, api_key, version)
+                    if isinstance(skimmed, ResponseEntry):
+                        entry = skimmed
+                        fields = skimmed.fields
+                    else:
+                        fields = skimmed
                 else:
-                    response = token.response or decode_response(frame, api_key, version, self.policy)
+                    response = decode_response(frame, api_key, version, self.policy)
             except DecodeError as exc:
                 self.decode_failed(state, token.api, "response")
                 fields["response_decode_error"] = str(exc)
             if response is not None:
                 fields = self._response_fields(info, state, pending, token, response)
-        self.responded(info, pending, token, state, latency, len(frame) + 4, fields)
+        self.responded(info, pending, token, state, latency, len(frame) + 4, fields, entry)
+
+    def _cap_fields(self, cap: CapEntry) -> CapEntry:
+        """An ApiVersions answer's line fields, made once per cap: no link reads these
+        answers, and what the identity and groups learn from a response is not in them."""
+        if cap.fields is None:
+            cap.fields = response_fields(cap.response, self.summary, self.topic_ids, None)
+            cap.errors = bool(cap.fields["errors"])
+        elif cap.fragment is None:  # rendered when first met again
+            cap.fragment, cap.mask = response_pieces(cap.fields)
+        return cap
 
     def responded(
-        self, info: ConnectionInfo, pending: Pending, token: Token, state: ConnState | None,
-        latency: float, size: int, fields: dict[str, Any],
+        self, info: ConnectionInfo, pending: Pending, token: Any, state: ConnState | None,
+        latency: float, size: int, fields: dict[str, Any], entry: ResponseEntry | CapEntry | None = None,
     ) -> None:
         """A response observed, whole or streamed: counted, its errors too, and logged.
         (Shared with streamed responses. The whole-frame path, run for every response,
         pays for this call with what it no longer does: build an error-free fields
-        dict it then drops, and, when it logs, look the connection's state up again.)"""
+        dict it then drops, and, when it logs, look the connection's state up again.)
+        `entry`: the memo's, whose fields are `fields`: with a memo entry as token, the
+        line is put together from what both rendered (request_line.compose)."""
         api_metrics = self.metrics.api(token.api)
         api_metrics.response(latency, size)
         ask = token.ask
         if ask is not None and not ask.whole:  # read from the skimmed answer (an OffsetCommit's)
-            fields = token.asked_by.answered(info, state, token, None, fields)  # type: ignore[union-attr]
-        for error in fields["errors"]:
-            api_metrics.error(error)
-            if state is not None:
-                state.errors[error] = state.errors.get(error, 0) + 1
+            fields = token.asked_by.answered(info, state, token, None, fields)
+            entry = None
+        errors = fields["errors"]
+        if errors:
+            for error in errors:
+                api_metrics.error(error)
+                if state is not None:
+                    state.errors[error] = state.errors.get(error, 0) + 1
         log = self.log
-        if log and log.wants(token.api, pending.api_key, bool(fields["errors"])):
-            extra: dict[str, Any] = {"latency_ms": round(latency * 1000, 3), "response_bytes": size}
+        if log and log.wants(token.api, pending.api_key, bool(errors)):
+            latency_ms = round(latency * 1000, 3)
+            if (
+                entry is not None
+                and entry.fragment is not None
+                and token.__class__ is RequestEntry
+                and token.fragment is not None
+                and state is not None
+                and self.prerendered
+                and composable(state, token.mask, token.overlap, entry.mask)
+            ):
+                log.write_line(
+                    compose(state, token.head, pending, token.fragment, latency_ms, size, entry.fragment, log.stamp())
+                )
+                return
+            extra: dict[str, Any] = {"latency_ms": latency_ms, "response_bytes": size}
             line = request_line(info, pending, token, state, extra)
             line.update(fields)
             log.write("request", line)
@@ -672,13 +793,20 @@ class ObservingHooks(Hooks):
                 info, state, "logged", why, pending.api_key, pending.api_version, pending.correlation_id
             )
 
-    def _skimmed(self, frame: memoryview, api_key: int, version: int) -> dict[str, Any]:
+    def _skimmed(self, frame: memoryview, api_key: int, version: int) -> ResponseEntry | dict[str, Any]:
+        """A skimmed answer's line fields: an entry once the memo met them again, else a
+        dict (memoised as such the first time: most answers never come again)."""
         memo = self.response_memo
-        key = None if api_key in UNMEMOISED else memo.key(api_key, version, frame)
+        key = None if api_key in UNMEMOISED else response_key(api_key, version, frame)
         if key is not None:
             known = memo.get(key)
             if known is not None:
-                return known
+                if known.__class__ is ResponseEntry:
+                    return known
+                entry = ResponseEntry(known)  # rendered now that it came again
+                entry.fragment, entry.mask = response_pieces(known)
+                memo.put(key, entry)
+                return entry
         _, found = skim_response(frame, api_key, version, self.policy)
         fields = skimmed_response_fields(api_key, found, self.topic_ids)
         if key is not None:

@@ -91,6 +91,10 @@ class Timestamp:
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         return f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
 
+    def ascii(self) -> bytes:
+        """The same, as bytes (for a line put together from pieces)."""
+        return self().encode()
+
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
@@ -463,6 +467,14 @@ class RequestLog:
         fields["event"] = event
         fields["ts"] = self._timestamp()
         self.sink.msg(render(fields))
+
+    def write_line(self, line: bytes) -> None:
+        """A line already rendered (request_line.compose: its `event` and `ts` in it)."""
+        self.sink.msg(line)
+
+    def stamp(self) -> bytes:
+        """The time for a line, as `write` gives it."""
+        return self._timestamp.ascii()
 
     def warning(self, event: str, fields: dict[str, Any]) -> None:
         fields["level"] = "warning"
