@@ -31,12 +31,14 @@ EXTRA_ARMS = (
     "kafkalens-bare-baseline",
     "kafkalens-telemetry-off",
     "kafkalens-telemetry",
+    "kafkalens-pure",
 )
 # The telemetry pair prices KIP-714 collection (bench/telemetry_cost.py runs them
 # interleaved): telemetry off altogether, and collect mode with every client pushing
 # its metrics each second (decoded, kept, logged). `kafkalens-nolag`: kafkalens with
 # `lag.enabled: false` (consumer lag and topic traffic off), to price them against
-# `kafkalens` in the same run.
+# `kafkalens` in the same run. `kafkalens-pure`: kafkalens with KAFKALENS_PURE_CODEC=1,
+# its Python path alone (no C: the codec's interpreter and the steady state in Python).
 # `kafkalens-baseline` runs another checkout's code (a git worktree of an earlier
 # commit, its C accelerator built or copied in) in the same run, so a change is
 # measured before and after on the same host minute: KAFKALENS_BASELINE_TREE=DIR.
@@ -148,10 +150,13 @@ def _tansu_proxy(launch: Launch) -> subprocess.Popen[bytes]:
 
 
 def _kafkalens(
-    workers: int, log: bool, baseline: bool = False, telemetry: str = "", lag: bool = True
+    workers: int, log: bool, baseline: bool = False, telemetry: str = "", lag: bool = True, pure: bool = False
 ) -> FrontBuilder:
     def build(launch: Launch) -> subprocess.Popen[bytes]:
         env = _baseline_env(launch) if baseline else fronts.working_tree_env()
+        if pure:
+            env = dict(env or os.environ, KAFKALENS_PURE_CODEC="1")
+            launch.notes.append("KAFKALENS_PURE_CODEC=1: no C")
         config = fronts.write_kafkalens_config(
             launch.work / f"{launch.name}.yaml", workers, log, telemetry, lag
         )
@@ -249,4 +254,5 @@ FRONTS: dict[str, FrontBuilder] = {
     "kafkalens-baseline": _kafkalens(1, True, baseline=True),
     "kafkalens-telemetry-off": _kafkalens(1, True, telemetry="off"),
     "kafkalens-telemetry": _kafkalens(1, True, telemetry="collect"),
+    "kafkalens-pure": _kafkalens(1, True, pure=True),
 }

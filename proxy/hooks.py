@@ -88,7 +88,7 @@ class FrameObserver:
         """The frame ended (`nothing` is empty)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ConnectionInfo:
     """What is known about one client connection; listed by the /clients endpoint."""
 
@@ -214,6 +214,45 @@ class Hooks:
 
     def close(self) -> None:
         """The proxy is stopping: flush and close whatever the hooks write to."""
+
+    def steady_parts(self) -> SteadyParts | None:
+        """What the C steady-state path (proxy/steady.py) needs of these hooks to take a
+        read in their place, or None: every read goes through the hooks."""
+        return None
+
+
+@dataclass(frozen=True)
+class SteadyParts:
+    """What hooks give the C steady-state path (proxy/_steady.c): the classes of their
+    memo entries and per-connection state, whose slots it reads; their memos' dicts; the
+    request log's queue; which apis it may take; and each connection's state. The C path
+    then does for a memoised exchange what the hooks would (see proxy/steady.py)."""
+
+    request_entry: type
+    response_entry: type
+    cap_entry: type
+    state: type
+    request_memo: dict[bytes, Any]
+    response_memo: dict[bytes, Any]
+    cap_memo: dict[bytes, Any]
+    sink: Any  # the request log's LineSink, or None
+    sink_type: type
+    clash: int  # the mask bit of a fields dict never put together from pieces
+    request_apis: frozenset[int]  # requests it may take, when memoised and quiet
+    response_apis: frozenset[int]  # answers it may take, when memoised
+    log_always: frozenset[int]  # apis whose lines are always written (others sampled)
+    log_never: frozenset[int]  # apis whose lines are never written
+    api_versions_plain: bool  # an ApiVersions answer's line fields are its cap's
+    state_of: Any  # ConnectionInfo -> the state the hooks keep for it
+    hooks: Any  # the hooks whose `broker_ranges` an ApiVersions answer sets
+    counters: Any  # their metrics' steady_counters (proxy/metrics.py), where the C path counts
+    token: type  # the token of a request a link reads (chain.Token: its decode_error and ask slots)
+    # Requests a link reads that the C path may take all the same (the link's part done
+    # by the hooks: link_request once forwarded, link_answer once its answer is)
+    link_apis: frozenset[int]
+    link_request: Any  # (info, state, pending, entry): makes pending.token and runs the links
+    link_answer: Any  # (info, pending, token, state, latency, size, fields): observes an answer it does not
+    render_fields: Any  # (fields) -> (JSON object, mask) of an answer's fields a link made
 
 
 def _overrides(hooks: Hooks, name: str) -> bool:

@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from codec.error_codes import ERROR_CODES, error_name
 from codec.schema import api_messages
+from proxy import steady
 
 # Process-wide in prometheus-client; worker processes import this module too.
 disable_created_metrics()
@@ -65,6 +66,8 @@ _KNOWN_VERSIONS: dict[str, dict[int, str]] = {
     request.name[: -len("Request")]: {v: str(v) for v in request.versions}
     for request, _ in api_messages().values()
 }
+# The api keys by name: the C path (proxy/steady.py) counts by api key.
+_API_KEYS: dict[str, int] = {request.name[: -len("Request")]: key for key, (request, _) in api_messages().items()}
 
 
 def sanitize_label(value: str, max_length: int = MAX_LABEL_LENGTH) -> str:
@@ -125,6 +128,7 @@ class ApiMetrics:
         "_response_bytes",
         "_duration_sum",
         "_duration_counts",
+        "_key",
     )
 
     def __init__(self, m: Metrics, name: str) -> None:
@@ -147,6 +151,7 @@ class ApiMetrics:
         self._response_bytes = 0
         self._duration_sum = 0.0
         self._duration_counts = [0] * len(_BOUNDS)
+        self._key = _API_KEYS.get(name) if m.steady_counters is not None else None
 
     def request(self, api_version: int, nbytes: int) -> None:
         """A request of this api arrived from a client (`nbytes` includes the size prefix)."""
@@ -162,6 +167,8 @@ class ApiMetrics:
 
     def flush(self) -> None:
         """Add what was counted since the last flush to the prometheus-client series."""
+        if self._key is not None:
+            self._take_steady(self._key)
         if self._requests:
             self._flush_requests()
         if self._request_bytes:
@@ -172,6 +179,22 @@ class ApiMetrics:
             self._response_bytes = 0
         if any(self._duration_counts):
             self._flush_durations()
+
+    def _take_steady(self, key: int) -> None:
+        """What the C path counted of this api since the last flush, added to the counts."""
+        taken = self._m.steady_counters.take(key)
+        if taken is None:
+            return
+        versions, request_bytes, response_bytes, duration_sum, buckets = taken
+        requests = self._requests
+        for api_version, count in versions.items():
+            requests[api_version] = requests.get(api_version, 0) + count
+        self._request_bytes += request_bytes
+        self._response_bytes += response_bytes
+        self._duration_sum += duration_sum
+        counts = self._duration_counts
+        for index, count in enumerate(buckets):
+            counts[index] += count
 
     def _flush_requests(self) -> None:
         requests, self._requests = self._requests, {}
@@ -360,6 +383,8 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Flusher(self))  # first: collected before the series
+        # The request counts the C path keeps (proxy/steady.py), or None where it does not run.
+        self.steady_counters = steady.counters(_BOUNDS)
         self.admin_refusals = AdminRefusals()
         self.registry.register(self.admin_refusals)
         self.upstream_reachability = UpstreamReachability()

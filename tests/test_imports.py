@@ -19,8 +19,9 @@ CODEC_PRIVATE_IMPORTS = {("accel", "_accel")}
 # What config.py may import from proxy/: nothing, it is the bottom layer.
 CONFIG_MAY_IMPORT: frozenset[str] = frozenset()
 # The top-level modules every room may use: configuration, the seam between forwarding
-# and observers (hooks), the metrics registry, TLS contexts, logging set-up.
-BASE = frozenset({"config", "console", "hooks", "metrics", "tls", "signals"})
+# and observers (hooks), the metrics registry, TLS contexts, logging set-up, and whether
+# a connection's steady state runs in C (steady, behind which proxy/_steady.c is).
+BASE = frozenset({"config", "console", "hooks", "metrics", "tls", "signals", "steady"})
 # Which rooms a room may import from, besides BASE and itself.
 ROOMS_MAY_IMPORT: dict[str, frozenset[str]] = {
     "exchange": frozenset(),  # the sans-I/O Kafka exchange: below forwarding and captures

@@ -30,12 +30,15 @@ import os
 import socket
 import ssl
 import time
+import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
+from proxy import steady
 from proxy.config import Address, Limits
+from proxy.exchange import sasl
 from proxy.exchange.kafka import (
     REQUEST_MIN_HEAD,
     RESPONSE_MIN_HEAD,
@@ -108,9 +111,27 @@ class ProxyContext:
     # Paused clients' sockets, for their hang-ups (proxy/forward/hangups.py): opened with
     # the server; None where epoll is missing (the sweeper polls paused clients instead).
     hangups: HangupWatch[Connection] | None = field(default=None, init=False)
+    # The C steady-state path's plan (proxy/steady.py), and how it finds a connection's
+    # state in the hooks; None where it does not run.
+    steady: Any = field(default=None, init=False)
+    steady_state_of: Any = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.plan = HookPlan.of(self.hooks)
+        parts = self.hooks.steady_parts() if steady.ACTIVE else None
+        if parts is not None:
+            self.steady = steady.plan(
+                pending=Pending, request_entry=parts.request_entry, response_entry=parts.response_entry,
+                cap_entry=parts.cap_entry, state=parts.state, info=ConnectionInfo, splitter=FrameSplitter,
+                exchange=KafkaExchange, sink_type=parts.sink_type, request_memo=parts.request_memo,
+                response_memo=parts.response_memo, cap_memo=parts.cap_memo, hooks=parts.hooks, sink=parts.sink,
+                counters=parts.counters, clash=parts.clash, request_apis=parts.request_apis,
+                response_apis=parts.response_apis, auth_apis=sasl.AUTH_APIS, log_always=parts.log_always,
+                log_never=parts.log_never, api_versions_plain=parts.api_versions_plain, token=parts.token,
+                link_apis=parts.link_apis, link_request=parts.link_request, link_answer=parts.link_answer,
+                render_fields=parts.render_fields,
+            )  # fmt: skip
+            self.steady_state_of = parts.state_of
 
     def open_hangups(self) -> None:
         """On the loop, once: the watch's epoll descriptor is one of the idle ones."""
@@ -168,6 +189,15 @@ class Connection(asyncio.Protocol):
         self._ip = ""
         self._counted_in = 0  # bytes_in / bytes_out already added to the byte counters
         self._counted_out = 0
+        # The C steady-state path (proxy/steady.py): uvloop calls the data_received it
+        # finds on the protocol, the C path's, which hands the reads it does not take to
+        # this class's. Set here: uvloop looks it up before connection_made.
+        self._core: Any = None
+        if ctx.steady is not None:
+            self._core = steady.core(
+                ctx.steady, types.MethodType(Connection.data_received, self), self.upstream_data
+            )
+            self.data_received = self._core.feed_request  # type: ignore[method-assign]
 
     # --- client transport events -------------------------------------------------------
 
@@ -234,6 +264,10 @@ class Connection(asyncio.Protocol):
             ctx.hooks.connection_opened(info)
         except Exception:
             relay.hook_failed("connection_opened", -1, "request")
+        if self._core is not None:
+            state = ctx.steady_state_of(info)
+            if state is not None:  # else the C path never takes a read of it
+                self._core.bind(kafka, self.requests, self.responses, info, state, self.client)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -331,6 +365,9 @@ class Connection(asyncio.Protocol):
             self.client.resume_reading()
         elif not self.closed:
             self._watch_hangup()  # paused meanwhile (draining), or by the early requests
+        if self._core is not None and not self.closed:
+            self._core.set_upstream(transport)
+            self._steady()
 
     def upstream_data(self, data: bytes) -> None:
         client = self.client
@@ -349,6 +386,19 @@ class Connection(asyncio.Protocol):
         self.responses.feed(data)
         if self._client_paused and self._client_paused & IN_FLIGHT:  # mostly 0: one test
             self._in_flight_eased()
+
+    def _steady(self) -> None:
+        """Whether the C path may take reads: the broker connected, nothing paused, not
+        draining or closed (its other conditions it checks per read)."""
+        core = self._core
+        if core is not None:
+            core.ready = (
+                not self.closed
+                and self.upstream is not None
+                and not self._client_paused
+                and not self._upstream_paused
+                and not self.relay.draining
+            )
 
     def _in_flight_eased(self) -> None:
         if len(self.exchange.pending) < self.exchange.max_in_flight and not self.closed:
@@ -399,6 +449,7 @@ class Connection(asyncio.Protocol):
     def pause_client_reading(self, reason: int) -> None:
         was = self._client_paused
         self._client_paused |= reason
+        self._steady()
         if not was and self.client is not None and self.upstream is not None:
             self.client.pause_reading()
             self._watch_hangup()
@@ -415,6 +466,7 @@ class Connection(asyncio.Protocol):
             self._unwatch_hangup()
             self.client.resume_reading()
             self.requests.restart_frame_clock()
+            self._steady()
 
     def _watch_hangup(self) -> None:
         """Reading from the client paused: its FIN or reset is looked for all the same.
@@ -445,6 +497,7 @@ class Connection(asyncio.Protocol):
     def pause_upstream_reading(self, reason: int) -> None:
         was = self._upstream_paused
         self._upstream_paused |= reason
+        self._steady()
         if not was and self.upstream is not None and not self.closed:
             self.upstream.pause_reading()
 
@@ -455,6 +508,7 @@ class Connection(asyncio.Protocol):
         if not self._upstream_paused and not self.closed and self.upstream is not None:
             self.upstream.resume_reading()
             self.responses.restart_frame_clock()
+            self._steady()
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -489,7 +543,8 @@ class Connection(asyncio.Protocol):
             self.close("client_eof")
             return
         limits = self.ctx.limits
-        if now - self.last_active > limits.idle_timeout_seconds:
+        active = self.last_active if self._core is None else max(self.last_active, self._core.last_active)
+        if now - active > limits.idle_timeout_seconds:
             self.close("idle_timeout")
             return
         for splitter, paused in (
@@ -533,6 +588,7 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         self.relay.draining = True
+        self._steady()
         if self.requests.at_boundary:
             self.pause_client_reading(DRAINING)
         if not self.exchange.pending and self.responses.at_boundary:
@@ -542,6 +598,7 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        self._steady()
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         self._unwatch_hangup()  # before the socket closes and its number is free again
@@ -567,6 +624,8 @@ class Connection(asyncio.Protocol):
             self.ctx.hooks.connection_closed(info, reason)
         except Exception:
             self.relay.hook_failed("connection_closed", -1, "request")
+        if self._core is not None:
+            self._core.release()
 
     def _unforwarded(self) -> list[int]:
         """The requests the client sent that were received and never forwarded: those the
@@ -662,10 +721,14 @@ class UpstreamProtocol(asyncio.Protocol):
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        # The broker's bytes go straight to the connection's method: uvloop calls the
-        # bound method it finds here, so a response costs one Python call less than
-        # through a delegating method (bench.front_instructions: bench/PROFILE.md).
-        self.data_received = conn.upstream_data  # type: ignore[method-assign]
+        # The broker's bytes go straight to the connection's method (or the C path's,
+        # which hands it what it does not take): uvloop calls the bound method it finds
+        # here, so a response costs one Python call less than through a delegating
+        # method (bench.front_instructions: bench/PROFILE.md).
+        core = conn._core
+        self.data_received = (  # type: ignore[method-assign]
+            conn.upstream_data if core is None else core.feed_response
+        )
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn.upstream_made(cast(asyncio.Transport, transport))

@@ -72,6 +72,9 @@ class ConnState:
     joined: bool = False  # its instance id came from another connection
     joinable: bool = True  # False once it has a telemetry exchange of its own
     header_id: UUID | None = None  # the first KIP-1313 header id the client sent
+    # The lag link's: (identity_key, group) under which its tracker has noted the
+    # client a member of that group, every key kept (noting it again changes nothing).
+    lag_member: tuple[Any, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -88,6 +91,9 @@ class Token:
     # share groups' asks), and that link: its `answered` makes the response's fields.
     ask: Any = None
     asked_by: Observer | None = None
+    # The memo entry whose fields these are, when the links left them as they are
+    # (memo.RequestEntry): its rendered pieces make the line.
+    entry: Any = None
 
 
 @dataclass
@@ -121,6 +127,11 @@ class Observer:
     # ApiVersions entries ({"api_key", "min_version", "max_version"}) added to the
     # answers clients get
     added_api_versions: tuple[dict[str, int], ...] = ()
+    # Of request_apis: those whose requests it reads without changing the token's fields
+    # and whose answers it reads skimmed (an ask not `whole`), if at all: the C path
+    # (proxy/steady.py) may take their memoised exchanges, calling `request` and
+    # `answered` all the same.
+    steady_apis: frozenset[int] = frozenset()
 
     def request(
         self,

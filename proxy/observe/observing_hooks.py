@@ -35,7 +35,7 @@ from codec.messages import decode_request_header
 from codec.schema import api_names
 from codec.skim import skim_response
 from codec.stream import StreamLimits, as_request, as_response, request_stream, response_stream
-from proxy.hooks import ConnectionInfo, Hooks, Pending
+from proxy.hooks import ConnectionInfo, Hooks, Pending, SteadyParts
 from proxy.metrics import Metrics
 from proxy.observe.api_versions import (
     API_VERSIONS,
@@ -64,7 +64,9 @@ from proxy.observe.memo import (
     version_key,
 )
 from proxy.observe.request_line import (
+    CLASH,
     UNKNOWN,
+    answer_json,
     api_head,
     composable,
     compose,
@@ -75,7 +77,7 @@ from proxy.observe.request_line import (
     request_pieces,
     response_pieces,
 )
-from proxy.observe.request_log import RequestLog
+from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.streamed import Streamed, note_dropped
 from proxy.observe.summary import (
     FULL_DECODE_RESPONSES,
@@ -149,6 +151,10 @@ class ObservingHooks(Hooks):
         self._response_links = _by_api(links, lambda link: link.response_apis)
         self._answer_links = _by_api(links, lambda link: link.answer_apis)
         self._stats_apis = frozenset(api for link in links for api in link.partition_stats_apis)
+        # Apis whose links all read them without changing a request's fields (chain.py)
+        self._steady_links = frozenset(
+            k for k, found in self._request_links.items() if all(k in link.steady_apis for link in found)
+        )
         self._identity_links = tuple(
             link for link in links if type(link).identity_changed is not Observer.identity_changed
         )
@@ -175,6 +181,48 @@ class ObservingHooks(Hooks):
         # The ApiVersions ranges a broker gave last, on any connection: what a connection
         # that never asked (a client pinned to its versions) is judged by.
         self.broker_ranges: dict[int, tuple[int, int]] | None = None
+
+    def steady_parts(self) -> SteadyParts | None:
+        """What the C path (proxy/steady.py) takes in these hooks' place: a memoised
+        request quiet on its connection, whose api no link reads and that is not held
+        for admit_request (but an ApiVersions no link answers), and its memoised skimmed
+        (or ApiVersions) answer; lines rendered from pieces, with this clock."""
+        counters = self.metrics.steady_counters
+        if counters is None or type(self).clock is not ObservingHooks.clock or not self.prerendered:
+            return None
+        if self.inspects_requests:
+            return None
+        keys = frozenset(self._names)
+        answered_here = frozenset(self._answer_links)
+        held = self.admit_api_keys - ({API_VERSIONS} - answered_here)
+        linked = self._steady_links
+        requests = frozenset(
+            k for k in keys if k not in UNMEMOISED and k not in held and (k not in self._request_links or k in linked)
+        )
+        responses = frozenset(
+            k for k in keys
+            if k not in UNMEMOISED and (k not in FULL_DECODE_RESPONSES or k == API_VERSIONS)
+        )  # fmt: skip
+        log = self.log
+        always: frozenset[int] = frozenset()
+        never = keys
+        if log is not None:
+            wants = {k: log.always(self._names[k], k) for k in keys}
+            always = frozenset(k for k, w in wants.items() if w)
+            never = frozenset(k for k, w in wants.items() if w is False)
+        sink = log.sink if log is not None else None
+        if sink is not None and type(sink) is not LineSink:
+            return None
+        return SteadyParts(
+            request_entry=RequestEntry, response_entry=ResponseEntry, cap_entry=CapEntry, state=ConnState,
+            request_memo=self.request_memo._entries, response_memo=self.response_memo._entries,
+            cap_memo=self.api_versions_memo._entries, sink=sink, sink_type=LineSink, clash=CLASH,
+            request_apis=requests, response_apis=responses, log_always=always, log_never=never,
+            api_versions_plain=self._plain_api_versions, state_of=lambda info: self.states.get(info.conn_id),
+            hooks=self, counters=counters, token=Token, link_apis=linked & requests,
+            link_request=self.steady_link_request, link_answer=self.answer_observed,
+            render_fields=answer_json,
+        )  # fmt: skip
 
     def link(self, kind: type[L]) -> L | None:
         """The chain's first link of `kind`, if it has one."""
@@ -427,11 +475,21 @@ class ObservingHooks(Hooks):
                 self._identify_memoised(info, state, entry)
         if not entry.linked:
             pending.token = entry
-            return
-        pending.token = token = Token(api, pending.correlation_id, entry.fields)
-        if state is not None:
-            for link in self._request_links.get(pending.api_key, _NO_LINKS):
-                link.request(info, state, token, entry.request, None)
+        elif state is not None:
+            self.steady_link_request(info, state, pending, entry)
+        else:
+            pending.token = Token(api, pending.correlation_id, entry.fields)
+
+    def steady_link_request(self, info: ConnectionInfo, state: ConnState, pending: Pending, entry: RequestEntry) -> None:
+        """A memoised request that links read: its token (the entry's fields), and the
+        links that name its api. (The C path calls it too, once it forwarded and counted
+        such a request.)"""
+        pending.token = token = Token(entry.api, pending.correlation_id, entry.fields)
+        api_key = pending.api_key
+        for link in self._request_links.get(api_key, _NO_LINKS):
+            link.request(info, state, token, entry.request, None)
+        if api_key in self._steady_links:  # its links left its fields as they are
+            token.entry = entry
 
     def _started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
         """A request seen (whole, streamed past or answered here): counted, its token made."""
@@ -727,12 +785,20 @@ class ObservingHooks(Hooks):
         dict it then drops, and, when it logs, look the connection's state up again.)
         `entry`: the memo's, whose fields are `fields`: with a memo entry as token, the
         line is put together from what both rendered (request_line.compose)."""
-        api_metrics = self.metrics.api(token.api)
-        api_metrics.response(latency, size)
         ask = token.ask
         if ask is not None and not ask.whole:  # read from the skimmed answer (an OffsetCommit's)
             fields = token.asked_by.answered(info, state, token, None, fields)
             entry = None
+        self.answer_observed(info, pending, token, state, latency, size, fields, entry)
+
+    def answer_observed(
+        self, info: ConnectionInfo, pending: Pending, token: Any, state: ConnState | None,
+        latency: float, size: int, fields: dict[str, Any], entry: ResponseEntry | CapEntry | None = None,
+    ) -> None:
+        """An answer's line fields made (a link's read it): counted, its errors too, and
+        logged. (The C path calls it for an answer it does not finish itself.)"""
+        api_metrics = self.metrics.api(token.api)
+        api_metrics.response(latency, size)
         errors = fields["errors"]
         if errors:
             for error in errors:
@@ -742,19 +808,16 @@ class ObservingHooks(Hooks):
         log = self.log
         if log and log.wants(token.api, pending.api_key, bool(errors)):
             latency_ms = round(latency * 1000, 3)
-            if (
-                entry is not None
-                and entry.fragment is not None
-                and token.__class__ is RequestEntry
-                and token.fragment is not None
-                and state is not None
-                and self.prerendered
-                and composable(state, token.mask, token.overlap, entry.mask)
-            ):
-                log.write_line(
-                    compose(state, token.head, pending, token.fragment, latency_ms, size, entry.fragment, log.stamp())
-                )
-                return
+            # a memoised request's (its entry, or the entry of a link's token)
+            made = token if token.__class__ is RequestEntry else token.entry
+            if made is not None and made.fragment is not None and state is not None and self.prerendered:
+                if entry is not None and entry.fragment is not None:
+                    piece, mask = entry.fragment, entry.mask
+                else:  # a link's fields (an OffsetCommit's `committed`), or not memoised
+                    piece, mask = response_pieces(fields)
+                if composable(state, made.mask, made.overlap, mask):
+                    log.write_line(compose(state, made.head, pending, made.fragment, latency_ms, size, piece, log.stamp()))
+                    return
             extra: dict[str, Any] = {"latency_ms": latency_ms, "response_bytes": size}
             line = request_line(info, pending, token, state, extra)
             line.update(fields)

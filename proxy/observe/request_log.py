@@ -76,6 +76,15 @@ def render(fields: dict[str, Any]) -> bytes:
         return _FALLBACK.encode(fields).encode("ascii")
 
 
+def render_object(fields: dict[str, Any]) -> bytes:
+    """`render`'s bytes, for a piece of a line (request_line.answer_json): orjson's own
+    output, not copied (it is not kept)."""
+    try:
+        return orjson.dumps(fields, default=str, option=_OPTIONS)
+    except (orjson.JSONEncodeError, TypeError):
+        return _FALLBACK.encode(fields).encode("ascii")
+
+
 class Timestamp:
     """ISO-8601 UTC with microseconds, formatting the date part once per second."""
 
@@ -215,7 +224,14 @@ class _Trouble:
 
 class LineSink:
     """Where rendered lines go: a bounded queue on the loop's side, a writer thread on
-    the other (see the module docstring). `msg` is the only call the hot path makes."""
+    the other (see the module docstring). `msg` is the only call the hot path makes
+    (the C path, proxy/_steady.c, appends to `_lines` itself when msg would at once)."""
+
+    __slots__ = (
+        "path", "flush_interval", "max_queued_bytes", "_wake_bytes", "_out", "_metrics", "_lines",
+        "_queued", "_done", "_full_at", "_wake_at", "_lock", "_posted", "_acted", "_refusing",
+        "_trouble", "_bell", "_closed", "_thread", "__weakref__",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -461,6 +477,13 @@ class RequestLog:
         if self.errors_only:
             return False
         return self.sample_rate >= 1.0 or self._random.random() < self.sample_rate
+
+    def always(self, api: str, api_key: int) -> bool | None:
+        """Whether `wants` says yes to every line of an api without errors (True), to none
+        (False), or to some (None: sampled)."""
+        if (self.apis and api not in self.apis and str(api_key) not in self.apis) or self.errors_only:
+            return False
+        return True if self.sample_rate >= 1.0 else None
 
     def write(self, event: str, fields: dict[str, Any]) -> None:
         """Takes `fields` over: the line is those fields, then `event` and `ts`."""

@@ -17,6 +17,7 @@ import re
 import struct
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,50 @@ def sessions() -> dict[str, list[Exchange]]:
         ]
         for client, frames in requests.items()
     }
+
+
+def exchange(request: Any, response: Any) -> Exchange:
+    from codec import encode_request, encode_response
+
+    return Exchange(request.api_key, request.api_version, encode_request(request), encode_response(response))
+
+
+def small_requests() -> list[Exchange]:
+    """ApiVersions, Metadata, and a group member's OffsetCommit and Heartbeat (whose
+    requests the lag link reads)."""
+    from codec import ApiKey, Request, Response
+
+    header = {"correlation_id": 0, "client_id": "steady"}
+    versions = exchange(
+        Request(ApiKey.API_VERSIONS, 3, header, {"client_software_name": "steady-test", "client_software_version": "1"}),
+        Response(ApiKey.API_VERSIONS, 3, {"correlation_id": 0}, {
+            "error_code": 0, "throttle_time_ms": 0, "supported_features": [], "finalized_features_epoch": -1,
+            "finalized_features": [], "zk_migration_ready": False,
+            "api_keys": [{"api_key": k, "min_version": 0, "max_version": 99} for k in (0, 1, 3, 8, 12, 18)]}),
+    )  # fmt: skip
+    metadata = exchange(
+        Request(ApiKey.METADATA, 12, header, {"topics": [{"topic_id": uuid.UUID(int=0), "name": "orders"}],
+                "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}),
+        Response(ApiKey.METADATA, 12, {"correlation_id": 0}, {
+            "throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "b", "port": 9092, "rack": None}],
+            "cluster_id": "c", "controller_id": 1, "topics": [{
+                "error_code": 0, "name": "orders", "topic_id": uuid.UUID(int=7), "is_internal": False,
+                "partitions": [], "topic_authorized_operations": -1}]}),
+    )  # fmt: skip
+    commit = exchange(
+        Request(ApiKey.OFFSET_COMMIT, 8, header, {
+            "group_id": "g", "generation_id_or_member_epoch": 1, "member_id": "m", "group_instance_id": None,
+            "topics": [{"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 42,
+                        "committed_leader_epoch": -1, "committed_metadata": ""}]}]}),
+        Response(ApiKey.OFFSET_COMMIT, 8, {"correlation_id": 0}, {
+            "throttle_time_ms": 0, "topics": [{"name": "orders", "partitions": [{"partition_index": 0, "error_code": 0}]}]}),
+    )  # fmt: skip
+    heartbeat = exchange(
+        Request(ApiKey.HEARTBEAT, 4, header, {"group_id": "g", "generation_id": 1, "member_id": "m",
+                                               "group_instance_id": None}),
+        Response(ApiKey.HEARTBEAT, 4, {"correlation_id": 0}, {"throttle_time_ms": 0, "error_code": 0}),
+    )  # fmt: skip
+    return [versions, metadata, commit, heartbeat]
 
 
 def renumbered(frame: bytes, at: int, correlation_id: int) -> bytes:
@@ -139,3 +184,103 @@ def blank(line: bytes) -> bytes:
 if __name__ == "__main__":
     out = Path(sys.argv[1])
     out.write_bytes(b"".join(line + b"\n" for line in replayed_lines(out.with_suffix(".log"))))
+
+
+# -- through a proxy, over sockets ------------------------------------------------------------
+
+
+class ScriptedBroker:
+    """A TCP peer answering each request with the captured answer of the exchange it is
+    (the client sends a session's exchanges in order, one at a time; `script` is that
+    order, per connection, repeated)."""
+
+    def __init__(self, script: list[Exchange]) -> None:
+        import socket
+        import threading
+
+        self.script = script
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: Any) -> None:
+        step = 0
+        try:
+            with sock:
+                while True:
+                    frame = read_frame(sock)
+                    if frame is None:
+                        return
+                    exchange = self.script[step % len(self.script)]
+                    step += 1
+                    while exchange.response is None:  # the client expects no answer
+                        exchange = self.script[step % len(self.script)]
+                        step += 1
+                        frame = read_frame(sock)
+                        if frame is None:
+                            return
+                    corr = struct.unpack_from(">i", frame, 4)[0]
+                    answer = renumbered(exchange.response, 0, corr)
+                    sock.sendall(struct.pack(">i", len(answer)) + answer)
+        except OSError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            self.errors.append(exc)
+
+
+def read_frame(sock: Any) -> bytes | None:
+    """One frame body, or None at the end of the stream."""
+    head = _read(sock, 4)
+    if head is None:
+        return None
+    return _read(sock, struct.unpack(">i", head)[0])
+
+
+def _read(sock: Any, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def send_session(port: int, exchanges: list[Exchange], rounds: int) -> None:
+    """`exchanges` sent `rounds` times on one connection, each answer awaited."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        corr = 1
+        for _ in range(rounds):
+            for exchange in exchanges:
+                request = renumbered(exchange.request, 4, corr)
+                sock.sendall(struct.pack(">i", len(request)) + request)
+                corr += 1
+                if exchange.response is not None:
+                    answer = read_frame(sock)
+                    assert answer is not None and struct.unpack_from(">i", answer, 0)[0] == corr - 1
+
+
+_PEER = re.compile(rb'"(conn|client_address)":"[^"]*"')
+
+
+def blank_peer(line: bytes) -> bytes:
+    """`line` blanked (`blank`), its connection id and client address too (a proxied
+    connection's differ from run to run)."""
+    return _PEER.sub(rb'"\1":""', blank(line))

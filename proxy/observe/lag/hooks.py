@@ -18,7 +18,17 @@ from proxy.observe.lag.share import (
     ShareAsk,
     ShareTracker,
 )
-from proxy.observe.lag.tracker import LAG_APIS, PRODUCE, CommitAsk, FetchAsk, LagTracker, ProduceAsk
+from proxy.observe.lag.tracker import (
+    FETCH,
+    HEARTBEAT,
+    LAG_APIS,
+    LEAVE_GROUP,
+    OFFSET_COMMIT,
+    PRODUCE,
+    FetchAsk,
+    LagTracker,
+    ProduceAsk,
+)
 from proxy.observe.lag.traffic import TopicTraffic
 from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
 
@@ -28,6 +38,8 @@ UNKNOWN = "unknown"
 class LagLink(Observer):
     request_apis = LAG_APIS | SHARE_APIS | HEARTBEAT_APIS | {PRODUCE}
     partition_stats_apis = frozenset({PRODUCE})  # the records a Produce appends, by partition
+    # a group member's requests: read for its group, an OffsetCommit's answer skimmed
+    steady_apis = frozenset({OFFSET_COMMIT, HEARTBEAT, LEAVE_GROUP})
 
     def __init__(
         self, lag: LagTracker, traffic: TopicTraffic, summary: SummaryOptions, topic_ids: TopicIds, share: ShareTracker
@@ -58,11 +70,27 @@ class LagLink(Observer):
             if api_key == CONSUMER_GROUP_HEARTBEAT:  # its member's group, for lag
                 self.lag.request(request, token.fields, state.identity, info.client_host)
             ask = self.share.heartbeat(request)
-        else:
+        elif api_key == FETCH:
             ask = self.lag.request(request, token.fields, state.identity, info.client_host)
+        else:
+            ask = self._member_request(info, state, token, request)
         if ask is not None:
             token.ask = ask
             token.asked_by = self
+
+    def _member_request(self, info: ConnectionInfo, state: ConnState, token: Token, request: Any) -> Any:
+        """A group member's request (GROUP_APIS): its client noted as a member of the group
+        it names (once per connection while its identity and the group stay:
+        `ConnState.lag_member`), and an OffsetCommit's offsets asked about."""
+        group = token.fields.get("group_id")
+        if not group:
+            return None
+        noted = (state.identity_key, group)
+        if state.lag_member != noted and self.lag.member(state.identity, info.client_host, group):
+            state.lag_member = noted
+        if request.api_key == OFFSET_COMMIT:
+            return self.lag.commit_ask(request.body, group)
+        return None
 
     def answered(
         self, info: ConnectionInfo, state: ConnState | None, token: Token, response: Response | None,
@@ -71,7 +99,11 @@ class LagLink(Observer):
         ask = token.ask
         if response is None:  # an OffsetCommit's, read from its skimmed answer
             assert fields is not None
-            return self.commit_fields(fields, ask)
+            fields = dict(fields)  # a skimmed response's fields may be memoised: not changed
+            self.lag.commit_done(ask, not fields["errors"] and "response_decode_error" not in fields, fields)
+            if "committed_dropped" in fields:
+                self.share.truncated.labels(field="committed").inc()
+            return fields
         return self.answer_fields(info, state, response, ask, token.fields.get("protocol_type"))
 
     def identity_changed(self, info: ConnectionInfo, state: ConnState) -> None:
@@ -89,7 +121,7 @@ class LagLink(Observer):
         self, info: ConnectionInfo, state: ConnState | None, response: Response, ask: Any, protocol_type: str | None
     ) -> dict[str, Any]:
         """The line fields of an answer whose request left an ask (but an OffsetCommit's:
-        commit_fields, which works on skimmed answers); a Produce's base offsets read."""
+        `answered` reads those from skimmed answers); a Produce's base offsets read."""
         if ask.__class__ is FetchAsk:
             return self.fetch_fields(info, state, response, ask)
         if ask.__class__ is ProduceAsk:
@@ -121,10 +153,3 @@ class LagLink(Observer):
     def produce_done(self, response: Response, ask: ProduceAsk) -> None:
         self.lag.produce_done(ask, response.body)
 
-    def commit_fields(self, fields: dict[str, Any], ask: CommitAsk) -> dict[str, Any]:
-        fields = dict(fields)  # a skimmed response's fields may be memoised: not changed
-        accepted = not fields["errors"] and "response_decode_error" not in fields
-        self.lag.commit_done(ask, accepted, fields)
-        if "committed_dropped" in fields:
-            self.share.truncated.labels(field="committed").inc()
-        return fields

@@ -38,6 +38,8 @@ from proxy.observe.summary import TopicIds, clean
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
 OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
+HEARTBEAT = int(ApiKey.HEARTBEAT)
+LEAVE_GROUP = int(ApiKey.LEAVE_GROUP)
 # Requests that say which group their client is a member of
 GROUP_APIS = frozenset(map(int, {
     ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP,
@@ -89,14 +91,17 @@ class ProduceAsk:
 
 
 class CommitAsk:
-    """The offsets an OffsetCommit request commits, accepted if its answer has no error."""
+    """The offsets an OffsetCommit request commits, accepted if its answer has no error.
+    Read only once made: a memoised request's is made once (LagTracker.commit_ask)."""
 
-    __slots__ = ("group", "offsets")
+    __slots__ = ("group", "offsets", "targets")
     whole = False  # its answer's skimmed fields (error codes) are enough
 
     def __init__(self, group: str, offsets: list[tuple[str, int, int]]) -> None:
         self.group = group
         self.offsets = offsets
+        # each offset with its watermark's key and its committed entry's, made once
+        self.targets = [((topic, partition), (group, topic, partition), offset) for topic, partition, offset in offsets]
 
 
 class LagTracker:
@@ -113,6 +118,9 @@ class LagTracker:
         # KIP-714 id is assigned on one connection only (GetTelemetrySubscriptions)
         self.instances: dict[tuple[str, str], str] = {}
         self.dropped = 0  # entries not tracked: a table was full
+        # The CommitAsk of an OffsetCommit body met before (a memoised request's body is
+        # the same object each time): id(body) -> (body, group, ask)
+        self._asks: dict[int, tuple[dict[str, Any], str, CommitAsk]] = {}
 
     # -- requests ------------------------------------------------------------
 
@@ -129,10 +137,35 @@ class LagTracker:
             return self._commit_request(request.body, group)
         return None
 
-    def _member(self, identity: Any, host: str, group: str) -> None:
+    def _member(self, identity: Any, host: str, group: str) -> bool:
+        """The client a member of `group`; False if a key of it found no room."""
+        kept = True
         for key in _membership_keys(identity, host):
             if key in self.groups or self._room(self.groups):
                 self.groups[key] = group
+            else:
+                kept = False
+        return kept
+
+    def member(self, identity: Any, host: str, group: str) -> bool:
+        """A group member's request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+        OffsetCommit) named `group`: True if its client is now known as a member of it
+        under every key (nothing was dropped), so that noting it again changes nothing
+        while its identity stays."""
+        return self._member(identity, host, group)
+
+    def commit_ask(self, body: dict[str, Any], group: str) -> CommitAsk:
+        """What an OffsetCommit's answer is read against; made once for a body met again
+        (names, not topic ids: those are named from what Metadata answers taught since)."""
+        known = self._asks.get(id(body))
+        if known is not None and known[0] is body and known[1] == group:
+            return known[2]
+        ask = self._commit_request(body, group)
+        if all(topic.get("name") for topic in body.get("topics") or ()):
+            if len(self._asks) >= 256:
+                self._asks.clear()
+            self._asks[id(body)] = (body, group, ask)
+        return ask
 
     def learn_instance(self, client_id: str, host: str, instance_id: str) -> None:
         key = (client_id, host)
@@ -280,14 +313,20 @@ class LagTracker:
         """An OffsetCommit's answer: each offset against the last high watermark seen."""
         now = time.monotonic()
         logged: list[dict[str, Any]] = []
-        for topic, partition, offset in ask.offsets:
-            mark = self.watermarks.get((topic, partition))
+        cap = self.options.max_logged_partitions
+        marks, committed, group = self.watermarks, self.committed, ask.group
+        for where, key, offset in ask.targets:
+            mark = marks.get(where)
             high = mark.offset if mark is not None else None
             lag = max(0, high - offset) if high is not None and offset >= 0 else None
-            if len(logged) < self.options.max_logged_partitions:
-                logged.append({"topic": topic, "partition": partition, "offset": offset, "high_watermark": high, "lag": lag})
+            if len(logged) < cap:
+                logged.append({"topic": where[0], "partition": where[1], "offset": offset, "high_watermark": high, "lag": lag})
             if accepted and offset >= 0:
-                self._put(self.committed, (ask.group, topic, partition), ask.group, offset, lag or 0, now)
+                entry = committed.get(key)
+                if entry is not None:  # _put, written out: the usual case
+                    entry.group, entry.offset, entry.lag, entry.seen = group, offset, lag or 0, now
+                else:
+                    self._put(committed, key, group, offset, lag or 0, now)
         if logged:
             out["committed"] = logged
         if len(ask.offsets) > len(logged):

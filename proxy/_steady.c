@@ -1,0 +1,1530 @@
+/* proxy._steady: a kafkalens connection's steady state, in C.
+ *
+ * CONTRACT. One call per read per direction: a connection's `data_received` (client to
+ * broker) is Core.feed_request and its broker side's is Core.feed_response (see
+ * proxy/steady.py, proxy/forward/connection.py). A call takes a read in C only when
+ * everything in it is the usual: whole frames, each a request (or the answer to one)
+ * that the observing hooks have already seen byte for byte (correlation id apart) and
+ * made a memo entry of (proxy/observe/memo.py), on a connection in its steady state
+ * (broker connected, nothing paused or draining, no SASL token phase, both splitters at
+ * a frame boundary). It then does what the Python path would, in the same order and to
+ * the same objects: each request becomes a `Pending` (proxy/hooks.py) on the exchange's
+ * queue with its memo entry as token, the read is written to the other side as it
+ * came (an ApiVersions answer rewritten as its memoised cap says), and, after the
+ * write, each exchange is counted (in `Counters`, which proxy/metrics.py adds to the
+ * Prometheus series at each scrape), and each answered request's line is put together
+ * from the pieces its entries and its connection rendered (observe/request_line.py's
+ * `compose`, byte for byte) and appended to the request log's queue (LineSink).
+ * Anything else (a first-seen frame, an error, a frame a link of the chain reads, a cut
+ * frame, a Produce, a full in-flight table, an identity that may change...) goes to
+ * the Python path with the whole read, untouched: nothing of the read has been done
+ * when the C path declines it (it checks every frame first, then acts).
+ *
+ * It reads no frame body beyond the header (api key, version, correlation id) and uses
+ * no description of the wire of its own: the bytes are the memo's keys, whose entries
+ * the codec's decoding (codec/layout/) made. It reads and writes the Python objects
+ * through their __slots__: `Plan` takes each class and finds each slot's offset in its
+ * member descriptor, refusing a class whose slot is not a plain object slot; an object
+ * is read only after its exact type was checked, and a slot that is unset (NULL) or of
+ * an unexpected type sends the read to the Python path.
+ *
+ * Safety: every read of a peer's bytes is bounded by the read's size, checked before it
+ * is made (a frame's 4-byte length against what is left, its header against its
+ * length); sizes are Py_ssize_t, compared before any addition. Every reference taken
+ * is released on every way out (the frames of a read hold a reference to their entry
+ * until the read is done). A failure of the Python calls it makes (a transport's write)
+ * propagates as the Python path's would. tests/test_steady_sanitized.py builds this file
+ * with AddressSanitizer and UBSan and runs the fuzz corpus, hostile peers and real
+ * clients' captured frames through it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define OBJECT_SLOT Py_T_OBJECT_EX
+#define SLOT_READONLY Py_READONLY
+#else
+#define OBJECT_SLOT T_OBJECT_EX
+#define SLOT_READONLY READONLY
+#endif
+
+#define MAX_API 128       /* api keys the tables cover (Kafka's go to 92); others: Python */
+#define MAX_VERSION 32    /* versions the request counts cover; others: Python */
+#define MAX_BATCH 32      /* frames of one read the C path takes; more: Python */
+#define MAX_BUCKETS 32    /* duration histogram buckets */
+#define MEMO_MAX_FRAME 2048 /* observe/memo.py MAX_FRAME_BYTES: larger frames are never memoised */
+#define API_VERSIONS 18
+#define PRODUCE 0
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static inline int32_t be32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
+}
+static inline int be16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]); }
+
+static void set_slot(PyObject *obj, Py_ssize_t off, PyObject *value) {
+    PyObject *old = SLOT(obj, off);
+    Py_INCREF(value);
+    SLOT(obj, off) = value;
+    Py_XDECREF(old);
+}
+
+/* A slot holding an int that fits a long long, or -1 with *ok = 0. */
+static long long slot_ll(PyObject *obj, Py_ssize_t off, int *ok) {
+    PyObject *v = SLOT(obj, off);
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        *ok = 0;
+        return -1;
+    }
+    int overflow = 0;
+    long long r = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (r == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        *ok = 0;
+        return -1;
+    }
+    return r;
+}
+
+/* Add `n` to an int slot (a new int object: ints are immutable). */
+static int slot_add(PyObject *obj, Py_ssize_t off, long long n) {
+    int ok = 1;
+    long long v = slot_ll(obj, off, &ok);
+    if (!ok) {
+        PyErr_SetString(PyExc_TypeError, "steady: a counter slot is not an int");
+        return -1;
+    }
+    PyObject *nv = PyLong_FromLongLong(v + n);
+    if (nv == NULL)
+        return -1;
+    PyObject *old = SLOT(obj, off);
+    SLOT(obj, off) = nv;
+    Py_XDECREF(old);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Counters: what the request metrics count, per api key, until proxy/metrics.py takes it */
+
+typedef struct {
+    unsigned long long requests[MAX_API][MAX_VERSION];
+    unsigned long long request_bytes[MAX_API];
+    unsigned long long response_bytes[MAX_API];
+    double duration_sum[MAX_API];
+    unsigned long long buckets[MAX_API][MAX_BUCKETS];
+    unsigned char any[MAX_API];
+} Counts;
+
+typedef struct {
+    PyObject_HEAD
+    Counts *c;
+    int nbounds;            /* buckets: bounds[i] is bucket i's upper bound (the last +inf) */
+    double bounds[MAX_BUCKETS];
+} CountersObject;
+
+static void counters_dealloc(CountersObject *self) {
+    PyMem_Free(self->c);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *counters_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *bounds;
+    static char *names[] = {"bounds", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", names, &PyTuple_Type, &bounds))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(bounds);
+    if (n < 1 || n > MAX_BUCKETS) {
+        PyErr_SetString(PyExc_ValueError, "Counters: between 1 and 32 bucket bounds");
+        return NULL;
+    }
+    CountersObject *self = (CountersObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->c = PyMem_Calloc(1, sizeof(Counts));
+    if (self->c == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->nbounds = (int)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double b = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, i));
+        if (b == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->bounds[i] = b;
+    }
+    return (PyObject *)self;
+}
+
+/* take(api_key) -> None, or ({version: requests}, request_bytes, response_bytes,
+ * duration_sum, [bucket counts]), the counts since the last take, which are zeroed. */
+static PyObject *counters_take(CountersObject *self, PyObject *arg) {
+    long key = PyLong_AsLong(arg);
+    if (key == -1 && PyErr_Occurred())
+        return NULL;
+    if (key < 0 || key >= MAX_API || !self->c->any[key])
+        Py_RETURN_NONE;
+    Counts *c = self->c;
+    PyObject *versions = PyDict_New(), *buckets = PyList_New(self->nbounds), *result = NULL;
+    if (versions == NULL || buckets == NULL)
+        goto done;
+    for (int v = 0; v < MAX_VERSION; v++) {
+        if (!c->requests[key][v])
+            continue;
+        PyObject *k = PyLong_FromLong(v), *n = PyLong_FromUnsignedLongLong(c->requests[key][v]);
+        int err = k == NULL || n == NULL || PyDict_SetItem(versions, k, n) < 0;
+        Py_XDECREF(k);
+        Py_XDECREF(n);
+        if (err)
+            goto done;
+    }
+    for (int i = 0; i < self->nbounds; i++) {
+        PyObject *n = PyLong_FromUnsignedLongLong(c->buckets[key][i]);
+        if (n == NULL)
+            goto done;
+        PyList_SET_ITEM(buckets, i, n);
+    }
+    result = Py_BuildValue("(OKKdO)", versions, c->request_bytes[key], c->response_bytes[key],
+                           c->duration_sum[key], buckets);
+    if (result != NULL) {
+        memset(c->requests[key], 0, sizeof(c->requests[key]));
+        memset(c->buckets[key], 0, sizeof(c->buckets[key]));
+        c->request_bytes[key] = c->response_bytes[key] = 0;
+        c->duration_sum[key] = 0.0;
+        c->any[key] = 0;
+    }
+done:
+    Py_XDECREF(versions);
+    Py_XDECREF(buckets);
+    return result;
+}
+
+static PyMethodDef counters_methods[] = {
+    {"take", (PyCFunction)counters_take, METH_O, "The counts of an api key since the last take."},
+    {NULL},
+};
+
+static PyTypeObject CountersType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "proxy._steady.Counters",
+    .tp_basicsize = sizeof(CountersObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Counters(bounds): request metrics counted by the C path, per api key.",
+    .tp_new = counters_new,
+    .tp_dealloc = (destructor)counters_dealloc,
+    .tp_methods = counters_methods,
+};
+
+/* ---------------------------------------------------------------------------------- */
+/* Plan: what every connection of a proxy shares: the classes' layouts, the memos, the  */
+/* request log's queue, the counters, and which apis the C path may take.              */
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *pending_type, *request_entry_type, *response_entry_type, *cap_entry_type;
+    PyTypeObject *state_type, *info_type, *splitter_type, *exchange_type, *sink_type, *token_type;
+    struct { Py_ssize_t correlation_id, api_key, api_version, started, request_size, token, reply, rewritten; } pending;
+    struct { Py_ssize_t api, head, fragment, mask, overlap, linked; } req;
+    struct { Py_ssize_t decode_error, ask, asked_by, entry; } token;
+    struct { Py_ssize_t fields, fragment, mask, errors; } resp;
+    struct { Py_ssize_t tail, broker_telemetry, ranges, fragment, mask, errors; } cap;
+    struct { Py_ssize_t requests, quiet, log_fields, identity_fragment, line_head, broker_telemetry, broker_ranges; } state;
+    struct { Py_ssize_t bytes_in, bytes_out, requests, responses; } info;
+    struct { Py_ssize_t stopped, parked, remaining, undecided, max_frame; } splitter;
+    struct { Py_ssize_t raw_sasl, raw_replies_due, before_auth, max_in_flight, max_frame_before_auth, pending; } exchange;
+    struct { Py_ssize_t lines, queued, full_at, wake_at, refusing; } sink;
+    PyObject *request_memo, *response_memo, *cap_memo; /* dicts */
+    PyObject *hooks;     /* its broker_ranges, for an ApiVersions answer */
+    PyObject *sink_obj;  /* the LineSink, or None: no request log */
+    PyObject *sink_msg;  /* sink.msg: a line the queue's fast append does not take */
+    PyObject *str_broker_ranges, *str_whole, *str_answered, *str_errors;
+    PyObject *render_fields; /* (fields) -> (JSON object, mask): request_line.answer_json */
+    PyObject *link_request;  /* (info, state, pending, entry): a linked request's token and links */
+    PyObject *link_answer;   /* (info, pending, token, state, latency, size, fields): an answer observed
+                              * (counted, its errors, logged) when the C path does not finish it */
+    CountersObject *counters;
+    long long clash;     /* request_line.CLASH */
+    /* per api key: 1 if the C path may take it (never memoised, answered whole...: 0) */
+    unsigned char request_ok[MAX_API], response_ok[MAX_API], auth[MAX_API];
+    /* per api key: a link reads it, and the C path may take it, the link's part done by
+     * the hooks (link_request, link_answer) */
+    unsigned char link_ok[MAX_API];
+    /* per api key: its lines are always written (1), never (0), or sampled (2: Python) */
+    unsigned char log_mode[MAX_API];
+    int api_versions_plain; /* an ApiVersions answer's fields are its cap's */
+} PlanObject;
+
+static int find_slot(PyTypeObject *type, const char *name, Py_ssize_t *out) {
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL)
+        return -1;
+    int ok = Py_TYPE(descr) == &PyMemberDescr_Type;
+    if (ok) {
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        ok = m->type == OBJECT_SLOT && !(m->flags & SLOT_READONLY) && m->offset > 0;
+        if (ok)
+            *out = m->offset;
+    }
+    Py_DECREF(descr);
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "steady: %s.%s is not an object slot", type->tp_name, name);
+        return -1;
+    }
+    return 0;
+}
+
+static int api_flags(PyObject *keys, unsigned char *table, unsigned char value) {
+    PyObject *it = PyObject_GetIter(keys), *item;
+    if (it == NULL)
+        return -1;
+    while ((item = PyIter_Next(it)) != NULL) {
+        long k = PyLong_AsLong(item);
+        Py_DECREF(item);
+        if (k == -1 && PyErr_Occurred()) {
+            Py_DECREF(it);
+            return -1;
+        }
+        if (k >= 0 && k < MAX_API)
+            table[k] = value;
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+#define TYPE_ARG(name) \
+    if (!PyType_Check(name)) { PyErr_SetString(PyExc_TypeError, "steady: " #name " must be a class"); goto fail; }
+
+static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *names[] = {
+        "pending", "request_entry", "response_entry", "cap_entry", "state", "info", "splitter",
+        "exchange", "sink_type", "request_memo", "response_memo", "cap_memo", "hooks", "sink",
+        "counters", "clash", "request_apis", "response_apis", "auth_apis", "log_always",
+        "log_never", "api_versions_plain", "token", "link_apis", "link_request", "link_answer",
+        "render_fields", NULL};
+    PyObject *pending, *request_entry, *response_entry, *cap_entry, *state, *info, *splitter, *exchange,
+        *sink_type, *request_memo, *response_memo, *cap_memo, *hooks, *sink, *counters, *request_apis,
+        *response_apis, *auth_apis, *log_always, *log_never, *token, *link_apis, *link_request, *link_answer,
+        *render_fields;
+    long long clash;
+    int plain;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, "OOOOOOOOOO!O!O!OOO!LOOOOOpOOOOO", names, &pending, &request_entry, &response_entry,
+            &cap_entry, &state, &info, &splitter, &exchange, &sink_type, &PyDict_Type, &request_memo,
+            &PyDict_Type, &response_memo, &PyDict_Type, &cap_memo, &hooks, &sink, &CountersType, &counters,
+            &clash, &request_apis, &response_apis, &auth_apis, &log_always, &log_never, &plain, &token,
+            &link_apis, &link_request, &link_answer, &render_fields))
+        return NULL;
+    if (!PyCallable_Check(link_request) || !PyCallable_Check(link_answer) || !PyCallable_Check(render_fields)) {
+        PyErr_SetString(PyExc_TypeError, "steady: link_request and link_answer must be callables");
+        return NULL;
+    }
+    PlanObject *self = (PlanObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    TYPE_ARG(pending) TYPE_ARG(request_entry) TYPE_ARG(response_entry) TYPE_ARG(cap_entry)
+    TYPE_ARG(state) TYPE_ARG(info) TYPE_ARG(splitter) TYPE_ARG(exchange) TYPE_ARG(sink_type) TYPE_ARG(token)
+#define KEEP_TYPE(field, obj) self->field = (PyTypeObject *)Py_NewRef(obj)
+    KEEP_TYPE(pending_type, pending);
+    KEEP_TYPE(request_entry_type, request_entry);
+    KEEP_TYPE(response_entry_type, response_entry);
+    KEEP_TYPE(cap_entry_type, cap_entry);
+    KEEP_TYPE(state_type, state);
+    KEEP_TYPE(info_type, info);
+    KEEP_TYPE(splitter_type, splitter);
+    KEEP_TYPE(exchange_type, exchange);
+    KEEP_TYPE(sink_type, sink_type);
+    KEEP_TYPE(token_type, token);
+#define FIND(type, group, name) if (find_slot(self->type, #name, &self->group.name) < 0) goto fail;
+    FIND(pending_type, pending, correlation_id) FIND(pending_type, pending, api_key)
+    FIND(pending_type, pending, api_version) FIND(pending_type, pending, started)
+    FIND(pending_type, pending, request_size) FIND(pending_type, pending, token)
+    FIND(pending_type, pending, reply) FIND(pending_type, pending, rewritten)
+    FIND(request_entry_type, req, api) FIND(request_entry_type, req, head) FIND(request_entry_type, req, fragment)
+    FIND(request_entry_type, req, mask) FIND(request_entry_type, req, overlap)
+    FIND(request_entry_type, req, linked)
+    FIND(token_type, token, decode_error) FIND(token_type, token, ask) FIND(token_type, token, asked_by)
+    FIND(token_type, token, entry)
+    FIND(response_entry_type, resp, fields) FIND(response_entry_type, resp, fragment)
+    FIND(response_entry_type, resp, mask)
+    FIND(response_entry_type, resp, errors)
+    FIND(cap_entry_type, cap, tail) FIND(cap_entry_type, cap, broker_telemetry)
+    FIND(cap_entry_type, cap, ranges) FIND(cap_entry_type, cap, fragment)
+    FIND(cap_entry_type, cap, mask) FIND(cap_entry_type, cap, errors)
+    FIND(state_type, state, requests) FIND(state_type, state, quiet) FIND(state_type, state, log_fields)
+    FIND(state_type, state, identity_fragment) FIND(state_type, state, line_head)
+    FIND(state_type, state, broker_telemetry) FIND(state_type, state, broker_ranges)
+    FIND(info_type, info, bytes_in) FIND(info_type, info, bytes_out) FIND(info_type, info, requests)
+    FIND(info_type, info, responses)
+#define FIND_AS(type, group, field, name) if (find_slot(self->type, name, &self->group.field) < 0) goto fail;
+    FIND(splitter_type, splitter, stopped) FIND_AS(splitter_type, splitter, parked, "_parked")
+    FIND_AS(splitter_type, splitter, remaining, "_remaining") FIND_AS(splitter_type, splitter, undecided, "_undecided")
+    FIND(splitter_type, splitter, max_frame)
+    FIND(exchange_type, exchange, raw_sasl) FIND(exchange_type, exchange, raw_replies_due)
+    FIND(exchange_type, exchange, before_auth) FIND(exchange_type, exchange, max_in_flight)
+    FIND(exchange_type, exchange, max_frame_before_auth) FIND(exchange_type, exchange, pending)
+    FIND_AS(sink_type, sink, lines, "_lines") FIND_AS(sink_type, sink, queued, "_queued")
+    FIND_AS(sink_type, sink, full_at, "_full_at") FIND_AS(sink_type, sink, wake_at, "_wake_at")
+    FIND_AS(sink_type, sink, refusing, "_refusing")
+#undef FIND
+#undef FIND_AS
+    self->request_memo = Py_NewRef(request_memo);
+    self->response_memo = Py_NewRef(response_memo);
+    self->cap_memo = Py_NewRef(cap_memo);
+    self->hooks = Py_NewRef(hooks);
+    self->sink_obj = Py_NewRef(sink);
+    if (sink != Py_None) {
+        if (Py_TYPE(sink) != self->sink_type) {
+            PyErr_SetString(PyExc_TypeError, "steady: sink is not a sink_type");
+            goto fail;
+        }
+        if ((self->sink_msg = PyObject_GetAttrString(sink, "msg")) == NULL)
+            goto fail;
+    }
+    if ((self->str_broker_ranges = PyUnicode_InternFromString("broker_ranges")) == NULL
+        || (self->str_whole = PyUnicode_InternFromString("whole")) == NULL
+        || (self->str_answered = PyUnicode_InternFromString("answered")) == NULL
+        || (self->str_errors = PyUnicode_InternFromString("errors")) == NULL)
+        goto fail;
+    self->render_fields = Py_NewRef(render_fields);
+    self->link_request = Py_NewRef(link_request);
+    self->link_answer = Py_NewRef(link_answer);
+    self->counters = (CountersObject *)Py_NewRef(counters);
+    self->clash = clash;
+    self->api_versions_plain = plain;
+    if (api_flags(request_apis, self->request_ok, 1) < 0 || api_flags(response_apis, self->response_ok, 1) < 0
+        || api_flags(auth_apis, self->auth, 1) < 0 || api_flags(link_apis, self->link_ok, 1) < 0)
+        goto fail;
+    memset(self->log_mode, 2, sizeof(self->log_mode));
+    if (api_flags(log_always, self->log_mode, 1) < 0 || api_flags(log_never, self->log_mode, 0) < 0)
+        goto fail;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int plan_traverse(PlanObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->pending_type);
+    Py_VISIT(self->request_entry_type);
+    Py_VISIT(self->response_entry_type);
+    Py_VISIT(self->cap_entry_type);
+    Py_VISIT(self->state_type);
+    Py_VISIT(self->info_type);
+    Py_VISIT(self->splitter_type);
+    Py_VISIT(self->exchange_type);
+    Py_VISIT(self->sink_type);
+    Py_VISIT(self->token_type);
+    Py_VISIT(self->link_request);
+    Py_VISIT(self->link_answer);
+    Py_VISIT(self->render_fields);
+    Py_VISIT(self->request_memo);
+    Py_VISIT(self->response_memo);
+    Py_VISIT(self->cap_memo);
+    Py_VISIT(self->hooks);
+    Py_VISIT(self->sink_obj);
+    Py_VISIT(self->sink_msg);
+    Py_VISIT(self->counters);
+    return 0;
+}
+
+static int plan_clear(PlanObject *self) {
+    Py_CLEAR(self->pending_type);
+    Py_CLEAR(self->request_entry_type);
+    Py_CLEAR(self->response_entry_type);
+    Py_CLEAR(self->cap_entry_type);
+    Py_CLEAR(self->state_type);
+    Py_CLEAR(self->info_type);
+    Py_CLEAR(self->splitter_type);
+    Py_CLEAR(self->exchange_type);
+    Py_CLEAR(self->sink_type);
+    Py_CLEAR(self->token_type);
+    Py_CLEAR(self->link_request);
+    Py_CLEAR(self->link_answer);
+    Py_CLEAR(self->str_whole);
+    Py_CLEAR(self->str_answered);
+    Py_CLEAR(self->str_errors);
+    Py_CLEAR(self->render_fields);
+    Py_CLEAR(self->request_memo);
+    Py_CLEAR(self->response_memo);
+    Py_CLEAR(self->cap_memo);
+    Py_CLEAR(self->hooks);
+    Py_CLEAR(self->sink_obj);
+    Py_CLEAR(self->sink_msg);
+    Py_CLEAR(self->str_broker_ranges);
+    Py_CLEAR(self->counters);
+    return 0;
+}
+
+static void plan_dealloc(PlanObject *self) {
+    PyObject_GC_UnTrack(self);
+    plan_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "proxy._steady.Plan",
+    .tp_basicsize = sizeof(PlanObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Plan(...): what a proxy's connections share on the C path (proxy/steady.py).",
+    .tp_new = plan_new,
+    .tp_dealloc = (destructor)plan_dealloc,
+    .tp_traverse = (traverseproc)plan_traverse,
+    .tp_clear = (inquiry)plan_clear,
+};
+
+/* ---------------------------------------------------------------------------------- */
+/* Core: one connection                                                                 */
+
+typedef struct {
+    PyObject_HEAD
+    PlanObject *plan;
+    PyObject *py_request, *py_response;        /* the Python path of each direction */
+    PyObject *exchange, *queue, *queue_append, *queue_popleft;
+    PyObject *requests, *responses;            /* the two FrameSplitters */
+    PyObject *info, *state;
+    PyObject *client_write, *client_is_closing, *upstream_write;
+    long long max_in_flight, max_frame_before_auth, max_request_frame, max_response_frame;
+    int ready;
+    double last_active;                        /* CLOCK_MONOTONIC seconds of its last read */
+    unsigned long long taken_requests, taken_responses;
+} CoreObject;
+
+static double monotonic(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"plan", "python_request", "python_response", NULL};
+    PyObject *plan, *py_request, *py_response;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO", names, &PlanType, &plan, &py_request, &py_response))
+        return NULL;
+    CoreObject *self = (CoreObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->plan = (PlanObject *)Py_NewRef(plan);
+    self->py_request = Py_NewRef(py_request);
+    self->py_response = Py_NewRef(py_response);
+    return (PyObject *)self;
+}
+
+/* bind(exchange, requests, responses, info, state, client): the connection's objects,
+ * once it is open. The C path takes nothing before, nor while `ready` is False. */
+static PyObject *core_bind(CoreObject *self, PyObject *args) {
+    PyObject *exchange, *requests, *responses, *info, *state, *client;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &exchange, &requests, &responses, &info, &state, &client))
+        return NULL;
+    PlanObject *p = self->plan;
+    if (Py_TYPE(exchange) != p->exchange_type || Py_TYPE(requests) != p->splitter_type
+        || Py_TYPE(responses) != p->splitter_type || Py_TYPE(info) != p->info_type
+        || Py_TYPE(state) != p->state_type) {
+        PyErr_SetString(PyExc_TypeError, "steady: bind() given objects of other classes than the plan's");
+        return NULL;
+    }
+    int ok = 1;
+    long long max_in_flight = slot_ll(exchange, p->exchange.max_in_flight, &ok);
+    long long before_auth = slot_ll(exchange, p->exchange.max_frame_before_auth, &ok);
+    long long max_request = slot_ll(requests, p->splitter.max_frame, &ok);
+    long long max_response = slot_ll(responses, p->splitter.max_frame, &ok);
+    PyObject *queue = SLOT(exchange, p->exchange.pending);
+    if (!ok || queue == NULL) {
+        PyErr_SetString(PyExc_TypeError, "steady: bind() given an exchange or splitter without its limits");
+        return NULL;
+    }
+    PyObject *append = PyObject_GetAttrString(queue, "append");
+    PyObject *popleft = append ? PyObject_GetAttrString(queue, "popleft") : NULL;
+    PyObject *write = popleft ? PyObject_GetAttrString(client, "write") : NULL;
+    PyObject *closing = write ? PyObject_GetAttrString(client, "is_closing") : NULL;
+    if (closing == NULL) {
+        Py_XDECREF(append);
+        Py_XDECREF(popleft);
+        Py_XDECREF(write);
+        return NULL;
+    }
+    Py_XSETREF(self->exchange, Py_NewRef(exchange));
+    Py_XSETREF(self->queue, Py_NewRef(queue));
+    Py_XSETREF(self->queue_append, append);
+    Py_XSETREF(self->queue_popleft, popleft);
+    Py_XSETREF(self->requests, Py_NewRef(requests));
+    Py_XSETREF(self->responses, Py_NewRef(responses));
+    Py_XSETREF(self->info, Py_NewRef(info));
+    Py_XSETREF(self->state, Py_NewRef(state));
+    Py_XSETREF(self->client_write, write);
+    Py_XSETREF(self->client_is_closing, closing);
+    self->max_in_flight = max_in_flight;
+    self->max_frame_before_auth = before_auth;
+    self->max_request_frame = max_request;
+    self->max_response_frame = max_response;
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_set_upstream(CoreObject *self, PyObject *transport) {
+    PyObject *write = PyObject_GetAttrString(transport, "write");
+    if (write == NULL)
+        return NULL;
+    Py_XSETREF(self->upstream_write, write);
+    Py_RETURN_NONE;
+}
+
+/* release(): drop the connection's objects (it closed). */
+static PyObject *core_release(CoreObject *self, PyObject *Py_UNUSED(unused)) {
+    self->ready = 0;
+    Py_CLEAR(self->exchange);
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->queue_append);
+    Py_CLEAR(self->queue_popleft);
+    Py_CLEAR(self->requests);
+    Py_CLEAR(self->responses);
+    Py_CLEAR(self->info);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->client_write);
+    Py_CLEAR(self->client_is_closing);
+    Py_CLEAR(self->upstream_write);
+    Py_RETURN_NONE;
+}
+
+/* A splitter at a frame boundary, nothing parked, not stopped. */
+static int splitter_idle(PlanObject *p, PyObject *splitter) {
+    PyObject *stopped = SLOT(splitter, p->splitter.stopped), *parked = SLOT(splitter, p->splitter.parked);
+    PyObject *remaining = SLOT(splitter, p->splitter.remaining), *undecided = SLOT(splitter, p->splitter.undecided);
+    if (stopped != Py_False || undecided != Py_None || parked == NULL || !PyList_CheckExact(parked)
+        || PyList_GET_SIZE(parked) != 0 || remaining == NULL || !PyLong_CheckExact(remaining))
+        return 0;
+    return PyLong_AsSsize_t(remaining) == 0;
+}
+
+static PyObject *python_path(PyObject *fallback, PyObject *data) { return PyObject_CallOneArg(fallback, data); }
+
+typedef struct {
+    PyObject *entry;     /* its memo entry: a new reference, released when the read is done */
+    PyObject *pending;   /* its Pending, once made (a new reference) */
+    int api_key, version, linked;
+    int32_t corr;
+    Py_ssize_t size;     /* the frame's body size */
+} RequestFrame;
+
+static void drop_request_frames(RequestFrame *frames, int count) {
+    for (int i = 0; i < count; i++) {
+        Py_DECREF(frames[i].entry);
+        Py_XDECREF(frames[i].pending);
+    }
+}
+
+/* The memo entry of a request frame (a new reference), or NULL (Python's). */
+static PyObject *request_entry(PlanObject *p, PyObject *state, const unsigned char *body, Py_ssize_t size) {
+    PyObject *key = PyBytes_FromStringAndSize(NULL, size - 4);
+    if (key == NULL)
+        return NULL;
+    char *k = PyBytes_AS_STRING(key);
+    memcpy(k, body, 4);
+    memcpy(k + 4, body + 8, (size_t)(size - 8));
+    PyObject *entry = PyDict_GetItemWithError(p->request_memo, key);
+    Py_DECREF(key);
+    if (entry == NULL || Py_TYPE(entry) != p->request_entry_type)
+        return NULL;
+    PyObject *fragment = SLOT(entry, p->req.fragment), *head = SLOT(entry, p->req.head);
+    PyObject *linked = SLOT(entry, p->req.linked);
+    if (fragment == NULL || !PyBytes_CheckExact(fragment) || head == NULL || !PyBytes_CheckExact(head)
+        || (linked != Py_False && (linked != Py_True || !p->link_ok[be16(body)])))
+        return NULL;
+    PyObject *quiet = SLOT(state, p->state.quiet);
+    if (quiet == NULL || !PySet_CheckExact(quiet))
+        return NULL;
+    int known = PySet_Contains(quiet, entry);
+    if (known != 1)
+        return NULL;
+    return Py_NewRef(entry);
+}
+
+static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
+    PlanObject *p = self->plan;
+    RequestFrame frames[MAX_BATCH];
+    int count = 0;
+    if (!self->ready || !PyBytes_CheckExact(data) || self->upstream_write == NULL || self->exchange == NULL)
+        return python_path(self->py_request, data);
+    PyObject *exchange = self->exchange, *state = self->state;
+    if (!splitter_idle(p, self->requests) || SLOT(exchange, p->exchange.raw_sasl) != Py_None)
+        return python_path(self->py_request, data);
+    PyObject *before_auth_slot = SLOT(exchange, p->exchange.before_auth);
+    if (before_auth_slot != Py_True && before_auth_slot != Py_False)
+        return python_path(self->py_request, data);
+    int before_auth = before_auth_slot == Py_True, ends_auth = 0;
+    Py_ssize_t in_flight = PyObject_Size(self->queue);
+    if (in_flight < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data), pos = 0;
+    /* every frame checked before anything is done */
+    while (pos < n) {
+        if (count == MAX_BATCH || n - pos < 4)
+            goto python;
+        int32_t size = be32(buf + pos);
+        if (size < 8 || size > MEMO_MAX_FRAME || size > self->max_request_frame || (Py_ssize_t)size > n - pos - 4)
+            goto python;
+        const unsigned char *body = buf + pos + 4;
+        int api_key = be16(body), version = be16(body + 2);
+        if (api_key < 0 || api_key >= MAX_API || version < 0 || version >= MAX_VERSION || !p->request_ok[api_key])
+            goto python;
+        if (in_flight + count >= self->max_in_flight)
+            goto python;
+        if (before_auth) {
+            if (!p->auth[api_key]) {
+                before_auth = 0;
+                ends_auth = 1;
+            } else if (size > self->max_frame_before_auth)
+                goto python;
+        }
+        PyObject *entry = request_entry(p, state, body, size);
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            goto python;
+        }
+        frames[count].entry = entry;
+        frames[count].pending = NULL;
+        frames[count].linked = SLOT(entry, p->req.linked) == Py_True;
+        frames[count].api_key = api_key;
+        frames[count].version = version;
+        frames[count].corr = be32(body + 4);
+        frames[count].size = size;
+        count++;
+        pos += 4 + (Py_ssize_t)size;
+    }
+    if (count == 0)
+        goto python;
+    /* the exchange: each request pending, as KafkaExchange.request records it */
+    double now = monotonic();
+    PyObject *started = PyFloat_FromDouble(now);
+    if (started == NULL)
+        goto fail;
+    for (int i = 0; i < count; i++) {
+        PyTypeObject *pt = p->pending_type;
+        PyObject *pending = pt->tp_alloc(pt, 0);
+        if (pending == NULL) {
+            Py_DECREF(started);
+            goto fail;
+        }
+        PyObject *corr = PyLong_FromLong(frames[i].corr), *key = PyLong_FromLong(frames[i].api_key);
+        PyObject *version = PyLong_FromLong(frames[i].version), *size = PyLong_FromSsize_t(frames[i].size + 4);
+        if (corr == NULL || key == NULL || version == NULL || size == NULL) {
+            Py_XDECREF(corr);
+            Py_XDECREF(key);
+            Py_XDECREF(version);
+            Py_XDECREF(size);
+            Py_DECREF(pending);
+            Py_DECREF(started);
+            goto fail;
+        }
+        SLOT(pending, p->pending.correlation_id) = corr;
+        SLOT(pending, p->pending.api_key) = key;
+        SLOT(pending, p->pending.api_version) = version;
+        SLOT(pending, p->pending.started) = Py_NewRef(started);
+        SLOT(pending, p->pending.request_size) = size;
+        /* a linked request's token is made by link_request, once forwarded */
+        SLOT(pending, p->pending.token) = Py_NewRef(frames[i].linked ? Py_None : frames[i].entry);
+        SLOT(pending, p->pending.reply) = Py_NewRef(Py_None);
+        SLOT(pending, p->pending.rewritten) = Py_NewRef(Py_None);
+        frames[i].pending = pending;
+        PyObject *r = PyObject_CallOneArg(self->queue_append, pending);
+        if (r == NULL) {
+            Py_DECREF(started);
+            goto fail;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(started);
+    if (ends_auth)
+        set_slot(exchange, p->exchange.before_auth, Py_False);
+    if (slot_add(self->info, p->info.requests, count) < 0 || slot_add(self->info, p->info.bytes_in, n) < 0)
+        goto fail;
+    self->last_active = now;
+    self->taken_requests++;
+    /* forwarded as it came */
+    PyObject *r = PyObject_CallOneArg(self->upstream_write, data);
+    if (r == NULL)
+        goto fail;
+    Py_DECREF(r);
+    /* then observed: counted, per api and on the connection */
+    Counts *c = p->counters->c;
+    PyObject *per_api = SLOT(state, p->state.requests);
+    for (int i = 0; i < count; i++) {
+        int k = frames[i].api_key;
+        c->requests[k][frames[i].version]++;
+        c->request_bytes[k] += (unsigned long long)frames[i].size + 4;
+        c->any[k] = 1;
+        PyObject *api = SLOT(frames[i].entry, p->req.api);
+        if (per_api != NULL && PyDict_CheckExact(per_api) && api != NULL) {
+            /* the close line's count of requests by api name */
+            PyObject *was = PyDict_GetItemWithError(per_api, api);
+            long long before = 0;
+            if (was != NULL && PyLong_CheckExact(was))
+                before = PyLong_AsLongLong(was);
+            PyObject *now_count = (was == NULL && PyErr_Occurred()) ? NULL : PyLong_FromLongLong(before + 1);
+            int err = now_count == NULL || PyDict_SetItem(per_api, api, now_count) < 0;
+            Py_XDECREF(now_count);
+            if (err)
+                goto fail;
+        }
+        if (frames[i].linked) {
+            PyObject *args[4] = {self->info, state, frames[i].pending, frames[i].entry};
+            PyObject *done = PyObject_Vectorcall(p->link_request, args, 4, NULL);
+            if (done == NULL)
+                goto fail;
+            Py_DECREF(done);
+        }
+    }
+    drop_request_frames(frames, count);
+    Py_RETURN_NONE;
+python:
+    drop_request_frames(frames, count);
+    return python_path(self->py_request, data);
+fail:
+    drop_request_frames(frames, count);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* responses                                                                            */
+
+typedef struct {
+    PyObject *pending;   /* new references, released when the read is done */
+    PyObject *token;     /* borrowed from pending */
+    PyObject *answer;    /* the response's entry (ResponseEntry or CapEntry), new reference */
+    PyObject *tail;      /* a CapEntry's rewrite (borrowed from answer), or NULL */
+    Py_ssize_t size;     /* the frame's body size, as received */
+    Py_ssize_t sent;     /* the body size as sent (rewritten) */
+    int api_key;
+    long long api_version;
+    long long request_size;
+    double started;
+    const unsigned char *body;
+    int linked;          /* a Token: the hooks observe the answer (link_answer) */
+} ResponseFrame;
+
+static void drop_response_frames(ResponseFrame *frames, int count) {
+    for (int i = 0; i < count; i++) {
+        Py_XDECREF(frames[i].pending);
+        Py_XDECREF(frames[i].answer);
+    }
+}
+
+/* Whether a line of `token`'s and `answer`'s pieces is its dict's (request_line.composable). */
+static int composable(PlanObject *p, PyObject *state, PyObject *token, long long answer_mask) {
+    int ok = 1;
+    long long request_mask = slot_ll(token, p->req.mask, &ok);
+    if (!ok || (request_mask & answer_mask) || ((request_mask | answer_mask) & p->clash))
+        return 0;
+    PyObject *overlap = SLOT(token, p->req.overlap);
+    if (overlap == NULL || !PyTuple_CheckExact(overlap))
+        return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(overlap);
+    if (n == 0)
+        return 1;
+    PyObject *log_fields = SLOT(state, p->state.log_fields);
+    if (log_fields == NULL || !PyDict_CheckExact(log_fields))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(overlap, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+            return 0;
+        PyObject *have = PyDict_GetItemWithError(log_fields, PyTuple_GET_ITEM(pair, 0));
+        if (have == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        int same = PyObject_RichCompareBool(have, PyTuple_GET_ITEM(pair, 1), Py_EQ);
+        if (same != 1) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The answer's entry (a new reference) for frame `f`, or NULL: Python's. */
+static PyObject *response_entry(CoreObject *self, ResponseFrame *f) {
+    PlanObject *p = self->plan;
+    PyObject *state = self->state;
+    const unsigned char *body = f->body;
+    Py_ssize_t size = f->size;
+    if (f->api_key == API_VERSIONS) {
+        if (!p->api_versions_plain || f->api_version < -32768 || f->api_version > 32767)
+            return NULL;
+        PyObject *key = PyBytes_FromStringAndSize(NULL, size - 2);
+        if (key == NULL)
+            return NULL;
+        char *k = PyBytes_AS_STRING(key);
+        k[0] = (char)((f->api_version >> 8) & 0xff);
+        k[1] = (char)(f->api_version & 0xff);
+        memcpy(k + 2, body + 4, (size_t)(size - 4));
+        PyObject *cap = PyDict_GetItemWithError(p->cap_memo, key);
+        Py_DECREF(key);
+        if (cap == NULL || Py_TYPE(cap) != p->cap_entry_type)
+            return NULL;
+        PyObject *fragment = SLOT(cap, p->cap.fragment), *tail = SLOT(cap, p->cap.tail);
+        PyObject *telemetry = SLOT(cap, p->cap.broker_telemetry), *ranges = SLOT(cap, p->cap.ranges);
+        if (fragment == NULL || !PyBytes_CheckExact(fragment) || SLOT(cap, p->cap.errors) != Py_False
+            || tail == NULL || (tail != Py_None && !PyBytes_CheckExact(tail)) || ranges == NULL
+            || !PyDict_CheckExact(ranges) || telemetry == NULL)
+            return NULL;
+        /* what rewrite_response sets on the connection (and the hooks) is set already */
+        if (SLOT(state, p->state.broker_telemetry) != telemetry)
+            return NULL;
+        if (PyDict_GET_SIZE(ranges) > 0) {
+            if (SLOT(state, p->state.broker_ranges) != ranges)
+                return NULL;
+            PyObject *shared = PyObject_GetAttr(p->hooks, p->str_broker_ranges);
+            if (shared == NULL) {
+                PyErr_Clear();
+                return NULL;
+            }
+            int same = shared == ranges;
+            Py_DECREF(shared);
+            if (!same)
+                return NULL;
+        }
+        int ok = 1;
+        long long mask = slot_ll(cap, p->cap.mask, &ok);
+        if (!ok || !composable(p, state, f->token, mask))
+            return NULL;
+        if (tail != Py_None) {
+            f->tail = tail;
+            f->sent = 4 + PyBytes_GET_SIZE(tail);
+        }
+        return Py_NewRef(cap);
+    }
+    if (f->api_version < -32768 || f->api_version > 32767)
+        return NULL;
+    PyObject *key = PyBytes_FromStringAndSize(NULL, size);
+    if (key == NULL)
+        return NULL;
+    char *k = PyBytes_AS_STRING(key);
+    k[0] = (char)((f->api_key >> 8) & 0xff);
+    k[1] = (char)(f->api_key & 0xff);
+    k[2] = (char)((f->api_version >> 8) & 0xff);
+    k[3] = (char)(f->api_version & 0xff);
+    memcpy(k + 4, body + 4, (size_t)(size - 4));
+    PyObject *entry = PyDict_GetItemWithError(p->response_memo, key);
+    Py_DECREF(key);
+    if (entry == NULL || Py_TYPE(entry) != p->response_entry_type)
+        return NULL;
+    PyObject *fragment = SLOT(entry, p->resp.fragment);
+    if (fragment == NULL || !PyBytes_CheckExact(fragment) || SLOT(entry, p->resp.errors) != Py_False)
+        return NULL;
+    int ok = 1;
+    long long mask = slot_ll(entry, p->resp.mask, &ok);
+    if (!ok || !composable(p, state, f->token, mask))
+        return NULL;
+    return Py_NewRef(entry);
+}
+
+/* A decimal integer, as Python's str() writes it; returns its length (at most 20). */
+static int decimal(long long v, char *out) {
+    char digits[24];
+    int n = 0, len = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[len++] = '-';
+    while (n)
+        out[len++] = digits[--n];
+    return len;
+}
+
+/* An answer to a request a link read (its token a chain.Token): the C path may take it
+ * when the link left no error, and its ask (if any) reads the skimmed answer. */
+static int linked_answer_ok(CoreObject *self, ResponseFrame *f) {
+    PlanObject *p = self->plan;
+    if (!p->link_ok[f->api_key] || SLOT(f->token, p->token.decode_error) != Py_None)
+        return 0;
+    PyObject *ask = SLOT(f->token, p->token.ask);
+    if (ask == NULL)
+        return 0;
+    if (ask == Py_None)
+        return 1;
+    PyObject *whole = PyObject_GetAttr(ask, p->str_whole);
+    if (whole == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int skimmed = whole == Py_False;
+    Py_DECREF(whole);
+    return skimmed;
+}
+
+/* A linked answer's memoised skimmed fields (a new reference to its ResponseEntry), or NULL. */
+static PyObject *linked_entry(PlanObject *p, ResponseFrame *f) {
+    if (f->api_key == API_VERSIONS || f->api_version < -32768 || f->api_version > 32767)
+        return NULL;
+    Py_ssize_t size = f->size;
+    PyObject *key = PyBytes_FromStringAndSize(NULL, size);
+    if (key == NULL)
+        return NULL;
+    char *k = PyBytes_AS_STRING(key);
+    k[0] = (char)((f->api_key >> 8) & 0xff);
+    k[1] = (char)(f->api_key & 0xff);
+    k[2] = (char)((f->api_version >> 8) & 0xff);
+    k[3] = (char)(f->api_version & 0xff);
+    memcpy(k + 4, f->body + 4, (size_t)(size - 4));
+    PyObject *entry = PyDict_GetItemWithError(p->response_memo, key);
+    Py_DECREF(key);
+    if (entry == NULL || Py_TYPE(entry) != p->response_entry_type)
+        return NULL;
+    return Py_NewRef(entry);
+}
+
+/* ISO-8601 UTC with microseconds, the date part formatted once per second (as
+ * request_log.Timestamp: time.time()'s seconds and its fraction's microseconds,
+ * truncated). Returns its length (27). */
+static time_t ts_second = -1;
+static char ts_prefix[32];
+static int ts_prefix_len;
+
+static int timestamp(char *out) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double t = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+    time_t second = (time_t)t;
+    if (second != ts_second) {
+        struct tm tm;
+        gmtime_r(&second, &tm);
+        ts_prefix_len = (int)strftime(ts_prefix, sizeof(ts_prefix), "%Y-%m-%dT%H:%M:%S", &tm);
+        ts_second = second;
+    }
+    long micro = (long)((t - (double)second) * 1000000.0);
+    if (micro < 0)
+        micro = 0;
+    if (micro > 999999)
+        micro = 999999;
+    memcpy(out, ts_prefix, (size_t)ts_prefix_len);
+    char *at = out + ts_prefix_len;
+    *at++ = '.';
+    for (int i = 5; i >= 0; i--) {
+        at[i] = (char)('0' + micro % 10);
+        micro /= 10;
+    }
+    at[6] = 'Z';
+    return ts_prefix_len + 8;
+}
+
+/* round(ms, 3) as repr() writes it: the correctly rounded 3-decimal form (Python's own
+ * dtoa, as round() uses), its trailing zeros dropped but one. */
+static int latency_text(double ms, char *out, size_t room) {
+    char *s = PyOS_double_to_string(ms, 'f', 3, 0, NULL);
+    if (s == NULL)
+        return -1;
+    size_t len = strlen(s);
+    char *dot = strchr(s, '.');
+    if (dot != NULL) {
+        while (len > (size_t)(dot - s) + 2 && s[len - 1] == '0')
+            len--;
+    }
+    if (len + 1 > room || dot == NULL || len > 24) {
+        PyMem_Free(s);
+        PyErr_SetString(PyExc_OverflowError, "steady: a latency out of range");
+        return -1;
+    }
+    memcpy(out, s, len);
+    out[len] = 0;
+    PyMem_Free(s);
+    return (int)len;
+}
+
+static Py_ssize_t put(char *at, const char *text, Py_ssize_t len) {
+    memcpy(at, text, (size_t)len);
+    return len;
+}
+
+/* The line of an answered request, as request_line.compose makes it (a new bytes). */
+/* `made` the request's memo entry, `answer` the answer's fields rendered: a fragment, or
+ * with `raw` the JSON object (`{...}`) whose inside is the fragment. */
+static PyObject *line_of(CoreObject *self, ResponseFrame *f, double latency, PyObject *made, PyObject *answer,
+                         int raw) {
+    PlanObject *p = self->plan;
+    PyObject *state = self->state;
+    PyObject *line_head = SLOT(state, p->state.line_head), *identity = SLOT(state, p->state.identity_fragment);
+    PyObject *head = SLOT(made, p->req.head), *request = SLOT(made, p->req.fragment);
+    if (line_head == NULL || !PyBytes_CheckExact(line_head) || identity == NULL || !PyBytes_CheckExact(identity)
+        || head == NULL || !PyBytes_CheckExact(head) || request == NULL || !PyBytes_CheckExact(request)
+        || answer == NULL || !PyBytes_CheckExact(answer)) {
+        PyErr_SetString(PyExc_TypeError, "steady: a line's pieces are not bytes");
+        return NULL;
+    }
+    char corr[16], req_size[24], resp_size[24], lat[32], ts[40];
+    int corr_len = decimal(be32(f->body), corr);
+    int req_len = decimal(f->request_size, req_size);
+    int resp_len = decimal((long long)f->sent + 4, resp_size);
+    int lat_len = latency_text(latency * 1000.0, lat, sizeof(lat));
+    if (lat_len < 0)
+        return NULL;
+    int ts_len = timestamp(ts);
+    const char *answer_at = PyBytes_AS_STRING(answer);
+    Py_ssize_t answer_len = PyBytes_GET_SIZE(answer);
+    int comma = 0;
+    if (raw) {  /* `{...}`: its inside after a comma, or nothing for `{}` */
+        if (answer_len < 2 || answer_at[0] != '{' || answer_at[answer_len - 1] != '}') {
+            PyErr_SetString(PyExc_ValueError, "steady: an answer's fields are not a JSON object");
+            return NULL;
+        }
+        answer_at += 1;
+        answer_len -= 2;
+        comma = answer_len > 0;
+    }
+    static const char k_corr[] = ",\"correlation_id\":", k_req[] = ",\"request_bytes\":",
+                      k_lat[] = ",\"latency_ms\":", k_resp[] = ",\"response_bytes\":",
+                      k_end[] = ",\"event\":\"request\",\"ts\":\"", k_close[] = "\"}";
+#define KLEN(k) ((Py_ssize_t)sizeof(k) - 1)
+    Py_ssize_t total = PyBytes_GET_SIZE(line_head) + PyBytes_GET_SIZE(head) + KLEN(k_corr) + corr_len
+                       + PyBytes_GET_SIZE(identity) + KLEN(k_req) + req_len + KLEN(k_lat) + lat_len + KLEN(k_resp)
+                       + resp_len + PyBytes_GET_SIZE(request) + comma + answer_len + KLEN(k_end) + ts_len
+                       + KLEN(k_close);
+    PyObject *line = PyBytes_FromStringAndSize(NULL, total);
+    if (line == NULL)
+        return NULL;
+    char *at = PyBytes_AS_STRING(line);
+    at += put(at, PyBytes_AS_STRING(line_head), PyBytes_GET_SIZE(line_head));
+    at += put(at, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));
+    at += put(at, k_corr, KLEN(k_corr));
+    at += put(at, corr, corr_len);
+    at += put(at, PyBytes_AS_STRING(identity), PyBytes_GET_SIZE(identity));
+    at += put(at, k_req, KLEN(k_req));
+    at += put(at, req_size, req_len);
+    at += put(at, k_lat, KLEN(k_lat));
+    at += put(at, lat, lat_len);
+    at += put(at, k_resp, KLEN(k_resp));
+    at += put(at, resp_size, resp_len);
+    at += put(at, PyBytes_AS_STRING(request), PyBytes_GET_SIZE(request));
+    if (comma)
+        *at++ = ',';
+    at += put(at, answer_at, answer_len);
+    at += put(at, k_end, KLEN(k_end));
+    at += put(at, ts, ts_len);
+    at += put(at, k_close, KLEN(k_close));
+#undef KLEN
+    return line;
+}
+
+/* Append a line to the request log's queue as LineSink.msg does, when its checks pass
+ * at once (not full, not refusing, not due to wake the writer); else LineSink.msg. */
+static int append_line(PlanObject *p, PyObject *line) {
+    PyObject *sink = p->sink_obj;
+    PyObject *lines = SLOT(sink, p->sink.lines), *refusing = SLOT(sink, p->sink.refusing);
+    int ok = 1;
+    long long queued = slot_ll(sink, p->sink.queued, &ok);
+    long long full_at = slot_ll(sink, p->sink.full_at, &ok);
+    long long wake_at = slot_ll(sink, p->sink.wake_at, &ok);
+    if (ok && refusing == Py_None && lines != NULL && PyList_CheckExact(lines) && queued < full_at
+        && queued < wake_at) {
+        if (PyList_Append(lines, line) < 0)
+            return -1;
+        PyObject *nv = PyLong_FromLongLong(queued + PyBytes_GET_SIZE(line) + 1);
+        if (nv == NULL)
+            return -1;
+        PyObject *old = SLOT(sink, p->sink.queued);
+        SLOT(sink, p->sink.queued) = nv;
+        Py_XDECREF(old);
+        return 0;
+    }
+    PyObject *r = PyObject_CallOneArg(p->sink_msg, line);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static void count_answer(CountersObject *co, int k, unsigned long long size, double latency) {
+    Counts *c = co->c;
+    c->response_bytes[k] += size;
+    c->duration_sum[k] += latency;
+    int b = 0;
+    while (b < co->nbounds - 1 && co->bounds[b] < latency)
+        b++;
+    c->buckets[k][b]++;
+    c->any[k] = 1;
+}
+
+/* The answer to a request a link read: the link that asked reads it (its `answered`,
+ * chain.py), then counted and logged here when its fields make a line from pieces (no
+ * errors, the request's fields as its entry rendered them: `token.entry`), else by the
+ * hooks (link_answer). */
+static int linked_answer(CoreObject *self, ResponseFrame *f, double latency) {
+    PlanObject *p = self->plan;
+    PyObject *state = self->state, *token = f->token;
+    PyObject *fields = SLOT(f->answer, p->resp.fields), *ask = SLOT(token, p->token.ask);
+    if (fields == NULL || ask == NULL) {
+        PyErr_SetString(PyExc_TypeError, "steady: a linked answer without its fields or ask");
+        return -1;
+    }
+    Py_INCREF(fields);
+    int own = 0;  /* the link made the fields: rendered now */
+    if (ask != Py_None) {
+        PyObject *asked_by = SLOT(token, p->token.asked_by);
+        if (asked_by == NULL) {
+            Py_DECREF(fields);
+            PyErr_SetString(PyExc_TypeError, "steady: an ask without its link");
+            return -1;
+        }
+        PyObject *args[6] = {asked_by, self->info, state, token, Py_None, fields};
+        PyObject *made = PyObject_VectorcallMethod(p->str_answered, args, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(fields);
+        if (made == NULL)
+            return -1;
+        fields = made;
+        own = 1;
+    }
+    PyObject *made = SLOT(token, p->token.entry), *line = NULL;
+    int done = 0;
+    if (PyDict_CheckExact(fields) && made != NULL && Py_TYPE(made) == p->request_entry_type
+        && p->log_mode[f->api_key] == 1) {
+        PyObject *errors = PyDict_GetItemWithError(fields, p->str_errors);
+        PyObject *rendered = SLOT(made, p->req.fragment);
+        if (errors != NULL && PyList_CheckExact(errors) && PyList_GET_SIZE(errors) == 0 && rendered != NULL
+            && PyBytes_CheckExact(rendered)) {
+            PyObject *piece = NULL;
+            long long mask = 0;
+            int ok = 1;
+            if (own) {
+                PyObject *pair = PyObject_CallOneArg(p->render_fields, fields);
+                if (pair == NULL) {
+                    Py_DECREF(fields);
+                    return -1;
+                }
+                if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 && PyBytes_CheckExact(PyTuple_GET_ITEM(pair, 0))
+                    && PyLong_CheckExact(PyTuple_GET_ITEM(pair, 1))) {
+                    piece = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+                    mask = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+                    if (mask == -1 && PyErr_Occurred()) {
+                        PyErr_Clear();
+                        ok = 0;
+                    }
+                }
+                Py_DECREF(pair);
+            } else {
+                piece = Py_XNewRef(SLOT(f->answer, p->resp.fragment));
+                mask = slot_ll(f->answer, p->resp.mask, &ok);
+            }
+            if (ok && piece != NULL && PyBytes_CheckExact(piece) && composable(p, state, made, mask)) {
+                count_answer(p->counters, f->api_key, (unsigned long long)f->sent + 4, latency);
+                line = line_of(self, f, latency, made, piece, own);
+                done = line != NULL ? 1 : -1;
+            }
+            Py_XDECREF(piece);
+        } else if (errors == NULL && PyErr_Occurred()) {
+            PyErr_Clear();
+        }
+    }
+    if (done == 0) {  /* the hooks finish it */
+        PyObject *lat = PyFloat_FromDouble(latency), *sz = PyLong_FromSsize_t(f->sent + 4), *r = NULL;
+        if (lat != NULL && sz != NULL) {
+            PyObject *args[7] = {self->info, f->pending, token, state, lat, sz, fields};
+            r = PyObject_Vectorcall(p->link_answer, args, 7, NULL);
+        }
+        Py_XDECREF(lat);
+        Py_XDECREF(sz);
+        Py_XDECREF(r);
+        done = r != NULL ? 1 : -1;
+    }
+    Py_DECREF(fields);
+    if (line != NULL) {
+        int err = append_line(p, line);
+        Py_DECREF(line);
+        if (err < 0)
+            return -1;
+    }
+    return done < 0 ? -1 : 0;
+}
+
+static PyObject *core_feed_response(CoreObject *self, PyObject *data) {
+    PlanObject *p = self->plan;
+    ResponseFrame frames[MAX_BATCH];
+    int count = 0, rewrites = 0;
+    if (!self->ready || !PyBytes_CheckExact(data) || self->exchange == NULL)
+        return python_path(self->py_response, data);
+    PyObject *exchange = self->exchange, *state = self->state;
+    if (!splitter_idle(p, self->responses) || SLOT(exchange, p->exchange.raw_sasl) != Py_None)
+        return python_path(self->py_response, data);
+    int ok = 1;
+    long long replies_due = slot_ll(exchange, p->exchange.raw_replies_due, &ok);
+    if (!ok || replies_due != 0)
+        return python_path(self->py_response, data);
+    PyObject *closing = PyObject_CallNoArgs(self->client_is_closing);
+    if (closing == NULL)
+        return NULL;
+    int is_closing = PyObject_IsTrue(closing);
+    Py_DECREF(closing);
+    if (is_closing != 0)  /* closing (the Python path drops it), or an error */
+        return is_closing < 0 ? NULL : python_path(self->py_response, data);
+    Py_ssize_t in_flight = PyObject_Size(self->queue);
+    if (in_flight < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data), pos = 0;
+    while (pos < n) {
+        if (count == MAX_BATCH || n - pos < 4 || count >= in_flight)
+            goto python;
+        int32_t size = be32(buf + pos);
+        if (size < 4 || size > MEMO_MAX_FRAME || size > self->max_response_frame || (Py_ssize_t)size > n - pos - 4)
+            goto python;
+        ResponseFrame *f = &frames[count];
+        f->pending = PySequence_GetItem(self->queue, count);
+        f->answer = NULL;
+        f->tail = NULL;
+        if (f->pending == NULL)
+            goto fail;
+        count++;
+        PyObject *pending = f->pending;
+        if (Py_TYPE(pending) != p->pending_type || SLOT(pending, p->pending.reply) != Py_None
+            || SLOT(pending, p->pending.rewritten) != Py_None)
+            goto python;
+        f->body = buf + pos + 4;
+        f->size = f->sent = size;
+        long long corr = slot_ll(pending, p->pending.correlation_id, &ok);
+        long long api_key = slot_ll(pending, p->pending.api_key, &ok);
+        f->api_version = slot_ll(pending, p->pending.api_version, &ok);
+        f->request_size = slot_ll(pending, p->pending.request_size, &ok);
+        PyObject *started = SLOT(pending, p->pending.started);
+        PyObject *token = SLOT(pending, p->pending.token);
+        if (!ok || corr != (long long)be32(f->body) || api_key < 0 || api_key >= MAX_API || started == NULL
+            || !PyFloat_CheckExact(started) || token == NULL || !p->response_ok[api_key])
+            goto python;
+        f->api_key = (int)api_key;
+        f->started = PyFloat_AS_DOUBLE(started);
+        f->token = token;
+        f->linked = Py_TYPE(token) == p->token_type;
+        if (f->linked) {
+            if (!linked_answer_ok(self, f))
+                goto python;
+            f->answer = linked_entry(p, f);
+            if (f->answer == NULL) {
+                if (PyErr_Occurred())
+                    goto fail;
+                goto python;
+            }
+            pos += 4 + (Py_ssize_t)size;
+            continue;
+        }
+        if (Py_TYPE(token) != p->request_entry_type || p->log_mode[api_key] == 2)
+            goto python;
+        PyObject *rendered = SLOT(token, p->req.fragment);  /* rendered when the memo met it again */
+        if (rendered == NULL || !PyBytes_CheckExact(rendered))
+            goto python;
+        f->answer = response_entry(self, f);
+        if (f->answer == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            goto python;
+        }
+        if (f->tail != NULL)
+            rewrites++;
+        pos += 4 + (Py_ssize_t)size;
+    }
+    if (count == 0)
+        goto python;
+    if (count < in_flight) {
+        /* a reply the proxy made itself next in line: the Python path sends it */
+        PyObject *next = PySequence_GetItem(self->queue, count);
+        if (next == NULL)
+            goto fail;
+        int due = Py_TYPE(next) != p->pending_type || SLOT(next, p->pending.reply) != Py_None;
+        Py_DECREF(next);
+        if (due)
+            goto python;
+    }
+    /* the exchange: each answer takes its request off the queue */
+    for (int i = 0; i < count; i++) {
+        PyObject *taken = PyObject_CallNoArgs(self->queue_popleft);
+        if (taken == NULL)
+            goto fail;
+        int same = taken == frames[i].pending;
+        Py_DECREF(taken);
+        if (!same) {
+            PyErr_SetString(PyExc_RuntimeError, "steady: the pending queue changed under a read");
+            goto fail;
+        }
+    }
+    double now = monotonic();
+    if (slot_add(self->info, p->info.responses, count) < 0 || slot_add(self->info, p->info.bytes_out, n) < 0)
+        goto fail;
+    self->last_active = now;
+    self->taken_responses++;
+    /* forwarded: as it came, or with its ApiVersions answers rewritten */
+    PyObject *out = data;
+    if (rewrites) {
+        Py_ssize_t total = 0;
+        for (int i = 0; i < count; i++)
+            total += 4 + frames[i].sent;
+        out = PyBytes_FromStringAndSize(NULL, total);
+        if (out == NULL)
+            goto fail;
+        unsigned char *at = (unsigned char *)PyBytes_AS_STRING(out);
+        for (int i = 0; i < count; i++) {
+            ResponseFrame *f = &frames[i];
+            uint32_t sent = (uint32_t)f->sent;
+            at[0] = (unsigned char)(sent >> 24);
+            at[1] = (unsigned char)(sent >> 16);
+            at[2] = (unsigned char)(sent >> 8);
+            at[3] = (unsigned char)sent;
+            if (f->tail != NULL) {
+                memcpy(at + 4, f->body, 4);
+                memcpy(at + 8, PyBytes_AS_STRING(f->tail), (size_t)PyBytes_GET_SIZE(f->tail));
+            } else {
+                memcpy(at + 4, f->body, (size_t)f->size);
+            }
+            at += 4 + f->sent;
+        }
+    }
+    PyObject *r = PyObject_CallOneArg(self->client_write, out);
+    if (out != data)
+        Py_DECREF(out);
+    if (r == NULL)
+        goto fail;
+    Py_DECREF(r);
+    /* then observed: counted, and logged */
+    CountersObject *co = p->counters;
+    for (int i = 0; i < count; i++) {
+        ResponseFrame *f = &frames[i];
+        int k = f->api_key;
+        double latency = now - f->started;
+        if (f->linked) {
+            if (linked_answer(self, f, latency) < 0)
+                goto fail;
+            continue;
+        }
+        count_answer(co, k, (unsigned long long)f->sent + 4, latency);
+        if (p->log_mode[k] == 1) {
+            PyObject *piece = Py_TYPE(f->answer) == p->cap_entry_type ? SLOT(f->answer, p->cap.fragment)
+                                                                     : SLOT(f->answer, p->resp.fragment);
+            PyObject *line = line_of(self, f, latency, f->token, piece, 0);
+            if (line == NULL)
+                goto fail;
+            int err = append_line(p, line);
+            Py_DECREF(line);
+            if (err < 0)
+                goto fail;
+        }
+    }
+    drop_response_frames(frames, count);
+    Py_RETURN_NONE;
+python:
+    drop_response_frames(frames, count);
+    return python_path(self->py_response, data);
+fail:
+    drop_response_frames(frames, count);
+    return NULL;
+}
+
+static PyObject *core_get_ready(CoreObject *self, void *Py_UNUSED(unused)) { return PyBool_FromLong(self->ready); }
+
+static int core_set_ready(CoreObject *self, PyObject *value, void *Py_UNUSED(unused)) {
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "ready cannot be deleted");
+        return -1;
+    }
+    int truth = PyObject_IsTrue(value);
+    if (truth < 0)
+        return -1;
+    self->ready = truth && self->exchange != NULL && self->upstream_write != NULL;
+    return 0;
+}
+
+static PyObject *core_get_last_active(CoreObject *self, void *Py_UNUSED(unused)) { return PyFloat_FromDouble(self->last_active); }
+
+static PyObject *core_get_taken(CoreObject *self, void *Py_UNUSED(unused)) {
+    return Py_BuildValue("(KK)", self->taken_requests, self->taken_responses);
+}
+
+static PyGetSetDef core_getset[] = {
+    {"ready", (getter)core_get_ready, (setter)core_set_ready,
+     "Whether the C path may take a read (the connection is in its steady state).", NULL},
+    {"last_active", (getter)core_get_last_active, NULL,
+     "time.monotonic() of the last read the C path took (0.0: none).", NULL},
+    {"taken", (getter)core_get_taken, NULL, "(requests, responses): the reads the C path took.", NULL},
+    {NULL},
+};
+
+static PyMethodDef core_methods[] = {
+    {"feed_request", (PyCFunction)core_feed_request, METH_O, "A read from the client."},
+    {"feed_response", (PyCFunction)core_feed_response, METH_O, "A read from the broker."},
+    {"bind", (PyCFunction)core_bind, METH_VARARGS, "bind(exchange, requests, responses, info, state, client)"},
+    {"set_upstream", (PyCFunction)core_set_upstream, METH_O, "The broker's transport, once connected."},
+    {"release", (PyCFunction)core_release, METH_NOARGS, "The connection closed: drop its objects."},
+    {NULL},
+};
+
+static int core_traverse(CoreObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->plan);
+    Py_VISIT(self->py_request);
+    Py_VISIT(self->py_response);
+    Py_VISIT(self->exchange);
+    Py_VISIT(self->queue);
+    Py_VISIT(self->queue_append);
+    Py_VISIT(self->queue_popleft);
+    Py_VISIT(self->requests);
+    Py_VISIT(self->responses);
+    Py_VISIT(self->info);
+    Py_VISIT(self->state);
+    Py_VISIT(self->client_write);
+    Py_VISIT(self->client_is_closing);
+    Py_VISIT(self->upstream_write);
+    return 0;
+}
+
+static int core_clear(CoreObject *self) {
+    PyObject *r = core_release(self, NULL);
+    Py_XDECREF(r);
+    Py_CLEAR(self->plan);
+    Py_CLEAR(self->py_request);
+    Py_CLEAR(self->py_response);
+    return 0;
+}
+
+static void core_dealloc(CoreObject *self) {
+    PyObject_GC_UnTrack(self);
+    core_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "proxy._steady.Core",
+    .tp_basicsize = sizeof(CoreObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Core(plan, python_request, python_response): one connection's C path.",
+    .tp_new = core_new,
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
+    .tp_methods = core_methods,
+    .tp_getset = core_getset,
+};
+
+static struct PyModuleDef steady_module = {
+    PyModuleDef_HEAD_INIT, "proxy._steady", "A kafkalens connection's steady state in C (see proxy/steady.py).",
+    -1, NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__steady(void) {
+    if (PyType_Ready(&CountersType) < 0 || PyType_Ready(&PlanType) < 0 || PyType_Ready(&CoreType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&steady_module);
+    if (module == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, "Counters", (PyObject *)&CountersType) < 0
+        || PyModule_AddObjectRef(module, "Plan", (PyObject *)&PlanType) < 0
+        || PyModule_AddObjectRef(module, "Core", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,127 @@
+"""The C steady-state path (proxy/_steady.c) does what the Python path does: real
+clients' captured sessions (tests/data/golden) proxied to a broker answering with the
+captured answers, once with the C path and once without (KAFKALENS_PURE_CODEC's
+setting, `proxy.steady.ACTIVE`), give the same request log lines byte for byte (but
+for times, latencies and the peers' ports) and the same request metrics; and the C path
+took most reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from proxy_harness import ProxyThread, proxy_config
+from support.replay import (
+    Exchange,
+    ScriptedBroker,
+    blank_peer,
+    send_session,
+    sessions,
+    small_requests,
+)
+
+from proxy import steady
+from proxy.config import Overrides, load_config
+from proxy.metrics import Metrics
+from proxy.observe.observer import build_hooks
+
+
+
+def test_the_extension_is_built_where_required() -> None:
+    """CI sets KAFKALENS_REQUIRE_ACCEL=1 (as for the codec's): there, a build that fell
+    back to the Python path alone (setup.py's optional=True) fails here."""
+    if os.environ.get("KAFKALENS_REQUIRE_ACCEL") != "1":
+        pytest.skip("KAFKALENS_REQUIRE_ACCEL is not set")
+    assert steady.AVAILABLE
+    assert steady.ACTIVE is not bool(os.environ.get("KAFKALENS_PURE_CODEC"))
+
+
+needs_c = pytest.mark.skipif(not steady.AVAILABLE, reason="proxy._steady was not built (no C compiler)")
+
+# Sample names whose values depend on timing, not on what was counted.
+TIMED = ("kafkalens_request_duration_seconds_bucket", "kafkalens_request_duration_seconds_sum")
+
+
+def run(
+    tmp_path: Path, active: bool, monkeypatch: pytest.MonkeyPatch, script: list[Exchange] | None = None,
+    rounds: tuple[int, ...] = (3, 1),
+) -> tuple[list[bytes], dict[Any, float], int]:
+    """`script` (the captured sessions, by default) through a proxy, `rounds` times on
+    each of its connections, the C path on or off: the log's lines, the request metrics,
+    and how many reads the C path took."""
+    monkeypatch.setattr(steady, "ACTIVE", active)
+    if script is None:
+        script = [exchange for _, exchanges in sorted(sessions().items()) for exchange in exchanges]
+    broker = ScriptedBroker(script)
+    path = tmp_path / f"requests-{active}.log"
+    config = load_config(None, Overrides(request_log=str(path)))
+    metrics = Metrics()
+    hooks = build_hooks(config, metrics)
+    cores: list[Any] = []
+    if active:
+        made = steady.core
+
+        def core(*args: Any) -> Any:
+            cores.append(made(*args))
+            return cores[-1]
+
+        monkeypatch.setattr(steady, "core", core)
+    proxied = dataclasses.replace(proxy_config(f"127.0.0.1:{broker.port}"), request_log=config.request_log)
+    try:
+        with ProxyThread(proxied, hooks) as px:
+            for times in rounds:
+                send_session(px.port, script, rounds=times)
+            assert px.wait_until(lambda: not px.server.clients())
+            text = metrics.render().decode()
+    finally:
+        broker.close()
+    hooks.close()
+    assert not broker.errors
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("kafkalens_request")
+        for sample in family.samples
+        if sample.name not in TIMED
+    }
+    taken = sum(sum(core.taken) for core in cores)
+    return [blank_peer(line) for line in path.read_bytes().splitlines()], samples, taken
+
+
+@needs_c
+def test_the_c_path_makes_the_python_paths_lines_and_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c_lines, c_metrics, taken = run(tmp_path, True, monkeypatch)
+    py_lines, py_metrics, none = run(tmp_path, False, monkeypatch)
+    assert none == 0
+    assert len(c_lines) == len(py_lines) > 700
+    for made, expected in zip(c_lines, py_lines, strict=True):
+        assert made == expected
+    assert c_metrics == py_metrics
+    requests = sum(b'"event":"request"' in line for line in c_lines)
+    # each request and each answer is a read; the second and later rounds' memoised
+    # exchanges (of apis no link reads) are the C path's
+    assert taken > requests // 2
+    assert json.loads(c_lines[1])["event"] == "request"
+
+
+@needs_c
+def test_repeated_small_requests_are_the_c_paths_lag_link_and_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The apis the benchmark times: each request and its answer a read of its own; after
+    a request was seen twice on a connection (memoised, then quiet) and its answer twice
+    (memoised, then rendered), the C path takes both reads, an OffsetCommit's too (the
+    lag link reading it through the hooks)."""
+    script = small_requests()
+    c_lines, c_metrics, taken = run(tmp_path, True, monkeypatch, script, rounds=(20,))
+    py_lines, py_metrics, _ = run(tmp_path, False, monkeypatch, script, rounds=(20,))
+    assert c_lines == py_lines
+    assert c_metrics == py_metrics
+    assert taken >= 2 * len(script) * (20 - 3)
+    commits = [json.loads(line) for line in c_lines if b'"api":"OffsetCommit"' in line]
+    assert len(commits) == 20 and all(line["committed"][0]["offset"] == 42 for line in commits)
