@@ -31,7 +31,6 @@ from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks
 
 
-
 def test_the_extension_is_built_where_required() -> None:
     """CI sets KAFKALENS_REQUIRE_ACCEL=1 (as for the codec's): there, a build that fell
     back to the Python path alone (setup.py's optional=True) fails here."""
