@@ -20,7 +20,12 @@ from proxy.config import (
     summary,
 )
 from proxy.console import EXIT_CONFIG, OneLineParser, configure_logging, fail
-from proxy.preflight import check_request_log_path, check_startup, folders_created_at_start
+from proxy.preflight import (
+    check_request_log_path,
+    check_startup,
+    connections_line,
+    folders_created_at_start,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -139,6 +144,7 @@ def check_config(path: str, *, check_ports: bool = False) -> int:
     print(f"{path}: OK")
     for line in summary(config):
         print(f"  {line}")
+    print(f"  {connections_line(config)}")
     for key, folder in folders_created_at_start(config):
         print(f"  {key}: {folder} does not exist yet; kafkalens proxy creates it as it starts")
     return 0

@@ -88,6 +88,9 @@ _ABSENT: Any = object()  # a key the document does not give
 _REQUIRED: Any = dataclasses.MISSING  # a declaration without default=
 _NO_EXAMPLE: Any = object()
 _KEY = "kafkalens.key"  # where a field's metadata holds its `Key`
+AUTO = "auto"  # the value of a key the process sizes itself (integer_or_auto)
+# limits.max_connections when `auto`: what the open-file limit holds, at most this many
+AUTO_MAX_CONNECTIONS = 10_000
 
 
 class ConfigError(ValueError):
@@ -144,17 +147,27 @@ class Integer(Kind):
     minimum: int
     maximum: int
     why: str
+    # `auto` is a value too (read as None), meaning what this says: the process sizes it
+    auto: str | None = None
 
-    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> int:
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> int | None:
+        if self.auto is not None and value == AUTO:
+            return None
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
             what = "a positive integer" if self.minimum == 1 else f"an integer >= {self.minimum}"
+            if self.auto is not None:
+                what += f" or {AUTO}"
             raise ConfigError(key, f"must be {what}, got {_show(value)}")
         if not value <= self.maximum:
             raise ConfigError(key, f"must be {self.bounds()}, got {_show(value)}")
         return value
 
     def bounds(self) -> str:
-        return f"{self.minimum}..{self.maximum} ({self.why})"
+        numbers = f"{self.minimum}..{self.maximum} ({self.why})"
+        return numbers if self.auto is None else f"{AUTO} ({self.auto}), or {numbers}"
+
+    def as_yaml(self, value: Any) -> object:
+        return AUTO if value is None and self.auto is not None else value
 
 
 @dataclass(frozen=True)
@@ -324,6 +337,12 @@ def _declare(
 
 def integer(*, default: int, at_most: tuple[int, str], doc: str, minimum: int = 1) -> int:
     return _declare(Integer(minimum, *at_most), doc, default)
+
+
+def integer_or_auto(*, auto: str, at_most: tuple[int, str], doc: str) -> int | None:
+    """An integer, or `auto` (the default, read as None): sized by the process as it
+    starts, as `auto` says (haproxy sizes maxconn from the open-file limit so)."""
+    return _declare(Integer(1, *at_most, auto=auto), doc, None)
 
 
 def seconds(*, default: float, at_most: tuple[float, str], doc: str) -> float:
@@ -762,10 +781,12 @@ class Limits:
         at_most=(INT32_MAX, "a Kafka frame's length is an int32"),
         doc="before SASL authentication completes (at most max_frame_bytes)",
     )
-    max_connections: int = integer(
-        default=10000,
+    max_connections: int | None = integer_or_auto(
+        auto=f"as many as the open-file limit holds, at most {AUTO_MAX_CONNECTIONS}",
         at_most=(1_048_576, "Linux's default nr_open, and each connection needs two sockets"),
-        doc="client connections open at once",
+        doc="client connections open at once; the soft open-file limit is raised to the"
+        " hard one at start, each connection takes two descriptors (client and broker), and"
+        " a number the limit cannot hold is warned of at start",
     )
     max_connections_per_ip: int = integer(
         default=1000, at_most=(1_048_576, "Linux's default nr_open"), doc="of those, from one IP"

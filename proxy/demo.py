@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 DEFAULT_DIR = Path("kafkalens-demo")
 HOST = "127.0.0.1"
 DEMO_GRACE_SECONDS = 5.0
-# A laptop's broker for trying clients out: 10,000 connections (the proxy's default)
-# need more open files than many shells allow, and the warning would only alarm.
-DEMO_MAX_CONNECTIONS = 1000
 # The request log rotates by size (request_log.max_bytes), as the proxy's does, so that
 # `tail -f` and `tail -n` on it show the latest lines however long the demo has run.
 # `kafkalens watch` reads a log once it is rotated, and the demo's traffic is too light
@@ -179,9 +176,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         fail(str(exc))
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    limits = dataclasses.replace(
-        config.limits, shutdown_grace_seconds=DEMO_GRACE_SECONDS, max_connections=DEMO_MAX_CONNECTIONS
-    )
+    limits = dataclasses.replace(config.limits, shutdown_grace_seconds=DEMO_GRACE_SECONDS)
     # /clients on a loopback listener of its own (a free port, named in the banner)
     metrics = dataclasses.replace(config.metrics, clients_listen=Address(HOST, 0))
     config = dataclasses.replace(config, limits=limits, metrics=metrics)

@@ -155,6 +155,29 @@ def check_environment(config: Config) -> None:
         raise ConfigError(key, f"cannot create files in {folder}: {exc.strerror or exc}") from exc
 
 
+def connections_line(config: Config) -> str:
+    """What `limits.max_connections` comes to in a proxy started from this shell: its
+    open-file limit raised as `kafkalens proxy` raises it (only this process's, which
+    exits), two descriptors a connection (proxy/forward/fdlimit.py)."""
+    from proxy.forward import fdlimit
+
+    fdlimit.raise_open_file_limit()
+    configured = config.limits.max_connections
+    possible = fdlimit.connections_possible()
+    limit = fdlimit.soft_limit()
+    held = "no open-file limit" if limit is None else f"open-file limit {limit}"
+    if configured is None:
+        sized = fdlimit.size_max_connections(None)
+        return f"max connections: {sized} per process (auto; {held})"
+    if possible is not None and configured > possible:
+        return (
+            f"max connections: {configured}, but the {held} holds {possible}: connections"
+            " past it are refused as fd_limit; raise the hard limit (ulimit -Hn,"
+            " LimitNOFILE=) or leave limits.max_connections to auto"
+        )
+    return f"max connections: {configured} per process ({held})"
+
+
 def listen_addresses(config: Config) -> Iterator[tuple[str, Address]]:
     """(key, address) of everything `kafkalens proxy` binds at start-up or knows it will."""
     for i, listener in enumerate(config.listeners):

@@ -148,7 +148,7 @@ def test_the_commented_out_sections_parse(tmp_path: Path) -> None:
         ),
         (
             "limits: {max_connections: true}",
-            "limits.max_connections: must be a positive integer, got True",
+            "limits.max_connections: must be a positive integer or auto, got True",
         ),
         (
             "limits: {max_frame_bytes_before_auth: 200000000}",
@@ -252,6 +252,18 @@ def test_values_and_forms() -> None:
         HeaderV3Rule("Metadata", 14, 15),
         HeaderV3Rule(19, 7, 7),
     )
+
+
+def test_max_connections_is_auto_unless_a_number_is_given() -> None:
+    """`auto` (also left out, or null) is None: sized to the open-file limit at start
+    (proxy/forward/fdlimit.py); a number is taken as given."""
+    for text in ("{}", "limits: {max_connections: auto}", "limits: {max_connections: null}"):
+        assert parse_config(yaml.safe_load(text)).limits.max_connections is None, text
+    assert parse_config({"limits": {"max_connections": 5}}).limits.max_connections == 5
+    assert error_of("limits: {max_connections: automatic}") == (
+        "limits.max_connections: must be a positive integer or auto, got 'automatic'"
+    )
+    assert "max_connections: auto\n" in CONTRACT.read_text()
 
 
 def test_flags_override_the_file(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
-from proxy.config import Address, Limits
+from proxy.config import AUTO_MAX_CONNECTIONS, Address, Limits
 from proxy.exchange.kafka import (
     REQUEST_MIN_HEAD,
     RESPONSE_MIN_HEAD,
@@ -105,12 +105,15 @@ class ProxyContext:
     per_ip: dict[str, int] = field(default_factory=dict)
     accepting: bool = True
     fd_ceiling: int = 2**62  # accepted sockets numbered from here on are refused (fdlimit.py)
+    # limits.max_connections, `auto` sized by Server.start to the open-file limit (fdlimit.py)
+    max_connections: int = field(init=False)
     # Paused clients' sockets, for their hang-ups (proxy/forward/hangups.py): opened with
     # the server; None where epoll is missing (the sweeper polls paused clients instead).
     hangups: HangupWatch[Connection] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.plan = HookPlan.of(self.hooks)
+        self.max_connections = self.limits.max_connections or AUTO_MAX_CONNECTIONS
 
     def open_hangups(self) -> None:
         """On the loop, once: the watch's epoll descriptor is one of the idle ones."""
@@ -130,7 +133,7 @@ class ProxyContext:
         elif fd >= self.fd_ceiling:
             reason = "fd_limit"
             fdlimit.out_of_fds_log(listener=listener, fd=fd, ceiling=self.fd_ceiling)
-        elif len(self.connections) >= self.limits.max_connections:
+        elif len(self.connections) >= self.max_connections:
             reason = "max_connections"
         elif self.per_ip.get(ip, 0) >= self.limits.max_connections_per_ip:
             reason = "per_ip_limit"

@@ -82,7 +82,7 @@ class Server:
         for listener in self.config.listeners:
             await self.add_listener(listener.name, listener.listen, listener.upstream, listener.tls)
         self.ctx.fd_ceiling = fdlimit.ceiling()
-        fdlimit.check_max_connections(self.config.limits.max_connections)
+        self.ctx.max_connections = fdlimit.size_max_connections(self.config.limits.max_connections)
         self._start_sweeper()
 
     async def add_listener(
