@@ -1,4 +1,4 @@
-"""`kafkalens`: proxy, check-config, demo, decode, report, watch, ingest.
+"""`kafkalens`: proxy, check-config, demo, fetch-kafka, decode, report, watch, ingest.
 
 Bad configuration or flags end with exit code 2 and one line on stderr:
 ``kafkalens: error: <key>: <what is wrong>``.
@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
         "--check-ports", action="store_true", help="also bind the listen addresses (then free them)"
     )
     sub.add_parser("demo", help="an embedded broker behind the proxy", add_help=False)
+    sub.add_parser(
+        "fetch-kafka", help="fetch Apache Kafka's jars for demo --broker apache-kafka", add_help=False
+    )
     for name, what in (
         ("decode", "decode a packet capture (or bare Kafka frames) to request log lines"),
         ("report", "report on a request log"),
@@ -111,6 +114,12 @@ def _demo(argv: list[str]) -> int:
     return demo.main(argv)
 
 
+def _fetch_kafka(argv: list[str]) -> int:
+    from proxy import kafka_jars
+
+    return kafka_jars.main(argv)
+
+
 # Subcommands whose own modules parse the rest of the command line.
 PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
     "decode": _decode,
@@ -118,6 +127,7 @@ PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
     "watch": _watch,
     "ingest": _ingest,
     "demo": _demo,
+    "fetch-kafka": _fetch_kafka,
 }
 
 

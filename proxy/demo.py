@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from proxy.apache_kafka import KafkaCluster
+from proxy import kafka_jars
+from proxy.apache_kafka import KafkaCluster, check_java
 from proxy.config import Address, Config, ConfigError, Overrides, load_config
 from proxy.console import OneLineParser, configure_logging, fail
 from proxy.preflight import check_request_log_path
@@ -68,21 +69,26 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--kafka-libs", metavar="DIR",
         help="Apache Kafka's jars for --broker apache-kafka: the libs/ directory of a Kafka"
-        " download (default $KAFKA_HOME/libs, else the newest tests/peers/install put in"
-        " tests/peers/build/ of a source checkout)",
+        " download (default $KAFKA_HOME/libs, else what `kafkalens fetch-kafka` fetched, else"
+        " the newest tests/peers/install put in tests/peers/build/ of a source checkout)",
     )
     return parser
 
 
 def default_kafka_libs() -> Path | None:
-    """$KAFKA_HOME/libs, else the newest jars a source checkout's tests installed."""
+    """$KAFKA_HOME/libs, else what `kafkalens fetch-kafka` fetched, else the newest jars a
+    source checkout's tests installed."""
     home = os.environ.get("KAFKA_HOME")
     if home:
         return Path(home) / "libs"
+    fetched = kafka_jars.default_dir()
+    if kafka_jars.has_jars(fetched):
+        return fetched
     versions = _PEERS / "kafka-versions"
     if versions.is_file():
-        newest = versions.read_text().split()[0]
-        return _PEERS / "build" / f"kafka-{newest}"
+        newest = _PEERS / "build" / f"kafka-{versions.read_text().split()[0]}"
+        if kafka_jars.has_jars(newest):
+            return newest
     return None
 
 
@@ -114,12 +120,18 @@ class KafkaBroker:
 
 def _kafka_broker(libs_arg: str | None, log_path: Path, port: int) -> KafkaBroker:
     libs = Path(libs_arg) if libs_arg else default_kafka_libs()
-    if libs is None or not any(libs.glob("kafka_2.13-*.jar")):
-        where = f"no Apache Kafka jars (kafka_2.13-*.jar) in {libs}" if libs else "no jars given"
+    if libs is None or not kafka_jars.has_jars(libs):
+        where = f"no Apache Kafka jars (kafka_2.13-*.jar) in {libs}" if libs else "no Apache Kafka jars"
+        version = kafka_jars.manifest().kafka_version
         fail(
-            f"--broker {APACHE_KAFKA}: {where}; give the libs/ directory of a Kafka download"
-            " with --kafka-libs DIR (or set KAFKA_HOME)"
+            f"--broker {APACHE_KAFKA}: {where}; fetch Kafka {version}'s with `kafkalens"
+            " fetch-kafka` (Maven Central, only Python needed), or give a Kafka download's"
+            " libs/ with --kafka-libs DIR (or set KAFKA_HOME)"
         )
+    try:
+        check_java()
+    except BrokerUnavailable as exc:
+        fail(f"--broker {APACHE_KAFKA}: {exc}")
     return KafkaBroker(libs, broker_output(log_path, APACHE_KAFKA), port)
 
 
