@@ -12,7 +12,10 @@ from collections.abc import Callable, Sequence
 
 from proxy.config import (
     DEFAULT_LISTENER,
+    LOG_FORMATS,
+    LOG_LEVELS,
     ConfigError,
+    LogConfig,
     MetricsConfig,
     Overrides,
     RequestLogConfig,
@@ -59,6 +62,17 @@ def _parser() -> argparse.ArgumentParser:
         "--request-log",
         metavar="PATH",
         help=f'request log file, or "-" for stdout (built-in default "{RequestLogConfig().path}")',
+    )
+    proxy.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="the proxy's own log on stderr: json, console, or auto (console on a terminal,"
+        f" else json) (built-in default {LogConfig().format})",
+    )
+    proxy.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help=f"the least severe lines of that log (built-in default {LogConfig().level})",
     )
     check = sub.add_parser(
         "check-config",
@@ -170,6 +184,8 @@ def run_proxy(args: argparse.Namespace) -> int:
         upstream=args.upstream,
         metrics=args.metrics,
         request_log=args.request_log,
+        log_format=args.log_format,
+        log_level=args.log_level,
     )
     try:
         config = load_config(args.config, overrides)
@@ -178,7 +194,7 @@ def run_proxy(args: argparse.Namespace) -> int:
         check_startup(config, api_names=config.workers == 1)  # workers check their own
     except ConfigError as exc:
         fail(str(exc))
-    configure_logging()
+    configure_logging(config.log)
     raise_open_file_limit()  # inherited by the workers
     from proxy.signals import ignore_reopen_signal
 
@@ -187,11 +203,11 @@ def run_proxy(args: argparse.Namespace) -> int:
         if config.workers > 1:
             from proxy.workers import serve_workers
 
-            serve_workers(config)
+            serve_workers(config, args.config)
         else:
             from proxy.runner import serve
 
-            uvloop.run(serve(config))
+            uvloop.run(serve(config, config_path=args.config))
     except ConfigError as exc:  # e.g. a listen address already in use
         fail(str(exc))
     return 0

@@ -79,6 +79,8 @@ TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
 MODES = ("sidecar", "gateway")
 ENFORCEMENTS = ("log", "reject")
 TELEMETRY_ANSWERERS = ("proxy", "broker")
+LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 # KIP-714 / Kafka's record compression ids, by the names the config uses.
 COMPRESSION_TYPES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 INT32_MAX = 2**31 - 1
@@ -722,6 +724,23 @@ class MetricsConfig:
 
 
 @config_section
+class LogConfig:
+    format: str = choice(
+        default="auto",
+        options=LOG_FORMATS,
+        doc="json: one JSON object a line (ts, level, msg, worker, then the event's fields);"
+        " console: for a person at a terminal; auto: console when stderr is a terminal,"
+        " else json",
+    )
+    level: str = choice(
+        default="info",
+        options=LOG_LEVELS,
+        doc="the least severe lines written: debug, info (start, upstream reachability,"
+        " stop), warning, error",
+    )
+
+
+@config_section
 class RequestLogConfig:
     path: str = text(
         default="-",
@@ -1113,6 +1132,14 @@ class Config:
         " and /clients (every connection's address, client id and SASL principal: off unless"
         " clients_token_file or clients_listen is set).",
     )
+    log: LogConfig = section(
+        LogConfig,
+        default=LogConfig(),
+        doc="The proxy's own log, on stderr (the request log is apart: a file, or stdout as"
+        ' "-"): a line at start (version, listeners, upstreams, config, request log, metrics),'
+        " each upstream's reachability as it changes (with the reason, and how long it was"
+        " down), the drain and stop, and warnings.",
+    )
     request_log: RequestLogConfig = section(
         RequestLogConfig,
         default=RequestLogConfig(),
@@ -1172,6 +1199,8 @@ class Overrides:
     upstream: str | None = None
     metrics: str | None = None
     request_log: str | None = None
+    log_format: str | None = None
+    log_level: str | None = None
 
 
 # --- views of the declarations ----------------------------------------------------------
@@ -1365,6 +1394,10 @@ def _apply_overrides(data: object, flags: Overrides) -> object:
         request_log = dict(data.get("request_log") or {})
         request_log["path"] = flags.request_log
         data["request_log"] = request_log
+    for key, flag in (("format", flags.log_format), ("level", flags.log_level)):
+        log = data.get("log")
+        if flag is not None and (log is None or isinstance(log, dict)):  # else: named as bad
+            data["log"] = {**(log or {}), key: flag}
     if flags.listen is not None or flags.upstream is not None:
         if data.get("mode", "sidecar") == "gateway":
             _override_gateway(data, flags)

@@ -237,13 +237,14 @@ async def _run(
     from proxy.signals import stop_signal
 
     stop = stop_signal()  # before the listeners open
-    running = await start_proxy(config)
+    running = await start_proxy(config, probe_now=False)
     try:
         await asyncio.to_thread(broker.start)
     except BrokerUnavailable as exc:
         print(f"kafkalens: error: {exc}", file=sys.stderr)
         await running.stop(0)
         return 1
+    running.probe.start()
     rotating: asyncio.Task[None] | None = None
     if rotate_every is not None:
         backups = config.request_log.backups

@@ -15,7 +15,10 @@ doubled every counter and nobody graphs them.
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
+import socket
+import ssl
 import threading
 from bisect import bisect_left
 from collections import Counter as RefCounts
@@ -318,6 +321,36 @@ class AdminRefusals:
         yield family
 
 
+# Why a connection to a broker could not be opened: kafkalens_upstream_failures_total's
+# `reason` and the log lines of the probe and of connections alike.
+CONNECT_REFUSED, DNS, UNREACHABLE, TIMEOUT, TLS = (
+    "connect_refused", "dns", "unreachable", "timeout", "tls"
+)  # fmt: skip
+_NO_ROUTE = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH})
+
+
+def connect_failure(exc: BaseException, *, tls: bool) -> tuple[str, str]:
+    """(reason, error in words) of a failed connection to a broker: `dns` (its name does
+    not resolve), `unreachable` (no route to it), `timeout`, `tls` (the handshake
+    failed: certificate, name, versions; or the broker hung up during it), else
+    `connect_refused`."""
+    error = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    if isinstance(exc, TimeoutError):
+        return TIMEOUT, "no answer in time"
+    if isinstance(exc, ssl.SSLError | ssl.CertificateError):
+        verify = getattr(exc, "verify_message", None)
+        return TLS, verify or getattr(exc, "reason", None) or error
+    if isinstance(exc, socket.gaierror):
+        return DNS, error
+    if isinstance(exc, ConnectionResetError) and tls:
+        # TCP was up: a broker that hangs up mid-handshake (no common TLS version, no
+        # alert sent) is a TLS failure, not a refused connection
+        return TLS, f"reset during the TLS handshake ({error})"
+    if isinstance(exc, OSError) and exc.errno in _NO_ROUTE:
+        return UNREACHABLE, error
+    return CONNECT_REFUSED, error
+
+
 class UpstreamReachability:
     """Whether each upstream accepted the last TCP connection of the background probe
     (proxy/admin/readiness.py, what /readyz reports): a collector of its own, so that
@@ -466,9 +499,9 @@ class Metrics:
         c = self._counter
         self.upstream_failures = c(
             "kafkalens_upstream_failures_total",
-            "Upstream broker connections that could not be opened (connect_refused, timeout,"
-            " tls), were reset (reset), or that the broker closed with requests unanswered"
-            " (closed); not those it closed idle.",
+            "Upstream broker connections that could not be opened (connect_refused, dns,"
+            " unreachable, timeout, tls), were reset (reset), or that the broker closed with"
+            " requests unanswered (closed); not those it closed idle.",
             ("upstream", "reason"),
         )
         self.gateway_listener_errors = c(
@@ -706,7 +739,7 @@ class Metrics:
         self.requests_incomplete.labels(api=api, reason=reason).inc()
 
     def upstream_failure(self, upstream: str, reason: str) -> None:
-        """`reason`: connect_refused, timeout, tls, reset, ..."""
+        """`reason`: connect_failure's, reset, closed."""
         self.upstream_failures.labels(upstream=self.upstream_capper(upstream), reason=reason).inc()
 
     def gateway_listener_error(self, reason: str) -> None:

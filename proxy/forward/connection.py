@@ -47,6 +47,7 @@ from proxy.forward.framing import HEAD_CAP, Buffer, FrameSplitter
 from proxy.forward.hangups import HangupWatch, hung_up
 from proxy.forward.sides import ConnectionCalls, Relay
 from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending, next_connection_id
+from proxy.metrics import connect_failure
 from proxy.tls import describe_peer
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ log = structlog.get_logger("kafkalens.proxy")
 # Clients whose broker is down reconnect at once (the proxy accepted them): measured,
 # two kafka-python clients made 450 such lines a second; counted in
 # kafkalens_upstream_failures_total, logged once per 10 s at most.
-_upstream_unreachable_log = fdlimit.RateLimitedLog("upstream unreachable")
+_upstream_unreachable_log = fdlimit.RateLimitedLog("upstream connect failed: client connection closed")
 
 HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
@@ -274,8 +275,8 @@ class Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         route = self.route
         timeout = self.ctx.limits.connect_timeout_seconds
+        reason = error = ""
         for address in route.upstreams:
-            reason = "connect_refused"
             try:
                 await asyncio.wait_for(
                     loop.create_connection(
@@ -291,23 +292,17 @@ class Connection(asyncio.Protocol):
                     timeout,
                 )
                 return
-            except TimeoutError:
-                reason = "timeout"
-            except ssl.SSLError:
-                reason = "tls"
-            except ConnectionResetError:
-                # TCP was up: a broker that hangs up mid-handshake (no common TLS version,
-                # no alert sent) is a TLS failure, not a refused connection
-                if route.upstream_tls:
-                    reason = "tls"
-            except OSError as exc:
+            except OSError as exc:  # TimeoutError and ssl.SSLError are OSErrors too
                 if exc.errno in fdlimit.OUT_OF_FDS:
                     self._out_of_fds(exc)
                     return
+                reason, error = connect_failure(exc, tls=route.upstream_tls is not None)
             self.ctx.metrics.upstream_failure(str(address), reason)
             if self.closed:
                 return
-        _upstream_unreachable_log(upstream=self.info and self.info.upstream)
+        _upstream_unreachable_log(
+            upstream=self.info and self.info.upstream, reason=reason, error=error
+        )
         self.close("upstream_connect_failed")
 
     def _out_of_fds(self, exc: OSError) -> None:

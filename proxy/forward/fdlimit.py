@@ -115,14 +115,14 @@ def connections_possible() -> int | None:
     return max((limit - open_descriptors() - FD_RESERVE) // FDS_PER_CONNECTION, 0)
 
 
-def size_max_connections(configured: int | None) -> int:
+def size_max_connections(configured: int | None, *, quiet: bool = False) -> int:
     """limits.max_connections as this process runs it: `auto` (None) is what the
     open-file limit holds, at most AUTO_MAX_CONNECTIONS (and at least 1); a configured
-    number is kept, with a warning when the limit cannot hold it."""
+    number is kept, with a warning (unless `quiet`) when the limit cannot hold it."""
     room = connections_possible()
     if configured is None:
         return AUTO_MAX_CONNECTIONS if room is None else max(1, min(AUTO_MAX_CONNECTIONS, room))
-    if room is not None and configured > room:
+    if room is not None and configured > room and not quiet:
         log.warning(
             "the open-file limit cannot hold limits.max_connections: connections past it"
             " are refused as fd_limit; raise the hard limit (ulimit -Hn, LimitNOFILE=)"
