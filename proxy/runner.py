@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from proxy import announce
 from proxy.admin.http import AdminServers, Endpoints, start_admin
 from proxy.admin.readiness import UpstreamProbe
+from proxy.admin.top import TopSource, metrics_families
 from proxy.config import Address, Config, ConfigError, check_supported
 from proxy.forward import fdlimit
 from proxy.forward.allocator import keep_large_buffers
@@ -115,6 +116,7 @@ async def start_proxy(
         clients=server.clients,
         metrics_later=metrics.render_off_loop,
         refusals=metrics.admin_refusals,
+        top=TopSource(metrics_families(metrics), server.clients, before=metrics.flush).answer,
     )
     try:
         admin = await start_admin(config.metrics, endpoints)

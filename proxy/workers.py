@@ -270,6 +270,12 @@ class WorkerPool:
                 merged.extend(json.loads(path.read_text()))
         return merged
 
+    def metric_families(self) -> Any:
+        """The workers' metrics, summed as /metrics sums them (for /top)."""
+        from prometheus_client import multiprocess
+
+        return multiprocess.MultiProcessCollector(None, path=str(self.metrics_dir)).collect()
+
     def render_metrics(self, *own: Any) -> bytes:
         """The workers' metrics, plus collectors of the parent's `own`."""
         from prometheus_client import CollectorRegistry, generate_latest, multiprocess
@@ -313,6 +319,7 @@ async def _parent(config: Config, metrics_dir: Path, config_path: str | None) ->
     from proxy import announce
     from proxy.admin.http import Endpoints, start_admin
     from proxy.admin.readiness import UpstreamProbe
+    from proxy.admin.top import TopSource
     from proxy.forward import fdlimit
     from proxy.metrics import AdminRefusals, UpstreamReachability
     from proxy.signals import on_reopen_signal, stop_signal
@@ -369,6 +376,7 @@ async def _parent(config: Config, metrics_dir: Path, config_path: str | None) ->
         ready=ready,
         clients=pool.clients,
         refusals=refusals,
+        top=TopSource(pool.metric_families, pool.clients).answer,
     )
     try:
         http = await start_admin(config.metrics, endpoints)
