@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import math
 import socket
 import ssl
@@ -31,10 +32,12 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from codec.error_codes import ERROR_CODES, error_name
@@ -351,6 +354,28 @@ def connect_failure(exc: BaseException, *, tls: bool) -> tuple[str, str]:
     return CONNECT_REFUSED, error
 
 
+class ProcessesCollector(Collector):
+    """process_* of several processes, for the parent of `workers: N`: the families
+    prometheus-client's ProcessCollector gives for one process (read from /proc), with
+    a `worker` label on each series, `parent` or the worker's index; `sum()` over it is
+    the whole proxy's. A process that is gone has no series."""
+
+    def __init__(self, pids: Callable[[], dict[str, int]]) -> None:
+        self.pids = pids
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for worker, pid in self.pids().items():
+            one = ProcessCollector(namespace="", pid=functools.partial(int, pid), registry=None)
+            for family in one.collect():
+                into = merged.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                for sample in family.samples:
+                    into.add_sample(sample.name, {**sample.labels, "worker": worker}, sample.value)
+        yield from merged.values()
+
+
 class UpstreamReachability:
     """Whether each upstream accepted the last TCP connection of the background probe
     (proxy/admin/readiness.py, what /readyz reports): a collector of its own, so that
@@ -397,6 +422,10 @@ class Metrics:
         self.registry.register(self.admin_refusals)
         self.upstream_reachability = UpstreamReachability()
         self.registry.register(self.upstream_reachability)
+        # prometheus-client's own: process_* (CPU, memory, open files: this process's;
+        # with workers the parent serves every process's, ProcessesCollector) and python_info
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self._apis: dict[str, ApiMetrics] = {}
         self._instances: RefCounts[Hashable] = RefCounts()
         self._render_thread = threading.local()  # .flushed: the loop flushed already

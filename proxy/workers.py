@@ -223,6 +223,11 @@ class WorkerPool:
             self._ready = reader
         return self._ready
 
+    def pids(self) -> dict[str, int]:
+        """This process (`parent`) and each worker alive, by index: for process_*."""
+        alive = {str(i): p.pid for i, p in self.processes.items() if p.poll() is None}
+        return {"parent": os.getpid(), **alive}
+
     def alive(self) -> bool:
         return bool(self.processes) and all(p.poll() is None for p in self.processes.values())
 
@@ -316,12 +321,14 @@ def serve_workers(config: Config, config_path: str | None = None) -> None:
 async def _parent(config: Config, metrics_dir: Path, config_path: str | None) -> None:
     # Not proxy.runner: the parent forwards nothing, and the codec it would load costs
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
+    from prometheus_client import PlatformCollector
+
     from proxy import announce
     from proxy.admin.http import Endpoints, start_admin
     from proxy.admin.readiness import UpstreamProbe
     from proxy.admin.top import TopSource
     from proxy.forward import fdlimit
-    from proxy.metrics import AdminRefusals, UpstreamReachability
+    from proxy.metrics import AdminRefusals, ProcessesCollector, UpstreamReachability
     from proxy.signals import on_reopen_signal, stop_signal
     from proxy.tls import client_context
 
@@ -371,8 +378,10 @@ async def _parent(config: Config, metrics_dir: Path, config_path: str | None) ->
         return probe.verdict(need_all=config.mode != "gateway")
 
     refusals = AdminRefusals()
+    processes = ProcessesCollector(pool.pids)
+    platform = PlatformCollector(registry=None)
     endpoints = Endpoints(
-        metrics=lambda: pool.render_metrics(refusals, reachability),
+        metrics=lambda: pool.render_metrics(refusals, reachability, processes, platform),
         ready=ready,
         clients=pool.clients,
         refusals=refusals,
