@@ -33,6 +33,12 @@ from proxy.preflight import (
 
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="kafkalens", description="A Kafka-protocol L7 proxy.")
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        nargs=0,
+        help="the version (as /metrics' kafkalens_build_info has it), and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     proxy = sub.add_parser(
         "proxy",
@@ -88,6 +94,15 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "fetch-kafka", help="fetch Apache Kafka's jars for demo --broker apache-kafka", add_help=False
     )
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, tcsh)",
+        description="Print the completion script of SHELL for kafkalens, its subcommands,"
+        " their flags and choices: `eval \"$(kafkalens completion bash)\"` in ~/.bashrc, or"
+        " `kafkalens completion bash > /etc/bash_completion.d/kafkalens`; zsh:"
+        " `kafkalens completion zsh > \"${fpath[1]}/_kafkalens\"`.",
+    )
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or tcsh")
     for name, what in (
         ("decode", "decode a packet capture (or bare Kafka frames) to request log lines"),
         ("top", "a live view of a running proxy: busiest clients, apis, lag"),
@@ -97,6 +112,63 @@ def _parser() -> argparse.ArgumentParser:
     ):
         sub.add_parser(name, help=what, add_help=False)
     return parser
+
+
+SHELLS = ("bash", "zsh", "tcsh")
+
+
+def completion_script(shell: str) -> str:
+    """shtab's script for the whole command line: every subcommand's own parser (those
+    that parse their own arguments at run time included) under the top one, paths
+    completed where a flag takes a file or a directory."""
+    import shtab
+
+    from pipeline import cli as pipeline_cli
+    from proxy import decode_cmd, demo, kafka_jars, top_cmd
+
+    parser = _parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, own in (
+        ("demo", demo._parser()),
+        ("fetch-kafka", kafka_jars._parser()),
+        ("decode", decode_cmd._parser()),
+        ("top", top_cmd.parser()),
+        ("report", pipeline_cli._report_parser()),
+        ("watch", pipeline_cli._watch_parser()),
+        ("ingest", pipeline_cli._ingest_parser()),
+    ):
+        commands.choices[name] = own
+    for command in commands.choices.values():
+        for action in command._actions:
+            shown = str(action.metavar or action.dest).upper()
+            if shown in ("FILE", "PATH", "LOGS", "CAPTURE", "TABLE") or action.dest == "file":
+                action.complete = shtab.FILE
+            elif shown in ("DIR", "LOGDIR", "OUT"):
+                action.complete = shtab.DIRECTORY
+    return str(shtab.complete(parser, shell=shell))
+
+
+class _Version(argparse.Action):
+    """argparse's "version", worked out only when asked (the codec's import is not free)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def version_line() -> str:
+    """`kafkalens 0.1.0 (Python 3.11.7, codec C)`: the version first, for scripts."""
+    import platform
+
+    from proxy.announce import package_version
+
+    return f"kafkalens {package_version()} (Python {platform.python_version()}, codec {codec_name()})"
+
+
+def codec_name() -> str:
+    from codec import accel
+
+    return "C" if accel.ACTIVE else "Python"
 
 
 def _decode(argv: list[str]) -> int:
@@ -162,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_config(args.file, check_ports=args.check_ports)
     if args.command == "proxy":
         return run_proxy(args)
+    if args.command == "completion":
+        print(completion_script(args.shell), end="")
+        return 0
     _parser().print_help(sys.stderr)
     return EXIT_CONFIG
 

@@ -7,10 +7,13 @@ processes), so none of them imports the command line's entry point.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
+import re
 import sys
 import threading
+from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
 import orjson
@@ -22,10 +25,55 @@ EXIT_CONFIG = 2
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag as one line instead of usage + message."""
+    """argparse that reports a bad flag as one line instead of usage + message, with
+    the nearest flag, subcommand or choice when one is close (as `check-config`
+    suggests keys; Python 3.14's argparse does so itself, as `suggest_on_error`)."""
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(
+                f"unrecognized arguments: {' '.join(extras)}"
+                + _hint(extras, _long_flags(self._chosen(parsed)))
+            )
+        return parsed
+
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The subcommand's parser that read the rest of the line, else this one."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = getattr(parsed, action.dest, None)
+                if chosen in action.choices:
+                    return action.choices[chosen]
+        return self
 
     def error(self, message: str) -> NoReturn:
+        invalid = _INVALID_CHOICE.search(message)
+        if invalid is not None:
+            message += _hint([invalid[1]], _QUOTED.findall(invalid[2]))
         fail(message)
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
+    return [flag for action in parser._actions for flag in action.option_strings]
+
+
+def _hint(given: Sequence[str], known: Sequence[str]) -> str:
+    """` (did you mean X?)` for the first of `given` close to one of `known`."""
+    for word in given:
+        name = word.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        if not close:  # a case slip: --Listen, Produce
+            close = [k for k in known if k.lower() == name.lower()]
+        if close:
+            return f" (did you mean {close[0]}?)"
+    return ""
 
 
 def fail(message: str) -> NoReturn:

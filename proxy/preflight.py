@@ -52,16 +52,16 @@ def check_api_names(config: Config) -> None:
     names = set(keys.values())
     for i, api in enumerate(config.request_log.apis):
         if isinstance(api, str) and api not in names:
-            raise ConfigError(f"request_log.apis[{i}]", _unknown_api(api, names))
+            raise ConfigError(f"request_log.apis[{i}]", unknown_api(api, names))
     for rule in config.kip1313.header_v3:
         key = f"kip1313.header_v3.{rule.api}"
         if isinstance(rule.api, str) and rule.api not in names:
-            raise ConfigError(key, _unknown_api(rule.api, names))
+            raise ConfigError(key, unknown_api(rule.api, names))
         if isinstance(rule.api, int) and rule.api not in keys:
             raise ConfigError(key, f"no api has key {rule.api} in this build's schemas")
 
 
-def _unknown_api(name: str, names: set[str]) -> str:
+def unknown_api(name: str, names: set[str]) -> str:
     close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
     if not close:  # a case slip: produce -> Produce
         close = [n for n in names if n.lower() == name.lower()]
