@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy import announce
@@ -19,11 +19,10 @@ from proxy.forward import fdlimit
 from proxy.forward.allocator import keep_large_buffers
 from proxy.forward.server import Drained, Server
 from proxy.hooks import Hooks
-from proxy.metrics import Metrics, UpstreamReachability
+from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks
 from proxy.signals import reopen_logs_on_sighup, stop_signal
 from proxy.signals import wait_for_stop_signal as wait_for_stop_signal  # bench/bare_proxy.py
-from proxy.tls import client_context
 
 
 @dataclass
@@ -101,7 +100,7 @@ async def start_proxy(
     )
     hooks = hooks if hooks is not None else build_hooks(config, metrics)
     server = await open_server(config, hooks, metrics)
-    probe = upstream_probe(config, server.upstreams, metrics.upstream_reachability)
+    probe = UpstreamProbe.of(config, server.upstreams, metrics.upstream_reachability)
     if probe_now:
         probe.start()
     running: RunningProxy | None = None
@@ -126,19 +125,6 @@ async def start_proxy(
         raise
     running = RunningProxy(server, admin, probe, metrics)
     return running
-
-
-def upstream_probe(
-    config: Config, upstreams: Callable[[], Iterable[Address]], reachability: UpstreamReachability
-) -> UpstreamProbe:
-    """The background probe of `upstreams`: a TLS handshake with `upstream_tls`."""
-    upstream_tls = config.upstream_tls
-    return UpstreamProbe(
-        upstreams,
-        reachability=reachability,
-        tls=client_context(upstream_tls) if upstream_tls else None,
-        server_hostname=upstream_tls.server_hostname if upstream_tls else None,
-    )
 
 
 def freeze_startup_objects() -> None:

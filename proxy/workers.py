@@ -330,7 +330,6 @@ async def _parent(config: Config, metrics_dir: Path, config_path: str | None) ->
     from proxy.forward import fdlimit
     from proxy.metrics import AdminRefusals, ProcessesCollector, UpstreamReachability
     from proxy.signals import on_reopen_signal, stop_signal
-    from proxy.tls import client_context
 
     stop = stop_signal()  # before the workers open the listeners
     pool = WorkerPool(config, metrics_dir)
@@ -363,13 +362,7 @@ async def _parent(config: Config, metrics_dir: Path, config_path: str | None) ->
     finally:
         stopped.cancel()
     reachability = UpstreamReachability()
-    upstream_tls = config.upstream_tls
-    probe = UpstreamProbe(
-        lambda: configured_upstreams(config),
-        reachability=reachability,
-        tls=client_context(upstream_tls) if upstream_tls else None,
-        server_hostname=upstream_tls.server_hostname if upstream_tls else None,
-    )
+    probe = UpstreamProbe.of(config, lambda: configured_upstreams(config), reachability)
     probe.start()
 
     def ready() -> tuple[bool, str]:

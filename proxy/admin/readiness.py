@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from proxy.config import Address
+from proxy.config import Address, Config
 from proxy.metrics import UpstreamReachability, connect_failure
+from proxy.tls import client_context
 
 log = structlog.get_logger("kafkalens.upstream")
 
@@ -64,6 +65,22 @@ class UpstreamProbe:
         self.probed: list[Address] = []
         self.verdicts: dict[Address, Verdict] = {}
         self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        config: Config,
+        upstreams: Callable[[], Iterable[Address]],
+        reachability: UpstreamReachability,
+    ) -> UpstreamProbe:
+        """The probe of a proxy of `config`: a TLS handshake with `upstream_tls`."""
+        upstream_tls = config.upstream_tls
+        return cls(
+            upstreams,
+            reachability=reachability,
+            tls=client_context(upstream_tls) if upstream_tls else None,
+            server_hostname=upstream_tls.server_hostname if upstream_tls else None,
+        )
 
     @property
     def ok(self) -> bool:
