@@ -116,7 +116,7 @@ def test_fetched_jars_are_checked_before_they_take_their_names(tmp_path: Path) -
     [
         (("--repository", "ftp://mirror/maven2"), "--repository: must be an http(s) or file URL, got 'ftp://mirror/maven2'"),
         (("--dir", "/etc/hostname"), "--dir: /etc/hostname is not a directory"),
-        (("--dri", "x"), "unrecognized arguments: --dri x"),
+        (("--dri", "x"), "unrecognized arguments: --dri x (did you mean --dir?)"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args: tuple[str, ...], line: str) -> None:
