@@ -142,6 +142,7 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(numeric, logging.INFO))  # libraries' debug lines are not ours
+    logging.captureWarnings(True)  # Python's warnings too, not a plain-text line among JSON
 
 
 class LineWriter:
