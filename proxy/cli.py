@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument(
         "--metrics",
         metavar="HOST:PORT",
-        help=f"/metrics, /healthz, /readyz address (built-in default {MetricsConfig().listen})",
+        help=f"/metrics, /livez, /readyz address (built-in default {MetricsConfig().listen})",
     )
     proxy.add_argument(
         "--request-log",

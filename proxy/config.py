@@ -766,7 +766,7 @@ class UpstreamTLS:
 class MetricsConfig:
     listen: Address = address(
         default=Address("0.0.0.0", 9180),
-        doc="/metrics, /healthz, /readyz (and /clients with clients_token_file)",
+        doc="/metrics, /livez (/healthz), /readyz (and /clients with clients_token_file)",
         listen=True,
     )
     max_label_values: int = integer(
@@ -1230,7 +1230,7 @@ class Config:
     metrics: MetricsConfig = section(
         MetricsConfig,
         default=MetricsConfig(),
-        doc="The admin port: /metrics, /healthz, /readyz (open, for Prometheus and Kubernetes)"
+        doc="The admin port: /metrics, /livez (/healthz), /readyz (open, for Prometheus and Kubernetes)"
         " and /clients (every connection's address, client id and SASL principal: off unless"
         " clients_token_file or clients_listen is set).",
     )
