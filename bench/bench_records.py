@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from records_oracle import Spec, build_v2  # noqa: E402
+from support.records_oracle import Spec, build_v2  # noqa: E402
 
 from codec.records import iter_batches, iter_records, summarize  # noqa: E402
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path.cwd()))  # the checkout it runs in, whichever file this is
+sys.path.insert(1, str(Path.cwd() / "tests"))  # its test helpers, as `support`
 
 Case = tuple[str, bytes, int, int]  # (kind, frame, api key, version); requests: -1, -1
 
@@ -73,7 +74,10 @@ def golden_cases(root: Path) -> list[Case]:
 def hypothesis_cases(per_case: int) -> list[Case]:
     from codec import DEFAULT_POLICY
     from codec.schema import api_messages, message
-    from tests.codec_strategies import struct_value
+    try:
+        from support.codec_strategies import struct_value
+    except ImportError:  # a checkout from before the helpers moved into tests/support
+        from tests.codec_strategies import struct_value
 
     found: list[Case] = []
     for api_key, (request, response) in api_messages().items():

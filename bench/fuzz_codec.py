@@ -3,7 +3,7 @@ repository root:
 
     .venv/bin/python -m bench.fuzz_codec --seconds 600      # a long run, a fresh seed
     .venv/bin/python -m bench.fuzz_codec --seed 0 --runs 20000 --seconds 60 --json
-                                                            # what tests/test_fuzz_short.py runs
+                                                            # what tests/codec/test_fuzz_short.py runs
 
 Seeds: every frame captured in tests/data/golden (decoded as the api and version it
 was sent as), the record batches inside their Produce requests and Fetch responses and
@@ -134,7 +134,7 @@ def records_test_batches() -> list[Case]:
     """The records tests' batches (all codecs, legacy and v2), if tests/ imports here."""
     sys.path.insert(0, str(ROOT / "tests"))
     try:
-        from records_oracle import CODECS, MIXED, build_legacy, build_v2, make_specs
+        from support.records_oracle import CODECS, MIXED, build_legacy, build_v2, make_specs
     except ImportError:
         return []
     finally:

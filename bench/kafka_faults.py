@@ -1,5 +1,5 @@
 """Apache Kafka brokers failing under load for as long as asked, through kafkalens's
-gateway: the load, faults and checks of tests/test_kafka_faults.py, in cycles.
+gateway: the load, faults and checks of tests/interop/test_kafka_faults.py, in cycles.
 
     .venv/bin/python -m bench.kafka_faults --minutes 30
     .venv/bin/python -m bench.kafka_faults --minutes 10 --version 4.2.2

@@ -3,7 +3,7 @@ printed over time.
 
     .venv/bin/python -m bench.soak --minutes 5
 
-Also the building blocks of tests/test_load.py and tests/test_failures.py: `ProxyProcess`
+Also the building blocks of tests/proxy/test_load.py and tests/proxy/test_failures.py: `ProxyProcess`
 (the CLI as a user runs it, on fixed ports so it can be restarted in place), `Figures`
 (what /proc and /metrics say about it), the load loops (`ProducerLoop` records every
 record the broker acknowledged, `ConsumerLoop`, `SmallRequests`) and `read_all`.

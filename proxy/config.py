@@ -14,7 +14,7 @@ has it), bounds with their reason, and its documentation. The rest is derived fr
 declarations: the reader (`parse_config`, one generic walk, `read_section`), the
 unknown-key check and its suggestion, `SECTION_SCHEMAS` and `MAXIMA` (views for tests and
 tools), `kafkalens proxy --help`'s built-in defaults, and config/kafkalens.yaml, which
-`python -m proxy.config > config/kafkalens.yaml` writes (tests/test_config.py fails when
+`python -m proxy.config > config/kafkalens.yaml` writes (tests/proxy/test_config.py fails when
 the file in the repository is not what it would write).
 
 The kinds: `integer` and `seconds` (a finite `at_most` with its reason is required: past

@@ -24,7 +24,7 @@ TansuFactory = Callable[..., TansuBroker]
 
 # The pipeline's tests start several Spark JVMs (and `kafkalens report` subprocesses):
 # none should record a ~160 MB class archive into the home directory on its way out
-# (pipeline/session.py); tests/test_pipeline_session.py covers the archive itself.
+# (pipeline/session.py); tests/pipeline/test_pipeline_session.py covers the archive itself.
 os.environ.setdefault("KAFKALENS_SPARK_CDS", "0")
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from proxy.tansu import BrokerUnavailable, tansu_binary
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _tansu_available() -> bool:

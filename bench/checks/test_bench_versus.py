@@ -20,7 +20,7 @@ import pytest
 
 from bench import versus_report
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _summary(arm: str, **fields: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """`kafkalens report` over what `kafkalens decode` made of a capture: the fleet report
-for traffic no proxy saw. The traffic is that of tests/test_pipeline_proxy_logs.py
+for traffic no proxy saw. The traffic is that of tests/pipeline/test_pipeline_proxy_logs.py
 (an old kafka-python, a current confluent-kafka producing and consuming in a group),
 straight to tansu, captured with tcpdump; the same checks then hold every table
 against the plain-Python reference over the decoded lines.

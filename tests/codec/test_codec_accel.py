@@ -27,19 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from codec import ApiKey, Request, Response, encode_data, encode_request, encode_response
-from codec import accel as accel_module
-from codec.accel import Decoder
-from codec.kinds import Framing, Kind
-from codec.layout import Field as LayoutField
-from codec.layout import Struct, layout
-from codec.messages import DEFAULT_POLICY, struct_decoder
-from codec.schema import ZERO_UUID, Field, api_messages, data_message_names, message
-from codec.skim import CATEGORIES
-from codec.wire import DEFAULT_ELEMENT_BUDGET, MAX_UNKNOWN_TAGS
-from tests.codec_strategies import plain, struct_value
-from tests.support.codec_frames import (
+from support.codec_frames import (
     FRAMES,
     REPO,
     TRUNCATED,
@@ -53,6 +41,18 @@ from tests.support.codec_frames import (
     outcome,
     stages,
 )
+from support.codec_strategies import plain, struct_value
+
+from codec import ApiKey, Request, Response, encode_data, encode_request, encode_response
+from codec import accel as accel_module
+from codec.accel import Decoder
+from codec.kinds import Framing, Kind
+from codec.layout import Field as LayoutField
+from codec.layout import Struct, layout
+from codec.messages import DEFAULT_POLICY, struct_decoder
+from codec.schema import ZERO_UUID, Field, api_messages, data_message_names, message
+from codec.skim import CATEGORIES
+from codec.wire import DEFAULT_ELEMENT_BUDGET, MAX_UNKNOWN_TAGS
 
 
 def test_the_extension_is_built_where_required() -> None:

@@ -18,11 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from codec import ApiKey
-from codec.schema import ZERO_UUID
-from tests.support.codec_frames import FRAMES as GOLDEN_FRAMES
-from tests.support.codec_frames import (
+from support.codec_frames import FRAMES as GOLDEN_FRAMES
+from support.codec_frames import (
     TRUNCATED,
     compare_frame,
     decoders,
@@ -30,6 +27,9 @@ from tests.support.codec_frames import (
     needs_accel,
     stages,
 )
+
+from codec import ApiKey
+from codec.schema import ZERO_UUID
 
 Frame = tuple[bytes, str, int, int]
 

@@ -15,13 +15,13 @@ import json
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from codec import generate
 from codec.generated.api_key import ApiKey
 from codec.generated.schemas import MESSAGES
 from codec.schema import api_messages, api_names
 
-REPO = Path(__file__).resolve().parent.parent
 GENERATED = REPO / "codec" / "generated"
 OUTPUTS = ("schemas.py", "api_key.py", "kinds.h", "__init__.py")
 
@@ -93,5 +93,5 @@ def test_readiness_table_lists_versions_kafka4_removed() -> None:
     assert by_api["ListOffsets"]["kafka4_min_version"] == 1
     assert "ApiVersions" not in by_api
     # KIP-896 removed these, and Kafka 4 took them back (generate.ACCEPTED_AGAIN; the real
-    # brokers answer them: tests/test_kafka_removed_versions.py)
+    # brokers answer them: tests/interop/test_kafka_removed_versions.py)
     assert "Metadata" not in by_api and "JoinGroup" not in by_api

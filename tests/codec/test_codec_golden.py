@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support.paths import GOLDEN
 
 from codec import decode_request, decode_response, encode_request, encode_response
 from codec.groups import group_payloads
 from codec.records import iter_records, summarize
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
 INDEX = json.loads((GOLDEN / "index.json").read_text())
 FRAMES: list[dict[str, Any]] = INDEX["frames"]
 

@@ -12,6 +12,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.codec_frames import (
+    SEEDS,
+    TRUNCATION_SEEDS,
+    golden_seeds,
+    metadata_v0_request,
+    mutated,
+)
 
 from codec import (
     ApiKey,
@@ -20,13 +27,6 @@ from codec import (
     decode_response,
     encode_request,
     encode_response,
-)
-from tests.support.codec_frames import (
-    SEEDS,
-    TRUNCATION_SEEDS,
-    golden_seeds,
-    metadata_v0_request,
-    mutated,
 )
 
 

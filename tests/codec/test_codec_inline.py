@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.codec_frames import compare, fetch_frame, join_group, metadata_frame
+from support.codec_strategies import field_value, plain
 
 from codec import (
     ApiKey,
@@ -26,8 +28,6 @@ from codec import (
 )
 from codec.schema import Field, api_messages
 from codec.skim import skim_response
-from tests.codec_strategies import field_value, plain
-from tests.support.codec_frames import compare, fetch_frame, join_group, metadata_frame
 
 
 def tagged_everywhere(fields: tuple[Field, ...], version: int) -> st.SearchStrategy[dict[str, Any]]:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from codec import accel, layout
 from codec.kinds import Entity, Framing, Kind
 from codec.schema import MESSAGES, Field, message
 
-REPO = Path(__file__).resolve().parent.parent
 ALL = [(name, version) for name in sorted(MESSAGES) for version in message(name).versions]
 
 

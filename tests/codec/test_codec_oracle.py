@@ -19,6 +19,17 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.kio_adapter import (
+    canon,
+    from_kio,
+    kio_class,
+    kio_path,
+    kio_read,
+    kio_write,
+    message_strategy,
+    shape_mismatches,
+    to_kio,
+)
 
 from codec import (
     DEFAULT_POLICY,
@@ -32,17 +43,6 @@ from codec import (
 from codec.generated.schemas import MESSAGES
 from codec.messages import decode_data, encode_data
 from codec.schema import Definition, message
-from tests.kio_adapter import (
-    canon,
-    from_kio,
-    kio_class,
-    kio_path,
-    kio_read,
-    kio_write,
-    message_strategy,
-    shape_mismatches,
-    to_kio,
-)
 
 # Versions whose definition changed in place upstream between kio 0.6.5's snapshot and the
 # definitions the codec is generated from (codec/generate.py): none at present.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.codec_frames import CASES, exchange
+from support.codec_strategies import plain
 
 from codec import (
     decode_request,
@@ -12,8 +14,6 @@ from codec import (
     encode_request,
     encode_response,
 )
-from tests.codec_strategies import plain
-from tests.support.codec_frames import CASES, exchange
 
 
 @pytest.mark.parametrize(("api_key", "version", "kind"), CASES)

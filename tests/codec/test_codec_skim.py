@@ -4,20 +4,19 @@ and refuses exactly the frames the full decoder refuses."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.codec_frames import compare
+from support.codec_strategies import struct_value
+from support.paths import GOLDEN
 
 from codec import ApiKey, DecodeError, Response, decode_response, encode_response
 from codec.schema import api_messages
 from codec.skim import CATEGORIES, skim_response
-from tests.codec_strategies import struct_value
-from tests.support.codec_frames import compare
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
 RESPONSES = [
     e for e in json.loads((GOLDEN / "index.json").read_text())["frames"] if e["direction"] == "resp"
 ]

@@ -15,6 +15,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.codec_frames import CASES, exchange
+from support.codec_strategies import plain
+from support.records_oracle import build_legacy, build_v2
 
 from codec import (
     DEFAULT_POLICY,
@@ -30,9 +33,6 @@ from codec import (
 from codec.records import summarize
 from codec.schema import Field, api_messages, message
 from codec.stream import FrameStream, StreamedRecords, StreamLimits, request_stream, response_stream
-from tests.codec_strategies import plain
-from tests.records_oracle import build_legacy, build_v2
-from tests.support.codec_frames import CASES, exchange
 
 FETCH = ApiKey.FETCH
 

@@ -14,7 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from support.paths import REPO
+
 RUNS = 20_000
 TARGETS = {"request", "response", "records", "compressed", "group", "sasl"}
 

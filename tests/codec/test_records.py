@@ -8,7 +8,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatch
 from kio.records.readers import read_batch
-from records_oracle import (
+from support.records_oracle import (
     CODECS,
     Spec,
     build_legacy,
@@ -243,7 +243,7 @@ def test_legacy_summary_counts_wrappers_as_unknown() -> None:
 
 
 def test_legacy_log_append_time_wrapper_stamps_inner_records() -> None:
-    from records_oracle import fix_legacy_crc
+    from support.records_oracle import fix_legacy_crc
 
     buf = bytearray(build_legacy(make_specs(3, headers=False), magic=1, compression="gzip"))
     buf[17] |= 0x08

@@ -9,7 +9,7 @@ import zlib
 import cramjam
 import pytest
 from kafka import codec as kafka_codec
-from records_oracle import kafka_codecs
+from support.records_oracle import kafka_codecs
 
 from codec.errors import DecodeError
 from codec.records import decompress

@@ -8,7 +8,7 @@ import struct
 import cramjam
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from records_oracle import CODECS, MIXED, build_legacy, build_v2, make_specs, wrap_v2
+from support.records_oracle import CODECS, MIXED, build_legacy, build_v2, make_specs, wrap_v2
 
 from codec.errors import DecodeError
 from codec.records import decompress, iter_batches, iter_records, summarize

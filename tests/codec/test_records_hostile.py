@@ -6,7 +6,7 @@ import struct
 from collections.abc import Callable
 
 import pytest
-from records_oracle import (
+from support.records_oracle import (
     CODECS,
     MIXED,
     MIXED_ENDS,

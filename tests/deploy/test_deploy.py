@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 import yaml
+from support.paths import REPO as ROOT
 
 from proxy.metrics import metric_names
 
-ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 COMPOSE_DIR = DEPLOY / "compose"
 K8S = DEPLOY / "kubernetes"

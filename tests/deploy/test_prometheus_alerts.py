@@ -6,7 +6,7 @@ offsets; besides, /readyz is read as the kubelet reads it, and the proxy's log o
 the bound on its own warnings.
 
 The rules are deploy/prometheus/alerts.yml with only the `for:` durations shortened
-(tests/test_prometheus_rules.py proves it); their windows ([5m], [10m] ...) are the
+(tests/deploy/test_prometheus_rules.py proves it); their windows ([5m], [10m] ...) are the
 shipped ones, so a rate is an increase divided by the whole window, as in production.
 How long each alert takes to fire and to resolve with the real `for:` is held by the
 promtool unit tests beside the rules.
@@ -38,7 +38,6 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic, OffsetSpec
 from kafka.errors import KafkaError
-from proxy_harness import request_frame
 from support.prometheus import (
     SASL_USERS,
     AlertingKafka,
@@ -51,6 +50,7 @@ from support.prometheus import (
     shipped_rules,
     small_tmpfs,
 )
+from support.proxy_harness import request_frame
 
 from codec import ApiKey
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 import uvloop
-from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 from support import aio_client, ck_client, kp_client
 from support.clients import make_records, sort_records
 from support.gateway import (
@@ -39,6 +38,7 @@ from support.gateway import (
     spread_topic,
 )
 from support.mock_cluster import KAFKA_PYTHON_API_VERSION
+from support.proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 
 from codec import ApiKey, Response, decode_response, encode_response
 from proxy.forward.server import Server

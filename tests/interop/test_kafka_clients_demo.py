@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 from support.kafka import NEWEST, kafka_libs
+from support.paths import REPO
 
 from proxy.tansu import free_port
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:

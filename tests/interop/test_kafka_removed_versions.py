@@ -23,10 +23,10 @@ from typing import Any
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from proxy_harness import read_frame
 from support import compat
 from support.go_clients import SARAMA, Run, client_args, finish, module_version, same_steps, start
 from support.kafka import SharedKafka, observed_sidecar
+from support.proxy_harness import read_frame
 
 from codec import ApiKey, Request, decode_response, encode_request
 from pipeline.readiness_data import removed_versions

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from proxy_harness import ProxyThread, proxy_in_front_of
 from support import aio_client, compat
 from support.clients import (
     APACHE_KAFKA_GROUPS,
@@ -30,6 +29,7 @@ from support.clients import (
     supported_compressions,
 )
 from support.kafka import NEWEST, OLDEST, observed_sidecar
+from support.proxy_harness import ProxyThread, proxy_in_front_of
 
 # One group workload per client (JoinGroup waits out tansu's rebalance timeout);
 # the other codecs get a produce-and-fetch test without a group below.

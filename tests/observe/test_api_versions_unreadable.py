@@ -11,8 +11,8 @@ import socket
 import struct
 from pathlib import Path
 
-from proxy_harness import FakeBroker, read_frame, write_frame
 from support.observed import ObservedProxy
+from support.proxy_harness import FakeBroker, read_frame, write_frame
 
 from codec import ApiKey, Request, Response, decode_response, encode_request, encode_response
 from codec.error_codes import UNSUPPORTED_VERSION

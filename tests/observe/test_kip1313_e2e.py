@@ -14,8 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from proxy_harness import FakeBroker, is_closed, read_frame, write_frame
 from support.observed import ObservedProxy
+from support.proxy_harness import FakeBroker, is_closed, read_frame, write_frame
 
 from codec import Request, Response, decode_response, encode_request, encode_response
 from codec.error_codes import INVALID_REQUEST

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from support.hooks_harness import Harness, labels
+from support.records_oracle import build_v2
 
 from proxy.config import LagConfig
 from proxy.metrics import Metrics
@@ -24,7 +25,6 @@ from proxy.observe.lag.hooks import LagLink
 from proxy.observe.lag.tracker import FetchAsk
 from proxy.observe.observer import lag_link
 from proxy.observe.summary import SummaryOptions, TopicIds
-from tests.records_oracle import build_v2
 
 TOPIC_ID = uuid.UUID("0f0e0d0c-0b0a-4908-8706-050403020100")
 
@@ -364,8 +364,9 @@ def test_the_readme_access_map_recipe(tmp_path: Path) -> None:
 
 
 def test_record_stats_next_offset_is_past_the_last_whole_batch() -> None:
+    from support.records_oracle import build_legacy
+
     from codec.records import summarize
-    from tests.records_oracle import build_legacy
 
     spec = [(1000, b"k", b"v", [])]
     assert summarize(records(10, 3) + records(13, 2)).next_offset == 15

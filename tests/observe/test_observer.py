@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from support.hooks_harness import PASSWORD, Harness, header
+from support.records_oracle import build_v2
 
 from codec import ApiKey, Request, Response, decode_response, encode_request, encode_response
 from proxy.hooks import Pending
 from proxy.observe.identity import kafka_uuid_text
-from tests.records_oracle import build_v2
 
 INSTANCE = uuid.UUID("11111111-2222-4333-8444-555555555555")
 def api_versions_exchange(h: Harness, correlation_id: int = 1) -> None:

@@ -26,10 +26,11 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 from structlog.testing import capture_logs
 from support.hostile import ScriptedBroker, Sentinel, api_versions_v0_answer, connect
 from support.observed import ObservedProxy
+from support.paths import REPO
+from support.proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 
 from codec import ApiKey
 from proxy.config import Config, ConfigError, load_config, parse_config
@@ -544,7 +545,7 @@ def test_a_write_that_fails_halfway_is_cut_back_to_whole_lines(
 
 
 def test_config_keys_have_the_documented_defaults_and_are_checked() -> None:
-    documented = load_config(Path(__file__).parent.parent / "config" / "kafkalens.yaml")
+    documented = load_config(REPO / "config" / "kafkalens.yaml")
     assert documented.request_log.flush_interval_seconds == 0.5 <= 1.0
     assert documented.request_log.max_queued_bytes == 16 * 1024 * 1024
     assert parse_config({}).request_log == documented.request_log

@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame
 from support.hostile import ScriptedBroker, Sentinel, api_versions_v0_answer, connect
+from support.paths import REPO
+from support.proxy_harness import LOCAL, FakeBroker, read_frame, request_frame
 
 from codec import ApiKey
 from proxy.tansu import free_port, wait_for_port
 from proxy.workers import worker_log_path
 
-REPO = Path(__file__).resolve().parent.parent
 APIVERSIONS = ApiKey.API_VERSIONS
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from proxy_harness import read_frame, request_frame
 from support.hostile import connect, eventually, hostile_proxy
+from support.proxy_harness import read_frame, request_frame
 
 from codec import ApiKey
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.codec_strategies import struct_value
 
 from codec import DEFAULT_POLICY, ApiKey, Request, decode_request, encode_request
 from codec.schema import api_messages, message
 from proxy.observe.summary import SummaryOptions, TopicIds, request_fields
-from tests.codec_strategies import struct_value
 
 FETCH, JOIN_GROUP, SHARE_FETCH = ApiKey.FETCH, ApiKey.JOIN_GROUP, ApiKey.SHARE_FETCH
 INT32 = st.integers(-(2**31), 2**31 - 1)

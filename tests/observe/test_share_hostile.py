@@ -12,8 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from proxy_harness import read_frame, write_frame
 from support.hostile import MIB, PeakGrowth, Sentinel, connect, eventually, hostile_proxy
+from support.proxy_harness import read_frame, write_frame
 
 from codec import ApiKey, Request, Response, encode_request, encode_response
 

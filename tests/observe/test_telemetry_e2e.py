@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
-from proxy_harness import LOCAL
 from support.ck_client import create_topic
 from support.clients import HEARTBEAT_MS, SESSION_TIMEOUT_MS
 from support.observed import Samples, eventually
+from support.proxy_harness import LOCAL
 from support.telemetry import TelemetryProxy
 
 from proxy.observe.identity import kafka_uuid
@@ -257,8 +257,8 @@ def test_gateway_collect_mode_answers_in_place_of_brokers_that_ask_for_nothing(
     mode (answer: proxy) the gateway answers instead, whichever broker a client asks."""
     import dataclasses
 
-    from proxy_harness import ProxyThread
     from support.gateway import brokers_of, gateway_config
+    from support.proxy_harness import ProxyThread
 
     from proxy.config import TelemetryConfig
     from proxy.metrics import Metrics

@@ -23,9 +23,9 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ResourceMetrics,
     ScopeMetrics,
 )
-from proxy_harness import LOCAL
 from support.hostile import MIB, PeakGrowth, compressed_zeros
 from support.observed import eventually
+from support.proxy_harness import LOCAL
 from support.telemetry import RawClient, TelemetryProxy, metrics_data
 
 from codec import ApiKey

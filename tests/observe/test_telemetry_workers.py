@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from proxy_harness import LOCAL, FakeBroker, echo_broker
 from support.cli import http_get, http_json, kafkalens
+from support.proxy_harness import LOCAL, FakeBroker, echo_broker
 from support.telemetry import RawClient, metrics_data
 
 from proxy.observe.identity import kafka_uuid, kafka_uuid_text

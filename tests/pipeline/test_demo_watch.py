@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+from support.paths import REPO
+
 from pipeline.spool import Spool
 from proxy.demo import rotate_log
 from proxy.observe.request_log import LineSink
 from proxy.tansu import free_port
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_rotate_log_shifts_files_and_the_sink_writes_anew(tmp_path: Path) -> None:

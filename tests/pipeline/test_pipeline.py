@@ -391,7 +391,7 @@ def test_a_table_longer_than_shown_is_counted_whole(spark: SparkSession, tmp_pat
 
 
 # The tables with rows (this input has no follower fetches and no telemetry lines:
-# tests/test_pipeline_fleet.py has them).
+# tests/pipeline/test_pipeline_fleet.py has them).
 TABLES_SHOWN = ("client_inventory", "api_usage", "kafka4_readiness", "latency_by_api",
                 "top_topics", "consumer_groups", "consumer_lag", "consumer_topic_lag",
                 "committed_lag", "topic_access", "bad_lines", "input_files")

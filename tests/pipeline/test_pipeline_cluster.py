@@ -28,12 +28,12 @@ from support.ingest_run import (
 )
 from support.logs import age_like_proxy
 from support.parquet_tables import tables
+from support.paths import REPO as ROOT
 from support.spark_cluster import PROJECT_PACKAGES, SparkCluster, importable, standalone_cluster
 
 from bench.synth import Synth, to_line, write_rotated
 from pipeline.cli import report_main, watch_main
 
-ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 600
 LOCAL = "local[2]"
 
@@ -150,7 +150,7 @@ def test_watch_on_the_cluster_equals_local(
 def test_ingest_killed_on_the_cluster_and_restarted_keeps_every_line_once(
     cluster: SparkCluster, tmp_path: Path, spark: Any
 ) -> None:
-    """As tests/test_pipeline_ingest.py on local[*]: the executors write the table's
+    """As tests/pipeline/test_pipeline_ingest.py on local[*]: the executors write the table's
     files; the driver is killed after the first batch and started again."""
     logs, table = tmp_path / "logs", tmp_path / "table"
     want = rotated_logs(logs, files=4, lines_per_file=150, seed=41)

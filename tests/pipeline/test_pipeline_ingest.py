@@ -4,7 +4,7 @@ Killed (SIGKILL) after its first micro-batch and run again, it holds every line 
 every rotated file exactly once (counted per file against the files themselves); the
 report and the watch over the table give the tables they give over the logs; bad lines
 are kept apart with their file and reason. The same kill and restart on a standalone
-cluster: tests/test_pipeline_cluster.py.
+cluster: tests/pipeline/test_pipeline_cluster.py.
 """
 
 from __future__ import annotations

@@ -17,13 +17,12 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType
+from support.paths import REPO as ROOT
 
 from bench.synth import Synth, to_line
 from pipeline.cli import missing_extra, report_main
 from pipeline.read import InputError
 from pipeline.report import run_report
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _log(path: Path, n: int = 200) -> Path:

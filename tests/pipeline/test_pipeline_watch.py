@@ -25,6 +25,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from support.logs import age_like_proxy, file_lines
+from support.paths import REPO as ROOT
 
 from bench.synth import Synth, to_line, write_rotated
 from pipeline.spool import BAD_AFTER_SECONDS, Spool
@@ -352,7 +353,6 @@ def test_protocol_steps_are_not_errors_and_waits_not_latency(
     assert (software["requests"], software["errors"], software["waiting_requests"]) == (9, 3, 6)
 
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> str:

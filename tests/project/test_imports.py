@@ -11,7 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import REPO as ROOT
+
 PROXY = ROOT / "proxy"
 CODEC = ROOT / "codec"
 # The one private name a codec module may import: the C extension, behind codec/accel.py.

@@ -7,13 +7,13 @@ import json
 import re
 import struct
 import time
-from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient
 from support import kp_client
 from support.clients import make_records, run_workload, sort_records
 from support.mock_cluster import KAFKA_PYTHON_API_VERSION
+from support.paths import GOLDEN
 from support.relay import (
     REQUEST,
     RESPONSE,
@@ -26,7 +26,6 @@ from support.relay import (
 from codec import ApiKey
 from proxy.tansu import TansuBroker
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 NAME = re.compile(r"^(\d{4})-(req|resp)-k(\d+)-v(\d+)\.bin$")
 PRODUCE = ApiKey.PRODUCE
 FETCH = ApiKey.FETCH

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proxy_harness import LOCAL, FakeBroker, echo_broker
 from support.hostile import eventually
 from support.observed import ObservedProxy
+from support.proxy_harness import LOCAL, FakeBroker, echo_broker
 from support.tls import issue, openssl
 
 from proxy.config import Config, ConfigError, parse_config

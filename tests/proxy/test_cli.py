@@ -15,14 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-from proxy_harness import (
-    LOCAL,
-    FakeBroker,
-    api_versions_v0,
-    is_closed,
-    read_frame,
-    write_frame,
-)
 from support.cli import (
     children_of,
     http_get,
@@ -31,6 +23,14 @@ from support.cli import (
     kafkalens,
     run,
     workers_config,
+)
+from support.proxy_harness import (
+    LOCAL,
+    FakeBroker,
+    api_versions_v0,
+    is_closed,
+    read_frame,
+    write_frame,
 )
 
 from proxy.tansu import free_port, wait_for_port
@@ -237,7 +237,7 @@ def test_demo_port_taken(tmp_path: Path) -> None:
 
 
 def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
-    from proxy_harness import echo_broker
+    from support.proxy_harness import echo_broker
 
     port, metrics_port = free_port(), free_port()
     with FakeBroker(echo_broker) as broker:
@@ -283,7 +283,7 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
 def test_a_dead_worker_is_started_again(tmp_path: Path) -> None:
     """The parent's only children are its workers (no helper process such as
     multiprocessing's resource tracker), and a killed worker is replaced."""
-    from proxy_harness import echo_broker
+    from support.proxy_harness import echo_broker
 
     port, metrics_port = free_port(), free_port()
     with FakeBroker(echo_broker) as broker:

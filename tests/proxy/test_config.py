@@ -10,6 +10,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.paths import REPO
 
 from proxy.config import (
     MAXIMA,
@@ -33,7 +34,6 @@ from proxy.config import (
 )
 from proxy.preflight import check_api_names
 
-REPO = Path(__file__).resolve().parent.parent
 CONTRACT = REPO / "config" / "kafkalens.yaml"
 
 

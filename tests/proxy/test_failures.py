@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from proxy_harness import api_versions_v0, is_closed, produce_v3, read_frame
+from support.proxy_harness import api_versions_v0, is_closed, produce_v3, read_frame
 
 from bench.soak import (
     HOST,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from proxy_harness import is_closed, read_frame, request_frame, write_frame
+from support import paths
 from support.hostile import (
     LIMIT,
     MIB,
@@ -27,13 +27,14 @@ from support.hostile import (
     connect,
     hostile_proxy,
 )
+from support.proxy_harness import is_closed, read_frame, request_frame, write_frame
 
 from codec import ApiKey, decode_request, decode_response, encode_request, encode_response
 
 BOUND = 32 * MIB  # peak RSS growth allowed during any one attack below
 METADATA_V0_NO_TOPICS = struct.pack(">i", 0)
 GARBAGE = struct.pack(">i", 2**31 - 1) + bytes(range(256)) * 2  # 2**31 - 1 brokers, or keys
-GOLDEN = Path(__file__).resolve().parent / "data" / "golden" / "kafka-python"
+GOLDEN = paths.GOLDEN / "kafka-python"
 Script = Callable[[socket.socket, bytes], object]
 
 

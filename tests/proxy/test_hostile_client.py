@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proxy_harness import correlation_id, is_closed, read_frame, request_frame
 from support.hostile import (
     LIMIT,
     MIB,
@@ -30,6 +29,7 @@ from support.hostile import (
     eventually,
     hostile_proxy,
 )
+from support.proxy_harness import correlation_id, is_closed, read_frame, request_frame
 
 from codec import ApiKey
 

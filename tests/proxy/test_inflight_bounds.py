@@ -29,18 +29,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from proxy_harness import (
-    LOCAL,
-    FakeBroker,
-    ProxyThread,
-    echo_broker,
-    is_closed,
-    proxy_config,
-    proxy_in_front_of,
-    read_frame,
-    request_frame,
-    write_frame,
-)
 from support import ck_client
 from support.clients import make_records, sort_records
 from support.framing import MODES, Recorder, collect_into, frame, split
@@ -56,6 +44,19 @@ from support.hostile import (
     sidecar_config,
 )
 from support.observed import ObservedProxy
+from support.paths import REPO
+from support.proxy_harness import (
+    LOCAL,
+    FakeBroker,
+    ProxyThread,
+    echo_broker,
+    is_closed,
+    proxy_config,
+    proxy_in_front_of,
+    read_frame,
+    request_frame,
+    write_frame,
+)
 from support.sasl_scripts import EXCHANGES, handshake_v0, sasl_v0_broker
 
 from codec import ApiKey
@@ -64,7 +65,6 @@ from proxy.hooks import ConnectionInfo, Hooks
 from proxy.tansu import free_port
 
 API_VERSIONS, METADATA = ApiKey.API_VERSIONS, ApiKey.METADATA
-REPO = Path(__file__).resolve().parent.parent
 
 
 def never_answer(sock: socket.socket, request: bytes) -> None:
@@ -208,7 +208,7 @@ def test_pipelining_to_a_stuck_broker_holds_at_most_the_bound(tmp_path: Path) ->
 def test_a_paused_client_that_leaves_is_seen_at_once(tmp_path: Path) -> None:
     """Reading is paused, so asyncio would not see the client's FIN behind its unread
     requests; the hang-up watch (EPOLLRDHUP) sees it and drops the table (every pause
-    reason, resets, the counters: tests/test_proxy_paused_client_gone.py)."""
+    reason, resets, the counters: tests/proxy/test_proxy_paused_client_gone.py)."""
     bound = 16
     with hostile_proxy(tmp_path, {"stuck": never_answer}, max_in_flight_requests=bound) as (
         px,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from proxy_harness import api_versions_v0
+from support.proxy_harness import api_versions_v0
 
 from bench import wire
 from bench.soak import HOST, Figures, Load, ProxyProcess

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from proxy_harness import FakeBroker, read_exactly, read_frame, record_batch, request_frame
+from support.proxy_harness import FakeBroker, read_exactly, read_frame, record_batch, request_frame
 
 from bench.procs import memory_kib
 from bench.soak import ProxyProcess
@@ -402,7 +402,7 @@ def test_the_gateway_passes_frames_observed_in_pieces_to_its_inner_hooks() -> No
 
 @pytest.mark.parametrize("size", [65536, 0])
 def test_socket_buffers_are_fixed_at_the_configured_size(size: int) -> None:
-    from proxy_harness import ProxyThread, echo_broker, proxy_config
+    from support.proxy_harness import ProxyThread, echo_broker, proxy_config
 
     def buffers(px: ProxyThread) -> list[tuple[int, int]]:
         [conn] = px.server.connections.values()

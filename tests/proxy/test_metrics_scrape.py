@@ -18,8 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from proxy_harness import LOCAL, read_frame, request_frame, write_frame
 from support.hostile import Sentinel, connect, hostile_proxy
+from support.proxy_harness import LOCAL, read_frame, request_frame, write_frame
 
 from codec import ApiKey, Request, encode_request
 from codec.error_codes import ERROR_CODES

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-from proxy_harness import (
+from support.proxy_harness import (
     FakeBroker,
     ProxyThread,
     proxy_config,

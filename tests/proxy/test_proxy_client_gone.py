@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 from support.observed import ObservedProxy
+from support.proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 
 from codec import ApiKey
 

@@ -11,7 +11,8 @@ import socket
 import struct
 import time
 
-from proxy_harness import (
+from support.clients import run_workload, sort_records
+from support.proxy_harness import (
     FakeBroker,
     ProxyThread,
     api_versions_v0,
@@ -25,7 +26,6 @@ from proxy_harness import (
     request_frame,
     write_frame,
 )
-from support.clients import run_workload, sort_records
 
 from codec import ApiKey
 from proxy.hooks import ConnectionInfo, Hooks, Pending

@@ -7,7 +7,7 @@ import json
 import socket
 
 from prometheus_client.parser import text_string_to_metric_families
-from proxy_harness import (
+from support.proxy_harness import (
     LOCAL,
     FakeBroker,
     ProxyThread,

@@ -30,9 +30,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from proxy_harness import FakeBroker, request_frame, write_frame
 from support.hostile import connect, eventually, sidecar_config
 from support.observed import ObservedProxy
+from support.proxy_harness import FakeBroker, request_frame, write_frame
 
 from codec import ApiKey
 from proxy.forward.connection import DRAINING, IN_FLIGHT, PEER_BACKLOGGED, Connection

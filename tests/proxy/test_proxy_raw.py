@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from proxy_harness import (
+from support.proxy_harness import (
     FakeBroker,
     ProxyThread,
     api_versions_v0,

@@ -12,7 +12,7 @@ import socket
 import struct
 
 import pytest
-from proxy_harness import (
+from support.proxy_harness import (
     FakeBroker,
     ProxyThread,
     api_versions_v0,

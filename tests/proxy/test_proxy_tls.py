@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
-from proxy_harness import LOCAL, ProxyThread, api_versions_v0, correlation_id, read_frame
+from support.proxy_harness import LOCAL, ProxyThread, api_versions_v0, correlation_id, read_frame
 from support.tls import OPENSSL_EXT, issue, openssl
 
 from proxy.config import Config, parse_config
@@ -103,7 +103,7 @@ def test_client_tls_termination_with_real_client(
 
 
 def test_client_certificate_and_version_policy(certs: Path) -> None:
-    from proxy_harness import FakeBroker, echo_broker
+    from support.proxy_harness import FakeBroker, echo_broker
 
     with FakeBroker(echo_broker) as broker:
         tls = edge_tls(certs, min_version="TLSv1.3")
@@ -140,7 +140,7 @@ def test_upstream_tls_origination(certs: Path, tansu_factory: Callable[..., Any]
 
 
 def test_upstream_host_name_is_checked(certs: Path) -> None:
-    from proxy_harness import FakeBroker, echo_broker, is_closed
+    from support.proxy_harness import FakeBroker, echo_broker, is_closed
 
     with (
         FakeBroker(echo_broker) as broker,

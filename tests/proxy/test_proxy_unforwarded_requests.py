@@ -4,7 +4,7 @@ sent: those that came while the proxy was still connecting to the broker, when t
 connection failed (the broker is down, as while it restarts), and those that waited
 behind `limits.max_in_flight_requests` (parked, or unread in the socket) when the broker
 connection broke. (librdkafka's "Sent ApiVersionRequest" and a Produce had no line in
-the request log while a broker was down or died: tests/test_kafka_faults.py.)
+the request log while a broker was down or died: tests/interop/test_kafka_faults.py.)
 
 The unreachable broker is a listener whose accept queue is full: connecting to it waits
 (its SYNs are dropped) until `limits.connect_timeout_seconds`, so the client's requests
@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 from support.hostile import connect, eventually, hostile_proxy, sidecar_config
 from support.observed import ObservedProxy
+from support.proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 
 from codec import ApiKey
 from proxy.forward.connection import Connection

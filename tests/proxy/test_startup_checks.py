@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import REPO
 
 from proxy.config import Config, ConfigError, parse_config
 from proxy.observe.request_log import LineSink
@@ -26,7 +27,6 @@ from proxy.preflight import (
 )
 from proxy.tansu import free_port, wait_for_port
 
-REPO = Path(__file__).resolve().parent.parent
 LOCAL = "127.0.0.1"
 
 

@@ -23,9 +23,16 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from proxy_harness import LOCAL, FakeBroker, api_versions_v0, correlation_id, is_closed, read_frame
 from support.hostile import ScriptedBroker
 from support.observed import ObservedProxy
+from support.proxy_harness import (
+    LOCAL,
+    FakeBroker,
+    api_versions_v0,
+    correlation_id,
+    is_closed,
+    read_frame,
+)
 from support.tls import OPENSSL_EXT, issue, openssl
 
 from proxy.config import Config, ConfigError, parse_config

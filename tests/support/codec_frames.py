@@ -33,7 +33,7 @@ from codec.layout import layout
 from codec.schema import api_messages, message
 from codec.skim import skim_response
 from codec.wire import DEFAULT_ELEMENT_BUDGET
-from tests.codec_strategies import struct_value
+from support.codec_strategies import struct_value
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "data" / "golden"

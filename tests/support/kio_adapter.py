@@ -24,7 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from codec.schema import Field, message
-from tests.codec_strategies import scalar
+from support.codec_strategies import scalar
 
 MS = timedelta(milliseconds=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
