@@ -26,7 +26,8 @@ def _tansu_available() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(not _tansu_available(), reason="no tansu binary")
+# `python -m bench.run` starts tansu for its arms.
+pytestmark = [pytest.mark.broker, pytest.mark.skipif(not _tansu_available(), reason="no tansu binary")]
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[
     return out, rows
 
 
+@pytest.mark.broker  # Apache Kafka, and Kroxylicious in front of it: JVMs
+@pytest.mark.java
 def test_every_arm_answers_small_requests(tiny_run: tuple[Path, list[dict[str, Any]]]) -> None:
     out, rows = tiny_run
     run = rows[0]

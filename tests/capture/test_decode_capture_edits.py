@@ -15,6 +15,7 @@ import dpkt
 import pytest
 from support.capture import Line, decode, events, need, tcpdump
 from support.clients import run_workload
+from support.needs import needs
 
 from proxy.decode_cmd import main as decode_main
 from proxy.tansu import TansuBroker, free_port
@@ -24,6 +25,7 @@ Packet = tuple[float, bytes]
 
 
 @pytest.fixture(scope="module")
+@needs("broker")
 def capture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int]]:
     need("tcpdump")
     tmp = tmp_path_factory.mktemp("edits")

@@ -15,6 +15,7 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import pytest
 from support.capture import SyntheticCapture, decode, events
 
 from codec import ApiKey, Request, Response, encode_request, encode_response
@@ -120,6 +121,7 @@ def test_a_record_claiming_gigabytes_stops_reading_and_is_counted(tmp_path: Path
     assert len(events(lines, "request")) == 1
 
 
+@pytest.mark.slow
 def test_not_a_capture_and_cut_short_files_are_said_not_raised(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.pcap"
     garbage.write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(range(256)) * 10)
@@ -151,6 +153,7 @@ class Tail:
         return len(line)
 
 
+@pytest.mark.slow
 def test_more_connections_than_followed_cost_the_bound_not_their_number(tmp_path: Path) -> None:
     def peak(connections: int) -> tuple[int, Tail]:
         cap = SyntheticCapture(tmp_path / f"many-{connections}.pcap")
@@ -204,6 +207,7 @@ def test_out_of_order_bytes_past_the_bound_are_given_up_on_and_counted(tmp_path:
     assert unanswered == [0, *range(2, 40)]
 
 
+@pytest.mark.slow
 def test_mutated_captures_never_raise(tmp_path: Path) -> None:
     """Random bytes of a capture flipped (headers, lengths, payloads): lines and a
     summary come out whatever they hit."""
@@ -304,6 +308,7 @@ def test_ipv6_connections_are_read(tmp_path: Path) -> None:
     assert (line["client_address"], line["api"], line["latency_ms"]) == ("::1:40400", "Metadata", 1000.0)
 
 
+@pytest.mark.slow
 def test_a_capture_on_standard_input(tmp_path: Path) -> None:
     """`tcpdump -w - | kafkalens decode -`"""
     cap = SyntheticCapture(tmp_path / "piped.pcap")
@@ -334,6 +339,7 @@ def test_an_api_the_codec_does_not_know_is_logged_as_the_proxy_logs_it(tmp_path:
     assert not events(lines, "capture_stream_resync", "capture_unmatched_response")
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
     """`kafkalens decode big.pcap | head -1`"""
     cap = SyntheticCapture(tmp_path / "long.pcap")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +35,7 @@ def delivered(events: list[Event]) -> bytes:
     return b"".join(e.data for e in events if isinstance(e, Data))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     data=st.binary(min_size=1, max_size=400),

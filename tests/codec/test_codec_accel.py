@@ -29,7 +29,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.codec_frames import (
     FRAMES,
-    REPO,
     TRUNCATED,
     compare_frame,
     compare_struct,
@@ -42,6 +41,8 @@ from support.codec_frames import (
     stages,
 )
 from support.codec_strategies import plain, struct_value
+from support.matrix import CASES
+from support.paths import REPO
 
 from codec import ApiKey, Request, Response, encode_data, encode_request, encode_response
 from codec import accel as accel_module
@@ -50,7 +51,7 @@ from codec.kinds import Framing, Kind
 from codec.layout import Field as LayoutField
 from codec.layout import Struct, layout
 from codec.messages import DEFAULT_POLICY, struct_decoder
-from codec.schema import ZERO_UUID, Field, api_messages, data_message_names, message
+from codec.schema import ZERO_UUID, Field, data_message_names, message
 from codec.skim import CATEGORIES
 from codec.wire import DEFAULT_ELEMENT_BUDGET, MAX_UNKNOWN_TAGS
 
@@ -85,14 +86,6 @@ def add_explicit_tags(fields: tuple[Field, ...], version: int, value: Any) -> No
             inner = value.get(field.name)
             for item in inner if isinstance(inner, list) else [inner]:
                 add_explicit_tags(field.children or (), version, item)
-
-
-CASES = [
-    (api_key, version, kind)
-    for api_key, (request, _) in api_messages().items()
-    for version in request.versions
-    for kind in ("request", "response")
-]
 
 
 def _header(kind: str, api_key: int, version: int, data: st.DataObject) -> dict[str, Any]:
@@ -438,6 +431,7 @@ def _refcounts() -> list[int]:
     return [sys.getrefcount(obj) for obj in (None, True, False, 0, -1, 1, "", ZERO_UUID, MAX_UNKNOWN_TAGS)]
 
 
+@pytest.mark.slow
 @needs_accel
 def test_hostile_inputs_decoded_and_skimmed_30k_times_leak_nothing() -> None:
     inputs = hostile_inputs()

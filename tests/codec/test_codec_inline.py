@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.codec_frames import compare, fetch_frame, join_group, metadata_frame
 from support.codec_strategies import field_value, plain
+from support.matrix import FLEXIBLE_RESPONSES
 
 from codec import (
     ApiKey,
@@ -56,15 +57,7 @@ def tagged_everywhere(fields: tuple[Field, ...], version: int) -> st.SearchStrat
     )
 
 
-FLEXIBLE = [
-    (api_key, version)
-    for api_key, (_, response) in api_messages().items()
-    for version in response.versions
-    if (definition := response.definition(version)) is not None and definition.is_flexible(version)
-]
-
-
-@pytest.mark.parametrize(("api_key", "version"), FLEXIBLE)
+@pytest.mark.parametrize(("api_key", "version"), FLEXIBLE_RESPONSES)
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_unknown_tags_at_every_depth_round_trip_and_skim(api_key: int, version: int, data: st.DataObject) -> None:

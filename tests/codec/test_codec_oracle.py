@@ -30,6 +30,7 @@ from support.kio_adapter import (
     shape_mismatches,
     to_kio,
 )
+from support.matrix import tiered
 
 from codec import (
     DEFAULT_POLICY,
@@ -90,7 +91,7 @@ def test_shapes(name: str, version: int) -> None:
     assert bool(problems) == ((name, version) in SKIP), problems
 
 
-@pytest.mark.parametrize(("name", "version"), STRUCT_PAIRS)
+@pytest.mark.parametrize(("name", "version"), [tiered(n, v, n, v) for n, v in STRUCT_PAIRS])
 @EXAMPLES
 @given(data=st.data())
 def test_struct_oracle(name: str, version: int, data: st.DataObject) -> None:
@@ -141,7 +142,7 @@ def _decode(name: str, version: int, frame: bytes) -> Request | Response:
     return decode_response(frame, api_key, version)
 
 
-@pytest.mark.parametrize(("name", "version"), API_PAIRS)
+@pytest.mark.parametrize(("name", "version"), [tiered(n, v, n, v) for n, v in API_PAIRS])
 @EXAMPLES
 @given(data=st.data())
 def test_frame_oracle(name: str, version: int, data: st.DataObject) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.codec_frames import CASES, exchange
+from support.codec_frames import exchange
 from support.codec_strategies import plain
+from support.matrix import CASES
 
 from codec import (
     decode_request,

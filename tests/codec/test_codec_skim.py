@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.codec_frames import compare
 from support.codec_strategies import struct_value
+from support.matrix import RESPONSES as MATRIX_RESPONSES
 from support.paths import GOLDEN
 
 from codec import ApiKey, DecodeError, Response, decode_response, encode_response
@@ -27,10 +28,7 @@ def test_golden_responses(entry: dict[str, Any]) -> None:
     compare((GOLDEN / entry["file"]).read_bytes(), entry["api_key"], entry["api_version"])
 
 
-CASES = [(k, v) for k, (_, resp) in api_messages().items() for v in resp.versions]
-
-
-@pytest.mark.parametrize(("api_key", "version"), CASES)
+@pytest.mark.parametrize(("api_key", "version"), MATRIX_RESPONSES)
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_generated_responses(api_key: int, version: int, data: st.DataObject) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.codec_frames import CASES, exchange
+from support.codec_frames import exchange
 from support.codec_strategies import plain
+from support.matrix import CASES
 from support.records_oracle import build_legacy, build_v2
 
 from codec import (

@@ -14,12 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support.paths import REPO
 
 RUNS = 20_000
 TARGETS = {"request", "response", "records", "compressed", "group", "sasl"}
 
 
+@pytest.mark.slow
 def test_a_short_fuzzing_run_finds_nothing(tmp_path: Path) -> None:
     findings = tmp_path / "findings"
     command = [

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # 1 GiB bombs, measured in child processes
+
 LIMIT = 16 << 20
 
 BUILD = textwrap.dedent(

@@ -214,6 +214,7 @@ def _mutate(token: bytes, data: st.DataObject) -> bytes:
     return cut
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
 def test_mutated_secret_bearing_tokens_never_leak(data: st.DataObject) -> None:

@@ -38,6 +38,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic, OffsetSpec
 from kafka.errors import KafkaError
+from support.needs import needs
 from support.prometheus import (
     SASL_USERS,
     AlertingKafka,
@@ -56,6 +57,7 @@ from codec import ApiKey
 
 
 @pytest.fixture(scope="module")
+@needs("broker", "java")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AlertingKafka]:
     with alerting_kafka(tmp_path_factory.mktemp("alerting-kafka")) as broker:
         yield broker

@@ -30,6 +30,8 @@ from support.kafka import SharedKafka, observed_sidecar
 
 from proxy.apache_kafka import KafkaCluster
 
+pytestmark = pytest.mark.go  # the franz-go and sarama programs of tests/peers/go
+
 FEATURES = {
     ("franz", "classic"): "produce (5 codecs, idempotent, headers), transactions, classic group, kadm",
     ("franz", "consumer"): "KIP-848 consumer group (ServerSideBalancer)",

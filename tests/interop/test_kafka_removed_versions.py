@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from support import compat
@@ -125,6 +126,7 @@ def _legacy_run(bootstrap: str, topic: str, wait_for: Any) -> Run:
             proc.wait()
 
 
+@pytest.mark.go  # sarama, pinned to Kafka 0.10.2's versions
 def test_a_client_pinned_to_removed_versions_through_a_sidecar(
     apache_kafka: SharedKafka, tmp_path: Path, spark: Any
 ) -> None:

@@ -285,6 +285,7 @@ CARDINALITY_MAX_BYTES = 3_000_000
 CARDINALITY_MAX_SECONDS = 5.0
 
 
+@pytest.mark.slow
 def test_100k_partitions_keep_metrics_within_bounds() -> None:
     metrics = Metrics()
     lag = lag_link(LagConfig(), metrics, TopicIds(), SummaryOptions()).lag

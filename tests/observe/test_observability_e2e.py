@@ -66,7 +66,10 @@ def _observed(
             yield px, APACHE_KAFKA_GROUPS
 
 
-@pytest.mark.parametrize("broker", ["tansu", "apache-kafka"])
+@pytest.mark.parametrize("broker", [
+    pytest.param("tansu", marks=pytest.mark.broker),
+    pytest.param("apache-kafka", marks=[pytest.mark.broker, pytest.mark.java]),
+])
 @pytest.mark.parametrize(("client", "compression"), WORKLOADS)
 def test_real_clients_are_logged_and_counted(
     request: pytest.FixtureRequest, tmp_path: Path, client: str, compression: str, broker: str

@@ -402,6 +402,7 @@ class InjectedDiskFull(DiskFull):
         self.full = False
 
 
+@pytest.mark.slow
 def test_live_disk_full_is_counted_reported_once_and_never_slows_forwarding(
     full_disk: DiskFull,
 ) -> None:
@@ -449,6 +450,7 @@ def events(logs: list[dict[str, Any]]) -> list[str]:
     return [entry["event"] for entry in logs]
 
 
+@pytest.mark.slow
 def test_live_a_stuck_disk_drops_lines_beyond_the_bound_and_never_slows_forwarding(
     tmp_path: Path,
 ) -> None:

@@ -96,6 +96,7 @@ def longest_wait(sentinel: Sentinel) -> float:
     return max(b - a for a, b in zip(times, times[1:], strict=False))
 
 
+@pytest.mark.slow
 def test_sighup_reopens_the_log_and_the_proxy_goes_on(tmp_path: Path) -> None:
     log, rotated = tmp_path / "requests.log", tmp_path / "requests.log.1"
     with (
@@ -144,6 +145,7 @@ def test_after_sigterm_every_answered_request_is_in_the_log(tmp_path: Path) -> N
             sock.close()
 
 
+@pytest.mark.slow
 def test_sighup_reaches_every_worker(tmp_path: Path) -> None:
     logs = [tmp_path / "requests-w0.log", tmp_path / "requests-w1.log"]
     with (

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.hostile import MIB, PeakGrowth, Sentinel, connect, eventually, hostile_proxy
 from support.proxy_harness import read_frame, write_frame
 
@@ -112,6 +113,7 @@ def topic_partitions(topics: int, per_topic: int) -> list[dict[str, Any]]:
     return [{"topic_id": uuid.UUID(int=t + 1), "partitions": list(range(per_topic))} for t in range(topics)]
 
 
+@pytest.mark.slow
 def test_heartbeats_with_tens_of_thousands_of_partitions(tmp_path: Path) -> None:
     # 5,000 topics of 4 partitions: a 180 KB ConsumerGroupHeartbeat, decoded whole;
     # 25,000 topics of 4: 900 KB, decoded as it streams past (limits.observe_max_elements

@@ -9,6 +9,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.cli import http_get, http_json, kafkalens
 from support.proxy_harness import LOCAL, FakeBroker, echo_broker
@@ -21,6 +22,7 @@ CLIENTS = 16  # connections SO_REUSEPORT spreads over both workers
 METRIC = "kafkalens_client_queue_time_avg"
 
 
+@pytest.mark.slow
 def test_workers_keep_their_own_clients_and_metrics_merge_them(tmp_path: Path) -> None:
     port, metrics_port, clients_port = free_port(), free_port(), free_port()
     with FakeBroker(echo_broker) as broker:

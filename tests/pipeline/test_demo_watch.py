@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from support.paths import REPO
 
 from pipeline.spool import Spool
@@ -43,6 +44,7 @@ def _requests(paths: list[Path]) -> list[dict]:
     return [e for e in lines if e["event"] == "request"]
 
 
+@pytest.mark.broker  # `kafkalens demo` starts its tansu broker
 def test_demo_log_rotates_for_watch(tmp_path: Path) -> None:
     from kafka import KafkaProducer
 

@@ -34,6 +34,9 @@ from support.spark_cluster import PROJECT_PACKAGES, SparkCluster, importable, st
 from bench.synth import Synth, to_line, write_rotated
 from pipeline.cli import report_main, watch_main
 
+# Every test here runs a Spark standalone cluster or a `kafkalens` command on one.
+pytestmark = pytest.mark.spark
+
 RUN_TIMEOUT_S = 600
 LOCAL = "local[2]"
 

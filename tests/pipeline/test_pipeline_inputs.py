@@ -59,6 +59,7 @@ def test_an_existing_empty_directory_is_a_valid_empty_report(
     assert spark.read.parquet(str(tmp_path / "out" / "latency_by_api")).count() == 0
 
 
+@pytest.mark.spark
 def test_the_terminal_shows_the_commands_own_lines_only(tmp_path: Path) -> None:
     """A user's terminal, the command line in a process of its own: a truncated .gz
     stops the report with one line naming it (no progress bar, no Spark log, not the

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from support.logs import age_like_proxy, file_lines
@@ -365,6 +366,7 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> 
     return path.read_text(errors="replace")
 
 
+@pytest.mark.spark
 def test_says_what_it_waits_for_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     """As a terminal's Ctrl-C does: SIGINT to the whole process group (PySpark's JVM
     ignores it); the watch stops, no traceback, and nothing of it is left running."""

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bench.procs import CpuWindow, memory_kib, pss_kib, user_system_seconds
 
 
@@ -24,6 +26,7 @@ def _burn_system(seconds: float) -> None:
             os.stat("/")  # a system call each turn: the kernel's time
 
 
+@pytest.mark.slow
 def test_window_splits_user_and_system_time() -> None:
     pid = os.getpid()
     user = CpuWindow(pid).start()

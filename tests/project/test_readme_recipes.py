@@ -151,6 +151,7 @@ def demo_recipe(port: int, metrics_port: int) -> str:
     return block
 
 
+@pytest.mark.broker
 @pytest.mark.skipif(
     shutil.which("jq") is None or shutil.which("curl") is None, reason="needs jq and curl"
 )

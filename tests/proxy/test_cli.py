@@ -123,6 +123,7 @@ def start_proxy(tmp_path: Path, upstream: str, grace: float) -> tuple[subprocess
     return proc, port
 
 
+@pytest.mark.slow
 def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
     slow = SlowBroker(delay=0.8)
     with FakeBroker(slow) as broker:
@@ -145,6 +146,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
             proc.communicate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sigterm_as_soon_as_the_port_answers_is_a_clean_stop(tmp_path: Path, workers: int) -> None:
     """An orchestrator may stop a proxy the moment its port answers: that is a graceful
@@ -163,6 +165,7 @@ def test_sigterm_as_soon_as_the_port_answers_is_a_clean_stop(tmp_path: Path, wor
         proc.communicate()
 
 
+@pytest.mark.slow
 def test_sigterm_cuts_off_after_the_grace_period(tmp_path: Path) -> None:
     slow = SlowBroker(delay=5)
     with FakeBroker(slow) as broker:
@@ -181,6 +184,7 @@ def test_sigterm_cuts_off_after_the_grace_period(tmp_path: Path) -> None:
             proc.communicate()
 
 
+@pytest.mark.broker
 def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
     port, metrics_port = free_port(), free_port()
     log = tmp_path / "demo" / "requests.log"
@@ -236,6 +240,7 @@ def test_demo_port_taken(tmp_path: Path) -> None:
     assert err == f"kafkalens: error: port {port} is already in use; choose another with --port\n"
 
 
+@pytest.mark.slow
 def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
     from support.proxy_harness import echo_broker
 
@@ -280,6 +285,7 @@ def test_workers_share_the_port_and_metrics_add_up(tmp_path: Path) -> None:
             proc.communicate()
 
 
+@pytest.mark.slow
 def test_a_dead_worker_is_started_again(tmp_path: Path) -> None:
     """The parent's only children are its workers (no helper process such as
     multiprocessing's resource tracker), and a killed worker is replaced."""

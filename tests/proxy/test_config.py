@@ -438,6 +438,7 @@ def test_unknown_keys_come_first_with_the_nearest_known_key(text: str, message: 
     assert error_of(text) == message
 
 
+@pytest.mark.slow
 def test_a_file_that_is_no_text_or_too_deep_is_one_error(tmp_path: Path) -> None:
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"limits: {\xff\xfe}\n")
@@ -518,6 +519,7 @@ _DOCUMENTS = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(_KEYS), _DOCUMENTS, max_size=5))
 def test_any_document_is_a_config_or_a_config_error(document: dict[str, object]) -> None:

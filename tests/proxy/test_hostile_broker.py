@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import paths
 from support.hostile import (
     LIMIT,
@@ -139,6 +140,7 @@ def test_responses_nobody_asked_for_are_passed_on(tmp_path: Path) -> None:
     assert grown.bytes < BOUND, str(grown)
 
 
+@pytest.mark.slow
 def test_a_response_that_never_completes_is_cut(tmp_path: Path) -> None:
     cut = threading.Event()
     scripts = {"evil": frame_start(1000, cut, b"partial")}

@@ -154,6 +154,7 @@ def tagged_fields_frames() -> list[bytes]:
     return [framed(body) for body in (million, huge)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("enforcement", ["log", "reject"])  # reject decodes before forwarding
 def test_hostile_tagged_fields_in_a_header(tmp_path: Path, enforcement: str) -> None:
     frames = tagged_fields_frames()
@@ -188,6 +189,7 @@ def trickle(port: int, frame: bytes, pause: float, give_up: float) -> float:
         return time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_slow_frames_and_idle_connections_are_cut(tmp_path: Path) -> None:
     limits: dict[str, Any] = {"frame_timeout_seconds": 1.0, "idle_timeout_seconds": 2.0}
     frame = request_frame(METADATA, 0, 9, b"\x00" * 1000)  # 50 s at one byte per 50 ms
@@ -210,6 +212,7 @@ def test_slow_frames_and_idle_connections_are_cut(tmp_path: Path) -> None:
         assert px.closed("idle_timeout") == 2
 
 
+@pytest.mark.slow
 def test_many_slow_frames_at_once(tmp_path: Path) -> None:
     """Slowloris: each connection holds a frame open; each is cut at its timeout."""
     limits: dict[str, Any] = {"frame_timeout_seconds": 1.0}
@@ -265,6 +268,7 @@ def produce_acks0(batch: bytes) -> bytes:
     return request_frame(PRODUCE, 3, 1, body, client_id="noanswer")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["zstd", "gzip"])
 def test_decompression_bomb_with_record_detail(tmp_path: Path, codec: str) -> None:
     frame = produce_acks0(bomb_batch(codec))
@@ -304,6 +308,7 @@ def legacy_wrapper(inflated: int) -> bytes:
     return legacy_message(0, gzip.compress(inner, 9), attributes=1)
 
 
+@pytest.mark.slow
 def test_legacy_wrapper_of_tiny_messages_with_record_detail(tmp_path: Path) -> None:
     frame = produce_acks0(legacy_wrapper(6 * MIB))
     assert len(frame) < 64 * 1024

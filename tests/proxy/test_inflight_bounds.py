@@ -154,6 +154,7 @@ def test_pause_holds_the_frame_and_all_after_it_until_resumed(
 # --- max_in_flight_requests ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pipelining_to_a_stuck_broker_holds_at_most_the_bound(tmp_path: Path) -> None:
     bound, sent = 64, 20_000
     broker = ScriptedBroker({"stuck": never_answer})
@@ -317,6 +318,7 @@ def test_raw_sasl_tokens_pass_a_bound_of_one(mechanism: str) -> None:
 # --- request_timeout_seconds -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_requests_left_unanswered_close_both_sides(tmp_path: Path) -> None:
     """20 connections, each with the default bound of requests pending to a broker that
     reads them and never answers: each closed at request_timeout_seconds, both sides."""

@@ -26,6 +26,8 @@ from bench.procs import memory_kib
 from bench.soak import ProxyProcess
 from codec import ApiKey
 
+pytestmark = pytest.mark.slow  # each test drives a proxy process through hundreds of MB
+
 FETCH = ApiKey.FETCH
 MB = 1_000_000
 SLOW_CONNECTIONS = 50

@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from support.hostile import Sentinel, connect, hostile_proxy
 from support.proxy_harness import LOCAL, read_frame, request_frame, write_frame
 
@@ -110,6 +111,7 @@ def longest_wait(times: list[float], start: float, end: float) -> float:
     return max(b - a for a, b in zip(points, points[1:], strict=False))
 
 
+@pytest.mark.slow
 def test_scrape_after_20000_distinct_values_of_every_kind(tmp_path: Path) -> None:
     scripts = {"evil-errors": erroring_broker, "evil-software": refusing_broker}
     with hostile_proxy(tmp_path, scripts, max_connections_per_ip=10_000) as (px, _broker):

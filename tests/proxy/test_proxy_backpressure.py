@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 
+import pytest
 from support.proxy_harness import (
     FakeBroker,
     ProxyThread,
@@ -20,6 +21,8 @@ from support.proxy_harness import (
 
 from codec import ApiKey
 from proxy.forward.connection import HIGH_WATER
+
+pytestmark = pytest.mark.slow  # each test waits for transport buffers to fill
 
 RESPONSE_BYTES = 64 * 1024 * 1024
 CHUNK = 1024 * 1024

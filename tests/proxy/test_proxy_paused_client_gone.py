@@ -193,6 +193,7 @@ def test_a_paused_client_that_leaves_is_released_at_once(
         assert px.metric("kafkalens_request_timeouts_total") == 0
 
 
+@pytest.mark.slow
 def test_without_epoll_the_sweeper_sees_a_paused_client_leave(tmp_path: Path) -> None:
     """Where epoll is missing the sweeper polls paused clients about once a second."""
     broker = StuckBroker(reading=True)
@@ -210,6 +211,7 @@ def test_without_epoll_the_sweeper_sees_a_paused_client_leave(tmp_path: Path) ->
         assert px.metric("kafkalens_incomplete_requests_unlogged_total") == 2000 - 2 * BOUND
 
 
+@pytest.mark.slow
 def test_a_fin_left_on_the_clients_host_ends_the_connection_at_the_brokers_answer(
     tmp_path: Path,
 ) -> None:

@@ -216,6 +216,7 @@ def test_oversized_frame_closes_only_that_connection() -> None:
         assert 'reason="frame_too_large"} 4.0' in closed
 
 
+@pytest.mark.slow
 def test_frame_and_idle_timeouts() -> None:
     limits = {"frame_timeout_seconds": 0.3, "idle_timeout_seconds": 0.8}
     with (

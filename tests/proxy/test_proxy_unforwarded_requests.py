@@ -66,6 +66,7 @@ def early(px: ObservedProxy) -> list[bytes]:
     return px.call(lambda: list(conns[0]._early)) if conns else []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reads", ["one_read", "two_reads"])
 def test_requests_sent_before_a_failed_broker_connection_are_logged_incomplete(
     tmp_path: Path, reads: str

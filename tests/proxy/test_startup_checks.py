@@ -187,6 +187,7 @@ OPERATOR_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(OPERATOR_CASES))
 def test_what_check_config_passes_starts_and_what_would_crash_is_one_line(
     tmp_path: Path, case: str
@@ -253,6 +254,7 @@ def test_flags_naming_a_bad_log_path_are_named(tmp_path: Path) -> None:
     assert code == 2 and err == "kafkalens: error: --log: /etc/passwd is not a directory\n"
 
 
+@pytest.mark.slow
 def test_check_config_creates_no_folder_and_names_those_the_proxy_creates(tmp_path: Path) -> None:
     """As the README says: check-config changes nothing and names each log folder that
     does not exist yet; kafkalens proxy creates them as it starts."""
