@@ -38,7 +38,7 @@ from the scan's end to report.html written) under 8 s at any size; the ingest at
 least 0.8x the floor's lines/s; the report over the ingested table at least 300,000
 lines/s; driver memory that does not grow with the input.
 
-Input: bench.synth logs (~660 bytes a line) written as the proxy rotates them:
+Input: support.synth logs (tests/support/synth.py) (~660 bytes a line) written as the proxy rotates them:
 100,000 lines a file, rotated files gzip-compressed (requests.log.N.gz), the active
 requests.log plain; one bad line in 100,003. Generated once per size into --dir and
 reused (two generator processes, one directory each). --lines scales every run.
@@ -69,7 +69,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.synth import Synth, to_line, write_rotated
+from support.synth import Synth, to_line, write_rotated
 
 ROOT = Path(__file__).resolve().parent.parent
 LINES_PER_FILE = 100_000

@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.procs import memory_kib, user_system_seconds
+from support.load import HOST, ProxyProcess
+from support.procs import memory_kib, user_system_seconds
+
 from bench.raw_broker import RawBroker, read_exactly, read_frame
-from bench.soak import HOST, ProxyProcess
 from codec import ApiKey
 
 FETCH = ApiKey.FETCH

@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 import uvloop
+from support import wire
+from support.procs import CpuWindow, mb, memory_kib, pss_kib
 
-from bench import wire
 from bench.aclient import close_clients, open_clients
-from bench.procs import CpuWindow, mb, memory_kib, pss_kib
 from bench.stats import summarize_ns
 
 

@@ -25,7 +25,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import arms, fronts, throughput, wire
+from support import wire
+
+from bench import arms, fronts, throughput
 from proxy.tansu import TansuBroker, free_port, wait_for_port
 
 DEFAULT_ARMS = ("python-relay", "kafkalens-bare", "kafkalens", "haproxy")

@@ -39,9 +39,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from support import wire  # noqa: E402
 from support.relay import Frame, RecordingRelay  # noqa: E402
 
-from bench import metadata, throughput, wire  # noqa: E402
+from bench import metadata, throughput  # noqa: E402
 from codec import ApiKey, decode_request, decode_response  # noqa: E402
 from proxy.config import Overrides, load_config  # noqa: E402
 from proxy.hooks import ConnectionInfo, Hooks, Pending  # noqa: E402

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from bench.procs import memory_kib
+from support.load import HOST, ProxyProcess
+from support.procs import memory_kib
+
 from bench.raw_broker import RawBroker, read_frame
-from bench.soak import HOST, ProxyProcess
 from codec import ApiKey
 
 API_VERSIONS, METADATA = ApiKey.API_VERSIONS, ApiKey.METADATA

@@ -11,8 +11,9 @@ import socket
 import time
 from typing import Any
 
-from bench import wire
-from bench.procs import CpuWindow
+from support import wire
+from support.procs import CpuWindow
+
 from bench.stats import summarize_ns
 
 BLOCK = 50  # requests per turn when alternating with the baseline

@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
+from support import wire
 
-from bench import wire
 from bench.latency import sequential
 
 PARTITIONS_PER_TOPIC = 10

@@ -9,7 +9,7 @@ round by round, each written to Spark's `noop` sink, with the tasks' CPU per lin
     ... --conf spark.sql.codegen.hugeMethodLimit=8000                 # any Spark setting
     ... --input /tmp/kafkalens-bench/1000000                          # other input
 
-Input: by default `--lines` lines of the benchmark's generator (bench.synth with
+Input: by default `--lines` lines of the benchmark's generator (tests/support/synth.py with
 bench_pipeline's mix: fleet fields, telemetry, bad lines) written once as plain text
 (no gzip in the picture) into --data; `--input` reads any logs instead.
 
@@ -41,8 +41,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support.synth import Synth, to_line, write_rotated
+
 from bench.bench_pipeline import LINES_PER_FILE
-from bench.synth import Synth, to_line, write_rotated
 
 Arm = Callable[[Any, list[str]], Any]
 TICK = os.sysconf("SC_CLK_TCK")

@@ -22,9 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from support.procs import CpuWindow
+
 from bench import throughput
 from bench.arms import RunningArm, start_arm
-from bench.procs import CpuWindow
 
 ARMS = ("kafkalens-telemetry-off", "kafkalens-telemetry")
 

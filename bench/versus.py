@@ -36,8 +36,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import conns, fixed_rate, latency, throughput, versus_arms, wire
-from bench.procs import CpuWindow
+from support import wire
+from support.procs import CpuWindow
+
+from bench import conns, fixed_rate, latency, throughput, versus_arms
 from bench.versus_arms import Bench, Front
 
 Row = dict[str, Any]

@@ -33,7 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import fronts, wire
+from support import wire
+
+from bench import fronts
 from bench.arms import ArmSkipped, kafkalens_command
 from proxy.apache_kafka import KafkaCluster, KafkaNode
 from proxy.tansu import free_port, wait_for_port

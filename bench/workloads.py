@@ -8,9 +8,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from bench import conns, latency, metadata, throughput, wire
+from support import wire
+from support.procs import CpuWindow, mb, memory_kib
+
+from bench import conns, latency, metadata, throughput
 from bench.arms import RunningArm
-from bench.procs import CpuWindow, mb, memory_kib
 from bench.profiling import Profiler
 from bench.settings import Sizes
 

@@ -28,7 +28,7 @@ from pipeline import report
 from pipeline.session import build_session, session_conf
 from pipeline.tables import FAMILIES
 
-ROWS = 50_000  # about the fine aggregation's rows at 1M lines of bench.synth (51,863)
+ROWS = 50_000  # about the fine aggregation's rows at 1M lines of support.synth (51,863)
 KEYS = [["a"], ["b"], ["c"], ["a", "b"], ["a", "c"], ["b", "c"], ["a", "b", "c"]]
 
 

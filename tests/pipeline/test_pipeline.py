@@ -1,6 +1,6 @@
 """`kafkalens report`: the Spark batch job, checked against a plain-Python reference.
 
-Synthetic logs (bench.synth) are written as the proxy would: rotated gzip files,
+Synthetic logs (support.synth) are written as the proxy would: rotated gzip files,
 the active plain file, a second directory reached by a glob whose last line is cut
 short, an empty file, malformed lines and events the report must ignore. Every table
 is then compared with what a straightforward Python computation over the same
@@ -21,8 +21,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from support.report_oracle import expected_only, failed, micros, micros_of, resolved, waits
+from support.synth import BAD_SAMPLES, Synth, to_line, write_rotated
 
-from bench.synth import BAD_SAMPLES, Synth, to_line, write_rotated
 from pipeline import html
 from pipeline.cli import report_main
 from pipeline.read import BadReason

@@ -22,8 +22,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from support.logs import age_like_proxy, file_lines
 from support.report_oracle import failed, waits
+from support.synth import Synth, to_line, write_rotated
 
-from bench.synth import Synth, to_line, write_rotated
 from pipeline.read import BadReason
 from pipeline.report import run_report
 from pipeline.watch import WatchOptions, run_watch

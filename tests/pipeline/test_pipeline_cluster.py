@@ -30,8 +30,8 @@ from support.logs import age_like_proxy
 from support.parquet_tables import tables
 from support.paths import REPO as ROOT
 from support.spark_cluster import PROJECT_PACKAGES, SparkCluster, importable, standalone_cluster
+from support.synth import Synth, to_line, write_rotated
 
-from bench.synth import Synth, to_line, write_rotated
 from pipeline.cli import report_main, watch_main
 
 # Every test here runs a Spark standalone cluster or a `kafkalens` command on one.

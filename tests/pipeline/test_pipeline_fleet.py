@@ -16,9 +16,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from support import fleet_oracle as oracle
+from support.synth import Synth, to_line, write_rotated
+from support.synth_fleet import PARTITIONS
 
-from bench.synth import Synth, to_line, write_rotated
-from bench.synth_fleet import PARTITIONS
 from pipeline.report import run_report
 from pipeline.summary import ReportResult
 

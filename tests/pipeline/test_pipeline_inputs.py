@@ -18,8 +18,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType
 from support.paths import REPO as ROOT
+from support.synth import Synth, to_line
 
-from bench.synth import Synth, to_line
 from pipeline.cli import missing_extra, report_main
 from pipeline.read import InputError
 from pipeline.report import run_report

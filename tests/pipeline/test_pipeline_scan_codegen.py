@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from support.synth import Synth, to_line, write_rotated
 
-from bench.synth import Synth, to_line, write_rotated
 from pipeline.fine import fine_rows
 from pipeline.read import parse_lines, read_logs
 from pipeline.session import session_conf

@@ -68,7 +68,8 @@ def test_the_reports_aggregation_is_cached_on_disk_not_in_the_heap(
     """The fine aggregation has a row per distinct bad line: built in the heap, 3M of
     them kept a 1g driver collecting garbage for 12+ minutes (pipeline/README). The
     report keeps it on disk only: none of its blocks in memory, all on disk."""
-    from bench.synth import Synth, to_line
+    from support.synth import Synth, to_line
+
     from pipeline.read import parse_lines, read_logs
     from pipeline.report import _scan
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from support.synth import Synth, to_line, write_rotated
 
-from bench.synth import Synth, to_line, write_rotated
 from pipeline import report
 from pipeline.session import session_conf
 

@@ -27,8 +27,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from support.logs import age_like_proxy, file_lines
 from support.paths import REPO as ROOT
+from support.synth import Synth, to_line, write_rotated
 
-from bench.synth import Synth, to_line, write_rotated
 from pipeline.spool import BAD_AFTER_SECONDS, Spool
 from pipeline.watch import WatchOptions, run_watch
 

@@ -26,8 +26,8 @@ from pyspark.sql import functions as F
 from support.clients import FETCH_MAX_WAIT_MS, run_workload
 from support.observed import observed_in_front_of
 from support.report_oracle import failed, waits
+from support.synth import iso
 
-from bench.synth import iso
 from pipeline.watch import WatchOptions, run_watch
 
 IDLE_POLL_S = 3.0

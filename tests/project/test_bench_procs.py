@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from bench.procs import CpuWindow, memory_kib, pss_kib, user_system_seconds
+from support.procs import CpuWindow, memory_kib, pss_kib, user_system_seconds
 
 
 def _burn_user(seconds: float) -> None:

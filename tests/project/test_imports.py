@@ -265,12 +265,50 @@ def test_the_checker_sees_test_modules_imported() -> None:
     assert imported_test_modules(source) == {"test_a", "test_b", "test_c"}
 
 
+# The tests' rooms mirror the code's (ARCHITECTURE.md, "The rooms"); tests/support holds
+# every helper, tests/data the golden frames, tests/peers the peer programs.
+TEST_ROOMS = frozenset(
+    {"codec", "proxy", "observe", "gateway", "capture", "pipeline", "interop", "deploy", "project"}
+)
+TESTS = ROOT / "tests"
+NOT_ROOMS = frozenset({"support", "data", "peers", "__pycache__"})
+
+
+def python_files_of_tests() -> list[Path]:
+    """Every Python file of tests/ but the peer programs'."""
+    return sorted(p for p in TESTS.rglob("*.py") if "peers" not in p.relative_to(TESTS).parts)
+
+
+def test_every_test_module_is_in_a_room_and_helpers_only_in_support() -> None:
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    assert folders - NOT_ROOMS == TEST_ROOMS, sorted(folders ^ (TEST_ROOMS | NOT_ROOMS))
+    assert sorted(p.name for p in TESTS.glob("*.py")) == ["conftest.py"]
+    misplaced = [
+        str(p.relative_to(TESTS))
+        for room in TEST_ROOMS
+        for p in (TESTS / room).rglob("*.py")
+        if not p.name.startswith("test_")
+    ]
+    assert not misplaced, f"helpers belong in tests/support/: {misplaced}"
+
+
 def test_no_test_module_imports_another() -> None:
     """Helpers live in tests/support/; a test module is never another's library (its
     fixtures and checks would run, or break, with the module that imports them)."""
-    tests = ROOT / "tests"
     found = {
-        path.name: sorted(imported_test_modules(path.read_text(encoding="utf-8")))
-        for path in sorted([*tests.glob("*.py"), *(tests / "support").rglob("*.py")])
+        str(path.relative_to(TESTS)): sorted(imported_test_modules(path.read_text(encoding="utf-8")))
+        for path in python_files_of_tests()
     }
     assert not {name: imported for name, imported in found.items() if imported}
+
+
+def test_no_test_imports_bench() -> None:
+    """bench/ may use the tests' helpers, never the other way round: what a test needs
+    from a benchmark's module belongs in tests/support (bench's own checks live in
+    bench/checks)."""
+    found = {
+        str(path.relative_to(TESTS)): "bench"
+        for path in python_files_of_tests()
+        if "bench" in top_level_imports(path.read_text(encoding="utf-8"))
+    }
+    assert not found, found

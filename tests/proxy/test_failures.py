@@ -1,7 +1,7 @@
 """Faults survived with nothing lost: the broker or the proxy restarted under load, the
 broker missing when the proxy starts, clients that leave mid-request or half-close.
 
-The proxy is `kafkalens proxy` in its own process (bench/soak.py's `ProxyProcess`), so
+The proxy is `kafkalens proxy` in its own process (support.load's `ProxyProcess`), so
 its open files (/proc/PID/fd) and the `kafkalens_pending_requests` gauge are its own.
 Every record counts as delivered only when librdkafka's delivery report says the broker
 acknowledged it (acks=all); a fresh consumer reads the topic back afterwards.
@@ -17,9 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.proxy_harness import api_versions_v0, is_closed, produce_v3, read_frame
-
-from bench.soak import (
+from support.load import (
     HOST,
     ConsumerLoop,
     ProducerLoop,
@@ -27,6 +25,8 @@ from bench.soak import (
     create_topic,
     read_all,
 )
+from support.proxy_harness import api_versions_v0, is_closed, produce_v3, read_frame
+
 from codec import ApiKey, Request, encode_request
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port, tansu_binary
 

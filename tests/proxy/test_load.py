@@ -1,7 +1,7 @@
 """Load held: 1,000 connections at once, and a short soak at steady load with no growth.
 
-The proxy is `kafkalens proxy` in its own process (bench/soak.py's `ProxyProcess`): its
-RSS, open files and pending requests are its own. `python -m bench.soak --minutes N` is
+The proxy is `kafkalens proxy` in its own process (support.load's `ProxyProcess`): its
+RSS, open files and pending requests are its own. `python -m bench.proxy.soak --minutes N` is
 the long version of the soak.
 """
 
@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support import wire
+from support.load import HOST, Figures, Load, ProxyProcess
 from support.proxy_harness import api_versions_v0
 
-from bench import wire
-from bench.soak import HOST, Figures, Load, ProxyProcess
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port, tansu_binary
 
 try:

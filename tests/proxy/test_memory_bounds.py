@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.load import ProxyProcess
+from support.procs import memory_kib
 from support.proxy_harness import FakeBroker, read_exactly, read_frame, record_batch, request_frame
 
-from bench.procs import memory_kib
-from bench.soak import ProxyProcess
 from codec import ApiKey
 
 pytestmark = pytest.mark.slow  # each test drives a proxy process through hundreds of MB

@@ -1,17 +1,13 @@
-"""Soak a `kafkalens proxy` process: steady load, its RSS, open files and pending requests
-printed over time.
-
-    .venv/bin/python -m bench.soak --minutes 5
-
-Also the building blocks of tests/proxy/test_load.py and tests/proxy/test_failures.py: `ProxyProcess`
-(the CLI as a user runs it, on fixed ports so it can be restarted in place), `Figures`
-(what /proc and /metrics say about it), the load loops (`ProducerLoop` records every
-record the broker acknowledged, `ConsumerLoop`, `SmallRequests`) and `read_all`.
+"""A `kafkalens proxy` process and the load driven through it, for tests/proxy/test_load.py,
+tests/proxy/test_failures.py, tests/proxy/test_memory_bounds.py and the long soak
+(`python -m bench.proxy.soak`): `ProxyProcess` (the CLI as a user runs it, on fixed
+ports so it can be restarted in place), `Figures` (what /proc and /metrics say about
+it), the load loops (`ProducerLoop` records every record the broker acknowledged,
+`ConsumerLoop`, `SmallRequests`, all of them at once as `Load`) and `read_all`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -19,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -32,11 +27,11 @@ from typing import Any, Self
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from bench import wire
-from bench.procs import memory_kib
-from proxy.tansu import TansuBroker, free_port
+from proxy.tansu import free_port
+from support import wire
+from support.paths import REPO
+from support.procs import memory_kib
 
-REPO = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 
 
@@ -422,48 +417,3 @@ class Load:
 
     def progress(self) -> str:
         return "  ".join(f"{name} {n}" for name, n in self.counts().items())
-
-
-# --- the long soak ----------------------------------------------------------------------
-
-
-def soak(minutes: float, every: float, out: Path) -> int:
-    broker_port = free_port()
-    proxy = ProxyProcess(out, f"{HOST}:{broker_port}").start()
-    broker = TansuBroker(port=broker_port, advertised_port=proxy.port, log_path=out / "tansu.log")
-    try:
-        broker.start()
-        baseline = proxy.baseline()
-        print(f"idle      {proxy.figures().line()}", flush=True)
-        load = Load(proxy.bootstrap).start()
-        started = time.monotonic()
-        end = started + minutes * 60
-        while time.monotonic() < end:
-            time.sleep(min(every, max(0.0, end - time.monotonic())))
-            elapsed = time.monotonic() - started
-            print(f"{elapsed:6.0f} s  {proxy.figures().line()}  {load.progress()}", flush=True)
-        load.stop()
-        after = proxy.settle(baseline)
-        print(f"after     {after.line()}", flush=True)
-        print(f"totals    {load.progress()}", flush=True)
-        return 0 if after.open_files <= baseline and after.pending == 0 else 1
-    finally:
-        proxy.kill()
-        broker.stop()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
-    parser.add_argument("--minutes", type=float, default=5.0)
-    parser.add_argument("--every", type=float, default=15.0, help="seconds between lines")
-    parser.add_argument("--out", type=Path, help="work directory (default: a temporary one)")
-    args = parser.parse_args(argv)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        return soak(args.minutes, args.every, args.out)
-    with tempfile.TemporaryDirectory(prefix="kafkalens-soak-") as work:
-        return soak(args.minutes, args.every, Path(work))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.synth_fleet import Fleet
+from support.synth_fleet import Fleet
 
 Event = dict[str, Any]
 

@@ -1,4 +1,4 @@
-"""The fleet behind bench.synth's clients: brokers leading partitions, offsets that
+"""The fleet behind support.synth's clients: brokers leading partitions, offsets that
 move, and the fields the proxy logs about them (the shared contract of #20 and #21).
 
 Each connection goes to one broker, whose sidecar writes its lines; a Fetch there
@@ -15,7 +15,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bench.synth import Client
+    from support.synth import Client
 
 Event = dict[str, Any]
 
