@@ -5,7 +5,7 @@
  * runs it: decoder(buf, pos, end, budget) -> (dict, pos) is interpreter.decode, and
  * decoder.skim(buf, pos, end, budget, found) -> pos is interpreter.skim. The functions
  * have the Python ones' names and shape (struct, value, array, tagged); the Python one is
- * the reference, and tests/test_codec_interpreters.py holds this one to the same dicts,
+ * the reference, and tests/codec/test_codec_accel.py holds this one to the same dicts,
  * positions, budgets and errors (class, message, offset). Calls it does not take (a
  * buffer that is not a 1-D byte memoryview, positions out of it, a budget that is not a
  * list holding an int) go to the fallbacks, the Python interpreter, unchanged.
