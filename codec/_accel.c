@@ -34,7 +34,7 @@
 /* CPython 3.11 only (the layout verified at load, see put_direct): a decoded struct's
  * values go straight into its dict's entries, PyDict_SetItem's lookup skipped. Worth
  * the risk of writing into a private structure: callgrind's instructions per decode of
- * bench/bench_codec.py's frames, this file built with the direct writes and with
+ * bench/codec/decode.py's frames, this file built with the direct writes and with
  * -DKAFKALENS_NO_DICT_WRITES (public API only), are Fetch (100 partitions) 238,483 vs
  * 364,093 (the public API +53 %) and Metadata (1,000 partitions) 4,007,137 vs
  * 5,106,779 (+27 %); bench/HISTORY.md says how. The internal header needs

@@ -91,7 +91,7 @@ def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None =
     Directories are read recursively (hidden names skipped, as Spark does). A file
     Spark cannot read to its end fails the job (`ignoreCorruptFiles` stays off: it
     would drop the rest of the file without a word). `schema` is the report's unless
-    given (bench.scan_cost measures others)."""
+    given (bench.pipeline.scan_cost measures others)."""
     reader = spark.read.schema(schema or LINE_SCHEMA).options(**JSON_OPTIONS)
     if recursive:
         reader = reader.option("recursiveFileLookup", "true")

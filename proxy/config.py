@@ -838,7 +838,7 @@ class Limits:
         doc="SO_SNDBUF and SO_RCVBUF of both sockets of a connection (the kernel doubles it):"
         " bounds the kernel's buffers as the proxy's own are bounded. 0: the kernel's"
         " autotuned sizes (up to net.ipv4.tcp_wmem/tcp_rmem max, MBs per socket). 256 KiB"
-        " cost ~20 % more proxy CPU per GB on big frames than 1 MiB (bench.big_frames).",
+        " cost ~20 % more proxy CPU per GB on big frames than 1 MiB (bench.proxy.big_frames).",
     )
 
     def _check(self, path: str) -> None:

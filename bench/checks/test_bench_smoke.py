@@ -1,6 +1,6 @@
 """The benchmark harness end to end in its tiny size: direct and kafkalens arms only.
 
-Keeps `python -m bench.run` from rotting; the figures themselves are not judged here.
+Keeps `python -m bench.proxy.run` from rotting; the figures themselves are not judged here.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ def _tansu_available() -> bool:
     return True
 
 
-# `python -m bench.run` starts tansu for its arms.
+# `python -m bench.proxy.run` starts tansu for its arms.
 pytestmark = [pytest.mark.broker, pytest.mark.skipif(not _tansu_available(), reason="no tansu binary")]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
     out = tmp_path_factory.mktemp("bench")
-    cmd = [sys.executable, "-m", "bench.run", "--size", "tiny", "--arms", "direct,kafkalens"]
+    cmd = [sys.executable, "-m", "bench.proxy.run", "--size", "tiny", "--arms", "direct,kafkalens"]
     done = subprocess.run(
         [*cmd, "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=180
     )
@@ -87,7 +87,7 @@ def test_goals_judged(results: tuple[Path, list[dict[str, Any]]]) -> None:
 
 
 def test_each_goal_shows_whether_the_plain_relay_meets_it() -> None:
-    from bench import goals as goal_module
+    from bench.proxy import goals as goal_module
 
     lens = {"arm": "kafkalens", "cpu_us_per_small_request": 90.0, "produce_vs_direct": 0.9}
     relay = {"arm": "haproxy", "cpu_us_per_small_request": 70.0, "produce_vs_direct": 0.8}

@@ -1,4 +1,4 @@
-"""`python -m bench.versus` (kafkalens beside the other proxies, in front of Apache Kafka).
+"""`python -m bench.proxy.versus` (kafkalens beside the other proxies, in front of Apache Kafka).
 
 Two guards, neither judging the figures: the goals' arithmetic on made-up summaries
 (met, missed and not measured as the issue states them), and a tiny run of the real
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bench import versus_report
+from bench.proxy import versus_report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[
             pytest.fail(reason)
         pytest.skip(reason)
     out = tmp_path_factory.mktemp("versus")
-    cmd = [sys.executable, "-m", "bench.versus", "--size", "tiny", "--workloads", "small,idle"]
+    cmd = [sys.executable, "-m", "bench.proxy.versus", "--size", "tiny", "--workloads", "small,idle"]
     cmd += ["--arms", "direct,haproxy,kroxylicious,kafkalens", "--out", str(out)]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]

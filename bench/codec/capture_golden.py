@@ -1,6 +1,6 @@
 """Capture golden Kafka protocol frames from real client libraries talking to tansu.
 
-    .venv/bin/python bench/capture_golden.py [--out tests/data/golden]
+    .venv/bin/python bench/codec/capture_golden.py [--out tests/data/golden]
 
 Each client scenario gets a fresh in-memory tansu broker behind a RecordingRelay
 (tests/support/relay.py) and runs the workloads of tests/support/clients.py:
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     entries = capture(args.out)
     index = {
-        "generated_by": "bench/capture_golden.py",
+        "generated_by": "bench/codec/capture_golden.py",
         "broker": Path(tansu_binary()).name,
         "frame_format": "frame body without the 4-byte length prefix",
         "notes": NOTES,

@@ -2,8 +2,8 @@
 
 Not a test. Run from the repository root (kio comes with the test extras):
 
-    .venv/bin/python -m bench.bench_codec              # JSON lines, then a markdown table
-    .venv/bin/python -m bench.bench_codec --profile    # plus cProfile of kafkalens per case
+    .venv/bin/python -m bench.codec.decode              # JSON lines, then a markdown table
+    .venv/bin/python -m bench.codec.decode --profile    # plus cProfile of kafkalens per case
 
 Cases (each at the newest version both codecs know): a Produce request carrying one
 1 MiB record batch; a Fetch response with 100 partitions of 256-byte record blobs; a

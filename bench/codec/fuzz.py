@@ -1,8 +1,8 @@
 """Mutation fuzzer for the codec, seeded with real traffic. Not a test; run from the
 repository root:
 
-    .venv/bin/python -m bench.fuzz_codec --seconds 600      # a long run, a fresh seed
-    .venv/bin/python -m bench.fuzz_codec --seed 0 --runs 20000 --seconds 60 --json
+    .venv/bin/python -m bench.codec.fuzz --seconds 600      # a long run, a fresh seed
+    .venv/bin/python -m bench.codec.fuzz --seed 0 --runs 20000 --seconds 60 --json
                                                             # what tests/codec/test_fuzz_short.py runs
 
 Seeds: every frame captured in tests/data/golden (decoded as the api and version it
@@ -18,7 +18,7 @@ not seen before for its target (decoded, or a new DecodeError reason) joins the 
 so later mutations start further in. Requests and responses that decode are followed
 into their records, group payloads and SASL tokens, as the proxy's hooks would.
 
-Invariants, per input (a violation is a finding, saved under bench/fuzz-findings/):
+Invariants, per input (a violation is a finding, saved under bench/codec/fuzz-findings/):
 * only codec.errors.DecodeError is raised; codec.sasl raises nothing at all;
 * tracemalloc's peak stays under 64 x the input's size + 1 MiB (the Rust decompressors
   allocate outside its sight; their output is capped by a 64 KiB max_bytes here);
@@ -52,7 +52,7 @@ from codec.peek import peek_request, produce_acks
 from codec.records import decompress, iter_batches, iter_records, summarize
 from codec.sasl import sasl_principal
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "golden"
 FINDINGS = Path(__file__).resolve().parent / "fuzz-findings"
 MAX_BYTES = 64 * 1024  # max_bytes given to the records readers and decompress

@@ -4,9 +4,9 @@ Not a test. Wall-clock figures on a shared machine swing by ±20 %; instruction 
 do not (the same binary, input and environment give the same count whatever else the
 machine runs), so "no slower than kio" is also checked this way:
 
-    .venv/bin/python -m bench.codec_instructions            # every case, ~5 minutes
-    .venv/bin/python -m bench.codec_instructions fetch_100_partitions
-    .venv/bin/python -m bench.codec_instructions --streamed   # codec.stream alone, no kio
+    .venv/bin/python -m bench.codec.instructions            # every case, ~5 minutes
+    .venv/bin/python -m bench.codec.instructions fetch_100_partitions
+    .venv/bin/python -m bench.codec.instructions --streamed   # codec.stream alone, no kio
 
 `--streamed` counts kafkalens's streaming decoder (codec/stream.py) instead, the frame
 fed in pieces of STREAM_PIECE bytes, as the proxy decodes frames too big to hold.
@@ -34,7 +34,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from bench.bench_codec import (
+from bench.codec.decode import (
     Case,
     fetch_case,
     join_group_case,
@@ -87,7 +87,7 @@ def run_child(case_name: str, side: str, calls: int) -> None:
 def counters(case_name: str, side: str, calls: int) -> dict[str, int]:
     command = [
         "valgrind", "--tool=callgrind", "--cache-sim=yes", "--callgrind-out-file=/dev/null",
-        sys.executable, "-m", "bench.codec_instructions", "--child", case_name, side, str(calls),
+        sys.executable, "-m", "bench.codec.instructions", "--child", case_name, side, str(calls),
     ]
     env = dict(os.environ, PYTHONHASHSEED="0")
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)

@@ -1,6 +1,6 @@
 """Timings of codec.records on 1 MiB of records: header summary, CRC, full iteration.
 
-Not a test. Run from the repository root: .venv/bin/python bench/bench_records.py
+Not a test. Run from the repository root: .venv/bin/python bench/codec/records.py
 Batches are built with kafka-python (the tests' oracle), so the test extras are needed.
 """
 
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from support.records_oracle import Spec, build_v2  # noqa: E402
 

@@ -4,19 +4,19 @@ Not a test: a tool for changes to codec/ that must not change a single decode. R
 from the root of each checkout, with that checkout's venv (the script may live in
 either; only the public codec API is used, so it runs against older trees too):
 
-    .venv/bin/python -m bench.codec_same corpus /tmp/corpus.pickle     # once, in either
-    .venv/bin/python bench/codec_same.py outcomes /tmp/corpus.pickle /tmp/new.json
-    (cd ../baseline && .venv/bin/python ../kafkalens/bench/codec_same.py \
+    .venv/bin/python -m bench.codec.same corpus /tmp/corpus.pickle     # once, in either
+    .venv/bin/python bench/codec/same.py outcomes /tmp/corpus.pickle /tmp/new.json
+    (cd ../baseline && .venv/bin/python ../kafkalens/bench/codec/same.py \
         outcomes /tmp/corpus.pickle /tmp/old.json)
-    .venv/bin/python -m bench.codec_same compare /tmp/old.json /tmp/new.json
-    .venv/bin/python -m bench.codec_same show /tmp/corpus.pickle 1234  # one case, in full
+    .venv/bin/python -m bench.codec.same compare /tmp/old.json /tmp/new.json
+    .venv/bin/python -m bench.codec.same show /tmp/corpus.pickle 1234  # one case, in full
 
 Run `outcomes` with and without KAFKALENS_PURE_CODEC=1 to cover both interpreters.
 
 The corpus: every golden frame (tests/data/golden) whole, cut at up to 40 places, with
 junk after it and with bytes changed; frames of every api, version and direction built
 from Hypothesis values (unknown tagged fields, explicit tags, records of real batches
-where the tests put them); the inputs of a seeded bench.fuzz_codec run. For each frame
+where the tests put them); the inputs of a seeded bench.codec.fuzz run. For each frame
 the outcome is the decoded header and body (every key, value and type, bytes fields as
 views of the frame or not, read-only shared defaults as such) or the error (class,
 message, offset, api, version, direction), then re-encoding it, the skimmer's result
@@ -144,7 +144,7 @@ def fuzz_cases(runs: int, seed: int) -> list[Case]:
     import signal
     import tracemalloc
 
-    from bench import fuzz_codec
+    from bench.codec import fuzz as fuzz_codec
 
     seen: list[Case] = []
     real_run = fuzz_codec.Fuzzer.run_one

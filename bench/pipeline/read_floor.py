@@ -2,9 +2,9 @@
 builds it: pipeline.session) reads every line and writes it to Spark's `noop` sink,
 then exits. No aggregation, no report.html.
 
-    PYTHONPATH=. .venv/bin/python -m bench.read_floor LOGS [--master URL]
-    PYTHONPATH=. .venv/bin/python -m bench.read_floor --table TABLE [--master URL]
-    PYTHONPATH=. .venv/bin/python -m bench.read_floor --table TABLE --rewrite DIR
+    PYTHONPATH=. .venv/bin/python -m bench.pipeline.read_floor LOGS [--master URL]
+    PYTHONPATH=. .venv/bin/python -m bench.pipeline.read_floor --table TABLE [--master URL]
+    PYTHONPATH=. .venv/bin/python -m bench.pipeline.read_floor --table TABLE --rewrite DIR
 
 LOGS: the JSON request logs, read and parsed with the report's schema
 (pipeline.read.read_logs): the floor the report over raw logs and the ingest are

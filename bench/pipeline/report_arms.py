@@ -2,7 +2,7 @@
 interleaved before/after of a change to the pipeline.
 
     git archive BASE | tar -x -C /tmp/before       # the code before, as a tree
-    PYTHONPATH=. .venv/bin/python -m bench.report_arms --logs /tmp/kafkalens-bench/1000000 \\
+    PYTHONPATH=. .venv/bin/python -m bench.pipeline.report_arms --logs /tmp/kafkalens-bench/1000000 \\
         --tree before=/tmp/before --tree after=. --rounds 2
 
 Each run is `python -m pipeline.cli report LOGS --out DIR --master local[*]` started in its
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_pipeline import _cpu_seconds, _family, _loadavg, base_env
+from bench.pipeline.speed import _cpu_seconds, _family, _loadavg, base_env
 
 
 def event_figures(event_dir: Path) -> dict[str, float]:

@@ -2,9 +2,9 @@
 complete with Spark's default driver memory (1g), the driver's memory not growing
 with the input.
 
-    .venv/bin/python bench/bench_report_inputs.py                 # both inputs
-    .venv/bin/python bench/bench_report_inputs.py --only bad      # 3M bad + 200k good lines
-    .venv/bin/python bench/bench_report_inputs.py --only conns    # 200k short connections
+    .venv/bin/python bench/pipeline/report_inputs.py                 # both inputs
+    .venv/bin/python bench/pipeline/report_inputs.py --only bad      # 3M bad + 200k good lines
+    .venv/bin/python bench/pipeline/report_inputs.py --only conns    # 200k short connections
 
 `bad`: 3,000,000 lines that are not JSON (and 200,000 good ones), in 10 gzip files.
 `conns`: 200,000 connections of five lines each (open, ApiVersions, Metadata, Produce,

@@ -2,9 +2,9 @@
 input in one local SparkSession (built as pipeline.session builds it), interleaved
 round by round, each written to Spark's `noop` sink, with the tasks' CPU per line.
 
-    PYTHONPATH=. .venv/bin/python -m bench.scan_cost                 # every arm, 3 rounds
-    PYTHONPATH=. .venv/bin/python -m bench.scan_cost --arms json fine --rounds 5
-    PYTHONPATH=. .venv/bin/python -m bench.scan_cost --arms fine \
+    PYTHONPATH=. .venv/bin/python -m bench.pipeline.scan_cost                 # every arm, 3 rounds
+    PYTHONPATH=. .venv/bin/python -m bench.pipeline.scan_cost --arms json fine --rounds 5
+    PYTHONPATH=. .venv/bin/python -m bench.pipeline.scan_cost --arms fine \
         --jvm base= --jvm huge=-XX:-DontCompileHugeMethods         # JVM arms, see below
     ... --conf spark.sql.codegen.hugeMethodLimit=8000                 # any Spark setting
     ... --input /tmp/kafkalens-bench/1000000                          # other input
@@ -43,7 +43,7 @@ from typing import Any
 
 from support.synth import Synth, to_line, write_rotated
 
-from bench.bench_pipeline import LINES_PER_FILE
+from bench.pipeline.speed import LINES_PER_FILE
 
 Arm = Callable[[Any, list[str]], Any]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -328,7 +328,7 @@ def run_jvm_arms(args: argparse.Namespace) -> list[dict[str, Any]]:
         for spec in args.jvm:
             name, _, options = spec.partition("=")
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
-                cmd = [sys.executable, "-m", "bench.scan_cost", "--rounds", "1",
+                cmd = [sys.executable, "-m", "bench.pipeline.scan_cost", "--rounds", "1",
                        f"--java-options={args.java_options} {options}".strip(),
                        "--json", out.name, "--data", str(args.data), "--lines", str(args.lines),
                        "--arms", *args.arms, *[x for c in args.conf for x in ("--conf", c)],

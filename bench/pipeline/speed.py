@@ -3,24 +3,24 @@
 measured in the same invocation; the work after the scan; driver memory; how the scan
 splits over a cluster's executors.
 
-    .venv/bin/python -m bench.bench_pipeline              # every run, side by side
-    .venv/bin/python -m bench.bench_pipeline --runs read-5M local-5M
-    .venv/bin/python -m bench.bench_pipeline --lines 200000     # a quick dry run
-    .venv/bin/python -m bench.bench_pipeline --runs local-1M \
+    .venv/bin/python -m bench.pipeline.speed              # every run, side by side
+    .venv/bin/python -m bench.pipeline.speed --runs read-5M local-5M
+    .venv/bin/python -m bench.pipeline.speed --lines 200000     # a quick dry run
+    .venv/bin/python -m bench.pipeline.speed --runs local-1M \
         --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=/tmp/ev   # an arm
 
 Runs, in one invocation, in this order (each a fresh driver through the command line,
 as a user runs it):
 
     read-5M       the floor: a fresh local driver only reads and parses the 5M lines
-                  with the report's schema (bench.read_floor), no table
+                  with the report's schema (bench.pipeline.read_floor), no table
     local-5M      `kafkalens report` over the 5M lines on local[*]
     ingest-5M     `kafkalens ingest --once --no-spool` of the same files into a table
     table-5M      `kafkalens report --table` over that table
     table-read-5M the floor over the table: a fresh driver only reads its every column
-                  (bench.read_floor --table)
+                  (bench.pipeline.read_floor --table)
     rewrite-5M    the table's rows read and written again as the ingest writes them
-                  (bench.read_floor --rewrite): less table-read-5M, what Spark's
+                  (bench.pipeline.read_floor --rewrite): less table-read-5M, what Spark's
                   Parquet writer alone costs the ingest
     local-1M      the report over 1M lines (driver memory and the work after the scan
                   at another size)
@@ -71,12 +71,12 @@ from pathlib import Path
 
 from support.synth import Synth, to_line, write_rotated
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LINES_PER_FILE = 100_000
 GENERATORS = 2
 RUNS: dict[str, tuple[int, str | int]] = {  # name -> (millions of lines, "local",
-    # workers on a standalone cluster, "read": bench.read_floor, "ingest", "table",
-    # "table-read" and "rewrite": bench.read_floor over the table)
+    # workers on a standalone cluster, "read": bench.pipeline.read_floor, "ingest", "table",
+    # "table-read" and "rewrite": bench.pipeline.read_floor over the table)
     "read-5M": (5, "read"),
     "local-5M": (5, "local"),
     "ingest-5M": (5, "ingest"),
@@ -268,7 +268,7 @@ def run_one(name: str, lines: int, logs: Path, work: Path, executor_python: str,
         return measure(name, lines, report_cmd(logs, out, "local[*]"),
                        with_conf(base_env(), conf))
     if where == "read":
-        floor = [sys.executable, "-m", "bench.read_floor", str(logs), "--master", "local[*]"]
+        floor = [sys.executable, "-m", "bench.pipeline.read_floor", str(logs), "--master", "local[*]"]
         return measure(name, lines, floor, with_conf(base_env(), conf))
     if where == "ingest":
         shutil.rmtree(table, ignore_errors=True)
@@ -276,7 +276,7 @@ def run_one(name: str, lines: int, logs: Path, work: Path, executor_python: str,
     if where in ("table", "table-read", "rewrite"):
         if not (table / "_spark_metadata").exists():
             raise SystemExit(f"{name}: no table at {table}: run ingest-5M first")
-        floor = [sys.executable, "-m", "bench.read_floor", "--table", str(table),
+        floor = [sys.executable, "-m", "bench.pipeline.read_floor", "--table", str(table),
                  "--master", "local[*]"]
         if where == "table":
             cmd = report_cmd(table, out, "local[*]", table=True)

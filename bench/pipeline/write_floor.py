@@ -4,7 +4,7 @@ of a cached 50,000-row frame, each as the report writes a table
 (pipeline.report.write_table: one task, sorted, rows counted and the first kept as they
 pass, Parquet), from five threads as the report does, in rounds.
 
-    PYTHONPATH=. .venv/bin/python -m bench.write_floor [--rounds 3] [--master URL]
+    PYTHONPATH=. .venv/bin/python -m bench.pipeline.write_floor [--rounds 3] [--master URL]
 
 The first round is the JVM meeting these operators for the first time, as the report's
 tables do after its scan; later rounds are the same writes warm. Beside the report's

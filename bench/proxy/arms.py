@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import fronts
+from bench.proxy import fronts
 from proxy.tansu import TansuBroker, free_port, wait_for_port
 
 HOST = "127.0.0.1"
@@ -32,8 +32,7 @@ EXTRA_ARMS = (
     "kafkalens-telemetry-off",
     "kafkalens-telemetry",
 )
-# The telemetry pair prices KIP-714 collection (bench/telemetry_cost.py runs them
-# interleaved): telemetry off altogether, and collect mode with every client pushing
+# The telemetry pair prices KIP-714 collection: telemetry off altogether, and collect mode with every client pushing
 # its metrics each second (decoded, kept, logged). `kafkalens-nolag`: kafkalens with
 # `lag.enabled: false` (consumer lag and topic traffic off), to price them against
 # `kafkalens` in the same run.
@@ -184,18 +183,18 @@ def _baseline_env(launch: Launch) -> dict[str, str]:
 
 def _bare(launch: Launch) -> subprocess.Popen[bytes]:
     config = fronts.write_kafkalens_config(launch.work / f"{launch.name}.yaml", 1, False)
-    cmd = [sys.executable, "-m", "bench.bare_proxy", "--config", str(config), *_addresses(launch)]
+    cmd = [sys.executable, "-m", "bench.proxy.bare_proxy", "--config", str(config), *_addresses(launch)]
     launch.notes.append("no hooks: no decoding, request log or per-request metrics")
     return fronts.spawn(cmd, launch.log, fronts.working_tree_env())
 
 
 def _bare_baseline(launch: Launch) -> subprocess.Popen[bytes]:
-    """The bare machinery of the baseline checkout (bench.bare_proxy from this tree on
+    """The bare machinery of the baseline checkout (bench.proxy.bare_proxy from this tree on
     top of the baseline's proxy/): a change to forwarding, priced without the hooks."""
     env = _baseline_env(launch)
     env["PYTHONPATH"] += os.pathsep + str(fronts.REPO)
     config = fronts.write_kafkalens_config(launch.work / f"{launch.name}.yaml", 1, False)
-    cmd = [sys.executable, "-P", "-m", "bench.bare_proxy", "--config", str(config)]
+    cmd = [sys.executable, "-P", "-m", "bench.proxy.bare_proxy", "--config", str(config)]
     launch.notes.append("no hooks, the baseline checkout's forwarding")
     return fronts.spawn([*cmd, *_addresses(launch)], launch.log, env)
 
@@ -204,7 +203,7 @@ def _python_relay(launch: Launch) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable,
         "-m",
-        "bench.plain_relay",
+        "bench.proxy.plain_relay",
         "--listen",
         f"{HOST}:{launch.front}",
         "--upstream",

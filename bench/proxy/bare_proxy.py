@@ -1,7 +1,7 @@
 """kafkalens's forwarding machinery with the no-op `Hooks`: no decoding, request log or
 per-request metrics. Not a kafkalens mode: the `kafkalens-bare` arm, to price the hooks.
 
-    python -m bench.bare_proxy --listen HOST:PORT --upstream HOST:PORT --metrics HOST:PORT
+    python -m bench.proxy.bare_proxy --listen HOST:PORT --upstream HOST:PORT --metrics HOST:PORT
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ async def serve(config: Config) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.bare_proxy")
+    parser = argparse.ArgumentParser(prog="python -m bench.proxy.bare_proxy")
     parser.add_argument("--config")
     for flag in ("--listen", "--upstream", "--metrics"):
         parser.add_argument(flag, required=True)

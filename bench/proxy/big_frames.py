@@ -1,8 +1,8 @@
 """Big Fetch responses through `kafkalens proxy`: MB/s, proxy CPU and RSS peak, per
 `limits.socket_buffer_bytes` (and `limits.observe_whole_frame_bytes`).
 
-    .venv/bin/python -m bench.big_frames                       # 256 KiB vs the kernel's
-    .venv/bin/python -m bench.big_frames --buffers 0,262144,1048576 --mb 512
+    .venv/bin/python -m bench.proxy.big_frames                       # 256 KiB vs the kernel's
+    .venv/bin/python -m bench.proxy.big_frames --buffers 0,262144,1048576 --mb 512
 
 A raw-socket broker answers each Fetch v4 with `--response-mb` of 1 MiB record batches;
 one client reads them as fast as it can. Each setting runs `--rounds` times, settings
@@ -24,7 +24,7 @@ from pathlib import Path
 from support.load import HOST, ProxyProcess
 from support.procs import memory_kib, user_system_seconds
 
-from bench.raw_broker import RawBroker, read_exactly, read_frame
+from bench.proxy.raw_broker import RawBroker, read_exactly, read_frame
 from codec import ApiKey
 
 FETCH = ApiKey.FETCH
@@ -111,7 +111,7 @@ def one_round(proxy: ProxyProcess, total_mb: int, response_mb: int) -> tuple[flo
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.big_frames", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.proxy.big_frames", description=__doc__)
     p.add_argument("--buffers", default="262144,0", help="socket_buffer_bytes values to compare")
     p.add_argument("--observe", type=int, default=262144, help="observe_whole_frame_bytes")
     p.add_argument("--mb", type=int, default=256, help="MB moved per round")

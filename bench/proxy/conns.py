@@ -10,8 +10,8 @@ import uvloop
 from support import wire
 from support.procs import CpuWindow, mb, memory_kib, pss_kib
 
-from bench.aclient import close_clients, open_clients
-from bench.stats import summarize_ns
+from bench.proxy.aclient import close_clients, open_clients
+from bench.proxy.stats import summarize_ns
 
 
 def busy(host: str, port: int, clients: int, seconds: float, pid: int | None) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """How fast `kafkalens decode` reads a capture, and what many connections cost it.
 
-    python -m bench.decode_capture                       # 20,000 exchanges on 200 connections
-    python -m bench.decode_capture --exchanges 100000 --connections 1000
-    python -m bench.decode_capture --open 200000         # connections left open, at --max-streams
+    python -m bench.proxy.decode_capture                       # 20,000 exchanges on 200 connections
+    python -m bench.proxy.decode_capture --exchanges 100000 --connections 1000
+    python -m bench.proxy.decode_capture --open 200000         # connections left open, at --max-streams
 
 Writes a synthetic pcap with dpkt (Metadata v1 exchanges over loopback TCP, one
 request and one response segment each, or with --open only half a request per

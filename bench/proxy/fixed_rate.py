@@ -12,7 +12,7 @@ driver: acks=all, linger.ms=1, batch.size=1 MiB, no compression.
 * `java`: the Java client (Apache Kafka's, the broker's version) in
   `bench/peers/java/load/FixedRate.java`, producer and consumer in one JVM, as OMB runs.
 * `librdkafka`: confluent-kafka, producer and consumer in one Python process
-  (`python -m bench.fixed_rate`); the consumer is a thread (librdkafka releases the GIL).
+  (`python -m bench.proxy.fixed_rate`); the consumer is a thread (librdkafka releases the GIL).
 
 Both print one JSON object (the same fields): target and reached rates, counts,
 errors, and `publish` / `end_to_end` with p50, p99, p99.9 (`p999_us`), max, mean.
@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.stats import percentile
+from bench.proxy.stats import percentile
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CLIENTS = ("java", "librdkafka")
 RECORD_BYTES = 1024
 SUSTAINED = 0.98
@@ -75,7 +75,7 @@ def run(
         cp = f"{libs}/*{os.pathsep}{classes}"
         cmd = ["java", *CLIENT_JVM_OPTS, "-cp", cp, "FixedRate", *args]
     elif client == "librdkafka":
-        cmd = [sys.executable, "-m", "bench.fixed_rate", *args]
+        cmd = [sys.executable, "-m", "bench.proxy.fixed_rate", *args]
     else:
         raise ValueError(f"unknown client {client!r}")
     timeout = warmup + seconds + 120
@@ -98,7 +98,7 @@ def sustained(result: dict[str, Any]) -> bool:
     )
 
 
-# --- the librdkafka client, run as `python -m bench.fixed_rate` --------------------
+# --- the librdkafka client, run as `python -m bench.proxy.fixed_rate` --------------------
 
 
 def _summary(ns: list[int]) -> dict[str, Any]:

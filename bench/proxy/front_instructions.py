@@ -6,13 +6,13 @@ the same build and the same requests count the same, so this is the figure to
 compare before and after a change on the forwarding path. It does not count the
 kernel (the system calls, the same for every front) nor cache misses.
 
-Each arm runs as in `bench.run` (its own tansu broker, the topic created), with the
+Each arm runs as in `bench.proxy.run` (its own tansu broker, the topic created), with the
 front under `valgrind --tool=callgrind --instr-atstart=no`: warm-up round trips
 first, then counting is switched on (`callgrind_control -i on`) for `--requests`
 round trips on one connection, one at a time. A slow run (valgrind is ~50x slower).
 
-    .venv/bin/python -m bench.front_instructions
-    .venv/bin/python -m bench.front_instructions --arms kafkalens --requests 500
+    .venv/bin/python -m bench.proxy.front_instructions
+    .venv/bin/python -m bench.proxy.front_instructions --arms kafkalens --requests 500
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from support import wire
 
-from bench import arms, fronts, throughput
+from bench.proxy import arms, fronts, throughput
 from proxy.tansu import TansuBroker, free_port, wait_for_port
 
 DEFAULT_ARMS = ("python-relay", "kafkalens-bare", "kafkalens", "haproxy")

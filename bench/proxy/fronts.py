@@ -7,7 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HAPROXY_CONFIG = """\
 global
     maxconn 8000

@@ -3,7 +3,7 @@
 Real frames (librdkafka's Produce and Fetch, the raw clients' ApiVersions and
 Metadata) are captured through the tests' recording relay in front of a tansu
 broker, then replayed through the hooks `kafkalens proxy` runs, whole and stage by
-stage. Run from the repository root: .venv/bin/python -m bench.hooks_cost
+stage. Run from the repository root: .venv/bin/python -m bench.proxy.hooks_cost
 
 `--share` adds a ShareFetch and a ShareAcknowledge pair of Kafka's own share consumer
 (tests/peers/java/share/ShareDriver.java: accepts, releases, rejects and renews),
@@ -18,12 +18,12 @@ Replaying a frame repeats it byte for byte, which the observer memoises
 of a frame the process has not met before (the memo never answers).
 
 `--instructions` counts instead of timing: the same captured pairs replayed through all
-the hooks (log on, lag on), repeated and first seen, by bench/hooks_replay.py under
+the hooks (log on, lag on), repeated and first seen, by bench/proxy/hooks_replay.py under
 callgrind, user-space instructions per pair. With KAFKALENS_BASELINE_TREE set to
-another checkout (as for bench.run's kafkalens-baseline) it replays through that
+another checkout (as for bench.proxy.run's kafkalens-baseline) it replays through that
 checkout's proxy/ too, in the same run, and prints both and the change:
 
-    KAFKALENS_BASELINE_TREE=../baseline .venv/bin/python -m bench.hooks_cost --instructions
+    KAFKALENS_BASELINE_TREE=../baseline .venv/bin/python -m bench.proxy.hooks_cost --instructions
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from support import wire  # noqa: E402
 from support.relay import Frame, RecordingRelay  # noqa: E402
 
-from bench import metadata, throughput  # noqa: E402
+from bench.proxy import metadata, throughput  # noqa: E402
 from codec import ApiKey, decode_request, decode_response  # noqa: E402
 from proxy.config import Overrides, load_config  # noqa: E402
 from proxy.hooks import ConnectionInfo, Hooks, Pending  # noqa: E402
@@ -317,8 +317,8 @@ def instructions(cases: dict[str, Pair], calls: int, work: Path) -> list[dict[st
     import os
     import pickle
 
-    from bench.arms import BASELINE_TREE
-    from bench.fronts import REPO
+    from bench.proxy.arms import BASELINE_TREE
+    from bench.proxy.fronts import REPO
 
     pairs = [
         (name, q.api_key, q.api_version, q.correlation_id, q.data, r.data) for name, (q, r) in cases.items()
@@ -336,7 +336,7 @@ def instructions(cases: dict[str, Pair], calls: int, work: Path) -> list[dict[st
 
 
 def _replay_counted(tree: str, pairs: Path, cases: int, calls: int, out: Path) -> list[int]:
-    """Runs bench/hooks_replay.py on `tree`'s proxy/ under callgrind, counting only the
+    """Runs bench/proxy/hooks_replay.py on `tree`'s proxy/ under callgrind, counting only the
     replayed cycles of each case (switched on and off around them, one dump each)."""
     import os
     import subprocess
@@ -419,7 +419,7 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m bench.hooks_cost",
+        prog="python -m bench.proxy.hooks_cost",
         description=(__doc__ or "").split("\n\n", 1)[0],
         epilog="It captures real frames (starts a tansu broker) and prints a table.",
     )

@@ -1,4 +1,4 @@
-"""The child of `bench.hooks_cost --instructions`: replays captured request/response pairs
+"""The child of `bench.proxy.hooks_cost --instructions`: replays captured request/response pairs
 through the hooks `kafkalens proxy` builds, case by case, while its parent counts the
 instructions under callgrind.
 

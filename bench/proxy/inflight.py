@@ -1,7 +1,7 @@
 """Work in flight against a broker that never answers: what a `kafkalens proxy` process
 holds, and whether another client still gets through.
 
-    .venv/bin/python -m bench.inflight --connections 100 --requests 20000
+    .venv/bin/python -m bench.proxy.inflight --connections 100 --requests 20000
 
 Each of `--connections` raw clients pipelines `--requests` Metadata v0 requests through
 the proxy to a fake broker that reads them and answers none; a well-behaved client
@@ -26,7 +26,7 @@ from tempfile import TemporaryDirectory
 from support.load import HOST, ProxyProcess
 from support.procs import memory_kib
 
-from bench.raw_broker import RawBroker, read_frame
+from bench.proxy.raw_broker import RawBroker, read_frame
 from codec import ApiKey
 
 API_VERSIONS, METADATA = ApiKey.API_VERSIONS, ApiKey.METADATA

@@ -1,8 +1,8 @@
 """Apache Kafka brokers failing under load for as long as asked, through kafkalens's
 gateway: the load, faults and checks of tests/interop/test_kafka_faults.py, in cycles.
 
-    .venv/bin/python -m bench.kafka_faults --minutes 30
-    .venv/bin/python -m bench.kafka_faults --minutes 10 --version 4.2.2
+    .venv/bin/python -m bench.proxy.kafka_faults --minutes 30
+    .venv/bin/python -m bench.proxy.kafka_faults --minutes 10 --version 4.2.2
 
 Starts a 3-node KRaft cluster of its own (replication factor 3, min.insync.replicas=2)
 from the jars `bash tests/peers/install` put in tests/peers/build, a gateway in this
@@ -26,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from support.faults import (  # noqa: E402
     Load,

@@ -14,7 +14,7 @@ from typing import Any
 from support import wire
 from support.procs import CpuWindow
 
-from bench.stats import summarize_ns
+from bench.proxy.stats import summarize_ns
 
 BLOCK = 50  # requests per turn when alternating with the baseline
 

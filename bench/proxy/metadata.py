@@ -8,7 +8,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 from support import wire
 
-from bench.latency import sequential
+from bench.proxy.latency import sequential
 
 PARTITIONS_PER_TOPIC = 10
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import chart, figures, goals, report
-from bench.settings import Sizes
+from bench.proxy import chart, figures, goals, report
+from bench.proxy.settings import Sizes
 
 Row = dict[str, Any]
 

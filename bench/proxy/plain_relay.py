@@ -3,7 +3,7 @@
 Not kafkalens: the `python-relay` arm, the floor for what a Python event loop costs
 per request and per GB on this machine, next to haproxy's floor in C.
 
-    python -m bench.plain_relay --listen HOST:PORT --upstream HOST:PORT
+    python -m bench.proxy.plain_relay --listen HOST:PORT --upstream HOST:PORT
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.plain_relay")
+    parser = argparse.ArgumentParser(prog="python -m bench.proxy.plain_relay")
     parser.add_argument("--listen", required=True)
     parser.add_argument("--upstream", required=True)
     args = parser.parse_args(argv)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import tables
+from bench.proxy import tables
 
 Row = dict[str, Any]
 

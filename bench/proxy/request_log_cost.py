@@ -1,7 +1,7 @@
 """The request log's cost on the event loop, per line: what a hook pays to log a request.
 
-    PYTHONPATH=. .venv/bin/python -m bench.request_log_cost          # this checkout
-    PYTHONPATH=/path/to/other/checkout python bench/request_log_cost.py   # to compare
+    PYTHONPATH=. .venv/bin/python -m bench.proxy.request_log_cost          # this checkout
+    PYTHONPATH=/path/to/other/checkout python bench/proxy/request_log_cost.py   # to compare
 
 Times `RequestLog.write` (render with orjson + hand to the sink) and `LineSink.msg`
 alone (a pre-rendered line) for a typical Metadata request line, best of 5 runs of

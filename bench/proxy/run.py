@@ -1,4 +1,4 @@
-"""`python -m bench.run`: every arm, every workload, then results.jsonl, results.md, chart.png.
+"""`python -m bench.proxy.run`: every arm, every workload, then results.jsonl, results.md, chart.png.
 
 See bench/README.md. Exit code 1 when an arm that started failed mid-run.
 """
@@ -12,18 +12,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import arms as arm_mod
-from bench import outputs
-from bench.arms import ArmSkipped, start_arm
-from bench.profiling import Profiler
-from bench.settings import PRESETS, Sizes, sizes_for
-from bench.workloads import Row, arm_row, run_arm
+from bench.proxy import arms as arm_mod
+from bench.proxy import outputs
+from bench.proxy.arms import ArmSkipped, start_arm
+from bench.proxy.profiling import Profiler
+from bench.proxy.settings import PRESETS, Sizes, sizes_for
+from bench.proxy.workloads import Row, arm_row, run_arm
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.proxy.run", description=__doc__)
     p.add_argument("--size", choices=sorted(PRESETS), default="full")
     p.add_argument(
         "--quick",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.mdfmt import fmt, pair, signed, table
+from bench.proxy.mdfmt import fmt, pair, signed, table
 
 Row = dict[str, Any]
 

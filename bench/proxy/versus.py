@@ -1,22 +1,22 @@
-"""`python -m bench.versus`: kafkalens beside the proxies users would pick instead, in
+"""`python -m bench.proxy.versus`: kafkalens beside the proxies users would pick instead, in
 front of Apache Kafka, every arm in one run with the arms interleaved.
 
 See bench/README.md ("In front of Apache Kafka"). One broker, every front up at once
-(`bench/versus_arms.py`); each workload runs on every arm in turn before the next
+(`bench/proxy/versus_arms.py`); each workload runs on every arm in turn before the next
 workload starts, the arms' order rotated from one round to the next, so no arm has the
 quiet or the busy minutes to itself. Workloads, in order:
 
 1. small: ApiVersions, Metadata (one topic), OffsetCommit, one at a time on one
    connection, blocks of 50 alternating with the same requests straight to the broker
-   (`bench/latency.py`): added p50/p99 and the front's CPU per request.
+   (`bench/proxy/latency.py`): added p50/p99 and the front's CPU per request.
 2. saturation: librdkafka produces N records of 1 KiB as fast as it can, then consumes
-   them (`bench/throughput.py`); rounds, the best MB/s; the front's CPU per GB.
+   them (`bench/proxy/throughput.py`); rounds, the best MB/s; the front's CPU per GB.
 3. fixed rate: the Java client and librdkafka at a rate every arm sustains and one near
-   the direct arm's limit (`bench/fixed_rate.py`): publish and end-to-end p50/p99/p99.9.
+   the direct arm's limit (`bench/proxy/fixed_rate.py`): publish and end-to-end p50/p99/p99.9.
 4. idle: 1,000 and 10,000 connections, each after one ApiVersions, held open; the
    front's RSS before and with them open, per connection.
 
-Writes results.jsonl, RESULTS.md and chart.png to `--out` (default bench/versus/).
+Writes results.jsonl, RESULTS.md and chart.png to `--out` (default bench/proxy/versus/).
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ from typing import Any
 from support import wire
 from support.procs import CpuWindow
 
-from bench import conns, fixed_rate, latency, throughput, versus_arms
-from bench.versus_arms import Bench, Front
+from bench.proxy import conns, fixed_rate, latency, throughput, versus_arms
+from bench.proxy.versus_arms import Bench, Front
 
 Row = dict[str, Any]
 DEFAULT_OUT = Path(__file__).resolve().parent / "versus"
 COMMIT_GROUP = "kafkalens-bench-commit"
 SMALL_TOPIC = "bench-small"
-RATE_PARTITIONS = 4  # as bench.throughput's topic
+RATE_PARTITIONS = 4  # as bench.proxy.throughput's topic
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ PRESETS = {
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.proxy.versus", description=__doc__.split("\n")[0])
     p.add_argument("--size", choices=sorted(PRESETS), default="full")
     p.add_argument("--arms", default=",".join(versus_arms.ARMS), help="comma-separated")
     p.add_argument("--clients", default=",".join(fixed_rate.CLIENTS), help="fixed-rate clients")
@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with Bench(work, arms, pinning, args.kafka_version, broker_properties=props) as bench:
         for name, reason in bench.skipped.items():
             _say(name, f"skipped: {reason}")
-        live = [bench.fronts[a] for a in arms if a in bench.fronts]
+        live = [bench.proxy.fronts[a] for a in arms if a in bench.proxy.fronts]
         run["arms"] = {f.name: f.notes for f in live}
         run["skipped"] = bench.skipped
         warm(live, sizes)
@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for log in work.glob("*-requests.log*"):
         run.setdefault("request_log_bytes", {})[log.name] = log.stat().st_size
         log.unlink()
-    from bench import versus_report
+    from bench.proxy import versus_report
 
     versus_report.write_all(out, run, rows)
     (out / "rows.partial.jsonl").unlink()
@@ -374,7 +374,7 @@ def _run_row(args: argparse.Namespace, sizes: Sizes) -> Row:
         "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "size": args.size,
         "sizes": asdict(sizes),
-        "command": "python -m bench.versus " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.proxy.versus " + " ".join(sys.argv[1:]),
         "commit": head,
         "cpus": os.cpu_count(),
         "python": versus_arms.python_note(),

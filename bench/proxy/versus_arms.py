@@ -1,4 +1,4 @@
-"""The arms of `bench.versus`: one Apache Kafka broker, every front in front of it at once.
+"""The arms of `bench.proxy.versus`: one Apache Kafka broker, every front in front of it at once.
 
 One single-node Apache Kafka (KRaft) serves every arm, so the arms can be interleaved
 workload by workload against the same broker in the same minutes. Its `CLIENT`
@@ -35,13 +35,13 @@ from pathlib import Path
 
 from support import wire
 
-from bench import fronts
-from bench.arms import ArmSkipped, kafkalens_command
+from bench.proxy import fronts
+from bench.proxy.arms import ArmSkipped, kafkalens_command
 from proxy.apache_kafka import KafkaCluster, KafkaNode
 from proxy.tansu import free_port, wait_for_port
 
 HOST = "127.0.0.1"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PEERS = REPO / "bench" / "peers" / "build"
 KAFKA_BUILD = REPO / "tests" / "peers" / "build"
 KROXYLICIOUS_VERSION = "0.12.0"

@@ -1,8 +1,8 @@
-"""`bench.versus`'s figures per arm, the issue's goals judged, RESULTS.md and chart.png.
+"""`bench.proxy.versus`'s figures per arm, the issue's goals judged, RESULTS.md and chart.png.
 
 Ratios are to `direct` and to `haproxy` of the same run. "Added" latency: for small
 requests the front's percentile minus the paired broker baseline of the same moments
-(`bench/latency.py`); for the fixed-rate runs the arm's percentile minus the `direct`
+(`bench/proxy/latency.py`); for the fixed-rate runs the arm's percentile minus the `direct`
 arm's at the same rate with the same client (the runs alternate arm by arm).
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.mdfmt import fmt, table
+from bench.proxy.mdfmt import fmt, table
 
 Row = dict[str, Any]
 SMALL_APIS = ("ApiVersions", "Metadata", "OffsetCommit")

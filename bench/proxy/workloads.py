@@ -11,10 +11,10 @@ from typing import Any
 from support import wire
 from support.procs import CpuWindow, mb, memory_kib
 
-from bench import conns, latency, metadata, throughput
-from bench.arms import RunningArm
-from bench.profiling import Profiler
-from bench.settings import Sizes
+from bench.proxy import conns, latency, metadata, throughput
+from bench.proxy.arms import RunningArm
+from bench.proxy.profiling import Profiler
+from bench.proxy.settings import Sizes
 
 Row = dict[str, Any]
 

@@ -1,4 +1,4 @@
-"""A short run of bench/fuzz_codec.py: 20,000 mutated real frames (about ten seconds on
+"""A short run of bench/codec/fuzz.py: 20,000 mutated real frames (about ten seconds on
 two busy cores), no findings.
 
 In a child process: the fuzzer sets a SIGALRM handler and traces allocations, neither
@@ -25,7 +25,7 @@ TARGETS = {"request", "response", "records", "compressed", "group", "sasl"}
 def test_a_short_fuzzing_run_finds_nothing(tmp_path: Path) -> None:
     findings = tmp_path / "findings"
     command = [
-        sys.executable, "-m", "bench.fuzz_codec", "--seed", "0", "--runs", str(RUNS),
+        sys.executable, "-m", "bench.codec.fuzz", "--seed", "0", "--runs", str(RUNS),
         "--seconds", "90", "--json", "--findings", str(findings), "--progress", "1000",
     ]  # fmt: skip
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=180)

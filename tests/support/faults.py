@@ -1,5 +1,5 @@
 """Clients kept running while Apache Kafka brokers fail, the faults, and what is checked
-afterwards (tests/interop/test_kafka_faults.py, and its long run: bench/kafka_faults.py).
+afterwards (tests/interop/test_kafka_faults.py, and its long run: bench/proxy/kafka_faults.py).
 
 Producers (acks=all) note every record the broker acknowledged: its id (the key), the
 partition and offset it got and a checksum of its value (the first 16 hex digits of its
