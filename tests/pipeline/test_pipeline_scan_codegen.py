@@ -4,7 +4,7 @@ the JVMs that run it compile its methods whatever their size. An expression with
 generated code (array_sort was one) splits the stage, and every row between the two
 halves is copied; a method over 8,000 bytes of bytecode is by default never
 JIT-compiled and runs interpreted. Both happened and cost the scan a third of its CPU
-(bench/pipeline-history.md), the second with one field more: the session turns that
+(bench/PIPELINE.md), the second with one field more: the session turns that
 limit off (session.COMPILE_HUGE_METHODS) instead of resting on the code's size. The
 test session runs without whole-stage code generation (tiny data), so the fused
 code's results are compared here with the interpreted ones.
