@@ -9,6 +9,7 @@ Read from the source with `ast`, every import counts: module level, inside funct
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from support.paths import REPO as ROOT
@@ -312,3 +313,16 @@ def test_no_test_imports_bench() -> None:
         if "bench" in top_level_imports(path.read_text(encoding="utf-8"))
     }
     assert not found, found
+
+
+def test_no_test_finds_the_repository_from_its_own_path() -> None:
+    """A test's folder is a room, one below tests/: the repository's root is
+    support.paths.REPO, never the grandparent of its own file (which is tests/ there)."""
+    climbing = re.compile(r"__file__\)(\.resolve\(\))?(\.parent){2}\b|__file__\)(\.resolve\(\))?\.parents\[1\]")
+    found = [
+        str(path.relative_to(TESTS))
+        for room in TEST_ROOMS
+        for path in (TESTS / room).rglob("test_*.py")
+        if climbing.search(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, f"use support.paths.REPO in {found}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import multiprocessing
 import os
 import resource
 import signal
@@ -546,8 +547,20 @@ def descriptors_left(count: int) -> Iterator[None]:
 
 
 def test_no_descriptor_for_the_broker_connection_closes_the_client_and_counts() -> None:
+    """Run in a process of its own: the one descriptor left is the whole process's, and a
+    thread an earlier test of the session left behind (a client reconnecting, a proxy's
+    probe) takes it from the proxy now and then (the whole suite, tests in rooms, once
+    had the client closed by libuv, uncounted: README, "Known limits")."""
     if not Path("/proc/self/fd").exists():
         pytest.skip("needs /proc (Linux)")
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        closed, rejected, survived = pool.apply_async(_no_descriptor_for_the_broker).get(120)
+    assert closed
+    assert rejected == 1
+    assert survived  # the listener, and a round trip after
+
+
+def _no_descriptor_for_the_broker() -> tuple[bool, float, bool]:
     with (
         FakeBroker(ScriptedBroker()) as broker,
         ProxyThread(proxy_config(broker.address)) as px,
@@ -559,17 +572,17 @@ def test_no_descriptor_for_the_broker_connection_closes_the_client_and_counts() 
         with descriptors_left(1):  # the proxy can accept `client`, not connect upstream
             client.settimeout(10)
             client.connect((LOCAL, px.port))
-            assert is_closed(client, timeout=10)
+            closed = is_closed(client, timeout=10)
             client.close()
         rejected = px.call(
             lambda: px.server.metrics.connections_rejected.labels(
                 listener="plaintext", reason="fd_limit"
             )._value.get()
         )
-        assert rejected == 1
-        assert px.wait_until(lambda: not px.server.connections)
+        survived = px.wait_until(lambda: not px.server.connections)
         with socket.create_connection((LOCAL, px.port), timeout=10) as sock:
-            assert round_trip(sock, 7)  # the listener survived
+            survived = survived and round_trip(sock, 7)
+        return closed, rejected, survived
 
 
 def test_the_open_file_limit_is_raised_to_the_hard_limit() -> None:

@@ -26,12 +26,10 @@ from typing import Any
 
 import pytest
 from support.needs import needs
+from support.paths import REPO
 
 from proxy.admin.top import MAX_ROWS, BadQuery, Query, TopView, cut, quantile
 from proxy.tansu import free_port
-
-REPO = Path(__file__).resolve().parent.parent
-
 
 # --- /top's arithmetic -------------------------------------------------------------------
 
