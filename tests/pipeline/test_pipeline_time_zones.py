@@ -26,8 +26,8 @@ import pytest
 from pyspark.sql import SparkSession
 from support.logs import age_like_proxy
 from support.parquet_tables import tables
+from support.synth import Synth, to_line, write_rotated
 
-from bench.synth import Synth, to_line, write_rotated
 from pipeline.ingest import IngestOptions, run_ingest
 from pipeline.report import render_html, run_report
 from pipeline.summary import summary_lines
