@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with Bench(work, arms, pinning, args.kafka_version, broker_properties=props) as bench:
         for name, reason in bench.skipped.items():
             _say(name, f"skipped: {reason}")
-        live = [bench.proxy.fronts[a] for a in arms if a in bench.proxy.fronts]
+        live = [bench.fronts[a] for a in arms if a in bench.fronts]
         run["arms"] = {f.name: f.notes for f in live}
         run["skipped"] = bench.skipped
         warm(live, sizes)
