@@ -14,7 +14,7 @@ has it), bounds with their reason, and its documentation. The rest is derived fr
 declarations: the reader (`parse_config`, one generic walk, `read_section`), the
 unknown-key check and its suggestion, `SECTION_SCHEMAS` and `MAXIMA` (views for tests and
 tools), `kafkalens proxy --help`'s built-in defaults, and config/kafkalens.yaml, which
-`python -m proxy.config > config/kafkalens.yaml` writes (tests/test_config.py fails when
+`python -m proxy.config > config/kafkalens.yaml` writes (tests/proxy/test_config.py fails when
 the file in the repository is not what it would write).
 
 The kinds: `integer`, `size` (bytes: `64KiB`, `10MB` read too), `seconds` and
@@ -980,7 +980,7 @@ class Limits:
         doc="SO_SNDBUF and SO_RCVBUF of both sockets of a connection (the kernel doubles it):"
         " bounds the kernel's buffers as the proxy's own are bounded. 0: the kernel's"
         " autotuned sizes (up to net.ipv4.tcp_wmem/tcp_rmem max, MBs per socket). 256 KiB"
-        " cost ~20 % more proxy CPU per GB on big frames than 1 MiB (bench.big_frames).",
+        " cost ~20 % more proxy CPU per GB on big frames than 1 MiB (bench.proxy.big_frames).",
     )
 
     def _check(self, path: str) -> None:

@@ -194,7 +194,7 @@ class ApiMetrics:
 
     def _flush_durations(self) -> None:
         # Histogram has no public "observe n values" call: its per-bucket values (not
-        # cumulative) and sum are what observe() increments; tests/test_metrics.py checks
+        # cumulative) and sum are what observe() increments; tests/proxy/test_metrics.py checks
         # the result against observe() itself.
         counts, self._duration_counts = self._duration_counts, [0] * len(_BOUNDS)
         buckets = self.duration._buckets

@@ -22,7 +22,7 @@ from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks
 from proxy.signals import reopen_logs_on_sighup, stop_signal
-from proxy.signals import wait_for_stop_signal as wait_for_stop_signal  # bench/bare_proxy.py
+from proxy.signals import wait_for_stop_signal as wait_for_stop_signal  # bench/proxy/bare_proxy.py
 
 
 @dataclass

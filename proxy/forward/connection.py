@@ -662,7 +662,7 @@ class UpstreamProtocol(asyncio.Protocol):
         self.conn = conn
         # The broker's bytes go straight to the connection's method: uvloop calls the
         # bound method it finds here, so a response costs one Python call less than
-        # through a delegating method (bench.front_instructions: bench/PROFILE.md).
+        # through a delegating method (bench.proxy.front_instructions: bench/PROFILE.md).
         self.data_received = conn.upstream_data  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
