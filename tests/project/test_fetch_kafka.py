@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from support.kafka import NEWEST, kafka_libs
+from support.paths import REPO
 
 from proxy.kafka_jars import MANIFEST, manifest
 
-REPO = Path(__file__).resolve().parent.parent
 
-
+@pytest.mark.java  # the jars tests/peers/install fetches (with Maven: a JVM)
 def test_the_manifest_is_the_jars_the_tests_run_kafka_from() -> None:
     """proxy/data/kafka-jars.json is up to date: the newest tested Kafka, and every jar
     tests/peers/install put beside it, by name, size and SHA-256 (regenerate with
@@ -72,6 +72,7 @@ def fetch_kafka(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.java  # the jars tests/peers/install fetches, served back (no JVM runs them)
 def test_fetched_jars_are_checked_before_they_take_their_names(tmp_path: Path) -> None:
     """A repository with Maven Central's layout serving the installed jars: all fetched,
     then (a second run) all kept. One jar altered on the server, or missing: exit 1 with

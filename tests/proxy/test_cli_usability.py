@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from support.capture import SyntheticCapture
+from support.paths import REPO
 
 from codec import ApiKey, Request, Response, encode_request, encode_response
 
-REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 
 
@@ -127,6 +127,7 @@ def test_decode_filter_prints_only_what_was_asked(tmp_path: Path) -> None:
     assert by_key.stdout == done.stdout
 
 
+@pytest.mark.slow  # a capture that takes seconds to decode, for the progress line to show
 def test_decode_shows_its_progress_on_a_terminal(tmp_path: Path) -> None:
     """stderr a terminal, stdout a file (`kafkalens decode big.pcap > out.jsonl`): a line
     rewritten twice a second, how far into the file and how many exchanges, cleared at

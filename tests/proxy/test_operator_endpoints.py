@@ -13,9 +13,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from proxy_harness import LOCAL, FakeBroker, api_versions_v0, read_frame, write_frame
 from support.cli import children_of, http_get, http_status
 from support.own_log import own_log
+from support.proxy_harness import LOCAL, FakeBroker, api_versions_v0, read_frame, write_frame
 
 from proxy.tansu import free_port
 

@@ -17,9 +17,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from proxy_harness import LOCAL, FakeBroker, api_versions_v0, read_frame, write_frame
 from support.cli import children_of, http_get
 from support.own_log import REPO, own_log
+from support.proxy_harness import LOCAL, FakeBroker, api_versions_v0, read_frame, write_frame
 
 from proxy.tansu import free_port, wait_for_port
 
@@ -117,6 +117,7 @@ def test_sigint_past_the_grace_period_says_what_it_cut(tmp_path: Path) -> None:
         held.release.set()
 
 
+@pytest.mark.slow  # three probe intervals, each state held two probes (~12 s)
 def test_upstream_down_up_down_is_said_once_each_from_the_start(tmp_path: Path) -> None:
     """No client comes: the proxy says at once that its upstream refuses, once however
     many probes (every 2 s) fail; that it is back, with how long it was down; and that
