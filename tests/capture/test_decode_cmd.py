@@ -119,8 +119,12 @@ def test_sasl_principal_shown_and_the_secret_never(capsys: pytest.CaptureFixture
 
 
 def test_bad_arguments_are_said_not_raised(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main([str(tmp_path / "missing.pcap")]) == 2
-    assert "cannot read" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main([str(tmp_path / "missing.pcap")])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"kafkalens: error: cannot read {tmp_path / 'missing.pcap'}: No such file or directory\n"
+    )
     with pytest.raises(SystemExit) as exited:
         main([str(tmp_path / "missing.pcap"), "--max-streams", "0"])
     assert exited.value.code == 2

@@ -1149,6 +1149,19 @@ def test_example_configs_pass_the_proxy_validator(
     check_validates(all_example_configs()[name], monkeypatch)
 
 
+def test_no_shipped_config_warns_at_a_normal_start() -> None:
+    """A number of connections the open-file limit cannot hold is warned of at start
+    (proxy/forward/fdlimit.py): every shipped config leaves limits.max_connections to
+    `auto`, what the limit holds, so a normal start says no warning."""
+    configs = {**all_example_configs(), **chart_configs()}
+    given = {
+        name: config["limits"]["max_connections"]
+        for name, config in configs.items()
+        if (config.get("limits") or {}).get("max_connections", "auto") != "auto"
+    }
+    assert given == {}
+
+
 def check_validates(config: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     # TLS files named by the examples exist only where they are deployed.
     real_isfile, real_access = os.path.isfile, os.access

@@ -151,10 +151,42 @@ def demo_recipe(port: int, metrics_port: int) -> str:
     return block
 
 
-@pytest.mark.broker
-@pytest.mark.skipif(
+def read_banner(demo: subprocess.Popen[str]) -> str:
+    assert demo.stdout is not None
+    banner = ""
+    while "Ctrl-C" not in banner:
+        line = demo.stdout.readline()
+        assert line, demo.stderr.read() if demo.stderr else ""
+        banner += line
+    return banner
+
+
+def run_demo_recipe(checkout: Path, port: int, metrics_port: int) -> None:
+    """The README's "Try it" commands against a demo on these ports: what it consumed is
+    what it produced, the tail of the request log is the client's requests, and the
+    metrics count them."""
+    recipe = subprocess.run(
+        ["bash", "-c", "set -eo pipefail\n" + demo_recipe(port, metrics_port)],
+        cwd=checkout, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert recipe.returncode == 0, recipe.stderr
+    printed = recipe.stdout.splitlines()
+    consumed = ast.literal_eval(printed[0])  # in order per partition, of several
+    assert sorted(consumed) == [b"hello %d" % i for i in range(5)], printed[0]
+    tail = [json.loads(line) for line in printed[1:6]]
+    assert all(set(line) == {"event", "api", "api_version", "client_software_name",
+                             "topics", "latency_ms"} for line in tail), tail  # fmt: skip
+    assert any(line["client_software_name"] == "kafka-python" for line in tail), tail
+    assert any(line.startswith("kafkalens_requests_total{") for line in printed[6:]), printed
+
+
+NEEDS_JQ_CURL = pytest.mark.skipif(
     shutil.which("jq") is None or shutil.which("curl") is None, reason="needs jq and curl"
 )
+
+
+@pytest.mark.broker
+@NEEDS_JQ_CURL
 def test_the_demo_recipe_shows_its_requests_and_leaves_the_checkout_clean(tmp_path: Path) -> None:
     """The README's first commands, as a new user runs them from a checkout: `kafkalens
     demo` with its defaults, then the recipe. `tail -n 5` on the request log shows the
@@ -169,36 +201,82 @@ def test_the_demo_recipe_shows_its_requests_and_leaves_the_checkout_clean(tmp_pa
     port, metrics_port = free_port(), free_port()
     demo = kafkalens("demo", "--port", str(port), "--metrics-port", str(metrics_port), cwd=checkout)
     try:
-        assert demo.stdout is not None
-        banner = ""
-        while "Ctrl-C" not in banner:
-            line = demo.stdout.readline()
-            assert line, demo.stderr.read() if demo.stderr else ""
-            banner += line
+        banner = read_banner(demo)
         assert "(tail -f kafkalens-demo/requests.log | jq .)" in banner
         assert (
             "rotated at 100 MiB; for kafkalens watch kafkalens-demo,"
             f" run the demo with --rotate-every {WATCH_ROTATE_SECONDS}" in banner
         ), banner
         assert f"`kafkalens demo --rotate-every {WATCH_ROTATE_SECONDS}`" in README
-        recipe = subprocess.run(
-            ["bash", "-c", "set -eo pipefail\n" + demo_recipe(port, metrics_port)],
-            cwd=checkout, capture_output=True, text=True, timeout=180,
-        )  # fmt: skip
-        assert recipe.returncode == 0, recipe.stderr
-        printed = recipe.stdout.splitlines()
-        consumed = ast.literal_eval(printed[0])  # in order per partition, of several
-        assert sorted(consumed) == [b"hello %d" % i for i in range(5)], printed[0]
-        tail = [json.loads(line) for line in printed[1:6]]
-        assert all(set(line) == {"event", "api", "api_version", "client_software_name",
-                                 "topics", "latency_ms"} for line in tail), tail  # fmt: skip
-        assert any(line["client_software_name"] == "kafka-python" for line in tail), tail
-        assert any(line.startswith("kafkalens_requests_total{") for line in printed[6:]), printed
+        run_demo_recipe(checkout, port, metrics_port)
         demo.send_signal(signal.SIGINT)
         assert demo.wait(30) == 0
         # the request log and the broker's log, and nothing else, are where git ignores them
         assert (checkout / "kafkalens-demo" / "requests.log").stat().st_size > 0
         assert (checkout / "kafkalens-demo-tansu.log").exists()
+        assert untracked(checkout) == []
+    finally:
+        demo.kill()
+        demo.communicate()
+
+
+def apache_kafka_commands() -> list[list[str]]:
+    """The README's command for the demo in front of Apache Kafka, split at `&&`."""
+    block = README.split("the demo runs in front of Apache Kafka itself", 1)[1]
+    block = block.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [part.split() for part in block.strip().split(" && ")]
+
+
+@pytest.mark.broker
+@pytest.mark.java
+@NEEDS_JQ_CURL
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17+")
+def test_the_apache_kafka_demo_is_two_commands_and_the_recipe_works_on_it(tmp_path: Path) -> None:
+    """`kafkalens fetch-kafka && kafkalens demo --broker apache-kafka` as the README
+    has them, from a checkout, for a user with nothing fetched yet (an empty cache, no
+    KAFKA_HOME): the jars come from Maven Central, the demo finds them where they went,
+    and the same recipe as on tansu works (Kafka refuses session timeouts under 6 s)."""
+    from support.cli import children_of
+
+    from proxy.kafka_jars import manifest
+    from proxy.tansu import free_port
+
+    wanted = manifest()
+    assert f"Apache Kafka {wanted.kafka_version}'s jars ({len(wanted.jars)} jars," in README
+    assert f"{wanted.size / 2**20:.0f} MiB, from Maven Central" in README
+    assert f"`~/.cache/kafkalens/kafka-{wanted.kafka_version}/`" in README
+    fetch, demo_command = apache_kafka_commands()
+    assert fetch == [".venv/bin/kafkalens", "fetch-kafka"], fetch
+    assert demo_command == [".venv/bin/kafkalens", "demo", "--broker", "apache-kafka"]
+    checkout = git_checkout(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_HOME"}
+    env |= {"PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "proxy.cli"]
+    fetched = subprocess.run([*command, *fetch[1:]], cwd=checkout, env=env, capture_output=True,
+                             text=True, timeout=600)  # fmt: skip
+    if fetched.returncode != 0 and os.environ.get("KAFKALENS_REQUIRE_PEERS") != "1":
+        pytest.skip(f"Maven Central unreachable: {fetched.stderr}")
+    assert fetched.returncode == 0, fetched.stderr
+    libs = tmp_path / "cache" / "kafkalens" / f"kafka-{wanted.kafka_version}"
+    assert fetched.stdout == f"{libs}\n"
+    assert sorted(p.name for p in libs.iterdir()) == sorted(j.file_name for j in wanted.jars)
+    port, metrics_port = free_port(), free_port()
+    demo = subprocess.Popen(
+        [*command, *demo_command[1:], "--port", str(port), "--metrics-port", str(metrics_port)],
+        cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        banner = read_banner(demo)
+        assert f"Apache Kafka {wanted.kafka_version} behind the proxy" in banner, banner
+        arguments = [
+            arg for pid in children_of(demo.pid)
+            for arg in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        ]  # fmt: skip
+        assert str(libs / "*").encode() in arguments, arguments  # the broker runs the fetched jars
+        run_demo_recipe(checkout, port, metrics_port)
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(60) == 0
+        assert (checkout / "kafkalens-demo" / "requests.log").stat().st_size > 0
         assert untracked(checkout) == []
     finally:
         demo.kill()

@@ -223,7 +223,9 @@ def test_demo_runs_and_stops_cleanly(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(15) == 0
         assert proc.stderr is not None
-        assert "open-file limit" not in proc.stderr.read()
+        said = [json.loads(line) for line in proc.stderr.read().splitlines()]
+        assert [line for line in said if line["level"] != "info"] == []  # no warning at all
+        assert {line["msg"] for line in said} == {"upstream reachable"}, said
         # the request log is opened where the banner said (its lines are the hooks' job)
         assert log.exists() and (tmp_path / "demo-tansu.log").exists()
         assert {path.name for path in (tmp_path / "demo").iterdir()} <= {"requests.log", "requests.log.1"}
@@ -345,9 +347,10 @@ def test_help_names_the_built_in_defaults() -> None:
     assert code == 0 and "FILE the kafkalens.yaml to check" in " ".join(out.split())
 
 
-def test_the_listening_line_names_addresses_as_flags_take_them(tmp_path: Path) -> None:
+def test_the_start_line_names_addresses_as_flags_take_them(tmp_path: Path) -> None:
     proc, port = start_proxy(tmp_path, f"{LOCAL}:19", grace=1)
+    time.sleep(0.5)  # the port answers a moment before the line is written
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
-    line = next(line for line in (out + err).splitlines() if "listening" in line)
-    assert f"listen={LOCAL}:{port}" in line and f"upstream={LOCAL}:19" in line, line
+    line = next(json.loads(line) for line in err.splitlines() if "kafkalens started" in line)
+    assert line["listeners"] == [f"main {LOCAL}:{port} -> {LOCAL}:19"], line

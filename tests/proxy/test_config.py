@@ -148,7 +148,7 @@ def test_the_commented_out_sections_parse(tmp_path: Path) -> None:
         ),
         (
             "limits: {max_connections: true}",
-            "limits.max_connections: must be a positive integer, got True",
+            "limits.max_connections: must be a positive integer or auto, got True",
         ),
         (
             "limits: {max_frame_bytes_before_auth: 200000000}",
@@ -252,6 +252,64 @@ def test_values_and_forms() -> None:
         HeaderV3Rule("Metadata", 14, 15),
         HeaderV3Rule(19, 7, 7),
     )
+
+
+def test_max_connections_is_auto_unless_a_number_is_given() -> None:
+    """`auto` (also left out, or null) is None: sized to the open-file limit at start
+    (proxy/forward/fdlimit.py); a number is taken as given."""
+    for text in ("{}", "limits: {max_connections: auto}", "limits: {max_connections: null}"):
+        assert parse_config(yaml.safe_load(text)).limits.max_connections is None, text
+    assert parse_config({"limits": {"max_connections": 5}}).limits.max_connections == 5
+    assert error_of("limits: {max_connections: automatic}") == (
+        "limits.max_connections: must be a positive integer or auto, got 'automatic'"
+    )
+    assert "max_connections: auto\n" in CONTRACT.read_text()
+
+
+def test_sizes_and_durations_take_units_and_bare_numbers() -> None:
+    """`64KiB`, `10MB`, `30s`, `1h30m` as people write them; bare numbers as before;
+    a bound or a typo named with the value as written."""
+    config = parse_config(yaml.safe_load(
+        """
+        limits: {max_frame_bytes: 10MB, observe_whole_frame_bytes: 64KiB, socket_buffer_bytes: 1048576,
+                 idle_timeout_seconds: 10m, request_timeout_seconds: 1h30m, frame_timeout_seconds: 45}
+        request_log: {max_bytes: 1.5 GiB, flush_interval_seconds: 500ms}
+        telemetry: {push_interval_ms: 30s}
+        """
+    ))  # fmt: skip
+    limits = config.limits
+    assert (limits.max_frame_bytes, limits.observe_whole_frame_bytes, limits.socket_buffer_bytes) == (
+        10_000_000, 65_536, 1_048_576
+    )
+    assert (limits.idle_timeout_seconds, limits.request_timeout_seconds, limits.frame_timeout_seconds) == (
+        600.0, 5400.0, 45.0
+    )
+    assert config.request_log.max_bytes == 3 * 2**29 and config.request_log.flush_interval_seconds == 0.5
+    assert config.telemetry.push_interval_ms == 30_000
+    for text, message in [
+        ("limits: {max_frame_bytes: 10XB}", "limits.max_frame_bytes: must be bytes, or with a unit: 64KiB, 10MB, 1GiB; got '10XB'"),
+        ("limits: {max_frame_bytes: 3GiB}", "limits.max_frame_bytes: must be 1..2147483647 (a Kafka frame's length is an int32), got '3GiB'"),
+        ("limits: {idle_timeout_seconds: 2d}", "limits.idle_timeout_seconds: must be more than 0 and at most 86400 (1 day: a dead peer must be let go some time), got '2d'"),
+        ("limits: {idle_timeout_seconds: 30m1h}", "limits.idle_timeout_seconds: must be seconds, or with a unit: 500ms, 30s, 10m, 1h, 1d, 1h30m; got '30m1h'"),
+        ("limits: {max_frame_bytes: 1.5B}", "limits.max_frame_bytes: must be bytes, or with a unit: 64KiB, 10MB, 1GiB; got '1.5B'"),
+    ]:
+        assert error_of(text) == message
+
+
+def test_every_size_and_duration_key_takes_units() -> None:
+    """Declared by kind, not by hand: every key named *_bytes is a size, every *_seconds
+    key a duration (so a new key gets units by its name's promise)."""
+    from proxy.config import Milliseconds, Seconds, Size, _declared, _walk
+
+    for path, cls in _walk():
+        for name, (_field, key) in _declared(cls).items():
+            if name.endswith("_bytes"):
+                assert isinstance(key.kind, Size), f"{path}.{name}"
+            if name.endswith("_seconds"):
+                assert isinstance(key.kind, Seconds), f"{path}.{name}"
+            if name.endswith("_ms"):
+                assert isinstance(key.kind, Milliseconds), f"{path}.{name}"
+    assert "64KiB, 10MB" in CONTRACT.read_text() and "500ms, 30s, 10m, 1h" in CONTRACT.read_text()
 
 
 def test_flags_override_the_file(tmp_path: Path) -> None:

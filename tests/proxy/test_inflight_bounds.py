@@ -387,7 +387,9 @@ FD_LIMIT = 160
 
 
 @contextmanager
-def proxy_process(tmp_path: Path, upstream: str, nofile: tuple[int, int]) -> Iterator[Any]:
+def proxy_process(
+    tmp_path: Path, upstream: str, nofile: tuple[int, int], limits: str = "{}"
+) -> Iterator[Any]:
     """`kafkalens proxy` in a child whose RLIMIT_NOFILE is `nofile` (soft, hard)."""
     port, metrics_port = free_port(), free_port()
     config = tmp_path / "kafkalens.yaml"
@@ -395,6 +397,7 @@ def proxy_process(tmp_path: Path, upstream: str, nofile: tuple[int, int]) -> Ite
         f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{upstream}'}}]\n"
         f"metrics: {{listen: '{LOCAL}:{metrics_port}'}}\n"
         f"request_log: {{path: '{tmp_path / 'requests.log'}'}}\n"
+        f"limits: {limits}\n"
     )
     out = tmp_path / "proxy.log"
     with open(out, "wb") as sink:
@@ -475,7 +478,11 @@ def test_running_out_of_file_descriptors_is_counted_logged_and_survived(tmp_path
         pytest.skip(f"hard RLIMIT_NOFILE {hard} < {2 * FD_LIMIT}")
     with (
         FakeBroker(ScriptedBroker()) as broker,
-        proxy_process(tmp_path, broker.address, (FD_LIMIT // 2, FD_LIMIT)) as proxy,
+        # a number the limit cannot hold, given: warned of, and past the descriptors'
+        # room connections are refused as fd_limit
+        proxy_process(
+            tmp_path, broker.address, (FD_LIMIT // 2, FD_LIMIT), "{max_connections: 10000}"
+        ) as proxy,
     ):
         assert proxy.soft_limit() == FD_LIMIT  # raised to the hard limit at start
         assert "cannot hold limits.max_connections" in proxy.log()
@@ -524,6 +531,42 @@ def test_running_out_of_file_descriptors_is_counted_logged_and_survived(tmp_path
         assert proxy.rss_mib() - rss_idle < 16, (rss_idle, proxy.rss_mib())
         assert proxy.metric("kafkalens_pending_requests") == 0
         assert proxy.process.poll() is None
+
+
+def test_max_connections_auto_is_what_the_raised_open_file_limit_holds(tmp_path: Path) -> None:
+    """The default (`auto`), started as a shell leaves it (the soft limit below the
+    hard one): the soft limit is raised to the hard one, nothing is warned of, and
+    connections past what the limit holds are refused as max_connections, before a
+    descriptor runs out (no fd_limit refusal)."""
+    if not Path("/proc/self/fd").exists():
+        pytest.skip("needs /proc (Linux)")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2 * FD_LIMIT:
+        pytest.skip(f"hard RLIMIT_NOFILE {hard} < {2 * FD_LIMIT}")
+    with (
+        FakeBroker(ScriptedBroker()) as broker,
+        proxy_process(tmp_path, broker.address, (FD_LIMIT // 2, FD_LIMIT)) as proxy,
+    ):
+        assert proxy.soft_limit() == FD_LIMIT
+        assert "warning" not in proxy.log(), proxy.log()
+        held: list[socket.socket] = []
+        refused = 0
+        for attempt in range(FD_LIMIT):
+            sock = socket.create_connection((LOCAL, proxy.port), timeout=10)
+            if round_trip(sock, attempt):
+                held.append(sock)
+            else:
+                refused += 1
+                sock.close()
+                break
+        # the room the open descriptors leave at start, less FD_RESERVE, two a connection
+        assert refused == 1 and (FD_LIMIT - 32) // 2 - 20 < len(held) < (FD_LIMIT - 32) // 2
+        rejected = "kafkalens_connections_rejected_total"
+        assert eventually(lambda: proxy.metric(rejected, reason="max_connections") == 1, 10)
+        assert proxy.metric(rejected, reason="fd_limit") == 0
+        for sock in held:
+            sock.close()
+        assert "warning" not in proxy.log(), proxy.log()
 
 
 @contextmanager

@@ -294,3 +294,36 @@ def test_check_config_creates_no_folder_and_names_those_the_proxy_creates(tmp_pa
         proxy.communicate()
     code, out, err = kafkalens("check-config", str(path))  # now there: nothing to name
     assert (code, err) == (0, "") and "does not exist yet" not in out
+
+
+def test_check_config_says_what_max_connections_comes_to(tmp_path: Path) -> None:
+    """From a shell whose soft open-file limit is below the hard one (1024 of 4096):
+    `auto` is what the raised limit holds, and a number it cannot hold is named with
+    what to do, before any proxy starts."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"hard RLIMIT_NOFILE {hard} < 4096")
+    path = tmp_path / "k.yaml"
+
+    def check(limits: str) -> str:
+        path.write_text(startable(tmp_path, limits=limits))
+        proc = subprocess.run(
+            [sys.executable, "-m", "proxy.cli", "check-config", str(path)],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+            text=True, timeout=30,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 4096)),
+        )  # fmt: skip
+        assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+        return proc.stdout.splitlines()[-1].strip()
+
+    auto = check("{}").split()
+    assert auto[:2] == ["max", "connections:"] and auto[3:] == [
+        "per", "process", "(auto;", "open-file", "limit", "4096)"
+    ]  # fmt: skip
+    assert 2000 < int(auto[2]) < (4096 - 32) // 2
+    assert check("{max_connections: 3000}").startswith(
+        "max connections: 3000, but the open-file limit 4096 holds 20"
+    )
+    assert check("{max_connections: 1000}") == "max connections: 1000 per process (open-file limit 4096)"

@@ -113,7 +113,9 @@ class TlsRelay:
     def __init__(self, upstream_port: int, ctx: ssl.SSLContext) -> None:
         self.upstream_port = upstream_port
         self.ctx = ctx
-        self.handshakes = 0  # TLS connections that completed their handshake
+        # TLS connections that completed their handshake and carried Kafka (the proxy's
+        # upstream probe, a handshake every 2 s and nothing more, is not one)
+        self.handshakes = 0
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.port = 0
@@ -132,8 +134,15 @@ class TlsRelay:
         return await asyncio.start_server(self._serve, LOCAL, 0, ssl=self.ctx)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first = b""
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            first = await reader.read(65536)
+        if not first:
+            writer.close()
+            return
         self.handshakes += 1
         up_reader, up_writer = await asyncio.open_connection(LOCAL, self.upstream_port)
+        up_writer.write(first)
         await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
 
 
