@@ -1,4 +1,5 @@
-"""A minimal HTTP/1.1 endpoint, the admin port: /metrics, /healthz, /readyz, /clients.
+"""A minimal HTTP/1.1 endpoint, the admin port: /metrics, /livez (also /healthz), /readyz,
+/clients, /top.
 
 One request per connection (answered with `Connection: close`), GET and HEAD only,
 headers capped at 8 KiB and 5 seconds: enough for Prometheus and Kubernetes probes
@@ -16,10 +17,13 @@ newcomer itself answered 503. Every
 refused or replaced connection is counted by reason in `kafkalens_admin_refused_total`
 (`per_address_limit`, `too_many_connections`, and the reasons of refused requests).
 
-/metrics, /healthz and /readyz are open. /clients names every connection's address,
+/metrics, /livez, /healthz and /readyz are open. /livez (Kubernetes' and Kroxylicious's
+name for it) and /healthz are the same: the process answers; /readyz adds the listeners
+and the upstream. /clients names every connection's address,
 client id and SASL principal: it is off unless `metrics.clients_token_file` (then only
 with that bearer token) or `metrics.clients_listen` (a second, loopback-only listener)
-is set. A listener that checks Host headers (`metrics.allowed_hosts`, and always the
+is set. /top (the busiest clients, apis, groups: proxy/admin/top.py, read by `kafkalens
+top`) names clients too and follows the same rule. A listener that checks Host headers (`metrics.allowed_hosts`, and always the
 loopback one) answers only names it was given and the address it was reached on, so a
 web page cannot reach it through DNS rebinding.
 """
@@ -39,6 +43,7 @@ from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from proxy.admin.top import BadQuery, Query, TopAnswer
 from proxy.config import Address, ConfigError, MetricsConfig
 from proxy.metrics import AdminRefusals
 
@@ -62,6 +67,7 @@ class Endpoints:
     # Preferred to `metrics` when set: renders without holding up the event loop.
     metrics_later: Callable[[], Awaitable[bytes]] | None = None
     refusals: AdminRefusals = field(default_factory=AdminRefusals)
+    top: TopAnswer | None = None  # /top (proxy/admin/top.py)
 
 
 @dataclass
@@ -169,7 +175,7 @@ def route(
         if endpoints.metrics_later is not None:
             return _metrics_later(endpoints.metrics_later)
         return Response(HTTPStatus.OK, endpoints.metrics(), CONTENT_TYPE_LATEST)
-    if path == "/healthz":
+    if path in ("/livez", "/healthz"):
         return Response(HTTPStatus.OK, b"ok\n")
     if path == "/readyz":
         ready, reason = endpoints.ready()
@@ -181,7 +187,23 @@ def route(
             return refusal
         body = json.dumps(endpoints.clients(), default=str).encode()
         return Response(HTTPStatus.OK, body, _JSON)
-    return Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz /clients\n")
+    if path == "/top":
+        refusal = (access or Access()).clients_refusal(headers or {})
+        if refusal is not None:
+            return refusal
+        if endpoints.top is None:
+            return Response(HTTPStatus.NOT_FOUND, b"/top is not served by this process\n")
+        try:
+            query = Query.parse(target.partition("?")[2])
+        except BadQuery as exc:
+            return Response(HTTPStatus.BAD_REQUEST, f"/top: {exc}\n".encode())
+        return _top_later(endpoints.top, query)
+    return Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /livez /readyz /clients /top\n")
+
+
+async def _top_later(top: TopAnswer, query: Query) -> Response:
+    body = json.dumps(await top(query), default=str).encode()
+    return Response(HTTPStatus.OK, body, _JSON)
 
 
 async def _metrics_later(render: Callable[[], Awaitable[bytes]]) -> Response:

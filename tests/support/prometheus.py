@@ -586,6 +586,8 @@ def resolve_variables(
     "All" value. Variables are resolved in order, each query with the earlier ones."""
     values: dict[str, str] = {}
     for variable in board["templating"]["list"]:
+        if variable["type"] == "datasource":
+            continue  # which Prometheus: the one queried here
         name = variable["name"]
         selector, label = variable_query(variable)
         offered = prom.label_values(label, resolve(selector, values, step))
@@ -648,10 +650,10 @@ def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 
 # Which dashboard queries each end-to-end scenario must fill (a non-zero number), by
-# ("<panel id>: <title>", refId); tests/test_prometheus_rules.py checks that every query
+# ("<panel id>: <title>", refId); tests/deploy/test_prometheus_rules.py checks that every query
 # of the dashboards is here or in UNFILLABLE.
 DASHBOARD_FILLS: dict[str, set[tuple[str, str]]] = {
-    # tests/test_prometheus_alerts.py
+    # tests/deploy/test_prometheus_alerts.py
     "errors": {
         ("6: Errors by api and error", "A"),
         ("14: Connections opened, closed and rejected", "B"),
@@ -687,7 +689,7 @@ DASHBOARD_FILLS: dict[str, set[tuple[str, str]]] = {
         ("14: Connections opened, closed and rejected", "C"),
         ("32: Request log lines dropped", "A"),
     },
-    # tests/test_prometheus_probes.py
+    # tests/deploy/test_prometheus_probes.py
     "flood": {("33: Admin port refusals", "A")},
 }
 UNFILLABLE: dict[tuple[str, str], str] = {
