@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from proxy_harness import ProxyThread, proxy_config
+from support.proxy_harness import ProxyThread, proxy_config
 from support.replay import (
     Exchange,
     ScriptedBroker,
@@ -38,6 +38,19 @@ def test_the_extension_is_built_where_required() -> None:
         pytest.skip("KAFKALENS_REQUIRE_ACCEL is not set")
     assert steady.AVAILABLE
     assert steady.ACTIVE is not bool(os.environ.get("KAFKALENS_PURE_CODEC"))
+
+
+def test_a_sanitized_run_runs_the_sanitized_build() -> None:
+    """In tests/proxy/test_steady_sanitized.py's child run: the extensions imported are
+    those it built, in the folder it runs in (not the installed ones)."""
+    folder = os.environ.get("KAFKALENS_SANITIZED")
+    if not folder:
+        pytest.skip("not the sanitized run")
+    import codec._accel
+    import proxy._steady
+
+    for module in (codec._accel, proxy._steady):
+        assert module.__file__ is not None and module.__file__.startswith(folder), module.__file__
 
 
 needs_c = pytest.mark.skipif(not steady.AVAILABLE, reason="proxy._steady was not built (no C compiler)")

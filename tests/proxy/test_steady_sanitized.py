@@ -6,8 +6,9 @@ and a short codec fuzzing run. Any out-of-bounds read or write, use after free o
 undefined behaviour aborts the run with the sanitizer's report.
 
 How: both extensions are compiled with `-fsanitize=address,undefined` into a folder that
-mirrors the packages (links to every other file of codec/, proxy/ and bench/), and a
-child pytest runs there (its working directory first on sys.path), with the ASan runtime
+mirrors the repository (links to every other file of codec/, proxy/ and bench/, and to
+tests/ and pyproject.toml), and a child pytest runs there (that folder its root, first
+on sys.path), with the ASan runtime
 preloaded (the interpreter is not instrumented) and PYTHONMALLOC=malloc, so that Python
 objects the C code reads and writes come from the sanitized allocator too. Leak
 detection is off: the interpreter keeps what it allocates until exit. A few minutes
@@ -25,22 +26,24 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-INNER = "KAFKALENS_SANITIZED"  # set in the child run: these tests do not run again there
+REPO = Path(__file__).resolve().parents[2]
+# Set in the child run, to the folder it runs in: these tests do not run again there,
+# and tests/proxy/test_steady.py checks that the extensions it runs are that folder's.
+INNER = "KAFKALENS_SANITIZED"
 TESTS = [
-    "tests/test_steady_hostile.py",
-    "tests/test_steady.py",
-    "tests/test_line_pieces.py",
-    "tests/test_codec_accel.py",
-    "tests/test_codec_golden.py",
-    "tests/test_codec_hostile.py",
-    "tests/test_hostile_client.py",
-    "tests/test_hostile_broker.py",
+    "tests/proxy/test_steady.py",
+    "tests/proxy/test_steady_hostile.py",
+    "tests/observe/test_line_pieces.py",
+    "tests/codec/test_codec_accel.py",
+    "tests/codec/test_codec_golden.py",
+    "tests/codec/test_codec_hostile.py",
+    "tests/proxy/test_hostile_client.py",
+    "tests/proxy/test_hostile_broker.py",
 ]
 FUZZ_RUNS = 5000
 EXTENSIONS = {"proxy": "_steady", "codec": "_accel"}
 
-pytestmark = pytest.mark.skipif(bool(os.environ.get(INNER)), reason="the sanitized run itself")
+pytestmark = [pytest.mark.skipif(bool(os.environ.get(INNER)), reason="the sanitized run itself"), pytest.mark.slow]
 
 
 def compiler() -> str | None:
@@ -96,7 +99,8 @@ def test_the_c_parts_under_address_and_undefined_behaviour_sanitizers(tmp_path: 
     for package, module in EXTENSIONS.items():
         mirror(package, tree, build(cc, package, module, built))
     mirror("bench", tree, None)
-    (tree / "tests").symlink_to(REPO / "tests")
+    for name in ("tests", "pyproject.toml"):
+        (tree / name).symlink_to(REPO / name)
     env = dict(
         os.environ,
         LD_PRELOAD=f"{asan}:{ubsan}",
@@ -104,7 +108,7 @@ def test_the_c_parts_under_address_and_undefined_behaviour_sanitizers(tmp_path: 
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
         PYTHONMALLOC="malloc",
         KAFKALENS_REQUIRE_ACCEL="1",
-        **{INNER: "1"},
+        **{INNER: str(tree)},
     )
     env.pop("KAFKALENS_PURE_CODEC", None)
     probe = subprocess.run(
@@ -114,17 +118,16 @@ def test_the_c_parts_under_address_and_undefined_behaviour_sanitizers(tmp_path: 
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert probe.stdout.strip().startswith(str(tree)), probe.stdout  # the sanitized build
-    tests = [str(REPO / name) for name in TESTS]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "-c", str(REPO / "pyproject.toml"), "--rootdir", str(REPO), *tests],
+         "-c", str(tree / "pyproject.toml"), "--rootdir", str(tree), *TESTS],
         cwd=tree, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     output = run.stdout + run.stderr
     assert run.returncode == 0, report(output)
     assert "Sanitizer" not in output and "runtime error" not in output, report(output)
     fuzz = subprocess.run(
-        [sys.executable, "-m", "bench.fuzz_codec", "--seed", "1", "--runs", str(FUZZ_RUNS), "--seconds", "300",
+        [sys.executable, "-m", "bench.codec.fuzz", "--seed", "1", "--runs", str(FUZZ_RUNS), "--seconds", "300",
          "--json", "--findings", str(tmp_path / "findings")],
         cwd=tree, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip

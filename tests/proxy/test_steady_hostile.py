@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proxy_harness import ProxyThread, proxy_config
+from support.proxy_harness import ProxyThread, proxy_config
 from support.replay import Exchange, read_frame, renumbered, small_requests
 
 from proxy import steady
