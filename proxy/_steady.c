@@ -246,8 +246,9 @@ typedef struct {
     PyObject *str_broker_ranges, *str_whole, *str_answered, *str_errors;
     PyObject *render_fields; /* (fields) -> (JSON object, mask): request_line.answer_json */
     PyObject *link_request;  /* (info, state, pending, entry): a linked request's token and links */
-    PyObject *link_answer;   /* (info, pending, token, state, latency, size, fields): an answer observed
-                              * (counted, its errors, logged) when the C path does not finish it */
+    PyObject *link_answer;   /* (info, pending, token, state, latency, size, fields, None, True): an
+                              * answer a link read observed (counted, its errors, logged) when the C
+                              * path does not finish it: ObservingHooks.responded */
     CountersObject *counters;
     long long clash;     /* request_line.CLASH */
     /* per api key: 1 if the C path may take it (never memoised, answered whole...: 0) */
@@ -1226,9 +1227,9 @@ static int linked_answer(CoreObject *self, ResponseFrame *f, double latency) {
     }
     if (done == 0) {  /* the hooks finish it */
         PyObject *lat = PyFloat_FromDouble(latency), *sz = PyLong_FromSsize_t(f->sent + 4), *r = NULL;
-        if (lat != NULL && sz != NULL) {
-            PyObject *args[7] = {self->info, f->pending, token, state, lat, sz, fields};
-            r = PyObject_Vectorcall(p->link_answer, args, 7, NULL);
+        if (lat != NULL && sz != NULL) {  /* responded(..., entry=None, read=True) */
+            PyObject *args[9] = {self->info, f->pending, token, state, lat, sz, fields, Py_None, Py_True};
+            r = PyObject_Vectorcall(p->link_answer, args, 9, NULL);
         }
         Py_XDECREF(lat);
         Py_XDECREF(sz);

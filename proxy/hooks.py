@@ -273,7 +273,9 @@ class SteadyParts:
     # by the hooks: link_request once forwarded, link_answer once its answer is)
     link_apis: frozenset[int]
     link_request: Any  # (info, state, pending, entry): makes pending.token and runs the links
-    link_answer: Any  # (info, pending, token, state, latency, size, fields): observes an answer it does not
+    # (info, pending, token, state, latency, size, fields, None, True): observes an
+    # answer a link read that it does not finish itself (ObservingHooks.responded)
+    link_answer: Any
     render_fields: Any  # (fields) -> (JSON object, mask) of an answer's fields a link made
 
 

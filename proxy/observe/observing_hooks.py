@@ -220,7 +220,7 @@ class ObservingHooks(Hooks):
             request_apis=requests, response_apis=responses, log_always=always, log_never=never,
             api_versions_plain=self._plain_api_versions, state_of=lambda info: self.states.get(info.conn_id),
             hooks=self, counters=counters, token=Token, link_apis=linked & requests,
-            link_request=self.steady_link_request, link_answer=self.answer_observed,
+            link_request=self.steady_link_request, link_answer=self.responded,
             render_fields=answer_json,
         )  # fmt: skip
 
@@ -430,9 +430,7 @@ class ObservingHooks(Hooks):
                 self._memoised(info, state, pending, entry)
                 return
         api = self._names.get(api_key, UNKNOWN)
-        self.metrics.api(api).request(pending.api_version, pending.request_size)
-        if state is not None:
-            state.requests[api] = state.requests.get(api, 0) + 1
+        self._count(api, pending, state)
         try:
             # A memoised request must not hold views of the chunk it came in: a copy.
             request = decode_request(frame if key is None else frame.tobytes(), self.policy)
@@ -465,14 +463,12 @@ class ObservingHooks(Hooks):
         changed nothing last time and nothing changed since); its entry is its token,
         unless a link reads it."""
         api = entry.api
-        self.metrics.api(api).request(pending.api_version, pending.request_size)
+        self._count(api, pending, state)
         if entry.fragment is None:  # rendered when first met again: most frames never are
             entry.head = api_head(pending.api_key, api, pending.api_version)
             entry.fragment, entry.mask, entry.overlap = request_pieces(entry.fields)
-        if state is not None:
-            state.requests[api] = state.requests.get(api, 0) + 1
-            if entry not in state.quiet:
-                self._identify_memoised(info, state, entry)
+        if state is not None and entry not in state.quiet:
+            self._identify_memoised(info, state, entry)
         if not entry.linked:
             pending.token = entry
         elif state is not None:
@@ -492,13 +488,17 @@ class ObservingHooks(Hooks):
             token.entry = entry
 
     def _started(self, info: ConnectionInfo, pending: Pending) -> tuple[ConnState | None, Token]:
-        """A request seen (whole, streamed past or answered here): counted, its token made."""
+        """A request seen (streamed past or answered here): counted, its token made."""
         api = self._names.get(pending.api_key, UNKNOWN)
         state = self.states.get(info.conn_id)
+        self._count(api, pending, state)
+        return state, Token(api, pending.correlation_id, {})
+
+    def _count(self, api: str, pending: Pending, state: ConnState | None) -> None:
+        """A request counted: its api's metrics, and its connection's close line."""
         self.metrics.api(api).request(pending.api_version, pending.request_size)
         if state is not None:
             state.requests[api] = state.requests.get(api, 0) + 1
-        return state, Token(api, pending.correlation_id, {})
 
     def _decoded(
         self, info: ConnectionInfo, state: ConnState | None, token: Token | RequestEntry, request: Any,
@@ -733,37 +733,38 @@ class ObservingHooks(Hooks):
         fields: dict[str, Any] = {"errors": []}
         entry: ResponseEntry | CapEntry | None = None
         if token.decode_error is None:
-            api_key, version, ask = pending.api_key, pending.api_version, token.ask
-            if api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
-                version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
-            # An answer a link's ask reads whole (Fetch, a Produce's base offsets, share
-            # groups, heartbeats) is decoded whole; others are skimmed (an OffsetCommit's
-            # too). Written out here, not in a method of its own: one Python call less
-            # per response (bench.proxy.hooks_cost --instructions).
-            response = None
-            cap = pending.rewritten
-            try:
-                if cap is not None:  # an ApiVersions answer, decoded when capped
-                    if ask is None and self._plain_api_versions:
-                        entry = self._cap_fields(cap)
-                        fields = entry.fields  # type: ignore[assignment]
-                    else:
-                        response = cap.response
-                elif api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole):
-                    skimmed = self._skimmed(frame, api_key, version)
-                    if isinstance(skimmed, ResponseEntry):
-                        entry = skimmed
-                        fields = skimmed.fields
-                    else:
-                        fields = skimmed
-                else:
-                    response = decode_response(frame, api_key, version, self.policy)
-            except DecodeError as exc:
-                self.decode_failed(state, token.api, "response")
-                fields["response_decode_error"] = str(exc)
-            if response is not None:
-                fields = self._response_fields(info, state, pending, token, response)
+            fields, entry = self._answer_fields(info, state, frame, pending, token)
         self.responded(info, pending, token, state, latency, len(frame) + 4, fields, entry)
+
+    def _answer_fields(
+        self, info: ConnectionInfo, state: ConnState | None, frame: memoryview, pending: Pending, token: Any
+    ) -> tuple[dict[str, Any], ResponseEntry | CapEntry | None]:
+        """An answer's line fields, and the memo entry they are of (if any). An answer a
+        link's ask reads whole (Fetch, a Produce's base offsets, share groups,
+        heartbeats) is decoded whole; others are skimmed (an OffsetCommit's too); an
+        ApiVersions answer was decoded when capped."""
+        api_key, version, ask = pending.api_key, pending.api_version, token.ask
+        if api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
+            version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
+        cap = pending.rewritten
+        response = None
+        try:
+            if cap is not None:
+                if ask is None and self._plain_api_versions:
+                    entry = self._cap_fields(cap)
+                    return entry.fields, entry  # type: ignore[return-value]
+                response = cap.response
+            elif api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole):
+                skimmed = self._skimmed(frame, api_key, version)
+                if isinstance(skimmed, ResponseEntry):
+                    return skimmed.fields, skimmed
+                return skimmed, None
+            else:
+                response = decode_response(frame, api_key, version, self.policy)
+        except DecodeError as exc:
+            self.decode_failed(state, token.api, "response")
+            return {"errors": [], "response_decode_error": str(exc)}, None
+        return self._response_fields(info, state, pending, token, response), None
 
     def _cap_fields(self, cap: CapEntry) -> CapEntry:
         """An ApiVersions answer's line fields, made once per cap: no link reads these
@@ -778,25 +779,16 @@ class ObservingHooks(Hooks):
     def responded(
         self, info: ConnectionInfo, pending: Pending, token: Any, state: ConnState | None,
         latency: float, size: int, fields: dict[str, Any], entry: ResponseEntry | CapEntry | None = None,
+        read: bool = False,
     ) -> None:
-        """A response observed, whole or streamed: counted, its errors too, and logged.
-        (Shared with streamed responses. The whole-frame path, run for every response,
-        pays for this call with what it no longer does: build an error-free fields
-        dict it then drops, and, when it logs, look the connection's state up again.)
+        """A response observed, whole or streamed: read by the link that asked (unless
+        `read`: the C path has had it read), counted, its errors too, and logged.
         `entry`: the memo's, whose fields are `fields`: with a memo entry as token, the
         line is put together from what both rendered (request_line.compose)."""
         ask = token.ask
-        if ask is not None and not ask.whole:  # read from the skimmed answer (an OffsetCommit's)
+        if ask is not None and not ask.whole and not read:  # read from the skimmed answer (an OffsetCommit's)
             fields = token.asked_by.answered(info, state, token, None, fields)
             entry = None
-        self.answer_observed(info, pending, token, state, latency, size, fields, entry)
-
-    def answer_observed(
-        self, info: ConnectionInfo, pending: Pending, token: Any, state: ConnState | None,
-        latency: float, size: int, fields: dict[str, Any], entry: ResponseEntry | CapEntry | None = None,
-    ) -> None:
-        """An answer's line fields made (a link's read it): counted, its errors too, and
-        logged. (The C path calls it for an answer it does not finish itself.)"""
         api_metrics = self.metrics.api(token.api)
         api_metrics.response(latency, size)
         errors = fields["errors"]

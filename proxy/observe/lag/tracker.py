@@ -322,11 +322,7 @@ class LagTracker:
             if len(logged) < cap:
                 logged.append({"topic": where[0], "partition": where[1], "offset": offset, "high_watermark": high, "lag": lag})
             if accepted and offset >= 0:
-                entry = committed.get(key)
-                if entry is not None:  # _put, written out: the usual case
-                    entry.group, entry.offset, entry.lag, entry.seen = group, offset, lag or 0, now
-                else:
-                    self._put(committed, key, group, offset, lag or 0, now)
+                self._put(committed, key, group, offset, lag or 0, now)
         if logged:
             out["committed"] = logged
         if len(ask.offsets) > len(logged):
