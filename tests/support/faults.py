@@ -710,3 +710,19 @@ def listeners_of(px: ObservedProxy, gateway: bool) -> Callable[[str], str]:
         return "bootstrap" if int(number) < 0 else f"broker-{int(number)}"
 
     return listener_of
+
+
+def finish_and_check(
+    px: ObservedProxy, load: Load, direct: str, faulted: set[str], gateway: bool
+) -> None:
+    """The clients stop; kafkalens holds nothing more; nothing acknowledged was lost
+    (`check_nothing_lost`), and every request the clients sent has its line
+    (`check_request_log`), with at least one cut short by the brokers' faults."""
+    load.finish()
+    px.wait_all_closed(60)
+    assert px.pending_total() == 0
+    lines = px.lines()  # flushed first
+    duplicates = check_nothing_lost(load, direct)
+    reasons = check_request_log(lines, load, faulted, listeners_of(px, gateway))
+    assert reasons.keys() & UPSTREAM_GONE, reasons  # the faults were seen as such
+    print(f"duplicates {duplicates}, incomplete requests by reason {dict(reasons)}")
