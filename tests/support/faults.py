@@ -660,13 +660,15 @@ def survive(
     load: Load,
     node: int,
     how: str,
+    also_down: tuple[str, ...] = (),
 ) -> None:
     """Node `node` killed (`how` "kill") or shut down ("stop") under `load`, then started
-    again: /readyz names it and turns ready again, the gateway hands out the leaders
+    again: /readyz names it (its broker listener, and `also_down`: its other listeners
+    the gateway has routes to) and turns ready again, the gateway hands out the leaders
     without it and then lists it again, the load goes on meanwhile, and the node is back
     in every partition's in-sync replicas before this returns."""
     direct = cluster.bootstrap
-    down = cluster.node(node).address
+    down = ", ".join(sorted([cluster.node(node).address, *also_down]))
     if how == "kill":
         cluster.kill_node(node)
     else:
