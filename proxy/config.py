@@ -635,6 +635,11 @@ class GatewayConfig:
         default_factory=dict,
         doc="or an explicit map, e.g. {0: 9400, 1: 9401}",
     )
+    max_nodes: int = integer(
+        default=1000,
+        at_most=(65535, "each node is a listener on a port of its own"),
+        doc="brokers, and controllers, served at most; one named past it is not",
+    )
     route_check_timeout_seconds: float = seconds(
         default=5.0,
         at_most=(60, "a route waits for it to open or move"),

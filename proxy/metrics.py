@@ -474,8 +474,9 @@ class Metrics:
         self.gateway_listener_errors = c(
             "kafkalens_gateway_listener_errors_total",
             "Gateway mode: node listeners that could not be opened: port_in_use,"
-            " bind_failed (their clients fail), port_conflict (the port is another"
-            " route's), no_port (the node id maps past 65535).",
+            " bind_failed, too_many_nodes (gateway.max_nodes; their clients fail),"
+            " port_conflict (the port is another route's), no_port (the node id maps past"
+            " 65535).",
             ("reason",),
         )
         self.gateway_routes = self._gauge(
@@ -736,8 +737,8 @@ class Metrics:
         self.upstream_failures.labels(upstream=self.upstream_capper(upstream), reason=reason).inc()
 
     def gateway_listener_error(self, reason: str) -> None:
-        """`reason`: port_in_use, bind_failed, port_conflict or no_port (the node id maps
-        past 65535)."""
+        """`reason`: port_in_use, bind_failed, too_many_nodes, port_conflict or no_port
+        (the node id maps past 65535)."""
         self.gateway_listener_errors.labels(reason=reason).inc()
 
     def gateway_route_moved(self, kind: str) -> None:

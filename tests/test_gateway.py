@@ -565,3 +565,47 @@ def test_what_a_check_makes_of_what_an_address_answers() -> None:
             assert time.monotonic() - started < 2.0
 
     uvloop.run(scenario())
+
+
+def test_the_nodes_a_cluster_names_are_bounded_by_max_nodes() -> None:
+    """Node ids are the brokers' to name: past gateway.max_nodes of one kind no listener
+    opens; the address is still the gateway's (its clients fail visibly), and counted."""
+    ports = {node: free_port() for node in (1, 2, 3)}
+
+    async def scenario() -> None:
+        with FakeBroker(replying(b"b")) as broker:
+            async with gateway_server(broker.address, ports, max_nodes=2) as (gateway, hooks, server):
+                body = {"brokers": [{"node_id": n, "host": LOCAL, "port": broker.port, "rack": None}
+                                    for n in (1, 2, 3)], "controller_id": 1, "topics": []}  # fmt: skip
+                new = rewrite(hooks, METADATA, 1, body)
+                assert new is not None
+                named = decode_response(new, METADATA, 1).body["brokers"]
+                assert [(b["host"], b["port"]) for b in named] == [(LOCAL, ports[n]) for n in (1, 2, 3)]
+                await until(lambda: {"broker-1", "broker-2"} <= set(server.listeners))
+                assert sorted(gateway.brokers) == [1, 2]
+                errors = "kafkalens_gateway_listener_errors_total"
+                assert counted(server, errors, reason="too_many_nodes") == 1
+                with pytest.raises(ConnectionRefusedError):
+                    socket.create_connection((LOCAL, ports[3]), timeout=2).close()
+
+    uvloop.run(scenario())
+
+
+def test_a_move_to_an_address_that_does_not_answer_is_refused() -> None:
+    """A broker's route stays where it works rather than follow an answer naming an
+    address nothing listens on; it moves once the address answers as a broker."""
+    port, nowhere = free_port(), free_port()
+
+    async def scenario() -> None:
+        with FakeBroker(replying(b"here")) as broker:
+            async with gateway_server(broker.address, {4: port}) as (gateway, hooks, server):
+                rewrite(hooks, METADATA, 1, metadata_naming(4, LOCAL, broker.port))
+                await until(lambda: "broker-4" in server.listeners)
+                rewrite(hooks, METADATA, 1, metadata_naming(4, LOCAL, nowhere))
+                refused = "kafkalens_gateway_routes_refused_total"
+                await until(lambda: counted(server, refused, kind="broker", reason="unreachable"))
+                assert gateway.brokers[4].upstream.port == broker.port
+                with await connect(port) as sock:
+                    assert await exchange(sock) == b"here"
+
+    uvloop.run(scenario())

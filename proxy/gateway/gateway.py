@@ -28,8 +28,10 @@ opening refused by the check is logged and counted
 (`kafkalens_gateway_routes_refused_total`), and the route stays where it was (an opening
 refused: no route, its port refuses connections). Open connections never move.
 
-A port that cannot be bound (in use, say) is logged as an error and counted, and the
-address is rewritten anyway: leaving the node's real address in the response would let
+At most `max_nodes` nodes of each kind are served (each is a listener, named by the
+cluster's answers); a node named past that is logged and counted, and its address
+rewritten to its port all the same, which nothing serves. A port that cannot be bound
+(in use, say) is logged as an error and counted, and the address is rewritten anyway: leaving the node's real address in the response would let
 clients go round the gateway, unobserved, while a port nobody serves fails visibly. The
 bind is tried again when a later response names that node. A port that is already
 another route's (the broker and controller port ranges overlap for these node ids) is
@@ -177,6 +179,11 @@ class Gateway:
                 why = f"port {wanted} serves {owner.name} already"
                 self._failed_to_open(key, real, "port_conflict", why, wanted)
             return None
+        if len(self.routes[named.kind]) >= self.config.max_nodes:
+            if not self._recently_failed(key):
+                why = f"gateway.max_nodes ({self.config.max_nodes}) {named.kind.value}s served"
+                self._failed_to_open(key, real, "too_many_nodes", why, wanted)
+            return self.config.advertised_host, wanted  # unserved: its clients fail visibly
         route = self._open(named.kind, named.node_id, wanted, real, named.source)
         return self.config.advertised_host, route.port if route else wanted
 
@@ -314,7 +321,12 @@ class Gateway:
         port: int | None = None,
     ) -> None:
         kind, node_id = key
-        self._failed[key] = time.monotonic()
+        now = time.monotonic()
+        if len(self._failed) >= 2 * self.config.max_nodes:  # node ids are the peer's to name
+            self._failed = {k: t for k, t in self._failed.items() if now - t < RETRY_BIND_SECONDS}
+            if len(self._failed) >= 2 * self.config.max_nodes:
+                self._failed.clear()
+        self._failed[key] = now
         self.metrics.gateway_listener_error(reason)
         log.error(
             f"cannot serve a {kind.value}: clients sent to it will fail",
