@@ -63,6 +63,7 @@ from support.kafka_tools import (
 )
 from support.kraft import (
     KraftCluster,
+    NoQuorumAnswer,
     broker_listeners,
     controller_listeners,
     describe_quorum,
@@ -233,7 +234,7 @@ class TestCombined(Checks):
         the new partition leaders, nothing acknowledged is lost (support.faults), and
         the node comes back where it was: every route as before, none moved."""
         gw, cluster = prepared, apache_kafka_cluster
-        before = describe_quorum(gw.direct_controllers.split(",")[0])
+        before = describe_quorum(gw.direct)
         leader = before["leader_id"]
         routes_before = routes(gw.px)
         assert routes_before == gw.expected_routes()
@@ -244,7 +245,7 @@ class TestCombined(Checks):
             load.goes_on()
             survive(cluster, gw.px, gw.broker_ports, load, leader, "kill",
                     also_down=(gw.controllers[leader],))  # fmt: skip
-            after = describe_quorum(gw.direct_controllers.split(",")[0])
+            after = describe_quorum(gw.direct)
             assert after["leader_epoch"] > before["leader_epoch"]  # an election took place
             faulted = {"bootstrap", f"broker-{leader}", f"controller-{leader}"}
             finish_and_check(gw.px, load, cluster.bootstrap, faulted, gateway=True)
@@ -307,7 +308,7 @@ class TestDedicated(Checks):
         short by a broker going away), the admin tools still answer through the gateway,
         nothing acknowledged is lost, and every route stays where it was."""
         gw = prepared
-        before = describe_quorum(gw.direct.split(",")[0])
+        before = describe_quorum(gw.direct)
         leader = before["leader_id"]
         routes_before = routes(gw.px)
         topic = f"gw-controller-{uuid.uuid4().hex[:8]}"
@@ -322,8 +323,10 @@ class TestDedicated(Checks):
                       f"/readyz to name {down}", 30)  # fmt: skip
 
                 def elected() -> bool:
-                    now = describe_quorum(gw.direct.split(",")[0])
-                    return now["leader_id"] not in (-1, leader)
+                    try:
+                        return describe_quorum(gw.direct)["leader_id"] not in (-1, leader)
+                    except NoQuorumAnswer:  # no leader yet
+                        return False
 
                 until(elected, "a new quorum leader", 60)
                 load.goes_on()
@@ -333,7 +336,7 @@ class TestDedicated(Checks):
             finally:
                 cluster.start_node(leader)
             until(lambda: readyz(gw.px.http_port) == (200, "ready"), "/readyz ready again", 30)
-            until(lambda: caught_up(gw.direct.split(",")[0], leader), f"{leader} to catch up")
+            until(lambda: caught_up(gw.direct, leader), f"{leader} to catch up")
             load.goes_on()
             load.finish()
             gw.px.wait_all_closed(60)
@@ -349,7 +352,10 @@ class TestDedicated(Checks):
 
 def caught_up(address: str, node: int) -> bool:
     """Whether voter `node` has the metadata log up to the quorum's high watermark."""
-    quorum = describe_quorum(address)
+    try:
+        quorum = describe_quorum(address)
+    except NoQuorumAnswer:
+        return False
     (voter,) = [v for v in quorum["current_voters"] if v["replica_id"] == node]
     return bool(voter["log_end_offset"] >= quorum["high_watermark"])
 

@@ -17,8 +17,10 @@ the metadata log.
 
 from __future__ import annotations
 
+import signal
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -135,6 +137,22 @@ class KraftCluster(KafkaCluster):
         self._wait_ready(node, timeout)
         return node
 
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stops the brokers (a controlled shutdown, which needs the quorum), then the
+        controllers; SIGKILL after `timeout`. All at once, the brokers would wait out
+        their shutdown for controllers already gone."""
+        if self.controllers == 0:
+            super().stop(timeout)
+            return
+        for wave in (self.brokers, self.quorum):
+            for member in wave:
+                if member.running:
+                    assert member.process is not None
+                    member.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for member in wave:
+                self._reap(member, max(0.1, deadline - time.monotonic()))
+
     def _server_properties(self, member: KafkaNode) -> dict[str, str]:
         assert isinstance(member, KraftNode)
         props = super()._server_properties(member)
@@ -203,30 +221,43 @@ def kraft_cluster(work_dir: Path, nodes: int, controllers: int) -> Iterator[Kraf
 # --- the quorum, as the cluster itself says -------------------------------------------------
 
 
-def describe_quorum(address: str) -> dict[str, Any]:
+def describe_quorum(addresses: str) -> dict[str, Any]:
     """The metadata partition of a DescribeQuorum v2 answer (leader, epoch, high watermark,
-    voters, observers), asked of `address` directly: a controller answers it, a broker
-    forwards it to the active controller."""
-    host, port = address.rsplit(":", 1)
+    voters, observers), asked directly of the first of `addresses` (comma-separated) that
+    answers it: a broker forwards it to the active controller, a controller answers it
+    only while it is the quorum's leader (NOT_LEADER_OR_FOLLOWER otherwise)."""
     body = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
     frame = encode_request(
         Request(ApiKey.DESCRIBE_QUORUM, 2, {"correlation_id": 1, "client_id": "kraft-test"}, body)
     )
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", _read(sock, 4))
-        answer = decode_response(_read(sock, size), ApiKey.DESCRIBE_QUORUM, 2).body
-    assert answer["error_code"] == 0, answer
-    (topic,) = answer["topics"]
-    (partition,) = topic["partitions"]
-    assert partition["error_code"] == 0, partition
-    result: dict[str, Any] = partition
-    return result
+    failures = []
+    for address in addresses.split(","):
+        host, port = address.rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(struct.pack(">i", len(frame)) + frame)
+                (size,) = struct.unpack(">i", _read(sock, 4))
+                answer = decode_response(_read(sock, size), ApiKey.DESCRIBE_QUORUM, 2).body
+        except OSError as exc:
+            failures.append(f"{address}: {exc}")
+            continue
+        partitions = [p for t in answer["topics"] for p in t["partitions"]]
+        errors = [answer["error_code"], *(p["error_code"] for p in partitions)]
+        if any(errors) or len(partitions) != 1:
+            failures.append(f"{address}: error codes {errors}")
+            continue
+        result: dict[str, Any] = partitions[0]
+        return result
+    raise NoQuorumAnswer(f"no DescribeQuorum answer: {failures}")
 
 
-def quorum_leader(address: str) -> int:
+class NoQuorumAnswer(AssertionError):
+    """No address answered DescribeQuorum (an election under way, nodes down)."""
+
+
+def quorum_leader(addresses: str) -> int:
     """The active controller's node id (-1 while the quorum has none)."""
-    leader: int = describe_quorum(address)["leader_id"]
+    leader: int = describe_quorum(addresses)["leader_id"]
     return leader
 
 
