@@ -25,18 +25,22 @@ exactly what the broker's own listener lists (Produce and Fetch among them), and
 each controller port what the controller's does (the bug this guards against: DescribeQuorum's
 controller endpoints moved each broker route onto its node's CONTROLLER listener, which
 answers neither). No route moved and none was refused (`/metrics`).
+
+Each layout gives the compatibility table a row for the tools and one for each client
+library of the fault test's load.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import ck_client
-from support.clients import APACHE_KAFKA_GROUPS, make_records
+from support import ck_client, compat
+from support.clients import APACHE_KAFKA_GROUPS, client_version, make_records
 from support.faults import (
     UPSTREAM_GONE,
     Load,
@@ -50,6 +54,7 @@ from support.faults import (
     until,
 )
 from support.gateway import LayoutGateway, api_keys_at, layout_gateway, routes
+from support.kafka import NEWEST
 from support.kafka_tools import (
     Addresses,
     as_printed,
@@ -74,6 +79,43 @@ from proxy.apache_kafka import KafkaCluster
 
 SERVER, CONTROLLER = "--bootstrap-server", "--bootstrap-controller"
 TOPIC, GROUP = "gw-tools", "gw-tools-group"
+# The compatibility table's rows (support.compat), one per layout.
+TOOLS = "Kafka tools (kafka-*.sh)"
+TOOLS_FEATURE = ("kafka-metadata-quorum, -topics, -consumer-groups, -configs, -features,"
+                 " -cluster, -log-dirs: answers as directly, {layout}")  # fmt: skip
+FAULT_FEATURES = {
+    "combined": "the quorum leader and its broker killed under load: nothing acknowledged lost",
+    "dedicated": "the active controller (dedicated) killed under load: nothing acknowledged lost",
+}
+
+
+@contextmanager
+def tools_row(gw: LayoutGateway) -> Iterator[None]:
+    """The tools' row of the compatibility table for this layout: passed if every check
+    recording it passed."""
+    broker = compat.apache_kafka(NEWEST)
+    feature = TOOLS_FEATURE.format(layout=LAYOUT_NAMES[gw.layout])
+    with compat.checking(broker, TOOLS, NEWEST, "gateway", feature):
+        yield
+
+
+@contextmanager
+def fault_rows(gw: LayoutGateway) -> Iterator[None]:
+    """The rows of the load's client libraries (support.faults.Load) for this layout."""
+    broker = compat.apache_kafka(NEWEST)
+    feature = FAULT_FEATURES[gw.layout]
+    ck = client_version("confluent-kafka")
+    with (
+        compat.checking(broker, "confluent-kafka", ck, "gateway", feature),
+        compat.checking(broker, "Java (kafka-clients)", NEWEST, "gateway", feature),
+    ):
+        yield
+
+
+LAYOUT_NAMES = {
+    "combined": "combined nodes",
+    "dedicated": "dedicated controllers, a broker joining later",
+}
 
 
 @dataclass(frozen=True)
@@ -165,20 +207,22 @@ class Checks:
         self, prepared: LayoutGateway, name: str
     ) -> None:
         gw, check = prepared, CHECKS[name]
-        direct_boot = gw.direct if check.via == SERVER else gw.direct_controllers
-        gateway_boot = gw.bootstrap if check.via == SERVER else gw.controller_bootstrap
-        direct, direct_addresses = run_check(check, direct_boot)
-        through, gateway_addresses = run_check(check, gateway_boot)
-        assert through == direct
-        # the addresses, each against where it should point
-        assert direct_addresses.keys() == gateway_addresses.keys()
-        own = gw.controllers if check.names == "controller" else gw.brokers
-        for what, address in direct_addresses.items():
-            node = int(what.split()[1])
-            assert address == own[node], (what, address)
-            assert gateway_addresses[what] == gw.gateway_address(check.names, node), what
-        if name.startswith("quorum-status"):
-            assert set(direct_addresses) >= {f"voter {n} endpoint 0" for n in gw.controllers}
+        with tools_row(gw):
+            direct_boot = gw.direct if check.via == SERVER else gw.direct_controllers
+            gateway_boot = gw.bootstrap if check.via == SERVER else gw.controller_bootstrap
+            direct, direct_addresses = run_check(check, direct_boot)
+            through, gateway_addresses = run_check(check, gateway_boot)
+            assert through == direct
+            # the addresses, each against where it should point
+            assert direct_addresses.keys() == gateway_addresses.keys()
+            own = gw.controllers if check.names == "controller" else gw.brokers
+            for what, address in direct_addresses.items():
+                node = int(what.split()[1])
+                assert address == own[node], (what, address)
+                assert gateway_addresses[what] == gw.gateway_address(check.names, node), what
+            if name.startswith("quorum-status"):
+                voters = {f"voter {n} endpoint 0" for n in gw.controllers}
+                assert set(direct_addresses) >= voters
 
     def test_every_route_goes_to_its_node_and_answers_as_it_does(
         self, prepared: LayoutGateway
@@ -187,28 +231,29 @@ class Checks:
         broker port lists what the broker lists, each controller port what the controller
         lists; nothing moved, nothing refused."""
         gw = prepared
-        run_tool("kafka-metadata-quorum", SERVER, gw.bootstrap, "describe", "--status").check()
-        assert routes(gw.px) == gw.expected_routes()
-        for node, address in gw.brokers.items():
-            broker = api_keys_at(address)
-            assert {0, 1} <= broker  # Produce, Fetch
-            assert api_keys_at(gw.gateway_address("broker", node)) == broker, node
-        for node, address in gw.controllers.items():
-            controller = api_keys_at(address)
-            assert 52 in controller and 0 not in controller  # Vote, not Produce
-            assert api_keys_at(gw.gateway_address("controller", node)) == controller, node
-        metrics = gw.px.metrics()
-        assert metrics.total("kafkalens_gateway_routes_moved_total") == 0
-        assert metrics.total("kafkalens_gateway_routes_refused_total") == 0
-        assert metrics.value("kafkalens_gateway_routes", kind="broker") == len(gw.brokers)
-        assert metrics.value("kafkalens_gateway_routes", kind="controller") == len(gw.controllers)
-        # every request the tools sent went through the gateway's listeners, decoded
-        lines = [x for x in gw.px.lines() if x["event"] == "request"]
-        on = {line["listener"] for line in lines if line["api"] == "DescribeQuorum"}
-        via_controllers = {x for x in on if x.startswith("controller")}
-        assert via_controllers and on - via_controllers, on  # via a broker, via a controller
-        undecoded = {(x["api"], x["api_version"]) for x in lines if "decode_error" in x}
-        assert not undecoded, undecoded
+        with tools_row(gw):
+            run_tool("kafka-metadata-quorum", SERVER, gw.bootstrap, "describe", "--status").check()
+            assert routes(gw.px) == gw.expected_routes()
+            for node, address in gw.brokers.items():
+                broker = api_keys_at(address)
+                assert {0, 1} <= broker  # Produce, Fetch
+                assert api_keys_at(gw.gateway_address("broker", node)) == broker, node
+            for node, address in gw.controllers.items():
+                controller = api_keys_at(address)
+                assert 52 in controller and 0 not in controller  # Vote, not Produce
+                assert api_keys_at(gw.gateway_address("controller", node)) == controller, node
+            metrics = gw.px.metrics()
+            assert metrics.total("kafkalens_gateway_routes_moved_total") == 0
+            assert metrics.total("kafkalens_gateway_routes_refused_total") == 0
+            assert metrics.value("kafkalens_gateway_routes", kind="broker") == len(gw.brokers)
+            assert metrics.value("kafkalens_gateway_routes", kind="controller") == len(gw.controllers)
+            # every request the tools sent went through the gateway's listeners, decoded
+            lines = [x for x in gw.px.lines() if x["event"] == "request"]
+            on = {line["listener"] for line in lines if line["api"] == "DescribeQuorum"}
+            via_controllers = {x for x in on if x.startswith("controller")}
+            assert via_controllers and on - via_controllers, on  # via a broker, via a controller
+            undecoded = {(x["api"], x["api_version"]) for x in lines if "decode_error" in x}
+            assert not undecoded, undecoded
 
 
 class TestCombined(Checks):
@@ -225,7 +270,6 @@ class TestCombined(Checks):
         with layout_gateway("combined", brokers, controllers, log) as gw:
             yield gw
 
-
     def test_the_quorum_leader_killed_under_load(
         self, prepared: LayoutGateway, apache_kafka_cluster: KafkaCluster
     ) -> None:
@@ -234,26 +278,27 @@ class TestCombined(Checks):
         the new partition leaders, nothing acknowledged is lost (support.faults), and
         the node comes back where it was: every route as before, none moved."""
         gw, cluster = prepared, apache_kafka_cluster
-        before = describe_quorum(gw.direct)
-        leader = before["leader_id"]
-        routes_before = routes(gw.px)
-        assert routes_before == gw.expected_routes()
-        topic = f"gw-quorum-{uuid.uuid4().hex[:8]}"
-        create_topic(cluster.bootstrap, topic, replicas=3)
-        load = Load(gw.bootstrap, topic)
-        try:
-            load.goes_on()
-            survive(cluster, gw.px, gw.broker_ports, load, leader, "kill",
-                    also_down=(gw.controllers[leader],))  # fmt: skip
-            after = describe_quorum(gw.direct)
-            assert after["leader_epoch"] > before["leader_epoch"]  # an election took place
-            faulted = {"bootstrap", f"broker-{leader}", f"controller-{leader}"}
-            finish_and_check(gw.px, load, cluster.bootstrap, faulted, gateway=True)
-        finally:
-            load.kill()
-            cluster.start_node(leader)
-        assert routes(gw.px) == routes_before
-        assert_nothing_moved(gw)
+        with fault_rows(gw):
+            before = describe_quorum(gw.direct)
+            leader = before["leader_id"]
+            routes_before = routes(gw.px)
+            assert routes_before == gw.expected_routes()
+            topic = f"gw-quorum-{uuid.uuid4().hex[:8]}"
+            create_topic(cluster.bootstrap, topic, replicas=3)
+            load = Load(gw.bootstrap, topic)
+            try:
+                load.goes_on()
+                survive(cluster, gw.px, gw.broker_ports, load, leader, "kill",
+                        also_down=(gw.controllers[leader],))  # fmt: skip
+                after = describe_quorum(gw.direct)
+                assert after["leader_epoch"] > before["leader_epoch"]  # an election took place
+                faulted = {"bootstrap", f"broker-{leader}", f"controller-{leader}"}
+                finish_and_check(gw.px, load, cluster.bootstrap, faulted, gateway=True)
+            finally:
+                load.kill()
+                cluster.start_node(leader)
+            assert routes(gw.px) == routes_before
+            assert_nothing_moved(gw)
 
 
 class TestDedicated(Checks):
@@ -282,23 +327,24 @@ class TestDedicated(Checks):
         Metadata, a topic placed on it alone is written and read through the gateway,
         over broker 7's route, and the quorum lists it as an observer both ways."""
         gw = prepared
-        joined = cluster.add_broker()
-        brokers = {**gw.brokers, joined.node_id: joined.address}
-        topic = "gw-joined"
-        run_tool("kafka-topics", SERVER, gw.bootstrap, "--create", "--topic", topic,
-                 "--replica-assignment", str(joined.node_id)).check()  # fmt: skip
-        records = make_records(10, topic)
-        ck_client.produce(gw.bootstrap, topic, records, acks="all")
-        got = ck_client.consume(gw.bootstrap, topic, f"{topic}-group", 10, APACHE_KAFKA_GROUPS)
-        assert len(got) == 10
-        assert routes(gw.px) == gw.expected_routes(brokers)
-        assert gw.px.metric("kafkalens_connections_opened_total", listener="broker-7") > 0
-        check = CHECKS["quorum-replication"]
-        direct, _ = run_check(check, gw.direct)
-        through, _ = run_check(check, gw.bootstrap)
-        assert through == direct
-        observers = {row[0] for row in direct if row[2] == "Observer"}  # type: ignore[attr-defined]
-        assert str(joined.node_id) in observers
+        with tools_row(gw):
+            joined = cluster.add_broker()
+            brokers = {**gw.brokers, joined.node_id: joined.address}
+            topic = "gw-joined"
+            run_tool("kafka-topics", SERVER, gw.bootstrap, "--create", "--topic", topic,
+                     "--replica-assignment", str(joined.node_id)).check()  # fmt: skip
+            records = make_records(10, topic)
+            ck_client.produce(gw.bootstrap, topic, records, acks="all")
+            got = ck_client.consume(gw.bootstrap, topic, f"{topic}-group", 10, APACHE_KAFKA_GROUPS)
+            assert len(got) == 10
+            assert routes(gw.px) == gw.expected_routes(brokers)
+            assert gw.px.metric("kafkalens_connections_opened_total", listener="broker-7") > 0
+            check = CHECKS["quorum-replication"]
+            direct, _ = run_check(check, gw.direct)
+            through, _ = run_check(check, gw.bootstrap)
+            assert through == direct
+            observers = {row[0] for row in direct if row[2] == "Observer"}  # type: ignore[attr-defined]
+            assert str(joined.node_id) in observers
 
     def test_the_active_controller_killed_under_load(
         self, prepared: LayoutGateway, cluster: KraftCluster
@@ -308,46 +354,47 @@ class TestDedicated(Checks):
         short by a broker going away), the admin tools still answer through the gateway,
         nothing acknowledged is lost, and every route stays where it was."""
         gw = prepared
-        before = describe_quorum(gw.direct)
-        leader = before["leader_id"]
-        routes_before = routes(gw.px)
-        topic = f"gw-controller-{uuid.uuid4().hex[:8]}"
-        create_topic(gw.direct, topic, replicas=3)
-        load = Load(gw.bootstrap, topic)
-        try:
-            load.goes_on()
-            cluster.kill_node(leader)
+        with fault_rows(gw):
+            before = describe_quorum(gw.direct)
+            leader = before["leader_id"]
+            routes_before = routes(gw.px)
+            topic = f"gw-controller-{uuid.uuid4().hex[:8]}"
+            create_topic(gw.direct, topic, replicas=3)
+            load = Load(gw.bootstrap, topic)
             try:
-                down = gw.controllers[leader]
-                until(lambda: readyz(gw.px.http_port) == (200, f"ready; unreachable: {down}"),
-                      f"/readyz to name {down}", 30)  # fmt: skip
-
-                def elected() -> bool:
-                    try:
-                        return describe_quorum(gw.direct)["leader_id"] not in (-1, leader)
-                    except NoQuorumAnswer:  # no leader yet
-                        return False
-
-                until(elected, "a new quorum leader", 60)
                 load.goes_on()
-                status = run_tool("kafka-metadata-quorum", CONTROLLER, gw.controller_bootstrap,
-                                  "describe", "--status").check()  # fmt: skip
-                assert f"LeaderId:               {leader}" not in status.stdout
+                cluster.kill_node(leader)
+                try:
+                    down = gw.controllers[leader]
+                    until(lambda: readyz(gw.px.http_port) == (200, f"ready; unreachable: {down}"),
+                          f"/readyz to name {down}", 30)  # fmt: skip
+
+                    def elected() -> bool:
+                        try:
+                            return describe_quorum(gw.direct)["leader_id"] not in (-1, leader)
+                        except NoQuorumAnswer:  # no leader yet
+                            return False
+
+                    until(elected, "a new quorum leader", 60)
+                    load.goes_on()
+                    status = run_tool("kafka-metadata-quorum", CONTROLLER, gw.controller_bootstrap,
+                                      "describe", "--status").check()  # fmt: skip
+                    assert f"LeaderId:               {leader}" not in status.stdout
+                finally:
+                    cluster.start_node(leader)
+                until(lambda: readyz(gw.px.http_port) == (200, "ready"), "/readyz ready again", 30)
+                until(lambda: caught_up(gw.direct, leader), f"{leader} to catch up")
+                load.goes_on()
+                load.finish()
+                gw.px.wait_all_closed(60)
+                check_nothing_lost(load, gw.direct)
+                reasons = check_request_log(gw.px.lines(), load, set(), listeners_of(gw.px, True))
+                assert not reasons.keys() & UPSTREAM_GONE, reasons
             finally:
+                load.kill()
                 cluster.start_node(leader)
-            until(lambda: readyz(gw.px.http_port) == (200, "ready"), "/readyz ready again", 30)
-            until(lambda: caught_up(gw.direct, leader), f"{leader} to catch up")
-            load.goes_on()
-            load.finish()
-            gw.px.wait_all_closed(60)
-            check_nothing_lost(load, gw.direct)
-            reasons = check_request_log(gw.px.lines(), load, set(), listeners_of(gw.px, True))
-            assert not reasons.keys() & UPSTREAM_GONE, reasons
-        finally:
-            load.kill()
-            cluster.start_node(leader)
-        assert routes(gw.px) == routes_before
-        assert_nothing_moved(gw)
+            assert routes(gw.px) == routes_before
+            assert_nothing_moved(gw)
 
 
 def caught_up(address: str, node: int) -> bool:
