@@ -30,7 +30,7 @@ are (`moves`: Metadata and DescribeCluster for brokers, DescribeCluster and Desc
 for controllers): only those may move a route the gateway already has (proxy/gateway/
 gateway.py); the others are rewritten to the route's port and move nothing.
 
-tests/test_addresses.py fails on a host or port field of any response that is neither an
+tests/gateway/test_addresses.py fails on a host or port field of any response that is neither an
 address here nor exempt, and on an address struct without a declared kind.
 """
 
@@ -162,7 +162,7 @@ def address_fields(message_name: str, version: int) -> tuple[AddressField, ...]:
     """Every node address struct of a response message at one version.
 
     LookupError for one without an id or without a declared kind (a Kafka release that
-    added one: tests/test_addresses.py names it before it ships)."""
+    added one: tests/gateway/test_addresses.py names it before it ships)."""
     from codec.schema import message
 
     definition = message(message_name).definition(version)

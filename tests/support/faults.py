@@ -1,5 +1,5 @@
 """Clients kept running while Apache Kafka brokers fail, the faults, and what is checked
-afterwards (tests/test_kafka_faults.py, and its long run: bench/kafka_faults.py).
+afterwards (tests/interop/test_kafka_faults.py, and its long run: bench/proxy/kafka_faults.py).
 
 Producers (acks=all) note every record the broker acknowledged: its id (the key), the
 partition and offset it got and a checksum of its value (the first 16 hex digits of its
@@ -37,7 +37,6 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from proxy_harness import LOCAL
 
 from codec.schema import api_names
 from proxy.apache_kafka import KafkaCluster
@@ -45,6 +44,7 @@ from proxy.tansu import free_port
 from support.gateway import gateway_config
 from support.java import start_java
 from support.observed import ObservedProxy
+from support.proxy_harness import LOCAL
 
 LOG = logging.getLogger("librdkafka")
 # librdkafka's names of apis where they differ from Kafka's (and kafkalens's).

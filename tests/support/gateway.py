@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy_harness import LOCAL, ProxyThread, read_frame, request_frame, write_frame
-
 from codec import ApiKey, decode_response
 from proxy.config import Config, parse_config
 from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks
 from proxy.tansu import free_port, free_ports
+from support.proxy_harness import LOCAL, ProxyThread, read_frame, request_frame, write_frame
 
 METADATA, FIND_COORDINATOR = ApiKey.METADATA, ApiKey.FIND_COORDINATOR
 
