@@ -46,7 +46,7 @@ import asyncio
 import errno
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,6 +336,17 @@ class Gateway:
             reason=reason,
             error=why,
         )
+
+
+def broker_upstreams(listeners: Mapping[str, Listener]) -> set[Address]:
+    """The brokers' addresses among a gateway's listeners' (the bootstrap's and the broker
+    routes'): the gateway is ready while one of them answers, whatever its controllers do."""
+    return {
+        address
+        for name, listener in listeners.items()
+        if Gateway.route_kind(name) is BROKER
+        for address in listener.route.upstreams
+    }
 
 
 def listening_socket(host: str, port: int, reuse_port: bool) -> socket.socket:

@@ -609,3 +609,33 @@ def test_a_move_to_an_address_that_does_not_answer_is_refused() -> None:
                     assert await exchange(sock) == b"here"
 
     uvloop.run(scenario())
+
+
+def test_a_gateway_is_ready_while_a_broker_answers_whatever_its_controllers_do() -> None:
+    """/readyz: the controllers' routes and bootstrap are probed and named when down, but
+    only the brokers make the gateway ready (a controller answering carries no client)."""
+    from proxy.runner import start_proxy
+
+    dead = f"{LOCAL}:{free_port()}"
+
+    async def scenario() -> None:
+        with FakeBroker(controller_replying(b"c")) as controller:
+            config = gateway_config(dead, {}, controller_bootstrap_listen=f"{LOCAL}:0",
+                                    controller_bootstrap_servers=[controller.address])  # fmt: skip
+            running = await start_proxy(config, Hooks(), Metrics())
+            try:
+                await running.probe.probe_once()
+                assert running.readiness() == (False, f"upstream unreachable: {dead}")
+            finally:
+                await running.stop(0)
+        with FakeBroker(replying(b"b")) as broker:
+            config = gateway_config(broker.address, {}, controller_bootstrap_listen=f"{LOCAL}:0",
+                                    controller_bootstrap_servers=[dead])  # fmt: skip
+            running = await start_proxy(config, Hooks(), Metrics())
+            try:
+                await running.probe.probe_once()
+                assert running.readiness() == (True, f"ready; unreachable: {dead}")
+            finally:
+                await running.stop(0)
+
+    uvloop.run(scenario())
