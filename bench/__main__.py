@@ -54,6 +54,10 @@ BENCHMARKS = (
     Benchmark("soak", "bench.proxy.soak",
               "Under steady load for N minutes, do the proxy's RSS, open files and pending "
               "requests stay flat and come back when the clients leave?", "as asked"),
+    Benchmark("valgrind_soak", "bench.proxy.valgrind_soak",
+              "Run under valgrind's memcheck through a short soak (captured sessions, the small "
+              "apis, hostile clients), do the C parts read or write any memory they should not?",
+              "10-20 min"),
     Benchmark("kafka_faults", "bench.proxy.kafka_faults",
               "With Apache Kafka brokers killed and restarted under load behind a gateway, "
               "is anything acknowledged lost, and is every request logged?", "as asked"),

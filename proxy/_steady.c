@@ -33,7 +33,7 @@
  * length); sizes are Py_ssize_t, compared before any addition. Every reference taken
  * is released on every way out (the frames of a read hold a reference to their entry
  * until the read is done). A failure of the Python calls it makes (a transport's write)
- * propagates as the Python path's would. tests/test_steady_sanitized.py builds this file
+ * propagates as the Python path's would. tests/proxy/test_steady_sanitized.py builds this file
  * with AddressSanitizer and UBSan and runs the fuzz corpus, hostile peers and real
  * clients' captured frames through it.
  */

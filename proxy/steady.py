@@ -9,7 +9,7 @@ rendered: proxy/observe/memo.py), on a connection in its steady state; first-see
 frames, errors, identity changes, the links of the observers' chain (lag, telemetry),
 rewriting other than the memoised ApiVersions cap, SASL and every bound a peer can
 reach stay Python's. Lines, metrics and forwarded bytes are the Python path's, byte for
-byte (tests/test_steady.py runs both).
+byte (tests/proxy/test_steady.py runs both).
 
 Built where a C compiler and the Python headers are (setup.py, optional like the
 codec's); `KAFKALENS_PURE_CODEC=1` turns it off with the codec's C interpreter (every

@@ -14,7 +14,7 @@ A request's line is made one of two ways, to the same bytes:
   renderer, so the bytes are the dict's as long as no key comes twice: a dict keeps a
   key where it first came and takes the last value. `key_mask` gives each key a bit, and
   `composable` says when two entries' fields share none (and when fields the identity
-  also gives have the identity's values). tests/test_line_pieces.py holds the two ways
+  also gives have the identity's values). tests/observe/test_line_pieces.py holds the two ways
   to the same bytes over real clients' captured traffic.
 """
 
