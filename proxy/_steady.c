@@ -259,6 +259,7 @@ typedef struct {
     /* per api key: its lines are always written (1), never (0), or sampled (2: Python) */
     unsigned char log_mode[MAX_API];
     int api_versions_plain; /* an ApiVersions answer's fields are its cap's */
+    int observe;            /* 0: hooks that observe nothing (Plan.forwarding): forward and pair only */
 } PlanObject;
 
 static int find_slot(PyTypeObject *type, const char *name, Py_ssize_t *out) {
@@ -396,6 +397,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->link_request = Py_NewRef(link_request);
     self->link_answer = Py_NewRef(link_answer);
     self->counters = (CountersObject *)Py_NewRef(counters);
+    self->observe = 1;
     self->clash = clash;
     self->api_versions_plain = plain;
     if (api_flags(request_apis, self->request_ok, 1) < 0 || api_flags(response_apis, self->response_ok, 1) < 0
@@ -409,6 +411,56 @@ fail:
     Py_DECREF(self);
     return NULL;
 }
+
+/* Plan.forwarding(pending, info, splitter, exchange, request_apis, response_apis,
+ * auth_apis): the plan of hooks that observe nothing (no frame held, kept or rewritten):
+ * the C path forwards and pairs the reads of these apis, and does nothing else. */
+static PyObject *plan_forwarding(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"pending", "info", "splitter", "exchange", "request_apis", "response_apis",
+                            "auth_apis", NULL};
+    PyObject *pending, *info, *splitter, *exchange, *request_apis, *response_apis, *auth_apis;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOO", names, &pending, &info, &splitter, &exchange,
+                                     &request_apis, &response_apis, &auth_apis))
+        return NULL;
+    PlanObject *self = (PlanObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    TYPE_ARG(pending) TYPE_ARG(info) TYPE_ARG(splitter) TYPE_ARG(exchange)
+    KEEP_TYPE(pending_type, pending);
+    KEEP_TYPE(info_type, info);
+    KEEP_TYPE(splitter_type, splitter);
+    KEEP_TYPE(exchange_type, exchange);
+#define FIND(type, group, name) if (find_slot(self->type, #name, &self->group.name) < 0) goto fail;
+#define FIND_AS(type, group, field, name) if (find_slot(self->type, name, &self->group.field) < 0) goto fail;
+    FIND(pending_type, pending, correlation_id) FIND(pending_type, pending, api_key)
+    FIND(pending_type, pending, api_version) FIND(pending_type, pending, started)
+    FIND(pending_type, pending, request_size) FIND(pending_type, pending, token)
+    FIND(pending_type, pending, reply) FIND(pending_type, pending, rewritten)
+    FIND(info_type, info, bytes_in) FIND(info_type, info, bytes_out) FIND(info_type, info, requests)
+    FIND(info_type, info, responses)
+    FIND(splitter_type, splitter, stopped) FIND_AS(splitter_type, splitter, parked, "_parked")
+    FIND_AS(splitter_type, splitter, remaining, "_remaining") FIND_AS(splitter_type, splitter, undecided, "_undecided")
+    FIND(splitter_type, splitter, max_frame)
+    FIND(exchange_type, exchange, raw_sasl) FIND(exchange_type, exchange, raw_replies_due)
+    FIND(exchange_type, exchange, before_auth) FIND(exchange_type, exchange, max_in_flight)
+    FIND(exchange_type, exchange, max_frame_before_auth) FIND(exchange_type, exchange, pending)
+#undef FIND
+#undef FIND_AS
+    self->observe = 0;
+    if (api_flags(request_apis, self->request_ok, 1) < 0 || api_flags(response_apis, self->response_ok, 1) < 0
+        || api_flags(auth_apis, self->auth, 1) < 0)
+        goto fail;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static PyMethodDef plan_methods[] = {
+    {"forwarding", (PyCFunction)(void (*)(void))plan_forwarding, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "The plan of hooks that observe nothing: forward and pair only."},
+    {NULL},
+};
 
 static int plan_traverse(PlanObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->pending_type);
@@ -478,6 +530,7 @@ static PyTypeObject PlanType = {
     .tp_dealloc = (destructor)plan_dealloc,
     .tp_traverse = (traverseproc)plan_traverse,
     .tp_clear = (inquiry)plan_clear,
+    .tp_methods = plan_methods,
 };
 
 /* ---------------------------------------------------------------------------------- */
@@ -526,7 +579,7 @@ static PyObject *core_bind(CoreObject *self, PyObject *args) {
     PlanObject *p = self->plan;
     if (Py_TYPE(exchange) != p->exchange_type || Py_TYPE(requests) != p->splitter_type
         || Py_TYPE(responses) != p->splitter_type || Py_TYPE(info) != p->info_type
-        || Py_TYPE(state) != p->state_type) {
+        || (p->observe ? Py_TYPE(state) != p->state_type : state != Py_None)) {
         PyErr_SetString(PyExc_TypeError, "steady: bind() given objects of other classes than the plan's");
         return NULL;
     }
@@ -614,7 +667,7 @@ typedef struct {
 
 static void drop_request_frames(RequestFrame *frames, int count) {
     for (int i = 0; i < count; i++) {
-        Py_DECREF(frames[i].entry);
+        Py_XDECREF(frames[i].entry);
         Py_XDECREF(frames[i].pending);
     }
 }
@@ -683,15 +736,18 @@ static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
             } else if (size > self->max_frame_before_auth)
                 goto python;
         }
-        PyObject *entry = request_entry(p, state, body, size);
-        if (entry == NULL) {
-            if (PyErr_Occurred())
-                goto fail;
-            goto python;
+        PyObject *entry = NULL;
+        if (p->observe) {
+            entry = request_entry(p, state, body, size);
+            if (entry == NULL) {
+                if (PyErr_Occurred())
+                    goto fail;
+                goto python;
+            }
         }
         frames[count].entry = entry;
         frames[count].pending = NULL;
-        frames[count].linked = SLOT(entry, p->req.linked) == Py_True;
+        frames[count].linked = entry != NULL && SLOT(entry, p->req.linked) == Py_True;
         frames[count].api_key = api_key;
         frames[count].version = version;
         frames[count].corr = be32(body + 4);
@@ -730,7 +786,7 @@ static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
         SLOT(pending, p->pending.started) = Py_NewRef(started);
         SLOT(pending, p->pending.request_size) = size;
         /* a linked request's token is made by link_request, once forwarded */
-        SLOT(pending, p->pending.token) = Py_NewRef(frames[i].linked ? Py_None : frames[i].entry);
+        SLOT(pending, p->pending.token) = Py_NewRef(frames[i].linked || !frames[i].entry ? Py_None : frames[i].entry);
         SLOT(pending, p->pending.reply) = Py_NewRef(Py_None);
         SLOT(pending, p->pending.rewritten) = Py_NewRef(Py_None);
         frames[i].pending = pending;
@@ -753,6 +809,10 @@ static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
     if (r == NULL)
         goto fail;
     Py_DECREF(r);
+    if (!p->observe) {
+        drop_request_frames(frames, count);
+        Py_RETURN_NONE;
+    }
     /* then observed: counted, per api and on the connection */
     Counts *c = p->counters->c;
     PyObject *per_api = SLOT(state, p->state.requests);
@@ -1252,7 +1312,7 @@ static PyObject *core_feed_response(CoreObject *self, PyObject *data) {
     int count = 0, rewrites = 0;
     if (!self->ready || !PyBytes_CheckExact(data) || self->exchange == NULL)
         return python_path(self->py_response, data);
-    PyObject *exchange = self->exchange, *state = self->state;
+    PyObject *exchange = self->exchange;
     if (!splitter_idle(p, self->responses) || SLOT(exchange, p->exchange.raw_sasl) != Py_None)
         return python_path(self->py_response, data);
     int ok = 1;
@@ -1302,6 +1362,11 @@ static PyObject *core_feed_response(CoreObject *self, PyObject *data) {
         f->api_key = (int)api_key;
         f->started = PyFloat_AS_DOUBLE(started);
         f->token = token;
+        f->linked = 0;
+        if (!p->observe) {  /* forwarded and paired, nothing else */
+            pos += 4 + (Py_ssize_t)size;
+            continue;
+        }
         f->linked = Py_TYPE(token) == p->token_type;
         if (f->linked) {
             if (!linked_answer_ok(self, f))
@@ -1391,6 +1456,10 @@ static PyObject *core_feed_response(CoreObject *self, PyObject *data) {
     if (r == NULL)
         goto fail;
     Py_DECREF(r);
+    if (!p->observe) {
+        drop_response_frames(frames, count);
+        Py_RETURN_NONE;
+    }
     /* then observed: counted, and logged */
     CountersObject *co = p->counters;
     for (int i = 0; i < count; i++) {

@@ -8,6 +8,8 @@ class Counters:
 
 class Plan:
     def __init__(self, **parts: Any) -> None: ...
+    @classmethod
+    def forwarding(cls, **parts: Any) -> Plan: ...
 
 class Core:
     ready: bool

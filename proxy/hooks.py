@@ -295,6 +295,14 @@ class HookPlan:
     keep_sasl_tokens: bool  # assemble each raw SASL client token for sasl_token
     rewrite_api_keys: frozenset[int]
 
+    @property
+    def observes_nothing(self) -> bool:
+        """No frame is held, kept, rewritten or streamed to the hooks: they see none."""
+        return not (
+            self.hold_requests or self.admit_api_keys or self.keep_requests or self.keep_unanswered
+            or self.keep_responses or self.keep_sasl_tokens or self.rewrite_api_keys
+        )  # fmt: skip
+
     @classmethod
     def of(cls, hooks: Hooks) -> HookPlan:
         return cls(

@@ -52,6 +52,14 @@ def plan(**parts: Any) -> Any:
     return _steady.Plan(**parts)
 
 
+def forwarding_plan(**parts: Any) -> Any:
+    """The `Plan` of hooks that observe nothing (`Plan.forwarding`: reads forwarded and
+    paired, nothing else), or None where the C path does not run."""
+    if not ACTIVE:
+        return None
+    return _steady.Plan.forwarding(**parts)
+
+
 def core(plan: Any, python_request: Any, python_response: Any) -> Any:
     """One connection's C path: reads it does not take go to `python_request` and
     `python_response`."""

@@ -40,6 +40,7 @@ from proxy import steady
 from proxy.config import AUTO_MAX_CONNECTIONS, Address, Limits
 from proxy.exchange import sasl
 from proxy.exchange.kafka import (
+    PRODUCE,
     REQUEST_MIN_HEAD,
     RESPONSE_MIN_HEAD,
     ExchangeOptions,
@@ -69,6 +70,10 @@ CLOSE_FLUSH_SECONDS = 5.0
 # A closing connection reads what its client sent and was not read yet, up to one read's
 # worth, for its requests to be reported (see Connection._unforwarded).
 UNREAD_BYTES = 256 * 1024
+# The C path's forwarding-only plan (hooks that observe nothing) leaves these to the
+# Python path: a Produce's acks are read there, and a SaslHandshake starts SASL's phases.
+MAX_API_KEY = 128
+FORWARDED_IN_PYTHON = frozenset({PRODUCE, sasl.SASL_HANDSHAKE})
 # Close reasons of a connection closed for one of its requests (proxy/forward/sides.py)
 REFUSED_A_REQUEST = frozenset({"frame_too_large", "rejected"})
 
@@ -115,7 +120,8 @@ class ProxyContext:
     # the server; None where epoll is missing (the sweeper polls paused clients instead).
     hangups: HangupWatch[Connection] | None = field(default=None, init=False)
     # The C steady-state path's plan (proxy/steady.py), and how it finds a connection's
-    # state in the hooks; None where it does not run.
+    # state in the hooks (None: hooks that observe nothing, Plan.forwarding); None where
+    # it does not run.
     steady: Any = field(default=None, init=False)
     steady_state_of: Any = field(default=None, init=False)
 
@@ -136,6 +142,15 @@ class ProxyContext:
                 render_fields=parts.render_fields,
             )  # fmt: skip
             self.steady_state_of = parts.state_of
+        elif steady.ACTIVE and self.plan.observes_nothing:
+            # hooks that hold, keep and rewrite nothing: the C path forwards and pairs
+            every = range(MAX_API_KEY)
+            self.steady = steady.forwarding_plan(
+                pending=Pending, info=ConnectionInfo, splitter=FrameSplitter, exchange=KafkaExchange,
+                request_apis=frozenset(every) - FORWARDED_IN_PYTHON,
+                response_apis=frozenset(every) - {sasl.SASL_HANDSHAKE},
+                auth_apis=sasl.AUTH_APIS,
+            )  # fmt: skip
 
     def open_hangups(self) -> None:
         """On the loop, once: the watch's epoll descriptor is one of the idle ones."""
@@ -269,8 +284,8 @@ class Connection(asyncio.Protocol):
         except Exception:
             relay.hook_failed("connection_opened", -1, "request")
         if self._core is not None:
-            state = ctx.steady_state_of(info)
-            if state is not None:  # else the C path never takes a read of it
+            state = ctx.steady_state_of(info) if ctx.steady_state_of is not None else None
+            if state is not None or ctx.steady_state_of is None:  # else it never takes a read
                 self._core.bind(kafka, self.requests, self.responses, info, state, self.client)
 
     def data_received(self, data: bytes) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,8 @@ from support.replay import (
     Exchange,
     ScriptedBroker,
     blank_peer,
+    read_frame,
+    renumbered,
     send_session,
     sessions,
     small_requests,
@@ -137,3 +141,46 @@ def test_repeated_small_requests_are_the_c_paths_lag_link_and_all(
     assert taken >= 2 * len(script) * (20 - 3)
     commits = [json.loads(line) for line in c_lines if b'"api":"OffsetCommit"' in line]
     assert len(commits) == 20 and all(line["committed"][0]["offset"] == 42 for line in commits)
+
+
+@needs_c
+def test_hooks_that_observe_nothing_get_the_forwarding_only_c_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No-op hooks hold, keep and rewrite nothing: the C path forwards and pairs their
+    reads (Plan.forwarding), a Produce's and a SaslHandshake's aside: the client gets the
+    broker's answers as they were, and the connection's counts are the Python path's."""
+    script = small_requests()
+    counts = {}
+    for active in (True, False):
+        monkeypatch.setattr(steady, "ACTIVE", active)
+        cores: list[Any] = []
+        made = steady.core
+
+        def core(*args: Any, cores: list[Any] = cores, made: Any = made) -> Any:
+            cores.append(made(*args))
+            return cores[-1]
+
+        monkeypatch.setattr(steady, "core", core)
+        broker = ScriptedBroker(script)
+        try:
+            with (
+                ProxyThread(proxy_config(f"127.0.0.1:{broker.port}")) as px,
+                socket.create_connection(("127.0.0.1", px.port), timeout=10) as sock,
+            ):
+                corr = 0
+                for _ in range(10):
+                    for exchange in script:
+                        corr += 1
+                        request = renumbered(exchange.request, 4, corr)
+                        sock.sendall(struct.pack(">i", len(request)) + request)
+                        answer = read_frame(sock)
+                        assert answer == renumbered(exchange.response or b"", 0, corr)
+                counts[active] = px.call(lambda: [
+                    (c.info.requests, c.info.responses, c.info.bytes_in, c.info.bytes_out, c.in_flight)
+                    for c in px.server.ctx.connections.values()
+                ])  # fmt: skip
+        finally:
+            broker.close()
+            monkeypatch.setattr(steady, "core", made)
+        taken = sum(sum(c.taken) for c in cores)
+        assert taken >= 2 * len(script) * 9 if active else taken == 0, [c.taken for c in cores]
+    assert counts[True] == counts[False] == [(40, 40, counts[True][0][2], counts[True][0][3], 0)]
