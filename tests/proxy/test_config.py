@@ -92,7 +92,7 @@ def test_a_key_declared_once_is_read_checked_and_suggested() -> None:
         (3, "extra: must be a mapping, got 3"),
     ]:
         with pytest.raises(ConfigError) as info:
-            read_section(Extra, data, "extra")
+            read_section(Extra, data, "extra", root=Config)
         assert str(info.value) == message
     with pytest.raises(TypeError, match="declare it with a kind"):
 
@@ -299,10 +299,10 @@ def test_sizes_and_durations_take_units_and_bare_numbers() -> None:
 def test_every_size_and_duration_key_takes_units() -> None:
     """Declared by kind, not by hand: every key named *_bytes is a size, every *_seconds
     key a duration (so a new key gets units by its name's promise)."""
-    from proxy.config import Milliseconds, Seconds, Size, _declared, _walk
+    from proxy.config import Config, Milliseconds, Seconds, Size, declared, section_schemas
 
-    for path, cls in _walk():
-        for name, (_field, key) in _declared(cls).items():
+    for path, cls in section_schemas(Config).items():
+        for name, (_field, key) in declared(cls).items():
             if name.endswith("_bytes"):
                 assert isinstance(key.kind, Size), f"{path}.{name}"
             if name.endswith("_seconds"):
