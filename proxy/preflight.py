@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
-from proxy.config import Address, Config, ConfigError, check_supported
+from proxy.config import Address, ConfigError
+from proxy.features import Config, check_supported
 from proxy.tls import client_context, server_context
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

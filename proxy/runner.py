@@ -14,7 +14,8 @@ from proxy import announce
 from proxy.admin.http import AdminServers, Endpoints, start_admin
 from proxy.admin.readiness import UpstreamProbe
 from proxy.admin.top import TopSource, metrics_families
-from proxy.config import Address, Config, ConfigError, check_supported
+from proxy.config import Address, ConfigError
+from proxy.features import Config, check_supported
 from proxy.forward import fdlimit
 from proxy.forward.allocator import keep_large_buffers
 from proxy.forward.server import Drained, Server

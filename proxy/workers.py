@@ -33,7 +33,8 @@ from typing import Any
 
 import structlog
 
-from proxy.config import Address, Config, ConfigError, check_shareable
+from proxy.config import Address, ConfigError
+from proxy.features import Config, check_shareable
 
 log = structlog.get_logger("kafkalens.workers")
 

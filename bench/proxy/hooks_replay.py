@@ -21,7 +21,8 @@ import sys
 import time
 from typing import Any
 
-from proxy.config import Overrides, load_config
+from proxy.config import Overrides
+from proxy.features import load_config
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks

@@ -49,7 +49,6 @@ from codec.reassembly import Data, Event, Gap, TcpHalf
 from codec.schema import api_names
 from proxy.capture.log import CaptureHooks, CaptureLog, Output
 from proxy.capture.pcap_read import ACK, FIN, RST, SYN, CaptureReader, Segment
-from proxy.config import LagConfig, TelemetryConfig
 from proxy.exchange import sasl
 from proxy.exchange.kafka import (
     IN_FLIGHT_FULL,
@@ -63,9 +62,11 @@ from proxy.exchange.kafka import (
 from proxy.exchange.kafka import Event as ExchangeEvent
 from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
+from proxy.observe.lag.config import LagConfig
 from proxy.observe.observer import header_policy, lag_link
 from proxy.observe.request_log import render
 from proxy.observe.summary import SummaryOptions, TopicIds
+from proxy.observe.telemetry.config import TelemetryConfig
 from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
 

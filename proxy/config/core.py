@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.config.language import (
     ABSENT,
@@ -389,3 +389,25 @@ def _check_unique(listeners: tuple[ListenerConfig, ...]) -> None:
 
 def listener_list(*, default: tuple[ListenerConfig, ...], doc: str) -> Any:
     return declare(Listeners(ListenerConfig, default), doc, default)
+
+
+class CoreConfig(Protocol):
+    """The core's keys of a whole configuration (proxy/features.py's `Config`), as the
+    rooms below the composition read it: they never see a feature's section."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def listeners(self) -> tuple[ListenerConfig, ...]: ...
+    @property
+    def upstream_tls(self) -> UpstreamTLS | None: ...
+    @property
+    def metrics(self) -> MetricsConfig: ...
+    @property
+    def log(self) -> LogConfig: ...
+    @property
+    def request_log(self) -> RequestLogConfig: ...
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def workers(self) -> int: ...

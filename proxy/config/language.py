@@ -312,6 +312,7 @@ class Key:
     doc: str
     example: object = NO_EXAMPLE  # shown where the file has no default to show
     missing: str = "is required"  # the problem a required key left out is
+    owner: object = None  # the feature whose section this is (proxy/features.py)
 
 
 # --- units: sizes and durations as people write them -------------------------------------
@@ -385,10 +386,11 @@ def declare(
     example: object = NO_EXAMPLE,
     missing: str = "is required",
     default_factory: Any = dataclasses.MISSING,
+    owner: object = None,
 ) -> Any:
     if not doc.strip():
         raise TypeError("every key has a doc")
-    metadata = {_KEY: Key(kind, doc, example, missing)}
+    metadata = {_KEY: Key(kind, doc, example, missing, owner)}
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -476,8 +478,10 @@ def items(
     )
 
 
-def section(cls: type, *, default: object, doc: str) -> Any:
-    return declare(Section(cls), doc, default)
+def section(cls: type, *, default: object, doc: str, owner: object = None) -> Any:
+    """A nested mapping: the keys `cls` declares. `owner`: the feature whose section it
+    is, for a feature's section in the whole file (proxy/features.py)."""
+    return declare(Section(cls), doc, default, owner=owner)
 
 
 def custom(

@@ -26,10 +26,11 @@ import errno
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
-from proxy.config import Address, Config, ConfigError, GatewayConfig
+from proxy.config import Address, ConfigError
 from proxy.forward.server import BACKLOG, Listener, Server
 from proxy.gateway.gateway_hooks import GatewayHooks
 from proxy.hooks import Hooks
@@ -55,9 +56,9 @@ class Broker:
 class Gateway:
     """The broker listeners: `start` opens the bootstrap one, `advertise` the others."""
 
-    def __init__(self, config: Config, metrics: Metrics) -> None:
+    def __init__(self, config: Any, metrics: Metrics) -> None:
         assert config.gateway is not None
-        self.config: GatewayConfig = config.gateway
+        self.config = config.gateway
         self.metrics = metrics
         self.policy = header_policy(config.kip1313.header_v3)
         self.brokers: dict[int, Broker] = {}

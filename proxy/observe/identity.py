@@ -14,6 +14,7 @@ from uuid import UUID
 
 from codec import ApiKey, Request, Response
 from codec.sasl import sasl_principal
+from proxy.config import MAX_STRING_LENGTH
 from proxy.observe.summary import clean
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
@@ -69,7 +70,7 @@ class Kip1313State:
 class Identity:
     """The identity fields every request log line carries, plus what the connection saw."""
 
-    max_string_length: int = 256
+    max_string_length: int = MAX_STRING_LENGTH
     client_id: str | None = None
     client_instance_id: str | None = None
     client_software_name: str | None = None

@@ -26,7 +26,7 @@ import yaml
 from support import pod_security
 from support.paths import REPO as ROOT
 
-from proxy.config import parse_config
+from proxy.features import parse_config
 from proxy.metrics import metric_names
 
 DEPLOY = ROOT / "deploy"

@@ -51,7 +51,7 @@ NOT_DEFAULTS = {"metrics.allowed_hosts"}  # followed by the HTTP status it answe
 def test_the_defaults_the_readme_states_are_the_configs() -> None:
     """Every `section.key` (N) in the README is the built-in default, which
     config/kafkalens.yaml documents (tests/proxy/test_config.py holds the two equal)."""
-    from proxy.config import Config
+    from proxy.features import Config
 
     stated = [m for m in STATED_DEFAULT.finditer(README) if m[1] not in NOT_DEFAULTS]
     assert len({m[1] for m in stated}) >= 15, [m[0] for m in stated]

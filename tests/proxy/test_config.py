@@ -12,26 +12,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.paths import REPO
 
-from proxy.config import (
+from proxy.config import Address, ConfigError, Overrides, readable_file
+from proxy.config.core import config_section, integer, read_section, seconds
+from proxy.config.language import Integer
+from proxy.features import (
     MAXIMA,
     SECTION_SCHEMAS,
-    Address,
     Config,
-    ConfigError,
-    HeaderV3Rule,
-    Integer,
-    LagConfig,
-    Overrides,
-    config_section,
     documented_file,
-    integer,
     load_config,
     parse_config,
-    read_section,
-    readable_file,
-    seconds,
     summary,
 )
+from proxy.observe.kip1313.config import HeaderV3Rule
+from proxy.observe.lag.config import LagConfig
 from proxy.preflight import check_api_names
 
 CONTRACT = REPO / "config" / "kafkalens.yaml"
@@ -299,7 +293,8 @@ def test_sizes_and_durations_take_units_and_bare_numbers() -> None:
 def test_every_size_and_duration_key_takes_units() -> None:
     """Declared by kind, not by hand: every key named *_bytes is a size, every *_seconds
     key a duration (so a new key gets units by its name's promise)."""
-    from proxy.config import Config, Milliseconds, Seconds, Size, declared, section_schemas
+    from proxy.config.language import Milliseconds, Seconds, Size, declared, section_schemas
+    from proxy.features import Config
 
     for path, cls in section_schemas(Config).items():
         for name, (_field, key) in declared(cls).items():

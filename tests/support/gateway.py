@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from codec import ApiKey, decode_response
-from proxy.config import Config, parse_config
+from proxy.features import Config, parse_config
 from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks
 from proxy.tansu import free_port

@@ -13,13 +13,14 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from codec import HeaderPolicy, Request, Response, encode_request, encode_response
-from proxy.config import LagConfig, TelemetryConfig
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
 from proxy.observe.chain import Observer
+from proxy.observe.lag.config import LagConfig
 from proxy.observe.observer import ObservingHooks, lag_link
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import SummaryOptions, TopicIds
+from proxy.observe.telemetry.config import TelemetryConfig
 from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
 

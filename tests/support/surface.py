@@ -42,7 +42,7 @@ OPENED_AT = 1_800_000_000.0
 
 def _build(config_data: dict[str, Any], log_path: Path) -> tuple[Any, Hooks]:
     """(metrics, hooks) as proxy/runner.py builds them from a config document."""
-    from proxy.config import parse_config
+    from proxy.features import parse_config
     from proxy.metrics import Metrics
     from proxy.observe.observer import build_hooks
 
@@ -414,7 +414,7 @@ def scripted_replay(tmp: Path, enforcement: str) -> tuple[list[str], str]:
 
 
 def documented_config() -> str:
-    from proxy.config import documented_file
+    from proxy.features import documented_file
 
     return documented_file()
 
@@ -422,7 +422,7 @@ def documented_config() -> str:
 def config_views() -> str:
     """Every key path of the file with its bound and reason (MAXIMA), and every section
     path (SECTION_SCHEMAS): what the reader and `check-config` name."""
-    from proxy.config import MAXIMA, SECTION_SCHEMAS
+    from proxy.features import MAXIMA, SECTION_SCHEMAS
 
     out = [f"section {path or '(top)'}" for path in SECTION_SCHEMAS]
     out += [f"bound {key} {value!r} {why}" for key, (value, why) in sorted(MAXIMA.items())]

@@ -42,8 +42,8 @@ from typing import Any
 
 from codec import ApiKey
 from codec.error_codes import error_name
-from proxy.config import LagConfig
 from proxy.metrics import OTHER, LabelCapper, Metrics, sanitize_label
+from proxy.observe.lag.config import LagConfig
 from proxy.observe.summary import TopicIds, clean
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
@@ -242,7 +242,7 @@ class ShareAsk:
 class ShareTracker:
     """Share-group line fields and counters; `metrics` gets the counters on flushes."""
 
-    def __init__(self, options: LagConfig, metrics: Metrics, topic_ids: TopicIds, max_string_length: int = 256) -> None:
+    def __init__(self, options: LagConfig, metrics: Metrics, topic_ids: TopicIds, max_string_length: int) -> None:
         self.options = options
         self.metrics = metrics
         self.topic_ids = topic_ids

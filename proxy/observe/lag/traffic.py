@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.config import LagConfig
 from proxy.metrics import OTHER, LabelCapper, Metrics, sanitize_label
+from proxy.observe.lag.config import LagConfig
 
 Key = tuple[str, str, str, str]  # topic, direction, software, principal
 

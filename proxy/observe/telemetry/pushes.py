@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from codec import HeaderPolicy
-from proxy.config import TelemetryConfig
 from proxy.metrics import Metrics
 from proxy.observe.request_log import RequestLog
 from proxy.observe.telemetry.collect import SubscriptionAnswers
+from proxy.observe.telemetry.config import TelemetryConfig
 from proxy.observe.telemetry.export import TelemetryCollector, snapshot
 from proxy.observe.telemetry.otlp import HISTOGRAM, Point, PushError, decode, payload
 from proxy.observe.telemetry.store import ClientMeta, TelemetryStore

@@ -1,0 +1,301 @@
+"""kafkalens's features, registered: the whole configuration file, `Config`, made of the
+core's sections (proxy/config/core.py) and each feature's (in its own package), one
+field a feature. Its reader and writer (`parse_config`, `load_config`,
+`documented_file`, the views `SECTION_SCHEMAS` and `MAXIMA`), `check-config`'s summary,
+and the list of features, `FEATURES`, in the order of their fields, which is the order
+of the sections in kafkalens.yaml and of the links in the observers' chain.
+
+Adding a feature is adding its package and one line here (ARCHITECTURE.md, "Add a
+feature"):
+
+    lag: LagConfig = LAG.declare()
+
+The core never imports this module, nor any feature; the composition (runner.py,
+workers.py, cli.py, ...) does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from proxy.config.core import (
+    DEFAULT_LISTENER,
+    MODES,
+    Limits,
+    ListenerConfig,
+    ListenerTLS,
+    LogConfig,
+    MetricsConfig,
+    RequestLogConfig,
+    UpstreamTLS,
+    listener_list,
+)
+from proxy.config.file import Overrides, documented, load, parse
+from proxy.config.language import (
+    Address,
+    ConfigError,
+    address,
+    choice,
+    config_section,
+    custom,
+    declared,
+    integer,
+    items,
+    maxima,
+    section,
+    section_schemas,
+    show,
+    text,
+    upstream_address,
+)
+from proxy.observe.feature import Feature
+from proxy.observe.kip1313.config import Kip1313Config
+from proxy.observe.kip1313.feature import KIP1313
+from proxy.observe.lag.config import LagConfig
+from proxy.observe.lag.feature import LAG
+from proxy.observe.telemetry.config import TelemetryConfig
+from proxy.observe.telemetry.feature import TELEMETRY
+
+__all__ = [
+    "FEATURES", "MAXIMA", "SECTION_SCHEMAS", "Config", "GatewayConfig", "Overrides",
+    "check_shareable", "check_supported", "documented_file", "load_config", "parse_config", "summary",
+]  # fmt: skip
+
+
+def _broker_ports(raw: object, key: str) -> dict[int, int]:
+    if not isinstance(raw, dict):
+        raise ConfigError(key, f"must be a mapping node_id: port, got {show(raw)}")
+    ports: dict[int, int] = {}
+    for node, port in raw.items():
+        where = f"{key}.{node}"
+        if isinstance(node, bool) or not isinstance(node, int) or node < 0:
+            raise ConfigError(where, f"node id must be an integer >= 0, got {node!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ConfigError(where, f"port must be 1..65535, got {port!r}")
+        ports[node] = port
+    return ports
+
+
+@config_section
+class GatewayConfig:
+    bootstrap_listen: Address = address(
+        default=Address("0.0.0.0", 9092), doc="clients bootstrap here", listen=True
+    )
+    bootstrap_servers: tuple[Address, ...] = items(
+        each=upstream_address,
+        doc="the cluster's brokers, asked for its metadata",
+        at_least_one="must list at least one HOST:PORT",
+        example=["broker-0:9092", "broker-1:9092"],
+    )
+    advertised_host: str = text(
+        doc="host put into rewritten broker addresses", example="kafkalens.example.com"
+    )
+    listen_host: str = text(default="0.0.0.0", doc="host the per-broker listeners bind")
+    broker_port_base: int = integer(
+        default=9100, minimum=0, at_most=(65535, "a TCP port"),
+        doc="broker node N is served on port base + N",
+    )  # fmt: skip
+    broker_ports: Mapping[int, int] = custom(
+        parse=_broker_ports,
+        to_yaml=dict,
+        default_factory=dict,
+        doc="or an explicit map, e.g. {0: 9200, 1: 9201}",
+    )
+    tls: ListenerTLS | None = section(
+        ListenerTLS, default=None, doc="clients' side of the bootstrap and every broker listener"
+    )
+
+
+def _gateway_summary(gw: GatewayConfig | None) -> list[str]:
+    if gw is None:
+        return []
+    servers = ", ".join(str(a) for a in gw.bootstrap_servers)
+    lines = [
+        f"gateway: bootstrap {gw.bootstrap_listen} -> {servers}",
+        f"gateway: brokers advertised as {gw.advertised_host}, ports from {gw.broker_port_base}",
+    ]
+    if gw.tls is not None:
+        lines.append("gateway: client listeners TLS")
+    return lines
+
+
+GATEWAY: Feature[GatewayConfig] = Feature(
+    name="gateway",
+    section=GatewayConfig,
+    default=None,
+    doc="Gateway mode (mode: gateway) uses this instead of `listeners`.",
+    summary=_gateway_summary,
+)
+
+
+@config_section
+class Config:
+    """The whole of kafkalens.yaml: the core's sections, and one field a feature."""
+
+    mode: str = choice(
+        default="sidecar",
+        options=MODES,
+        doc="sidecar: each listener forwards to one upstream broker, frames pass unchanged"
+        " (the broker advertises the sidecar's address itself).\n"
+        "gateway: one bootstrap listener for a whole cluster plus one listener per broker;"
+        " broker addresses in responses are rewritten to the proxy's.",
+    )
+    listeners: tuple[ListenerConfig, ...] = listener_list(
+        default=(DEFAULT_LISTENER,),
+        doc="Sidecar listeners: client-facing address -> one upstream broker.",
+    )
+    gateway: GatewayConfig | None = GATEWAY.declare()
+    upstream_tls: UpstreamTLS | None = section(
+        UpstreamTLS, default=None, doc="TLS from the proxy to the brokers (omit for plaintext)."
+    )
+    metrics: MetricsConfig = section(
+        MetricsConfig,
+        default=MetricsConfig(),
+        doc="The admin port: /metrics, /livez (/healthz), /readyz (open, for Prometheus and Kubernetes)"
+        " and /clients (every connection's address, client id and SASL principal: off unless"
+        " clients_token_file or clients_listen is set).",
+    )
+    log: LogConfig = section(
+        LogConfig,
+        default=LogConfig(),
+        doc="The proxy's own log, on stderr (the request log is apart: a file, or stdout as"
+        ' "-"): a line at start (version, listeners, upstreams, config, request log, metrics),'
+        " each upstream's reachability as it changes (with the reason, and how long it was"
+        " down), the drain and stop, and warnings.",
+    )
+    request_log: RequestLogConfig = section(
+        RequestLogConfig,
+        default=RequestLogConfig(),
+        doc="One JSON line per request, to stdout or to a file rotated by size (max_bytes,"
+        " backups) and reopened on SIGHUP (logrotate: deploy/logrotate/kafkalens).",
+    )
+    limits: Limits = section(
+        Limits,
+        default=Limits(),
+        doc="What a client or a broker can make the proxy hold, and how long it waits.",
+    )
+    kip1313: Kip1313Config = KIP1313.declare()
+    telemetry: TelemetryConfig = TELEMETRY.declare()
+    workers: int = integer(
+        default=1,
+        at_most=(
+            256,
+            "each worker is a whole process; fixed rather than per core so a file validates"
+            " alike on every machine",
+        ),
+        doc="Worker processes sharing the listen ports (SO_REUSEPORT) to use more than one core.",
+    )
+    lag: LagConfig = LAG.declare()
+
+    def _check(self, path: str) -> None:
+        if self.mode == "gateway" and self.gateway is None:
+            raise ConfigError("gateway", "is required when mode is gateway")
+
+
+# The features, in the order of their fields.
+FEATURES: tuple[Feature[Any], ...] = tuple(
+    key.owner for _field, key in declared(Config).values() if isinstance(key.owner, Feature)
+)
+
+# The section class of each mapping of the file, by its path with list indices as []
+# ("listeners[].tls"), so that an unknown key is named before any other problem.
+SECTION_SCHEMAS: dict[str, type] = section_schemas(Config)
+
+# The largest value of every number in the file, and why, by key path (as above): past
+# it a value no longer tunes a protection but switches it off.
+MAXIMA: dict[str, tuple[float, str]] = maxima(Config)
+
+
+def parse_config(data: object) -> Config:
+    """Validate an already-loaded YAML document."""
+    return parse(Config, data)
+
+
+def load_config(path: str | Path | None = None, overrides: Overrides | None = None) -> Config:
+    """The configuration from `path` (None: the defaults) with `overrides` applied."""
+    return load(Config, path, overrides)
+
+
+
+def _listener_lines(listeners: tuple[ListenerConfig, ...]) -> list[str]:
+    return [
+        f"listener {listener.name}: {listener.listen}{' (TLS)' if listener.tls else ''} -> {listener.upstream}"
+        for listener in listeners
+    ]
+
+
+def _metrics_lines(metrics: MetricsConfig) -> list[str]:
+    scheme = "https" if metrics.tls else "http"
+    lines = [f"metrics: {scheme}://{metrics.listen}/metrics"]
+    if metrics.clients_token_file:
+        lines.append(f"clients: {scheme}://{metrics.listen}/clients (bearer token)")
+    if metrics.clients_listen:
+        lines.append(f"clients: http://{metrics.clients_listen}/clients")
+    if not (metrics.clients_token_file or metrics.clients_listen):
+        lines.append("clients: off")
+    return lines
+
+
+# What check-config says of each core section (mode and workers open the summary).
+_CORE_LINES: dict[str, Callable[[Any], list[str]]] = {
+    "listeners": _listener_lines,
+    "upstream_tls": lambda tls: [] if tls is None else ["upstream TLS: on"],
+    "metrics": _metrics_lines,
+    "request_log": lambda request_log: [f"request log: {request_log.path}"],
+}
+
+
+def summary(config: Config) -> list[str]:
+    """Human lines describing a valid config, for `kafkalens check-config`: each
+    section's, in the file's order."""
+    lines = [f"mode: {config.mode}, workers: {config.workers}"]
+    for name, (_field, key) in declared(Config).items():
+        value = getattr(config, name)
+        if isinstance(key.owner, Feature):
+            lines.extend(key.owner.summary(value))
+        elif name in _CORE_LINES:
+            lines.extend(_CORE_LINES[name](value))
+    return lines
+
+
+def check_supported(config: Config) -> None:
+    """What the configuration may ask for that this build cannot do yet."""
+    if config.workers > 1:
+        check_shareable(config)
+
+
+def check_shareable(config: Config) -> None:
+    """Port 0 would give every worker a different port."""
+    for i, listener in enumerate(config.listeners):
+        if listener.listen.port == 0:
+            raise ConfigError(f"listeners[{i}].listen", "port 0 cannot be shared by workers > 1")
+    if config.mode == "gateway" and config.gateway and config.gateway.bootstrap_listen.port == 0:
+        raise ConfigError("gateway.bootstrap_listen", "port 0 cannot be shared by workers > 1")
+
+
+DOCUMENTED_FILE_HEADER = """\
+kafkalens configuration: the documented default.
+
+Every key is optional; the values below are the defaults. Command-line flags
+(`kafkalens proxy --listen ... --upstream ... --metrics ... --request-log ...`)
+override the file. Validate a file without starting: `kafkalens check-config FILE`
+(add --check-ports to also bind the listen addresses); it also checks api names,
+that request_log.path can be written and that certificates load. Unknown keys are
+errors. Every number has a finite maximum, named with its reason when exceeded and
+given below with each key: timeouts 1 hour (idle_timeout_seconds 1 day), frame
+sizes 2^31-1 (Kafka's int32), decompression_limit_bytes 4 GiB, request_log.max_bytes
+1 TiB, connections 1048576, workers 256.
+Sizes (the keys ending in _bytes) are bytes, or a number with a unit: 64KiB, 10MB,
+1GiB (KiB, MiB, GiB, TiB are 1024s; KB, MB, GB, TB 1000s). Durations (the keys ending
+in _seconds, and telemetry.push_interval_ms) are seconds (milliseconds), or a number
+with a unit: 500ms, 30s, 10m, 1h, 1d, 1h30m.
+In the container image the file is read from /etc/kafkalens/kafkalens.yaml.
+
+Written by `python -m proxy.config` from the keys declared in proxy/config.py."""
+
+
+def documented_file() -> str:
+    """config/kafkalens.yaml: every key with its default, documentation and bounds."""
+    return documented(Config, DOCUMENTED_FILE_HEADER)

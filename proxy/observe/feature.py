@@ -1,0 +1,48 @@
+"""A feature of kafkalens, as a slice: one package that declares its own config section
+(in the config language, proxy/config/language.py), and, as it needs them, its own
+metrics, its own per-connection state and its link of the observers' chain (chain.py).
+The core (framing, identity, the request line and its metrics) never imports a feature;
+a feature registers with the core by one line, its section's field in the whole file's
+`Config` (proxy/features.py):
+
+    lag: LagConfig = LAG.declare()
+
+The order of those fields is the order of the sections in kafkalens.yaml and of the
+links in the chain. ARCHITECTURE.md ("Add a feature") has the steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from proxy.config.language import section
+
+C = TypeVar("C")
+
+
+def _no_lines(section: Any) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True, eq=False)
+class Feature(Generic[C]):
+    """What a feature's package registers: its config section (`name:` in the file, the
+    keys `section` declares, `doc` above it, `default` when left out; None: absent
+    unless given), and the lines `kafkalens check-config` says of it (`summary`)."""
+
+    name: str
+    section: type[C]
+    doc: str
+    default: C | None
+    summary: Callable[[C], list[str]] = _no_lines
+
+    def declare(self) -> Any:
+        """Its section's field in the whole file's Config: the registration line."""
+        return section(self.section, default=self.default, doc=self.doc, owner=self)
+
+    def of(self, config: Any) -> C:
+        """Its section of a whole config."""
+        found: C = getattr(config, self.name)
+        return found
