@@ -456,9 +456,14 @@ def file_path(
 
 
 def address(
-    *, default: Address | None = REQUIRED, doc: str, listen: bool = False, loopback: bool = False
+    *,
+    default: Address | None = REQUIRED,
+    doc: str,
+    listen: bool = False,
+    loopback: bool = False,
+    example: object = NO_EXAMPLE,
 ) -> Any:
-    return declare(AddressKind(listen, loopback), doc, default)
+    return declare(AddressKind(listen, loopback), doc, default, example=example)
 
 
 def items(
