@@ -16,7 +16,7 @@ workers.py, cli.py, ...) does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from proxy.config.core import (
     MODES,
     Limits,
     ListenerConfig,
-    ListenerTLS,
     LogConfig,
     MetricsConfig,
     RequestLogConfig,
@@ -34,23 +33,17 @@ from proxy.config.core import (
 )
 from proxy.config.file import Overrides, documented, load, parse
 from proxy.config.language import (
-    Address,
     ConfigError,
-    address,
     choice,
     config_section,
-    custom,
     declared,
     integer,
-    items,
     maxima,
-    seconds,
     section,
     section_schemas,
-    show,
-    text,
-    upstream_address,
 )
+from proxy.gateway.config import GatewayConfig
+from proxy.gateway.feature import GATEWAY
 from proxy.observe.feature import Feature
 from proxy.observe.kip1313.config import Kip1313Config
 from proxy.observe.kip1313.feature import KIP1313
@@ -63,139 +56,6 @@ __all__ = [
     "FEATURES", "MAXIMA", "SECTION_SCHEMAS", "Config", "GatewayConfig", "Overrides",
     "check_shareable", "check_supported", "documented_file", "load_config", "parse_config", "summary",
 ]  # fmt: skip
-
-
-def _broker_ports(raw: object, key: str) -> dict[int, int]:
-    if not isinstance(raw, dict):
-        raise ConfigError(key, f"must be a mapping node_id: port, got {show(raw)}")
-    ports: dict[int, int] = {}
-    for node, port in raw.items():
-        where = f"{key}.{node}"
-        if isinstance(node, bool) or not isinstance(node, int) or node < 0:
-            raise ConfigError(where, f"node id must be an integer >= 0, got {node!r}")
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise ConfigError(where, f"port must be 1..65535, got {port!r}")
-        ports[node] = port
-    return ports
-
-
-@config_section
-class GatewayConfig:
-    bootstrap_listen: Address = address(
-        default=Address("0.0.0.0", 9092), doc="clients bootstrap here", listen=True
-    )
-    bootstrap_servers: tuple[Address, ...] = items(
-        each=upstream_address,
-        doc="the cluster's brokers, asked for its metadata",
-        at_least_one="must list at least one HOST:PORT",
-        example=["broker-0:9092", "broker-1:9092"],
-    )
-    advertised_host: str = text(
-        doc="host put into rewritten node addresses",
-        example="kafkalens.example.com",
-    )
-    listen_host: str = text(default="0.0.0.0", doc="host the per-node listeners bind")
-    broker_port_base: int = integer(
-        default=9100, minimum=0, at_most=(65535, "a TCP port"),
-        doc="broker node N is served on port base + N",
-    )  # fmt: skip
-    broker_ports: Mapping[int, int] = custom(
-        parse=_broker_ports,
-        to_yaml=dict,
-        default_factory=dict,
-        doc="or an explicit map, e.g. {0: 9200, 1: 9201}",
-    )
-    controller_bootstrap_listen: Address | None = address(
-        default=None,
-        doc="clients bootstrap on controllers here (KIP-919, --bootstrap-controller)",
-        listen=True,
-        example="0.0.0.0:9093",
-    )
-    controller_bootstrap_servers: tuple[Address, ...] = items(
-        default=(),
-        each=upstream_address,
-        doc="the cluster's controllers, for that bootstrap",
-        example=["controller-0:9093", "controller-1:9093"],
-    )
-    controller_port_base: int = integer(
-        default=9300, minimum=0, at_most=(65535, "a TCP port"),
-        doc="controller node N is served on port base + N",
-    )  # fmt: skip
-    controller_ports: Mapping[int, int] = custom(
-        parse=_broker_ports,
-        to_yaml=dict,
-        default_factory=dict,
-        doc="or an explicit map, e.g. {0: 9400, 1: 9401}",
-    )
-    max_nodes: int = integer(
-        default=1000,
-        at_most=(65535, "each node is a listener on a port of its own"),
-        doc="brokers, and controllers, served at most; one named past it is not",
-    )
-    route_check_timeout_seconds: float = seconds(
-        default=5.0,
-        at_most=(60, "a route waits for it to open or move"),
-        doc="a node's new address answers ApiVersions within this, or no route goes there",
-    )
-    tls: ListenerTLS | None = section(
-        ListenerTLS, default=None, doc="clients' side of the bootstrap and every node listener"
-    )
-
-    def _check(self, path: str) -> None:
-        if (self.controller_bootstrap_listen is None) != (not self.controller_bootstrap_servers):
-            which = (
-                "controller_bootstrap_servers"
-                if self.controller_bootstrap_listen is not None
-                else "controller_bootstrap_listen"
-            )
-            raise ConfigError(
-                f"{path}.{which}",
-                "controller_bootstrap_listen and controller_bootstrap_servers go together",
-            )
-        if self.controller_port_base == self.broker_port_base:
-            raise ConfigError(
-                f"{path}.controller_port_base",
-                f"must differ from broker_port_base ({self.broker_port_base}): a node that"
-                " is broker and controller would need one port for both",
-            )
-        owner: dict[int, str] = {}
-        for kind, ports in (("broker_ports", self.broker_ports),
-                            ("controller_ports", self.controller_ports)):  # fmt: skip
-            for node, port in ports.items():
-                if port in owner:
-                    raise ConfigError(
-                        f"{path}.{kind}.{node}", f"port {port} is {owner[port]}'s already"
-                    )
-                owner[port] = f"{kind}.{node}"
-
-
-def _gateway_summary(gw: GatewayConfig | None) -> list[str]:
-    if gw is None:
-        return []
-    servers = ", ".join(str(a) for a in gw.bootstrap_servers)
-    lines = [
-        f"gateway: bootstrap {gw.bootstrap_listen} -> {servers}",
-        f"gateway: brokers advertised as {gw.advertised_host}, ports from {gw.broker_port_base}",
-    ]
-    if gw.controller_bootstrap_listen is not None:
-        servers = ", ".join(str(a) for a in gw.controller_bootstrap_servers)
-        lines.append(f"gateway: controller bootstrap {gw.controller_bootstrap_listen} -> {servers}")
-    lines.append(
-        f"gateway: controllers advertised as {gw.advertised_host},"
-        f" ports from {gw.controller_port_base}"
-    )
-    if gw.tls is not None:
-        lines.append("gateway: client listeners TLS")
-    return lines
-
-
-GATEWAY: Feature[GatewayConfig] = Feature(
-    name="gateway",
-    section=GatewayConfig,
-    default=None,
-    doc="Gateway mode (mode: gateway) uses this instead of `listeners`.",
-    summary=_gateway_summary,
-)
 
 
 @config_section

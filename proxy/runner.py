@@ -76,8 +76,10 @@ async def open_server(
     gateway = None
     if config.mode == "gateway":
         from proxy.gateway.gateway import Gateway
+        from proxy.observe.kip1313.config import header_policy
 
-        gateway = Gateway(config, metrics)
+        assert config.gateway is not None  # Config._check: mode gateway has its section
+        gateway = Gateway(config.gateway, metrics, header_policy(config.kip1313.header_v3), config.upstream_tls)
         hooks = gateway.wrap(hooks)
     server = Server(config, hooks, metrics, reuse_port=reuse_port)
     try:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from codec import DecodeError, UnknownApiError, decode_request
+from codec import DecodeError, HeaderPolicy, UnknownApiError, decode_request
 from codec.frame_cutter import (
     HEAD_BYTES,
     BigEnd,
@@ -63,7 +63,7 @@ from proxy.exchange.kafka import Event as ExchangeEvent
 from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
 from proxy.observe.lag.config import LagConfig
-from proxy.observe.observer import header_policy, lag_link
+from proxy.observe.observer import lag_link
 from proxy.observe.request_log import render
 from proxy.observe.summary import SummaryOptions, TopicIds
 from proxy.observe.telemetry.config import TelemetryConfig
@@ -135,7 +135,7 @@ class CaptureDecoder:
         self.on_frame = on_frame
         self.limits = limits
         self.output = Output(out)
-        metrics, policy = Metrics(), header_policy(())
+        metrics, policy = Metrics(), HeaderPolicy()
         # As a proxy with the shipped defaults: lag positions on Fetch and OffsetCommit
         # lines, pushed client metrics counted on PushTelemetry lines.
         summary = summary or SummaryOptions()

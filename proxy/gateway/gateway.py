@@ -52,14 +52,15 @@ from typing import Any
 
 import structlog
 
-from proxy.config import Address, ConfigError
+from codec import HeaderPolicy
+from proxy.config import Address, ConfigError, UpstreamTLS
 from proxy.forward.server import BACKLOG, Listener, Server
 from proxy.gateway.addresses import BROKER, CONTROLLER, EndpointKind, Named
+from proxy.gateway.config import GatewayConfig
 from proxy.gateway.gateway_hooks import GatewayHooks
 from proxy.gateway.route_check import Verdict, listener_api_keys, verdict
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
-from proxy.observe.observer import header_policy
 from proxy.tls import client_context
 
 log = structlog.get_logger("kafkalens.gateway")
@@ -95,16 +96,17 @@ def listener_name(kind: EndpointKind, node_id: int) -> str:
 class Gateway:
     """The node listeners: `start` opens the bootstrap ones, `advertise` the others."""
 
-    def __init__(self, config: Any, metrics: Metrics) -> None:
-        assert config.gateway is not None
-        self.config = config.gateway
+    def __init__(
+        self, config: GatewayConfig, metrics: Metrics, policy: HeaderPolicy, upstream_tls: UpstreamTLS | None
+    ) -> None:
+        """`policy`: which requests use header v3 (the kip1313 section's); `upstream_tls`:
+        how the route checks reach the nodes, as the routes' connections do."""
+        self.config = config
         self.metrics = metrics
-        self.policy = header_policy(config.kip1313.header_v3)
+        self.policy = policy
         self.routes: dict[EndpointKind, dict[int, Route]] = {BROKER: {}, CONTROLLER: {}}
         self.server: Server | None = None
         self._failed: dict[tuple[EndpointKind, int], float] = {}  # -> when opening it failed
-        # The routes' checks reach the nodes as the routes' connections do.
-        upstream_tls = config.upstream_tls
         self._check_tls = client_context(upstream_tls) if upstream_tls else None
         self._check_hostname = upstream_tls.server_hostname if upstream_tls else None
         self._tasks: set[asyncio.Task[None]] = set()

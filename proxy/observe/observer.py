@@ -12,11 +12,11 @@ import os
 from typing import Any
 
 from codec import HeaderPolicy
-from codec.schema import api_names
 from codec.stream import StreamLimits
 from proxy.metrics import Metrics
 from proxy.observe.chain import Observer, Token
 from proxy.observe.instance_join import InstanceJoins
+from proxy.observe.kip1313.config import header_policy
 from proxy.observe.lag.hooks import LagLink
 from proxy.observe.lag.series import LagSeries
 from proxy.observe.lag.share import ShareTracker
@@ -30,7 +30,7 @@ from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
 
 __all__ = [
-    "ObservingHooks", "Streamed", "Token", "build_hooks", "header_policy", "lag_link", "telemetry_link",
+    "ObservingHooks", "Streamed", "Token", "build_hooks", "lag_link", "telemetry_link",
 ]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -117,13 +117,3 @@ def telemetry_link(config: Any, metrics: Metrics, policy: HeaderPolicy) -> Telem
         )
         log = RequestLog(sink)
     return TelemetryLink(Telemetry(telemetry, metrics, policy, log))
-
-
-def header_policy(rules: Any) -> HeaderPolicy:
-    """KIP-1313 header v3 declarations from the config (api names or keys)."""
-    keys = {name: key for key, name in api_names().items()}
-    declared: dict[int, int | tuple[int, int | None]] = {}
-    for rule in rules:
-        api_key = rule.api if isinstance(rule.api, int) else keys[rule.api]
-        declared[api_key] = (rule.min_version, rule.max_version)
-    return HeaderPolicy(header_v3=declared)

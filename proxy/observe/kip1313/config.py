@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from codec import HeaderPolicy
+from codec.schema import api_names
 from proxy.config.language import ConfigError, api_ref, choice, config_section, custom, show
 
 ENFORCEMENTS = ("log", "reject")
@@ -71,3 +73,12 @@ class Kip1313Config:
         ' newest body. Example: {DeleteGroups: "3+", Metadata: "14+"}',
     )
 
+
+def header_policy(rules: tuple[HeaderV3Rule, ...]) -> HeaderPolicy:
+    """KIP-1313 header v3 declarations from the config (api names or keys)."""
+    keys = {name: key for key, name in api_names().items()}
+    declared: dict[int, int | tuple[int, int | None]] = {}
+    for rule in rules:
+        api_key = rule.api if isinstance(rule.api, int) else keys[rule.api]
+        declared[api_key] = (rule.min_version, rule.max_version)
+    return HeaderPolicy(header_v3=declared)
