@@ -44,6 +44,7 @@ from proxy.config.language import (
 )
 from proxy.gateway.config import GatewayConfig
 from proxy.gateway.feature import GATEWAY
+from proxy.metrics import Metrics
 from proxy.observe.feature import Feature
 from proxy.observe.kip1313.config import Kip1313Config
 from proxy.observe.kip1313.feature import KIP1313
@@ -54,7 +55,8 @@ from proxy.observe.telemetry.feature import TELEMETRY
 
 __all__ = [
     "FEATURES", "MAXIMA", "SECTION_SCHEMAS", "Config", "GatewayConfig", "Overrides",
-    "check_shareable", "check_supported", "documented_file", "load_config", "parse_config", "summary",
+    "check_shareable", "check_supported", "documented_file", "load_config", "metric_names", "parse_config",
+    "proxy_metrics", "summary",
 ]  # fmt: skip
 
 
@@ -126,6 +128,23 @@ class Config:
 FEATURES: tuple[Feature[Any], ...] = tuple(
     key.owner for _field, key in declared(Config).values() if isinstance(key.owner, Feature)
 )
+
+
+def proxy_metrics(config: Config, build_version: str | None = None) -> Metrics:
+    """The metrics of a proxy of `config`: the core's, and every feature's."""
+    metrics = Metrics(
+        config.metrics.max_label_values, build_version, config.metrics.max_error_series
+    )
+    for feature in FEATURES:
+        if feature.metrics is not None:
+            metrics.of(feature.metrics)
+    return metrics
+
+
+def metric_names() -> set[str]:
+    """Every sample name kafkalens can expose (dashboards and alerts are checked against
+    it)."""
+    return proxy_metrics(Config()).metric_names()
 
 # The section class of each mapping of the file, by its path with list indices as []
 # ("listeners[].tls"), so that an unknown key is named before any other problem.

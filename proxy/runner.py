@@ -15,7 +15,7 @@ from proxy.admin.http import AdminServers, Endpoints, start_admin
 from proxy.admin.readiness import UpstreamProbe
 from proxy.admin.top import TopSource, metrics_families
 from proxy.config import Address, ConfigError
-from proxy.features import Config, check_supported
+from proxy.features import Config, check_supported, proxy_metrics
 from proxy.forward import fdlimit
 from proxy.forward.allocator import keep_large_buffers
 from proxy.forward.server import Drained, Server
@@ -102,9 +102,7 @@ async def start_proxy(
     """`probe_now` False: the upstream probe waits for `running.probe.start()` (the
     demo starts its broker after the proxy, and a broker still starting is no news)."""
     check_supported(config)
-    metrics = metrics or Metrics(
-        config.metrics.max_label_values, max_error_series=config.metrics.max_error_series
-    )
+    metrics = metrics or proxy_metrics(config)
     hooks = hooks if hooks is not None else build_hooks(config, metrics)
     server = await open_server(config, hooks, metrics)
     probe = UpstreamProbe.of(config, server.upstreams, metrics.upstream_reachability)

@@ -4,6 +4,7 @@ mode is gateway): its section, and what check-config says of it."""
 from __future__ import annotations
 
 from proxy.gateway.config import GatewayConfig
+from proxy.gateway.metrics import GatewayMetrics
 from proxy.observe.feature import Feature
 
 
@@ -33,4 +34,5 @@ GATEWAY: Feature[GatewayConfig] = Feature(
     default=None,
     doc="Gateway mode (mode: gateway) uses this instead of `listeners`.",
     summary=_gateway_summary,
+    metrics=GatewayMetrics,
 )

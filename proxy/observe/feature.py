@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from proxy.config.language import section
+from proxy.metrics import Metrics
 
 C = TypeVar("C")
 
@@ -30,13 +31,17 @@ def _no_lines(section: Any) -> list[str]:
 class Feature(Generic[C]):
     """What a feature's package registers: its config section (`name:` in the file, the
     keys `section` declares, `doc` above it, `default` when left out; None: absent
-    unless given), and the lines `kafkalens check-config` says of it (`summary`)."""
+    unless given), the lines `kafkalens check-config` says of it (`summary`), and its
+    metrics: a class defining its families on the proxy's registry, made by
+    `Metrics.of(metrics)` (the proxy makes every feature's as it starts, whether the
+    feature is on or not, so that /metrics always names the same families)."""
 
     name: str
     section: type[C]
     doc: str
     default: C | None
     summary: Callable[[C], list[str]] = _no_lines
+    metrics: Callable[[Metrics], Any] | None = None
 
     def declare(self) -> Any:
         """Its section's field in the whole file's Config: the registration line."""

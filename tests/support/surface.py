@@ -42,8 +42,7 @@ OPENED_AT = 1_800_000_000.0
 
 def _build(config_data: dict[str, Any], log_path: Path) -> tuple[Any, Hooks]:
     """(metrics, hooks) as proxy/runner.py builds them from a config document."""
-    from proxy.features import parse_config
-    from proxy.metrics import Metrics
+    from proxy.features import parse_config, proxy_metrics
     from proxy.observe.observer import build_hooks
 
     data = {
@@ -51,7 +50,7 @@ def _build(config_data: dict[str, Any], log_path: Path) -> tuple[Any, Hooks]:
         "request_log": {**config_data.get("request_log", {}), "path": str(log_path)},
     }
     config = parse_config(data)
-    metrics = Metrics(config.metrics.max_label_values, "snapshot", config.metrics.max_error_series)
+    metrics = proxy_metrics(config, build_version="snapshot")
     return metrics, build_hooks(config, metrics)
 
 

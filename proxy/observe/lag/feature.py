@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from proxy.observe.feature import Feature
 from proxy.observe.lag.config import LagConfig
+from proxy.observe.lag.metrics import LagMetrics
 
 
 def _summary(lag: LagConfig) -> list[str]:
@@ -22,4 +23,5 @@ LAG = Feature(
     " kafkalens_follower_lag_records and kafkalens_topic_* metrics, and the request log's"
     ' "positions" and "committed" fields.',
     summary=_summary,
+    metrics=LagMetrics,
 )

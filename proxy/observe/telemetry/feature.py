@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from proxy.observe.feature import Feature
 from proxy.observe.telemetry.config import TelemetryConfig
+from proxy.observe.telemetry.metrics import TelemetryMetrics
 
 
 def _summary(telemetry: TelemetryConfig) -> list[str]:
@@ -22,4 +23,5 @@ TELEMETRY = Feature(
     " gets a client instance id and its metrics reach /metrics on any broker. State is per"
     " worker process (workers > 1: each keeps the clients that pushed to it).",
     summary=_summary,
+    metrics=TelemetryMetrics,
 )

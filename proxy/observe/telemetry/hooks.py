@@ -70,7 +70,7 @@ class TelemetryLink(Observer):
             error = answers.push_error(body)
             reply = answers.push_answer(request.correlation_id, request.api_version, error)
         fields: dict[str, Any] = {"answered_by": "proxy", "errors": [error_name(error)] if error else []}
-        telemetry.metrics.telemetry_answers.labels(api=token.api, error=error_name(error)).inc()
+        telemetry.counts.answers.labels(api=token.api, error=error_name(error)).inc()
         if request.api_key != PUSH_TELEMETRY or error != 0:
             return Answer(reply, fields)
         instance_id = push_instance(state, body)
