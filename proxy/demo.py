@@ -203,7 +203,7 @@ def main(argv: list[str]) -> int:
 
 
 async def _rotate_every(hooks: Hooks, backups: int, seconds: float) -> None:
-    from proxy.observe.observer import ObservingHooks
+    from proxy.observe.observing_hooks import ObservingHooks
 
     if not isinstance(hooks, ObservingHooks) or hooks.log is None:
         return

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from codec.stream import StreamLimits
 from proxy.config.core import (
     DEFAULT_LISTENER,
     MODES,
@@ -45,16 +46,22 @@ from proxy.config.language import (
 from proxy.gateway.config import GatewayConfig
 from proxy.gateway.feature import GATEWAY
 from proxy.metrics import Metrics
+from proxy.observe.chain import Observer, Shared
 from proxy.observe.feature import Feature
-from proxy.observe.kip1313.config import Kip1313Config
+from proxy.observe.instance_join import InstanceJoins
+from proxy.observe.kip1313.config import Kip1313Config, header_policy
 from proxy.observe.kip1313.feature import KIP1313
 from proxy.observe.lag.config import LagConfig
 from proxy.observe.lag.feature import LAG
+from proxy.observe.observing_hooks import ObservingHooks
+from proxy.observe.request_log import LineSink, RequestLog
+from proxy.observe.summary import SummaryOptions, TopicIds
 from proxy.observe.telemetry.config import TelemetryConfig
 from proxy.observe.telemetry.feature import TELEMETRY
+from proxy.observe.telemetry.hooks import TelemetryLink
 
 __all__ = [
-    "FEATURES", "MAXIMA", "SECTION_SCHEMAS", "Config", "GatewayConfig", "Overrides",
+    "FEATURES", "MAXIMA", "SECTION_SCHEMAS", "Config", "GatewayConfig", "Overrides", "build_hooks",
     "check_shareable", "check_supported", "documented_file", "load_config", "metric_names", "parse_config",
     "proxy_metrics", "summary",
 ]  # fmt: skip
@@ -139,6 +146,54 @@ def proxy_metrics(config: Config, build_version: str | None = None) -> Metrics:
         if feature.metrics is not None:
             metrics.of(feature.metrics)
     return metrics
+
+
+def build_hooks(config: Config, metrics: Metrics) -> ObservingHooks:
+    """The request log's hooks `kafkalens proxy` runs, and their chain: each feature's
+    link, in the order of the features."""
+    log_config = config.request_log
+    sink = LineSink(
+        log_config.path,
+        log_config.max_bytes,
+        log_config.backups,
+        flush_interval=log_config.flush_interval_seconds,
+        max_queued_bytes=log_config.max_queued_bytes,
+        metrics=metrics,
+    )
+    request_log = RequestLog(sink, log_config.sample_rate, log_config.apis, log_config.errors_only)
+    summary = SummaryOptions(
+        record_detail=log_config.record_detail,
+        header_value_allowlist=frozenset(log_config.header_value_allowlist),
+        max_string_length=log_config.max_string_length,
+        decompression_limit=config.limits.decompression_limit_bytes,
+    )
+    # which requests use header v3: the kip1313 section's, for the core's decoding too
+    shared = Shared(metrics, TopicIds(), summary, header_policy(config.kip1313.header_v3))
+    links: list[Observer] = []
+    for feature in FEATURES:
+        if feature.link is not None and (link := feature.link(feature.of(config), shared)) is not None:
+            links.append(link)
+    # A client's connections share an instance id: keys for four times the telemetry
+    # instances kept
+    telemetry_on = any(isinstance(link, TelemetryLink) for link in links)
+    max_keys = 4 * (config.telemetry.max_instances if telemetry_on else 1000)
+    limits = config.limits
+    return ObservingHooks(
+        metrics,
+        request_log,
+        summary,
+        shared.policy,
+        StreamLimits(
+            record_detail_bytes=limits.observe_whole_frame_bytes if log_config.record_detail else 0,
+            decompression_limit=limits.decompression_limit_bytes,
+            max_seconds_per_piece=limits.observe_seconds_per_read,
+            max_field_bytes=limits.observe_max_field_bytes,
+            max_elements=limits.observe_max_elements,
+        ),
+        links=tuple(links),
+        topic_ids=shared.topic_ids,
+        joins=InstanceJoins(max_keys=max_keys),
+    )
 
 
 def metric_names() -> set[str]:

@@ -511,16 +511,9 @@ class Metrics:
             "Requests forwarded undecoded: unknown api key or version.",
             ("reason",),
         )
-        self.kip1313_violations = c(
-            "kafkalens_kip1313_violations_total",
-            "KIP-1313 client instance id violations.",
-            ("action",),
-        )
         # at 0 from the start: the first ones show in rate() too
         for reason in ("api_key", "api_version"):
             self.unknown_requests.labels(reason=reason)
-        for action in ("logged", "rejected"):
-            self.kip1313_violations.labels(action=action)
 
     def _define_connection_metrics(self) -> None:
         c = self.counter
@@ -695,10 +688,6 @@ class Metrics:
     def frame_observed_in_pieces(self, direction: str, size: int) -> None:
         """`direction`: "request" or "response"; `size` is the frame's body size."""
         self.frames_observed_in_pieces.labels(direction=direction).inc()
-
-    def kip1313_violation(self, action: str) -> None:
-        """`action`: "logged" or "rejected"."""
-        self.kip1313_violations.labels(action=action).inc()
 
     def request_log_error(self) -> None:
         """From the request log's writer thread (prometheus-client counters take a lock)."""

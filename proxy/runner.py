@@ -15,13 +15,12 @@ from proxy.admin.http import AdminServers, Endpoints, start_admin
 from proxy.admin.readiness import UpstreamProbe
 from proxy.admin.top import TopSource, metrics_families
 from proxy.config import Address, ConfigError
-from proxy.features import Config, check_supported, proxy_metrics
+from proxy.features import Config, build_hooks, check_supported, proxy_metrics
 from proxy.forward import fdlimit
 from proxy.forward.allocator import keep_large_buffers
 from proxy.forward.server import Drained, Server
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
-from proxy.observe.observer import build_hooks
 from proxy.signals import reopen_logs_on_sighup, stop_signal
 from proxy.signals import wait_for_stop_signal as wait_for_stop_signal  # bench/proxy/bare_proxy.py
 

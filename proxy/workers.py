@@ -126,9 +126,8 @@ class ReadyPipe:
 
 async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy import announce
-    from proxy.features import proxy_metrics
+    from proxy.features import build_hooks, proxy_metrics
     from proxy.forward.allocator import keep_large_buffers
-    from proxy.observe.observer import build_hooks
     from proxy.observe.telemetry.hooks import TelemetryLink
     from proxy.preflight import check_api_names
     from proxy.runner import freeze_startup_objects, open_server

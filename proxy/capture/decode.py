@@ -62,8 +62,11 @@ from proxy.exchange.kafka import (
 from proxy.exchange.kafka import Event as ExchangeEvent
 from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
+from proxy.observe.chain import Shared
+from proxy.observe.kip1313.config import Kip1313Config
+from proxy.observe.kip1313.link import Kip1313Link
 from proxy.observe.lag.config import LagConfig
-from proxy.observe.observer import lag_link
+from proxy.observe.lag.feature import lag_link
 from proxy.observe.request_log import render
 from proxy.observe.summary import SummaryOptions, TopicIds
 from proxy.observe.telemetry.config import TelemetryConfig
@@ -136,11 +139,13 @@ class CaptureDecoder:
         self.limits = limits
         self.output = Output(out)
         metrics, policy = Metrics(), HeaderPolicy()
-        # As a proxy with the shipped defaults: lag positions on Fetch and OffsetCommit
-        # lines, pushed client metrics counted on PushTelemetry lines.
+        # As a proxy with the shipped defaults: KIP-1313 violations logged, lag positions
+        # on Fetch and OffsetCommit lines, pushed client metrics counted on PushTelemetry
+        # lines (the features' links in the proxy's order, proxy/features.py).
         summary = summary or SummaryOptions()
         topic_ids = TopicIds()
         links = (
+            Kip1313Link(Kip1313Config(), Shared(metrics, topic_ids, summary, policy)),
             TelemetryLink(Telemetry(TelemetryConfig(), metrics, policy, None)),
             lag_link(LagConfig(), metrics, topic_ids, summary),
         )

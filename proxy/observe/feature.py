@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from proxy.config.language import section
 from proxy.metrics import Metrics
+from proxy.observe.chain import Observer, Shared
 
 C = TypeVar("C")
 
@@ -31,10 +32,11 @@ def _no_lines(section: Any) -> list[str]:
 class Feature(Generic[C]):
     """What a feature's package registers: its config section (`name:` in the file, the
     keys `section` declares, `doc` above it, `default` when left out; None: absent
-    unless given), the lines `kafkalens check-config` says of it (`summary`), and its
+    unless given), the lines `kafkalens check-config` says of it (`summary`), its
     metrics: a class defining its families on the proxy's registry, made by
     `Metrics.of(metrics)` (the proxy makes every feature's as it starts, whether the
-    feature is on or not, so that /metrics always names the same families)."""
+    feature is on or not, so that /metrics always names the same families), and the
+    builder of its link of the observers' chain (`link`)."""
 
     name: str
     section: type[C]
@@ -42,6 +44,9 @@ class Feature(Generic[C]):
     default: C | None
     summary: Callable[[C], list[str]] = _no_lines
     metrics: Callable[[Metrics], Any] | None = None
+    # its link of the chain, built from its section and what the core shares (None: it
+    # has none, or none with this section: off)
+    link: Callable[[C, Shared], Observer | None] | None = None
 
     def declare(self) -> Any:
         """Its section's field in the whole file's Config: the registration line."""

@@ -21,9 +21,9 @@ from support.records_oracle import build_v2
 from proxy.metrics import Metrics
 from proxy.observe.identity import kafka_uuid_text
 from proxy.observe.lag.config import LagConfig
+from proxy.observe.lag.feature import lag_link
 from proxy.observe.lag.hooks import LagLink
 from proxy.observe.lag.tracker import FetchAsk
-from proxy.observe.observer import lag_link
 from proxy.observe.summary import SummaryOptions, TopicIds
 
 TOPIC_ID = uuid.UUID("0f0e0d0c-0b0a-4908-8706-050403020100")

@@ -588,8 +588,8 @@ def test_any_document_is_a_config_or_a_config_error(document: dict[str, object])
 
 
 def test_the_streaming_decoders_bounds_come_from_the_config() -> None:
+    from proxy.features import build_hooks
     from proxy.metrics import Metrics
-    from proxy.observe.observer import build_hooks
 
     config = parse_config(
         {

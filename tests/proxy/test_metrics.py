@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.features import metric_names
 from proxy.gateway.metrics import GatewayMetrics
 from proxy.metrics import OTHER, UNKNOWN, LabelCapper, Metrics, sanitize_label
+from proxy.observe.kip1313.metrics import Kip1313Metrics
 from proxy.observe.lag.metrics import LagMetrics
 from proxy.observe.telemetry.metrics import TelemetryMetrics
 
@@ -215,7 +216,7 @@ def test_proxy_level_counters(m: Metrics) -> None:
     m.connection_rejected("plaintext", "max_connections")
     m.upstream_failure("127.0.0.1:19092", "connect_refused")
     m.unknown_request("api_version")
-    m.kip1313_violation("logged")
+    m.of(Kip1313Metrics).violations.labels(action="logged").inc()
     m.api("Produce").decode_error("response")
     m.bytes_to_broker.inc(10)
     m.bytes_to_client.inc(20)
@@ -274,7 +275,7 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.admin_refusals.note("host")
     m.upstream_reachability.update({"u": True})
     m.unknown_request("api_key")
-    m.kip1313_violation("rejected")
+    m.of(Kip1313Metrics).violations.labels(action="rejected").inc()
     m.of(GatewayMetrics).listener_error("port_in_use")
     m.frame_observed_in_pieces("response", 1)
     m.observed_elements_dropped.labels(direction="request").inc()

@@ -42,8 +42,7 @@ OPENED_AT = 1_800_000_000.0
 
 def _build(config_data: dict[str, Any], log_path: Path) -> tuple[Any, Hooks]:
     """(metrics, hooks) as proxy/runner.py builds them from a config document."""
-    from proxy.features import parse_config, proxy_metrics
-    from proxy.observe.observer import build_hooks
+    from proxy.features import build_hooks, parse_config, proxy_metrics
 
     data = {
         **config_data,

@@ -48,7 +48,8 @@ class TelemetryLink(Observer):
             self.telemetry.subscribed(kafka_uuid_text(instance), response.body.get("push_interval_ms", 0))
 
     def answers(self, state: ConnState) -> bool:
-        return self.telemetry.proxy_answers(state.broker_telemetry)
+        ranges = state.broker_ranges  # the broker's own ApiVersions answer on this connection
+        return self.telemetry.proxy_answers(ranges is not None and ranges.keys() >= KIP714_APIS)
 
     def answer(self, info: ConnectionInfo, state: ConnState, token: Token, request: Any) -> Answer:
         """Collect mode: the subscription or the push's answer; a push's payload is
