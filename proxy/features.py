@@ -47,6 +47,8 @@ from proxy.gateway.config import GatewayConfig
 from proxy.gateway.feature import GATEWAY
 from proxy.metrics import Metrics
 from proxy.observe.chain import Observer, Shared
+from proxy.observe.client_security.config import ClientSecurityConfig
+from proxy.observe.client_security.feature import CLIENT_SECURITY
 from proxy.observe.feature import Feature
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.kip1313.config import Kip1313Config, header_policy
@@ -125,6 +127,7 @@ class Config:
         doc="Worker processes sharing the listen ports (SO_REUSEPORT) to use more than one core.",
     )
     lag: LagConfig = LAG.declare()
+    client_security: ClientSecurityConfig = CLIENT_SECURITY.declare()
 
     def _check(self, path: str) -> None:
         if self.mode == "gateway" and self.gateway is None:

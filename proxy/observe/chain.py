@@ -213,7 +213,11 @@ class Observer:
         raise NotImplementedError
 
     def identity_changed(self, info: ConnectionInfo, state: ConnState) -> None:
-        """The connection's identity changed (a client id, an instance id, a principal)."""
+        """The connection's identity changed (a client id, an instance id, a principal, a
+        SASL mechanism); also once as it opens."""
+
+    def connection_closed(self, info: ConnectionInfo, state: ConnState) -> None:
+        """The connection closed (its state, `state.kept[self]` too, goes after this)."""
 
     def reopen_logs(self) -> None:
         """SIGHUP: reopen the files it writes to at their paths (must not block)."""

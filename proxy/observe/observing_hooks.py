@@ -114,6 +114,9 @@ class ObservingHooks(Hooks):
         self._admitters = tuple(link for link in links if link.inspects_requests)
         self.inspects_requests = bool(self._admitters)
         self._keeping = tuple(link for link in links if type(link).new_state is not Observer.new_state)
+        self._closing = tuple(
+            link for link in links if type(link).connection_closed is not Observer.connection_closed
+        )
         self.topic_ids = topic_ids if topic_ids is not None else TopicIds()
         self.states: dict[str, ConnState] = {}  # the open connections' (the joins look others up)
         self.joining = Joining(joins if joins is not None else InstanceJoins(max_keys=4000), self.states)
@@ -168,6 +171,8 @@ class ObservingHooks(Hooks):
         if state is None:
             return
         self.joining.stop_waiting(info, state)
+        for link in self._closing:
+            link.connection_closed(info, state)
         if self.log:
             fields = connection_fields(info, state)
             fields.update(

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.features import metric_names
 from proxy.gateway.metrics import GatewayMetrics
 from proxy.metrics import OTHER, UNKNOWN, LabelCapper, Metrics, sanitize_label
+from proxy.observe.client_security.metrics import ClientSecurityMetrics
 from proxy.observe.kip1313.metrics import Kip1313Metrics
 from proxy.observe.lag.metrics import LagMetrics
 from proxy.observe.telemetry.metrics import TelemetryMetrics
@@ -283,6 +284,7 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.of(TelemetryMetrics).pushes.labels(result="ok").inc()
     m.of(TelemetryMetrics).answers.labels(api="PushTelemetry", error="NONE").inc()
     lag = m.of(LagMetrics)
+    m.of(ClientSecurityMetrics).connections.labels("TLSv1.3", "PLAIN", "s", "1").set(1)
     lag.consumer_lag.labels(group="g", client="c", topic="t", partition="0").set(1)
     lag.consumer_topic_lag.labels(group="g", topic="t").set(1)
     lag.committed_lag.labels(group="g", topic="t", partition="0").set(1)
