@@ -298,7 +298,8 @@ in _seconds, and telemetry.push_interval_ms) are seconds (milliseconds), or a nu
 with a unit: 500ms, 30s, 10m, 1h, 1d, 1h30m.
 In the container image the file is read from /etc/kafkalens/kafkalens.yaml.
 
-Written by `python -m proxy.config` from the keys declared in proxy/config.py."""
+Written by `python -m proxy.config` from the keys declared in proxy/config/core.py
+and in each feature's package (proxy/features.py lists them)."""
 
 
 def documented_file() -> str:

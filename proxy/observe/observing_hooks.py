@@ -8,8 +8,8 @@ broker's place (telemetry's collect mode). A request is decoded once, whether wh
 memoised (memo.py) or streamed past (streamed.py), and goes the same way from there
 (`_decoded`): the connection's identity learns from it, its line fields are made, and
 the links that name its api see it. A response likewise (`_response_fields`, then
-`responded`), and the line is written last, with what the links added. observer.py
-builds the hooks and their links from the config.
+`responded`), and the line is written last, with what the links added.
+proxy/features.py builds the hooks and their links (one a feature) from the config.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ class ObservingHooks(Hooks):
         topic_ids: TopicIds | None = None,
         joins: InstanceJoins | None = None,
     ) -> None:
-        """`links`: the observers' chain, in order (observer.py composes it), built with
-        the same `topic_ids`."""
+        """`links`: the observers' chain, in order (proxy/features.py composes it),
+        built with the same `topic_ids`."""
         self.metrics = metrics
         self.log = request_log
         self.summary = summary
