@@ -26,8 +26,7 @@ import yaml
 from support import pod_security
 from support.paths import REPO as ROOT
 
-from proxy.config import parse_config
-from proxy.metrics import metric_names
+from proxy.features import metric_names, parse_config
 
 DEPLOY = ROOT / "deploy"
 COMPOSE_DIR = DEPLOY / "compose"
@@ -898,11 +897,11 @@ LAG_METRICS = (
 
 
 def registered_labels() -> dict[str, set[str]]:
-    """Sample name -> label names, from a real Metrics registry."""
-    from proxy.metrics import Metrics
+    """Sample name -> label names, from the registry of a proxy (every feature's too)."""
+    from proxy.features import Config, proxy_metrics
 
     found: dict[str, set[str]] = {}
-    for collector, names in Metrics().registry._collector_to_names.items():  # noqa: SLF001
+    for collector, names in proxy_metrics(Config()).registry._collector_to_names.items():  # noqa: SLF001
         for name in names:
             found[name] = set(getattr(collector, "_labelnames", ()))
     return found
