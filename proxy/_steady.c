@@ -233,8 +233,8 @@ typedef struct {
     struct { Py_ssize_t api, head, fragment, mask, overlap, linked; } req;
     struct { Py_ssize_t decode_error, ask, asked_by, entry; } token;
     struct { Py_ssize_t fields, fragment, mask, errors; } resp;
-    struct { Py_ssize_t tail, broker_telemetry, ranges, fragment, mask, errors; } cap;
-    struct { Py_ssize_t requests, quiet, log_fields, identity_fragment, line_head, broker_telemetry, broker_ranges; } state;
+    struct { Py_ssize_t tail, ranges, fragment, mask, errors; } cap;
+    struct { Py_ssize_t requests, quiet, log_fields, identity_fragment, line_head, broker_ranges; } state;
     struct { Py_ssize_t bytes_in, bytes_out, requests, responses; } info;
     struct { Py_ssize_t stopped, parked, remaining, undecided, max_frame; } splitter;
     struct { Py_ssize_t raw_sasl, raw_replies_due, before_auth, max_in_flight, max_frame_before_auth, pending; } exchange;
@@ -355,12 +355,12 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     FIND(response_entry_type, resp, fields) FIND(response_entry_type, resp, fragment)
     FIND(response_entry_type, resp, mask)
     FIND(response_entry_type, resp, errors)
-    FIND(cap_entry_type, cap, tail) FIND(cap_entry_type, cap, broker_telemetry)
+    FIND(cap_entry_type, cap, tail)
     FIND(cap_entry_type, cap, ranges) FIND(cap_entry_type, cap, fragment)
     FIND(cap_entry_type, cap, mask) FIND(cap_entry_type, cap, errors)
     FIND(state_type, state, requests) FIND(state_type, state, quiet) FIND(state_type, state, log_fields)
     FIND(state_type, state, identity_fragment) FIND(state_type, state, line_head)
-    FIND(state_type, state, broker_telemetry) FIND(state_type, state, broker_ranges)
+    FIND(state_type, state, broker_ranges)
     FIND(info_type, info, bytes_in) FIND(info_type, info, bytes_out) FIND(info_type, info, requests)
     FIND(info_type, info, responses)
 #define FIND_AS(type, group, field, name) if (find_slot(self->type, name, &self->group.field) < 0) goto fail;
@@ -931,14 +931,12 @@ static PyObject *response_entry(CoreObject *self, ResponseFrame *f) {
         if (cap == NULL || Py_TYPE(cap) != p->cap_entry_type)
             return NULL;
         PyObject *fragment = SLOT(cap, p->cap.fragment), *tail = SLOT(cap, p->cap.tail);
-        PyObject *telemetry = SLOT(cap, p->cap.broker_telemetry), *ranges = SLOT(cap, p->cap.ranges);
+        PyObject *ranges = SLOT(cap, p->cap.ranges);
         if (fragment == NULL || !PyBytes_CheckExact(fragment) || SLOT(cap, p->cap.errors) != Py_False
             || tail == NULL || (tail != Py_None && !PyBytes_CheckExact(tail)) || ranges == NULL
-            || !PyDict_CheckExact(ranges) || telemetry == NULL)
+            || !PyDict_CheckExact(ranges))
             return NULL;
         /* what rewrite_response sets on the connection (and the hooks) is set already */
-        if (SLOT(state, p->state.broker_telemetry) != telemetry)
-            return NULL;
         if (PyDict_GET_SIZE(ranges) > 0) {
             if (SLOT(state, p->state.broker_ranges) != ranges)
                 return NULL;

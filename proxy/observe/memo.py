@@ -136,18 +136,17 @@ class ResponseEntry:
 
 class CapEntry:
     """An ApiVersions answer as capped once: the rewrite (`tail`, the frame after its
-    correlation id, or None to forward it as it came), the answer decoded, whether the
-    broker lists KIP-714's apis, its own ranges, and its line fields (`fields`, rendered
+    correlation id, or None to forward it as it came), the answer decoded, the broker's
+    own ranges, and its line fields (`fields`, rendered
     as `fragment`)."""
 
-    __slots__ = ("tail", "response", "broker_telemetry", "ranges", "fields", "fragment", "mask", "errors")
+    __slots__ = ("tail", "response", "ranges", "fields", "fragment", "mask", "errors")
 
     def __init__(
-        self, tail: bytes | None, response: Any, broker_telemetry: bool, ranges: dict[int, tuple[int, int]]
+        self, tail: bytes | None, response: Any, ranges: dict[int, tuple[int, int]]
     ) -> None:
         self.tail = tail
         self.response = response
-        self.broker_telemetry = broker_telemetry
         self.ranges = ranges
         self.fields: dict[str, Any] | None = None  # made at its first answer forwarded
         self.fragment: bytes | None = None  # at its second

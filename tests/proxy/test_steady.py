@@ -22,6 +22,7 @@ from support.replay import (
     Exchange,
     ScriptedBroker,
     blank_peer,
+    exchange,
     read_frame,
     renumbered,
     send_session,
@@ -30,9 +31,9 @@ from support.replay import (
 )
 
 from proxy import steady
-from proxy.config import Overrides, load_config
+from proxy.config import Overrides
+from proxy.features import build_hooks, load_config
 from proxy.metrics import Metrics
-from proxy.observe.observer import build_hooks
 
 
 def test_the_extension_is_built_where_required() -> None:
@@ -184,3 +185,37 @@ def test_hooks_that_observe_nothing_get_the_forwarding_only_c_path(monkeypatch: 
         taken = sum(sum(c.taken) for c in cores)
         assert taken >= 2 * len(script) * 9 if active else taken == 0, [c.taken for c in cores]
     assert counts[True] == counts[False] == [(40, 40, counts[True][0][2], counts[True][0][3], 0)]
+
+
+@needs_c
+def test_a_header_v3_connection_is_held_to_its_id_on_the_c_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KIP-1313 (logged, the default): a connection whose first request used header v3
+    repeats it until the C path takes it (memoised, then quiet), then sends one with
+    another id and one without any: both are violations, as on the Python path, and
+    every line is the Python path's."""
+    import uuid
+
+    from codec import ApiKey, Request, Response
+
+    def offset_delete(instance: uuid.UUID | None) -> Exchange:
+        version = 0 if instance is None else 1
+        head: dict[str, Any] = {"correlation_id": 0, "client_id": "steady"}
+        if instance is not None:
+            head["client_instance_id"] = instance
+        return exchange(
+            Request(ApiKey.OFFSET_DELETE, version, head, {"group_id": "g", "topics": []}),
+            Response(ApiKey.OFFSET_DELETE, version, {"correlation_id": 0},
+                     {"error_code": 0, "throttle_time_ms": 0, "topics": []}),
+        )  # fmt: skip
+
+    same = offset_delete(uuid.UUID(int=5))
+    script = [same] * 12 + [offset_delete(uuid.UUID(int=9)), offset_delete(None), same]
+    c_lines, c_metrics, taken = run(tmp_path, True, monkeypatch, script, rounds=(1,))
+    py_lines, py_metrics, _ = run(tmp_path, False, monkeypatch, script, rounds=(1,))
+    assert c_lines == py_lines
+    assert c_metrics == py_metrics
+    assert taken >= 2 * (12 - 3), taken
+    violations = [json.loads(line) for line in c_lines if b'"event":"kip1313_violation"' in line]
+    assert [v["correlation_id"] for v in violations] == [13, 14]

@@ -20,9 +20,9 @@ from support.replay import small_requests
 from support.steady_peers import HostileBroker, HostileClient
 
 from proxy import steady
-from proxy.config import Overrides, load_config
+from proxy.config import Overrides
+from proxy.features import build_hooks, load_config
 from proxy.metrics import Metrics
-from proxy.observe.observer import build_hooks
 
 pytestmark = pytest.mark.skipif(not steady.AVAILABLE, reason="proxy._steady was not built (no C compiler)")
 

@@ -134,9 +134,9 @@ def replay(hooks: Any, info: Any, exchanges: list[Exchange], first_id: int) -> i
 
 def shipped_hooks(log_path: Path) -> tuple[Any, Any]:
     """The hooks of `kafkalens proxy` as shipped (lag on), the request log at `log_path`."""
-    from proxy.config import Overrides, load_config
+    from proxy.config import Overrides
+    from proxy.features import build_hooks, load_config
     from proxy.metrics import Metrics
-    from proxy.observe.observer import build_hooks
 
     config = load_config(None, Overrides(request_log=str(log_path)))
     metrics = Metrics()

@@ -35,6 +35,17 @@ from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
 UNKNOWN = "unknown"
 
 
+class LagConnState:
+    """The link's own state of a connection (`ConnState.kept[link]`)."""
+
+    __slots__ = ("member",)
+
+    def __init__(self) -> None:
+        # (identity_key, group) under which the tracker noted the client a member of
+        # that group: noting it again changes nothing
+        self.member: tuple[Any, ...] | None = None
+
+
 class LagLink(Observer):
     request_apis = LAG_APIS | SHARE_APIS | HEARTBEAT_APIS | {PRODUCE}
     partition_stats_apis = frozenset({PRODUCE})  # the records a Produce appends, by partition
@@ -49,6 +60,9 @@ class LagLink(Observer):
         self.summary = summary
         self.topic_ids = topic_ids
         self.share = share
+
+    def new_state(self) -> LagConnState:
+        return LagConnState()
 
     def request(
         self, info: ConnectionInfo, state: ConnState, token: Token, request: Any,
@@ -81,13 +95,14 @@ class LagLink(Observer):
     def _member_request(self, info: ConnectionInfo, state: ConnState, token: Token, request: Any) -> Any:
         """A group member's request (GROUP_APIS): its client noted as a member of the group
         it names (once per connection while its identity and the group stay:
-        `ConnState.lag_member`), and an OffsetCommit's offsets asked about."""
+        `LagConnState.member`), and an OffsetCommit's offsets asked about."""
         group = token.fields.get("group_id")
         if not group:
             return None
         noted = (state.identity_key, group)
-        if state.lag_member != noted and self.lag.member(state.identity, info.client_host, group):
-            state.lag_member = noted
+        kept: LagConnState = state.kept[self]
+        if kept.member != noted and self.lag.member(state.identity, info.client_host, group):
+            kept.member = noted
         if request.api_key == OFFSET_COMMIT:
             return self.lag.commit_ask(request.body, group)
         return None
