@@ -224,7 +224,9 @@ class Observer:
         """The response to a request whose `token.ask` this link set: the line's response
         fields. When `ask.whole`, `response` is the response decoded whole and `fields`
         None; else `response` is None and `fields` those of the skimmed response (maybe
-        memoised: copy before changing), or of a response that failed to decode."""
+        memoised: copy before changing), or of a response that failed to decode. The dict
+        returned is not changed afterwards: returned again, it is the same line fields
+        (request_line.answer_json renders it once)."""
         return fields if fields is not None else {"errors": []}
 
     def answers(self, state: ConnState) -> bool:

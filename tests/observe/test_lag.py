@@ -194,6 +194,31 @@ def test_committed_lag_against_the_last_high_watermark_seen(tmp_path: Path) -> N
     assert h.samples("kafkalens_committed_lag_records") == {labels(group="billing", topic="orders", partition="0"): 50}
 
 
+def test_the_same_commit_again_reads_the_watermarks_of_now(tmp_path: Path) -> None:
+    """A member committing the same offsets again and again (memoised request and answer:
+    the lag link's answer made once while no watermark moves, LagTracker.commit_answer):
+    each line and series is as if read anew, a Fetch or a watermark's expiry between two
+    commits seen by the next, the committed entry's time moved by each."""
+    h = Harness(tmp_path)
+    h.exchange(fetch_request({0: 0}), fetch_response({0: (50, 50, None)}))
+    for _ in range(4):  # memoised, then the same answer made once
+        h.exchange(commit("billing", {0: 20}), commit_answer([0]))
+    lag = h.hooks.link(LagLink)
+    assert lag is not None
+    entry = lag.lag.committed[("billing", "orders", 0)]
+    seen = entry.seen
+    h.exchange(commit("billing", {0: 20}), commit_answer([0]))
+    assert entry.seen > seen
+    h.exchange(fetch_request({0: 20}), fetch_response({0: (70, 70, None)}))
+    h.exchange(commit("billing", {0: 20}), commit_answer([0]))
+    lag.lag.expire(time.monotonic() + lag.lag.options.idle_expiry_seconds + 1)
+    h.exchange(commit("billing", {0: 20}), commit_answer([0]))
+    h.exchange(commit("billing", {0: 20}), commit_answer([0]))
+    lines = h.lines("OffsetCommit")
+    assert [line["committed"][0]["high_watermark"] for line in lines] == [50] * 5 + [70] + [None] * 2
+    assert [line["committed"][0]["lag"] for line in lines] == [30] * 5 + [50] + [None] * 2
+
+
 def test_a_commit_naming_topics_by_id_is_named_from_metadata_answers(tmp_path: Path) -> None:
     """OffsetCommit v10 (KIP-848, what Kafka 4.4's consumer sends) has topic ids, no names."""
     h = Harness(tmp_path)

@@ -51,6 +51,9 @@ class LagLink(Observer):
     partition_stats_apis = frozenset({PRODUCE})  # the records a Produce appends, by partition
     # a group member's requests: read for its group, an OffsetCommit's answer skimmed
     steady_apis = frozenset({OFFSET_COMMIT, HEARTBEAT, LEAVE_GROUP})
+    # a group member's requests (GROUP_APIS), tested first: they are what the C path
+    # hands the link most
+    member_apis = request_apis - SHARE_APIS - HEARTBEAT_APIS - {PRODUCE, FETCH}
 
     def __init__(
         self, lag: LagTracker, traffic: TopicTraffic, summary: SummaryOptions, topic_ids: TopicIds, share: ShareTracker
@@ -72,7 +75,9 @@ class LagLink(Observer):
         its fields were made with them (see request_fields)."""
         api_key = request.api_key
         ask: Any = None
-        if api_key == PRODUCE:
+        if api_key in self.member_apis:
+            ask = self._member_request(info, state, token, request)
+        elif api_key == PRODUCE:
             stats = token.fields.get("record_stats")
             if stats:
                 self._traffic(info, state, stats, "produce")
@@ -86,8 +91,6 @@ class LagLink(Observer):
             ask = self.share.heartbeat(request)
         elif api_key == FETCH:
             ask = self.lag.request(request, token.fields, state.identity, info.client_host)
-        else:
-            ask = self._member_request(info, state, token, request)
         if ask is not None:
             token.ask = ask
             token.asked_by = self
@@ -114,8 +117,7 @@ class LagLink(Observer):
         ask = token.ask
         if response is None:  # an OffsetCommit's, read from its skimmed answer
             assert fields is not None
-            fields = dict(fields)  # a skimmed response's fields may be memoised: not changed
-            self.lag.commit_done(ask, not fields["errors"] and "response_decode_error" not in fields, fields)
+            fields = self.lag.commit_answer(ask, fields)
             if "committed_dropped" in fields:
                 self.share.truncated.labels(field="committed").inc()
             return fields

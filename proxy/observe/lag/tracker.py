@@ -94,7 +94,7 @@ class CommitAsk:
     """The offsets an OffsetCommit request commits, accepted if its answer has no error.
     Read only once made: a memoised request's is made once (LagTracker.commit_ask)."""
 
-    __slots__ = ("group", "offsets", "targets")
+    __slots__ = ("group", "offsets", "targets", "answer")
     whole = False  # its answer's skimmed fields (error codes) are enough
 
     def __init__(self, group: str, offsets: list[tuple[str, int, int]]) -> None:
@@ -102,6 +102,10 @@ class CommitAsk:
         self.offsets = offsets
         # each offset with its watermark's key and its committed entry's, made once
         self.targets = [((topic, partition), (group, topic, partition), offset) for topic, partition, offset in offsets]
+        # its last answer (LagTracker.commit_answer): the skimmed fields read, the
+        # watermarks' LagTracker.marks_moved then, the line's fields made, and the
+        # committed entries it put (key, offset, lag)
+        self.answer: tuple[dict[str, Any], int, dict[str, Any], list[tuple[Any, int, int]]] | None = None
 
 
 class LagTracker:
@@ -113,6 +117,8 @@ class LagTracker:
         self.followers: dict[tuple[int, str, int], Entry] = {}  # (replica, topic, partition)
         self.committed: dict[tuple[str, str, int], Entry] = {}  # (group, topic, partition)
         self.watermarks: dict[tuple[str, int], Entry] = {}  # (topic, partition): offset = hwm
+        # bumped after any watermark is put or expired (CommitAsk.answer is made against it)
+        self.marks_moved = 0
         self.groups: dict[tuple[str, ...], str] = {}  # membership key -> group
         # (client id, host) -> client instance id, from any connection that knew both: a
         # KIP-714 id is assigned on one connection only (GetTelemetrySubscriptions)
@@ -275,6 +281,7 @@ class LagTracker:
         self._put(table, key, ask.group, position, lag, now)
         # the broker's word as of now: it may be lower than before (a topic recreated)
         self._put(self.watermarks, where, "", high, 0, now)
+        self.marks_moved += 1
         start_offset = partition.get("log_start_offset", -1)
         return {
             "topic": name, "partition": index, "fetch_offset": start, "next_offset": position,
@@ -300,6 +307,7 @@ class LagTracker:
         mark = self.watermarks.get(where)
         if mark is None or end >= mark.offset:
             self._put(self.watermarks, where, "", end, 0, now)
+            self.marks_moved += 1
 
     def consumer_lag(self, key: tuple[str, str, int], entry: Entry) -> int:
         """A consumer's lag against the newest end known of its partition: its last
@@ -308,6 +316,37 @@ class LagTracker:
         if mark is None:
             return entry.lag
         return max(entry.lag, mark.offset - entry.offset)
+
+    def commit_answer(self, ask: CommitAsk, fields: dict[str, Any]) -> dict[str, Any]:
+        """An OffsetCommit's answer, read from its skimmed `fields` (memoised ones: never
+        changed): its offsets committed if accepted, and the line's fields. These are the
+        same dict as the ask's last answer's when that read the same fields and no
+        watermark moved since (a member committing the same offsets while nothing is
+        fetched or produced: an idle group's commits), kept unchanged like the fields."""
+        last = ask.answer
+        if last is not None and last[0] is fields and last[1] == self.marks_moved:
+            now = time.monotonic()
+            committed = self.committed
+            for key, offset, lag in last[3]:  # each offset committed again, now
+                entry = committed.get(key)
+                if entry is not None:
+                    entry.offset, entry.lag, entry.seen = offset, lag, now
+                    entry.group = ask.group
+                else:
+                    self._put(committed, key, ask.group, offset, lag, now)
+            return last[2]
+        moved = self.marks_moved
+        accepted = not fields["errors"] and "response_decode_error" not in fields
+        out = dict(fields)
+        self.commit_done(ask, accepted, out)
+        puts: list[tuple[tuple[str, str, int], int, int]] = []
+        if accepted:
+            for where, key, offset in ask.targets:
+                mark = self.watermarks.get(where)
+                if offset >= 0:
+                    puts.append((key, offset, max(0, mark.offset - offset) if mark is not None else 0))
+        ask.answer = (fields, moved, out, puts)
+        return out
 
     def commit_done(self, ask: CommitAsk, accepted: bool, out: dict[str, Any]) -> None:
         """An OffsetCommit's answer: each offset against the last high watermark seen."""
@@ -362,6 +401,8 @@ class LagTracker:
                 entry = table.get(key)
                 if entry is not None and entry.seen < cutoff:
                     table.pop(key, None)
+                    if table is self.watermarks:
+                        self.marks_moved += 1  # after the pop: a commit answered since saw it
         self._drop_superseded()
 
     def _drop_superseded(self) -> None:
