@@ -29,6 +29,7 @@ EXTRA_ARMS = (
     "python-relay",
     "kafkalens-baseline",
     "kafkalens-bare-baseline",
+    "kafkalens-bare-pure",
     "kafkalens-telemetry-off",
     "kafkalens-telemetry",
     "kafkalens-pure",
@@ -36,7 +37,7 @@ EXTRA_ARMS = (
 # The telemetry pair prices KIP-714 collection: telemetry off altogether, and collect mode with every client pushing
 # its metrics each second (decoded, kept, logged). `kafkalens-nolag`: kafkalens with
 # `lag.enabled: false` (consumer lag and topic traffic off), to price them against
-# `kafkalens` in the same run. `kafkalens-pure`: kafkalens with KAFKALENS_PURE_CODEC=1,
+# `kafkalens` in the same run. `kafkalens-pure` (and `kafkalens-bare-pure`): with KAFKALENS_PURE_CODEC=1,
 # its Python path alone (no C: the codec's interpreter and the steady state in Python).
 # `kafkalens-baseline` runs another checkout's code (a git worktree of an earlier
 # commit, its C accelerator built or copied in) in the same run, so a change is
@@ -193,6 +194,15 @@ def _bare(launch: Launch) -> subprocess.Popen[bytes]:
     return fronts.spawn(cmd, launch.log, fronts.working_tree_env())
 
 
+def _bare_pure(launch: Launch) -> subprocess.Popen[bytes]:
+    """kafkalens-bare with KAFKALENS_PURE_CODEC=1: the forwarding machinery in Python alone."""
+    config = fronts.write_kafkalens_config(launch.work / f"{launch.name}.yaml", 1, False)
+    cmd = [sys.executable, "-m", "bench.proxy.bare_proxy", "--config", str(config), *_addresses(launch)]
+    launch.notes.append("no hooks, KAFKALENS_PURE_CODEC=1: no C")
+    env = dict(fronts.working_tree_env(), KAFKALENS_PURE_CODEC="1")
+    return fronts.spawn(cmd, launch.log, env)
+
+
 def _bare_baseline(launch: Launch) -> subprocess.Popen[bytes]:
     """The bare machinery of the baseline checkout (bench.proxy.bare_proxy from this tree on
     top of the baseline's proxy/): a change to forwarding, priced without the hooks."""
@@ -249,6 +259,7 @@ FRONTS: dict[str, FrontBuilder] = {
     "kafkalens-nolag": _kafkalens(1, True, lag=False),
     "kafkalens-bare": _bare,
     "kafkalens-bare-baseline": _bare_baseline,
+    "kafkalens-bare-pure": _bare_pure,
     "python-relay": _python_relay,
     "kafkalens-baseline": _kafkalens(1, True, baseline=True),
     "kafkalens-telemetry-off": _kafkalens(1, True, telemetry="off"),
