@@ -50,7 +50,16 @@ KROXYLICIOUS_NOTE = (
     " distribution, kroxylicious-app, is not served here at any version, and the runtime"
     f" not past {KROXYLICIOUS_VERSION}), port-per-broker gateway, no filters"
 )
-ARMS = ("direct", "haproxy", "kroxylicious", "tansu-proxy", "kafkalens", "kafkalens-detail")
+ARMS = (
+    "direct",
+    "haproxy",
+    "python-relay",
+    "kroxylicious",
+    "tansu-proxy",
+    "kafkalens-bare",
+    "kafkalens",
+    "kafkalens-detail",
+)
 # Apache Kafka's own JVM settings (kafka-server-start.sh: KAFKA_HEAP_OPTS;
 # kafka-run-class.sh: KAFKA_JVM_PERFORMANCE_OPTS).
 KAFKA_JVM_OPTS = (
@@ -356,10 +365,39 @@ def _kafkalens(detail: bool) -> Builder:
     return build
 
 
+def _kafkalens_bare(
+    bench: Bench, front: Front, broker: int, log: Path
+) -> tuple[list[str], dict[str, str]]:
+    """kafkalens's forwarding machinery with the no-op hooks (`bench/bare_proxy.py`):
+    framing, matching answers to requests, the limits; no decoding, request log,
+    per-request metrics or lag. The config is the kafkalens arm's."""
+    config = bench.work / f"{front.name}.yaml"
+    config.write_text(KAFKALENS_CONFIG.format(maxconn=connection_budget(), detail="false"))
+    metrics = f"{HOST}:{free_port(HOST)}"
+    front.notes.append("forwarding only: no decoding, request log, per-request metrics or lag")
+    cmd = [sys.executable, "-m", "bench.bare_proxy", "--config", str(config)]
+    cmd += ["--listen", front.bootstrap, "--upstream", f"{HOST}:{broker}", "--metrics", metrics]
+    return cmd, fronts.working_tree_env()
+
+
+def _python_relay(
+    bench: Bench, front: Front, broker: int, log: Path
+) -> tuple[list[str], dict[str, str]]:
+    """A uvloop relay of bytes in Python (`bench/plain_relay.py`): the floor of any
+    Python proxy on this machine."""
+    front.notes.append(f"a uvloop relay of bytes, nothing else; {python_note()}")
+    cmd = [sys.executable, "-m", "bench.plain_relay", "--listen", front.bootstrap]
+    return cmd + ["--upstream", f"{HOST}:{broker}"], fronts.working_tree_env()
+
+
 # Fronts that relay the broker's own Metadata: the broker must advertise them.
-ADVERTISED = frozenset({"haproxy", "kafkalens", "kafkalens-detail"})
+ADVERTISED = frozenset(
+    {"haproxy", "python-relay", "kafkalens-bare", "kafkalens", "kafkalens-detail"}
+)
 BUILDERS: dict[str, Builder] = {
     "haproxy": _haproxy,
+    "python-relay": _python_relay,
+    "kafkalens-bare": _kafkalens_bare,
     "kroxylicious": _kroxylicious,
     "tansu-proxy": _tansu_proxy,
     "kafkalens": _kafkalens(False),
