@@ -38,10 +38,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 STATS_MS = 200
 PRODUCER = {"acks": "all", "linger.ms": 5, "compression.type": "none"}
+COMMIT_SECONDS = 1.0
 CONSUMER = {
     "auto.offset.reset": "earliest",
     "enable.auto.commit": True,
-    "auto.commit.interval.ms": 1000,
+    "auto.commit.interval.ms": int(COMMIT_SECONDS * 1000),
     "heartbeat.interval.ms": 3000,
     "session.timeout.ms": 45000,
 }
@@ -143,10 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 break
         producer.poll(0)
         for msg in consumer.consume(1000, min(0.01, max(0.0, due - time.monotonic()))):
-            if msg.error() is None:
+            error = msg.error()
+            if error is None:
                 consumed += 1
-            elif msg.error().code() != KafkaError._PARTITION_EOF:
-                failed.append(str(msg.error()))
+            elif error.code() != KafkaError._PARTITION_EOF:
+                failed.append(str(error))
     left = producer.flush(60)
     deadline = time.monotonic() + 60
     while consumed < produced and time.monotonic() < deadline:
@@ -154,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if msg.error() is None:
                 consumed += 1
     # the last auto commit after the last record, then the counts
-    time.sleep(CONSUMER["auto.commit.interval.ms"] / 1000 + 0.2)
+    time.sleep(COMMIT_SECONDS + 0.2)
     consumer.poll(0)
     _fresh(producer, produced_stats)
     _fresh(consumer, consumed_stats)

@@ -64,13 +64,17 @@ class Sizes:
     warm_records: int  # produced and consumed through each arm before anything is timed
     session_seconds: float  # the client session's steady part, per arm
     session_rate: float  # records/s its producer sends
+    rate_repeats: int  # fixed-rate runs per arm, rate and client, interleaved arm by arm
 
 
 PRESETS = {
-    "full": Sizes(5000, 500, 200_000, 2, 5000, 0.7, 15, 60, (1000, 10_000), 50_000, 30, 1000),
-    "quick": Sizes(1000, 100, 20_000, 1, 2000, 0.5, 5, 10, (1000,), 10_000, 10, 1000),
-    "tiny": Sizes(100, 20, 2000, 1, 500, 0.3, 2, 3, (50,), 0, 3, 200),
+    "full": Sizes(5000, 500, 200_000, 2, 5000, 0.7, 10, 20, (1000, 10_000), 50_000, 30, 1000, 5),
+    "quick": Sizes(1000, 100, 20_000, 1, 2000, 0.5, 5, 10, (1000,), 10_000, 10, 1000, 2),
+    "tiny": Sizes(100, 20, 2000, 1, 500, 0.3, 2, 3, (50,), 0, 3, 200, 1),
 }
+# The arms the fixed-rate latencies rank (the relays' and forwarding-only arms' CPU is
+# what they are there for).
+RATE_ARMS = ("direct", "haproxy", "kroxylicious", "kafka-proxy", "kafkalens")
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -82,6 +86,14 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--kafka-version", default=_newest_kafka())
     p.add_argument("--no-pin", action="store_true", help="no taskset: every process anywhere")
+    p.add_argument(
+        "--placement",
+        choices=versus_arms.PLACEMENTS,
+        default="front-alone",
+        help="which cores the fronts, the broker and the clients share (bench/README.md)",
+    )
+    p.add_argument("--rate-arms", default=",".join(RATE_ARMS), help="arms of the fixed rates")
+    p.add_argument("--rate-repeats", type=int, help="fixed-rate runs per arm, rate and client")
     p.add_argument("--high-rate", type=float, help="records/s (default: from direct's saturation)")
     p.add_argument("--rate-seconds", type=float, help="steady seconds of each fixed-rate run")
     p.add_argument("--idle", help="idle connection counts, comma-separated (e.g. 1000,10000)")
@@ -106,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = PRESETS[args.size]
     if args.rate_seconds:
         sizes = replace(sizes, rate_seconds=args.rate_seconds)
+    if args.rate_repeats:
+        sizes = replace(sizes, rate_repeats=args.rate_repeats)
     if args.idle:
         sizes = replace(sizes, idle=tuple(int(n) for n in args.idle.split(",")))
     arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
@@ -115,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: Path = args.out
     work = out / "work"
     run = _run_row(args, sizes)
-    pinning = None if args.no_pin else versus_arms.default_pinning()
+    pinning = None if args.no_pin else versus_arms.default_pinning(args.placement)
     run["pinning"] = pinning.describe() if pinning else "none"
     run["fd_limit"] = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     run["idle_counts"] = idle_counts(sizes)
@@ -132,12 +146,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         live = [bench.fronts[a] for a in arms if a in bench.fronts]
         run["arms"] = {f.name: f.notes for f in live}
         run["skipped"] = bench.skipped
+        rated = [f for f in live if f.name in args.rate_arms.split(",")]
         warm(live, sizes)
         steps: list[tuple[str, Callable[[], Iterator[Row]]]] = [
             ("small", lambda: small(bench, live, sizes)),
             ("session", lambda: sessions(live, sizes)),
             ("saturation", lambda: saturation(live, sizes)),
-            ("rate", lambda: rates(bench, live, sizes, clients, args.high_rate)),
+            ("rate", lambda: rates(bench, rated, sizes, clients, args.high_rate)),
             ("idle", lambda: idle(live, sizes)),
         ]
         out.mkdir(parents=True, exist_ok=True)
@@ -366,34 +381,50 @@ def rates(
     for level in ("low", "high"):
         for client in clients:
             rate = sizes.low_rate if level == "low" else highs[client]
-            for front in rotations(fronts, turn):
-                topic = f"bench-rate-{client}-{level}-{front.name}"
-                throughput.create_topic(front.bootstrap, topic, RATE_PARTITIONS)
-                window = CpuWindow(front.pid).start()
-                row: Row = {"kind": "workload", "workload": "rate", "arm": front.name}
-                row.update(level=level, client=client, rate=rate)
-                try:
-                    result = fixed_rate.run(
-                        client,
-                        front.bootstrap,
-                        topic,
-                        rate,
-                        sizes.rate_warmup,
-                        sizes.rate_seconds,
-                        bench.kafka_version,
-                    )
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    row["error"] = str(exc)[-500:]
-                    yield row
-                    continue
-                cpu = window.stop()
-                drop_topic(front.bootstrap, topic)
-                row.update(result)
-                moved = (result["acked"] + result["received"]) * result["record_bytes"]
-                row["bytes"] = moved
-                row["cpu_s"] = None if cpu is None else round(cpu, 2)
-                yield row
-            turn += 1
+            for rep in range(sizes.rate_repeats):
+                yield from _rate_round(bench, fronts, sizes, client, level, rate, rep, turn)
+                turn += 1
+
+
+def _rate_round(
+    bench: Bench,
+    fronts: list[Front],
+    sizes: Sizes,
+    client: str,
+    level: str,
+    rate: float,
+    rep: int,
+    turn: int,
+) -> Iterator[Row]:
+    """One repetition: every arm in turn, the order rotated by `turn` (so each arm
+    runs in each place in turn), a fresh client process and topic each."""
+    for front in rotations(fronts, turn):
+        topic = f"bench-rate-{client}-{level}-{front.name}-{rep}"
+        throughput.create_topic(front.bootstrap, topic, RATE_PARTITIONS)
+        window = CpuWindow(front.pid).start()
+        row: Row = {"kind": "workload", "workload": "rate", "arm": front.name}
+        row.update(level=level, client=client, rate=rate, rep=rep)
+        try:
+            result = fixed_rate.run(
+                client,
+                front.bootstrap,
+                topic,
+                rate,
+                sizes.rate_warmup,
+                sizes.rate_seconds,
+                bench.kafka_version,
+            )
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            row["error"] = str(exc)[-500:]
+            yield row
+            continue
+        cpu = window.stop()
+        drop_topic(front.bootstrap, topic)
+        row.update(result)
+        moved = (result["acked"] + result["received"]) * result["record_bytes"]
+        row["bytes"] = moved
+        row["cpu_s"] = None if cpu is None else round(cpu, 2)
+        yield row
 
 
 def idle_counts(sizes: Sizes) -> tuple[int, ...]:

@@ -30,7 +30,9 @@ def _summary(arm: str, **fields: Any) -> dict[str, Any]:
 def test_goals_against_kroxylicious_and_haproxy() -> None:
     summaries = [
         _summary(
-            "direct", rate_low_java_publish_p50_us=1000.0, rate_low_java_publish_p99_us=3000.0
+            "direct",
+            rate_low_java_publish_p50_by_rep={0: 1000.0},
+            rate_low_java_publish_p99_by_rep={0: 3000.0},
         ),
         _summary(
             "haproxy",
@@ -42,14 +44,14 @@ def test_goals_against_kroxylicious_and_haproxy() -> None:
             cpu_us_per_small_request=50.0,
             session_cpu_us_per_request=100.0,
             cpu_s_per_gb=0.5,
-            rate_low_java_publish_p50_us=1100.0,
+            rate_low_java_publish_p50_by_rep={0: 1100.0},
         ),
         _summary(
             "kroxylicious",
             cpu_s_per_gb=2.0,
             cpu_us_per_small_request=150.0,
-            rate_low_java_publish_p50_us=1300.0,
-            rate_low_java_publish_p99_us=3500.0,
+            rate_low_java_publish_p50_by_rep={0: 1300.0},
+            rate_low_java_publish_p99_by_rep={0: 3500.0},
             idle_1000_kb_per_connection=9.0,
         ),
         _summary(
@@ -62,8 +64,8 @@ def test_goals_against_kroxylicious_and_haproxy() -> None:
             cpu_s_per_gb=0.65,  # 1.3x haproxy's, and below Kroxylicious's: both met
             cpu_us_per_small_request=61.0,  # 1.22x haproxy's: missed; below Kroxylicious's
             session_cpu_us_per_request=120.0,  # 1.2x: met
-            rate_low_java_publish_p50_us=1200.0,  # +200 against Kroxylicious's +300: met
-            rate_low_java_publish_p99_us=3500.0,  # +500, equal to Kroxylicious's: not lower
+            rate_low_java_publish_p50_by_rep={0: 1200.0},  # +200 against Kroxylicious's +300
+            rate_low_java_publish_p99_by_rep={0: 3500.0},  # +500, as Kroxylicious's: not lower
             idle_1000_kb_per_connection=3.0,
         ),
     ]
@@ -90,6 +92,55 @@ def test_goals_against_kroxylicious_and_haproxy() -> None:
     kafkalens = next(s for s in summaries if s["arm"] == "kafkalens")
     assert kafkalens["rate_low_java_publish_p50_added_us"] == 200.0
     assert kafkalens["cpu_us_per_small_request_vs_haproxy"] == 1.22
+
+
+def test_fixed_rate_latency_over_rounds_ranks_only_what_every_round_agrees_on() -> None:
+    """Added latency is paired round by round with direct's; an order between two arms
+    is claimed only where their ranges over the rounds do not overlap."""
+
+    def rows(arm: str, p50: list[float], p99: list[float]) -> list[dict[str, Any]]:
+        return [
+            {
+                "kind": "workload",
+                "workload": "rate",
+                "arm": arm,
+                "level": "low",
+                "client": "java",
+                "rate": 5000,
+                "rep": rep,
+                "sustained": True,
+                "achieved_rate": 5000.0,
+                "publish": {"p50_us": a, "p99_us": b, "p999_us": b},
+                "end_to_end": {"p50_us": a, "p99_us": b, "p999_us": b},
+                "bytes": 10**9,
+                "cpu_s": 1.0,
+            }
+            for rep, (a, b) in enumerate(zip(p50, p99, strict=True))
+        ]
+
+    measured = rows("direct", [1000.0, 1400.0, 1100.0], [5000.0, 9000.0, 6000.0])
+    # p50: +100, +120, +110 against Kroxylicious's +300, +250, +290: apart in every round
+    # p99: +500, -1000, +2000 against +800, +900, +700: the ranges overlap
+    measured += rows("kafkalens", [1100.0, 1520.0, 1210.0], [5500.0, 8000.0, 8000.0])
+    measured += rows("kroxylicious", [1300.0, 1650.0, 1390.0], [5800.0, 9900.0, 6700.0])
+    summaries = [
+        versus_report.summarize(measured, a) for a in ("direct", "kafkalens", "kroxylicious")
+    ]
+    versus_report.add_relative(summaries)
+    kafkalens = summaries[1]
+    assert kafkalens["rate_low_java_publish_p50_us"] == 1210.0  # its own, the median
+    assert kafkalens["rate_low_java_publish_p50_added_us"] == 110.0
+    assert kafkalens["rate_low_java_publish_p50_added_min_us"] == 100.0
+    assert kafkalens["rate_low_java_publish_p50_added_max_us"] == 120.0
+    assert kafkalens["rate_low_java_cpu_s_per_gb"] == 1.0
+    goals = {g["goal"]: g for g in versus_report.judge(summaries) if g["arm"] == "kafkalens"}
+    assert goals["java, low rate: added publish p50 (µs) < Kroxylicious's"]["met"] is True
+    p99 = goals["java, low rate: added publish p99 (µs) < Kroxylicious's"]
+    assert p99["met"] is None and p99["verdict"].startswith("not separable"), p99
+    markdown = "\n".join(versus_report._rates(measured, summaries))
+    assert "kafkalens 0.11 < kroxylicious 0.29" in markdown
+    assert "kafkalens 0.50 ≈ kroxylicious 0.80" in markdown
+    assert "0.11 [0.10..0.12]" in markdown
 
 
 def _install_bench_peers() -> str | None:
