@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from codec import DecodeError, UnknownApiError, decode_request
+from codec import DecodeError, HeaderPolicy, UnknownApiError, decode_request
 from codec.frame_cutter import (
     HEAD_BYTES,
     BigEnd,
@@ -49,7 +49,6 @@ from codec.reassembly import Data, Event, Gap, TcpHalf
 from codec.schema import api_names
 from proxy.capture.log import CaptureHooks, CaptureLog, Output
 from proxy.capture.pcap_read import ACK, FIN, RST, SYN, CaptureReader, Segment
-from proxy.config import LagConfig, TelemetryConfig
 from proxy.exchange import sasl
 from proxy.exchange.kafka import (
     IN_FLIGHT_FULL,
@@ -63,9 +62,14 @@ from proxy.exchange.kafka import (
 from proxy.exchange.kafka import Event as ExchangeEvent
 from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
-from proxy.observe.observer import header_policy, lag_link
+from proxy.observe.chain import Shared
+from proxy.observe.kip1313.config import Kip1313Config
+from proxy.observe.kip1313.link import Kip1313Link
+from proxy.observe.lag.config import LagConfig
+from proxy.observe.lag.feature import lag_link
 from proxy.observe.request_log import render
 from proxy.observe.summary import SummaryOptions, TopicIds
+from proxy.observe.telemetry.config import TelemetryConfig
 from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
 
@@ -74,6 +78,7 @@ _INT32 = struct.Struct(">i")
 MAX_PLAUSIBLE_FRAME = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 MAX_FRAME_IN_STEP = 1024 * 1024 * 1024  # a response past this is garbage, whatever came before
 DECIDE_BYTES = 4096  # what a stream of unknown kind may send before it is let go
+PROGRESS_EVERY = 4096  # segments between two calls of run()'s progress
 
 
 @dataclass(frozen=True)
@@ -124,17 +129,23 @@ class CaptureDecoder:
         apis: tuple[str, ...] = (),
         summary: SummaryOptions | None = None,
         on_frame: FrameCallback | None = None,
+        notes: IO[bytes] | None = None,
     ) -> None:
+        """`apis`: only those apis' lines are written to `out`, and the capture_summary
+        to `notes` (stderr) rather than `out`, which then holds what was asked alone."""
         self.ports = ports
+        self.notes = Output(notes) if notes is not None else None
         self.on_frame = on_frame
         self.limits = limits
         self.output = Output(out)
-        metrics, policy = Metrics(), header_policy(())
-        # As a proxy with the shipped defaults: lag positions on Fetch and OffsetCommit
-        # lines, pushed client metrics counted on PushTelemetry lines.
+        metrics, policy = Metrics(), HeaderPolicy()
+        # As a proxy with the shipped defaults: KIP-1313 violations logged, lag positions
+        # on Fetch and OffsetCommit lines, pushed client metrics counted on PushTelemetry
+        # lines (the features' links in the proxy's order, proxy/features.py).
         summary = summary or SummaryOptions()
         topic_ids = TopicIds()
         links = (
+            Kip1313Link(Kip1313Config(), Shared(metrics, topic_ids, summary, policy)),
             TelemetryLink(Telemetry(TelemetryConfig(), metrics, policy, None)),
             lag_link(LagConfig(), metrics, topic_ids, summary),
         )
@@ -156,13 +167,16 @@ class CaptureDecoder:
 
     # -- the capture ---------------------------------------------------------------
 
-    def run(self, handle: IO[bytes]) -> int:
-        """Decode a whole capture; 1 if it could not be read to its end."""
+    def run(self, handle: IO[bytes], progress: Callable[[CaptureDecoder], None] | None = None) -> int:
+        """Decode a whole capture; 1 if it could not be read to its end. `progress` is
+        called every PROGRESS_EVERY segments."""
         reader = CaptureReader(handle, self.limits.max_record_bytes)
         last = 0.0
-        for segment in reader.segments():
+        for number, segment in enumerate(reader.segments()):
             last = segment.ts
             self.segment(segment)
+            if progress is not None and number % PROGRESS_EVERY == 0:
+                progress(self)
         self.finish(last)
         if reader.stopped is not None and "over the" in reader.stopped:
             self.limits_hit["max_record_bytes"] += 1
@@ -579,9 +593,14 @@ class CaptureDecoder:
         }
 
     def _note(self, event: str, fields: dict[str, Any]) -> None:
+        """A line of the capture's own: to the output, unless only some apis were asked
+        for (then the summary goes to `notes`, and the rest is in its counts)."""
         fields["event"] = event
         fields["ts"] = self.log.capture_time()
-        self.output.msg(render(fields))
+        if not self.log.apis:
+            self.output.msg(render(fields))
+        elif event == "capture_summary" and self.notes is not None:
+            self.notes.msg(render(fields))
 
 
 def _address(end: Endpoint) -> str:

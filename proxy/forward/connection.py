@@ -20,12 +20,19 @@ doubles: 4 x 2 x 1 MiB = 8 MiB at most at the defaults, instead of the autotuned
 (up to the tcp_wmem/tcp_rmem maxima, 4 and 6 MiB per socket on Linux's defaults). Frames
 held whole before they go on (an ApiVersions response to rewrite; every request when
 KIP-1313 enforcement is `reject`) are bounded by `limits.max_frame_bytes` instead.
+
+A connection's life is a `Phase`, changed only by a `Move` that `TRANSITIONS` allows
+from it (as h11's `_state.py` has a connection's states): accepted, then admitted by the
+limits and connecting to its broker (refused ones close at once), open, draining when
+the proxy stops, closed. Any other move is a bug and raises `PhaseError`. Reading from
+each side is paused for a set of named reasons (`Paused`) and resumes when none is left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import os
 import socket
 import ssl
@@ -35,7 +42,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
-from proxy.config import Address, Limits
+from proxy.config import AUTO_MAX_CONNECTIONS, Address, Limits
 from proxy.exchange.kafka import (
     REQUEST_MIN_HEAD,
     RESPONSE_MIN_HEAD,
@@ -47,6 +54,7 @@ from proxy.forward.framing import HEAD_CAP, Buffer, FrameSplitter
 from proxy.forward.hangups import HangupWatch, hung_up
 from proxy.forward.sides import ConnectionCalls, Relay
 from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending, next_connection_id
+from proxy.metrics import connect_failure
 from proxy.tls import describe_peer
 
 if TYPE_CHECKING:
@@ -56,7 +64,7 @@ log = structlog.get_logger("kafkalens.proxy")
 # Clients whose broker is down reconnect at once (the proxy accepted them): measured,
 # two kafka-python clients made 450 such lines a second; counted in
 # kafkalens_upstream_failures_total, logged once per 10 s at most.
-_upstream_unreachable_log = fdlimit.RateLimitedLog("upstream unreachable")
+_upstream_unreachable_log = fdlimit.RateLimitedLog("upstream connect failed: client connection closed")
 
 HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
@@ -68,17 +76,72 @@ UNREAD_BYTES = 256 * 1024
 # Close reasons of a connection closed for one of its requests (proxy/forward/sides.py)
 REFUSED_A_REQUEST = frozenset({"frame_too_large", "rejected"})
 
-# Why reading from a side is paused (a bit each; reading resumes when none is left).
-PEER_BACKLOGGED = 1  # the other side's write buffer is over its high-water mark
-DRAINING = 2  # shutting down: no new requests
-IN_FLIGHT = 4  # limits.max_in_flight_requests requests await their responses
+
+
+class Phase(enum.Enum):
+    """Where a connection is in its life."""
+
+    ACCEPTED = "accepted"  # the client's socket is accepted, the limits not yet asked
+    CONNECTING = "connecting"  # admitted; its broker connection is being opened, its first bytes wait
+    OPEN = "open"  # both sides relay
+    DRAINING = "draining"  # the proxy stops: no new requests; closes once the answers are in
+    CLOSED = "closed"  # both sockets closed (or closing, their buffers flushing), the hooks told
+
+
+class Move(enum.Enum):
+    """What happens to a connection."""
+
+    ADMIT = "admit"  # the connection limits let it in
+    REFUSE = "refuse"  # past a connection limit, or the proxy is stopping
+    UPSTREAM_UP = "upstream_up"  # its broker connection is made
+    DRAIN = "drain"  # the proxy stops (Server.shutdown)
+    CLOSE = "close"  # either side ended, a limit or a timeout cut it, or the proxy closed it
+
+
+# Every move a phase allows, and where it leads; any other is a PhaseError. A closed
+# connection takes a late close, drain or broker connection (which it aborts) as
+# nothing; one draining while it was still connecting closes at once (nothing was
+# forwarded), so its broker connection never comes up draining.
+TRANSITIONS: dict[Phase, dict[Move, Phase]] = {
+    Phase.ACCEPTED: {Move.ADMIT: Phase.CONNECTING, Move.REFUSE: Phase.CLOSED},
+    Phase.CONNECTING: {Move.UPSTREAM_UP: Phase.OPEN, Move.DRAIN: Phase.DRAINING, Move.CLOSE: Phase.CLOSED},
+    Phase.OPEN: {Move.DRAIN: Phase.DRAINING, Move.CLOSE: Phase.CLOSED},
+    Phase.DRAINING: {Move.DRAIN: Phase.DRAINING, Move.CLOSE: Phase.CLOSED},
+    Phase.CLOSED: {Move.UPSTREAM_UP: Phase.CLOSED, Move.DRAIN: Phase.CLOSED, Move.CLOSE: Phase.CLOSED},
+}
+
+
+class PhaseError(RuntimeError):
+    """A move its phase does not allow: a bug of the proxy, not of a peer."""
+
+    def __init__(self, phase: Phase, move: Move) -> None:
+        super().__init__(f"a connection {phase.value} cannot {move.value}")
+        self.phase = phase
+        self.move = move
+
+
+def next_phase(phase: Phase, move: Move) -> Phase:
+    """Where `move` leads from `phase` (TRANSITIONS), or PhaseError."""
+    found = TRANSITIONS[phase].get(move)
+    if found is None:
+        raise PhaseError(phase, move)
+    return found
+
+
+class Paused(enum.IntFlag):
+    """Why reading from a side is paused; it resumes when no reason is left. Kept as a
+    plain int on the connection: an int's truth test is what the data path pays for."""
+
+    BACKLOGGED = 1  # the other side's write buffer is over its high-water mark
+    DRAINING = 2  # shutting down: no new requests
+    IN_FLIGHT = 4  # limits.max_in_flight_requests requests await their responses
 
 
 def paused_for(reasons: int) -> str:
     """The metrics' name of why reading was paused (the first that holds)."""
-    if reasons & DRAINING:
+    if reasons & Paused.DRAINING:
         return "draining"
-    if reasons & IN_FLIGHT:
+    if reasons & Paused.IN_FLIGHT:
         return "in_flight"
     return "backlogged"
 
@@ -105,12 +168,15 @@ class ProxyContext:
     per_ip: dict[str, int] = field(default_factory=dict)
     accepting: bool = True
     fd_ceiling: int = 2**62  # accepted sockets numbered from here on are refused (fdlimit.py)
+    # limits.max_connections, `auto` sized by Server.start to the open-file limit (fdlimit.py)
+    max_connections: int = field(init=False)
     # Paused clients' sockets, for their hang-ups (proxy/forward/hangups.py): opened with
     # the server; None where epoll is missing (the sweeper polls paused clients instead).
     hangups: HangupWatch[Connection] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.plan = HookPlan.of(self.hooks)
+        self.max_connections = self.limits.max_connections or AUTO_MAX_CONNECTIONS
 
     def open_hangups(self) -> None:
         """On the loop, once: the watch's epoll descriptor is one of the idle ones."""
@@ -130,7 +196,7 @@ class ProxyContext:
         elif fd >= self.fd_ceiling:
             reason = "fd_limit"
             fdlimit.out_of_fds_log(listener=listener, fd=fd, ceiling=self.fd_ceiling)
-        elif len(self.connections) >= self.limits.max_connections:
+        elif len(self.connections) >= self.max_connections:
             reason = "max_connections"
         elif self.per_ip.get(ip, 0) >= self.limits.max_connections_per_ip:
             reason = "per_ip_limit"
@@ -157,9 +223,11 @@ class Connection(asyncio.Protocol):
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
         self.info: ConnectionInfo | None = None
+        self.phase = Phase.ACCEPTED
+        # phase is CLOSED, as the data path reads it: set by _move alone
         self.closed = False
         self.last_active = time.monotonic()
-        self._client_paused = 0
+        self._client_paused = 0  # Paused reasons, as an int
         self._upstream_paused = 0
         self._watched_fd = -1  # the client's socket, while in ctx.hangups
         self._early: list[bytes] = []  # client bytes that came before the broker connection
@@ -178,9 +246,10 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else -1
         if not self.ctx.admit(self.route.name, ip, fd):
-            self.closed = True
+            self._move(Move.REFUSE)
             self.client.abort()
             return
+        self._move(Move.ADMIT)
         self._ip = ip
         self._open(peer)
         self.client.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
@@ -260,10 +329,16 @@ class Connection(asyncio.Protocol):
         self.close("client_eof" if exc is None else "client_error")
 
     def pause_writing(self) -> None:
-        self.pause_upstream_reading(PEER_BACKLOGGED)
+        self.pause_upstream_reading(Paused.BACKLOGGED)
 
     def resume_writing(self) -> None:
-        self.resume_upstream_reading(PEER_BACKLOGGED)
+        self.resume_upstream_reading(Paused.BACKLOGGED)
+
+    def _move(self, move: Move) -> Phase:
+        """The one place a connection's phase changes (and `closed` with it)."""
+        self.phase = phase = next_phase(self.phase, move)
+        self.closed = phase is Phase.CLOSED
+        return phase
 
     # --- upstream ------------------------------------------------------------------------
 
@@ -271,8 +346,8 @@ class Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         route = self.route
         timeout = self.ctx.limits.connect_timeout_seconds
+        reason = error = ""
         for address in route.upstreams:
-            reason = "connect_refused"
             try:
                 await asyncio.wait_for(
                     loop.create_connection(
@@ -288,23 +363,17 @@ class Connection(asyncio.Protocol):
                     timeout,
                 )
                 return
-            except TimeoutError:
-                reason = "timeout"
-            except ssl.SSLError:
-                reason = "tls"
-            except ConnectionResetError:
-                # TCP was up: a broker that hangs up mid-handshake (no common TLS version,
-                # no alert sent) is a TLS failure, not a refused connection
-                if route.upstream_tls:
-                    reason = "tls"
-            except OSError as exc:
+            except OSError as exc:  # TimeoutError and ssl.SSLError are OSErrors too
                 if exc.errno in fdlimit.OUT_OF_FDS:
                     self._out_of_fds(exc)
                     return
+                reason, error = connect_failure(exc, tls=route.upstream_tls is not None)
             self.ctx.metrics.upstream_failure(str(address), reason)
             if self.closed:
                 return
-        _upstream_unreachable_log(upstream=self.info and self.info.upstream)
+        _upstream_unreachable_log(
+            upstream=self.info and self.info.upstream, reason=reason, error=error
+        )
         self.close("upstream_connect_failed")
 
     def _out_of_fds(self, exc: OSError) -> None:
@@ -315,7 +384,7 @@ class Connection(asyncio.Protocol):
         self.close("fd_limit")
 
     def upstream_made(self, transport: asyncio.Transport) -> None:
-        if self.closed:
+        if self._move(Move.UPSTREAM_UP) is Phase.CLOSED:
             transport.abort()  # the client left while we were connecting
             return
         self.upstream = transport
@@ -347,12 +416,12 @@ class Connection(asyncio.Protocol):
         assert info is not None
         info.bytes_out += len(data)
         self.responses.feed(data)
-        if self._client_paused and self._client_paused & IN_FLIGHT:  # mostly 0: one test
+        if self._client_paused and self._client_paused & Paused.IN_FLIGHT:  # mostly 0: one test
             self._in_flight_eased()
 
     def _in_flight_eased(self) -> None:
         if len(self.exchange.pending) < self.exchange.max_in_flight and not self.closed:
-            self.resume_client_reading(IN_FLIGHT)
+            self.resume_client_reading(Paused.IN_FLIGHT)
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self.closed and self.info is not None:
@@ -389,24 +458,24 @@ class Connection(asyncio.Protocol):
                 client.writelines(buffers)
 
     def _stop_reading_client(self) -> None:
-        self.pause_client_reading(DRAINING)
+        self.pause_client_reading(Paused.DRAINING)
 
     def _in_flight_full(self) -> None:
         """The request splitter holds the next request until a response comes back."""
         self.ctx.metrics.in_flight_limit_hits.inc()
-        self.pause_client_reading(IN_FLIGHT)
+        self.pause_client_reading(Paused.IN_FLIGHT)
 
-    def pause_client_reading(self, reason: int) -> None:
+    def pause_client_reading(self, reason: Paused) -> None:
         was = self._client_paused
-        self._client_paused |= reason
+        self._client_paused = int(was | reason)
         if not was and self.client is not None and self.upstream is not None:
             self.client.pause_reading()
             self._watch_hangup()
 
-    def resume_client_reading(self, reason: int) -> None:
+    def resume_client_reading(self, reason: Paused) -> None:
         if not self._client_paused & reason:
             return
-        self._client_paused &= ~reason
+        self._client_paused = int(self._client_paused & ~reason)
         if not self._client_paused and not self.closed and self.upstream is not None:
             self.requests.resume()  # requests an in-flight pause held, first
             if self._client_paused or self.closed:
@@ -442,16 +511,16 @@ class Connection(asyncio.Protocol):
         self.ctx.metrics.paused_client_gone(paused_for(self._client_paused))
         self.close(reason)
 
-    def pause_upstream_reading(self, reason: int) -> None:
+    def pause_upstream_reading(self, reason: Paused) -> None:
         was = self._upstream_paused
-        self._upstream_paused |= reason
+        self._upstream_paused = int(was | reason)
         if not was and self.upstream is not None and not self.closed:
             self.upstream.pause_reading()
 
-    def resume_upstream_reading(self, reason: int) -> None:
+    def resume_upstream_reading(self, reason: Paused) -> None:
         if not self._upstream_paused & reason:
             return
-        self._upstream_paused &= ~reason
+        self._upstream_paused = int(self._upstream_paused & ~reason)
         if not self._upstream_paused and not self.closed and self.upstream is not None:
             self.upstream.resume_reading()
             self.responses.restart_frame_clock()
@@ -530,18 +599,19 @@ class Connection(asyncio.Protocol):
     def begin_drain(self) -> None:
         """Shutting down: forward no new requests, close once the in-flight ones are
         answered (the server cuts the rest after the grace period)."""
-        if self.closed:
+        if self._move(Move.DRAIN) is Phase.CLOSED:
             return
-        self.relay.draining = True
+        self.relay.draining = True  # what the request side reads of the phase
         if self.requests.at_boundary:
-            self.pause_client_reading(DRAINING)
+            self.pause_client_reading(Paused.DRAINING)
         if not self.exchange.pending and self.responses.at_boundary:
             self.close("shutdown")
 
     def close(self, reason: str) -> None:
-        if self.closed:
+        was_closed = self.closed
+        self._move(Move.CLOSE)
+        if was_closed:
             return
-        self.closed = True
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         self._unwatch_hangup()  # before the socket closes and its number is free again
@@ -664,7 +734,7 @@ class UpstreamProtocol(asyncio.Protocol):
         self.conn = conn
         # The broker's bytes go straight to the connection's method: uvloop calls the
         # bound method it finds here, so a response costs one Python call less than
-        # through a delegating method (bench.front_instructions: bench/PROFILE.md).
+        # through a delegating method (bench.proxy.front_instructions: bench/PROFILE.md).
         self.data_received = conn.upstream_data  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -677,7 +747,7 @@ class UpstreamProtocol(asyncio.Protocol):
         self.conn.upstream_lost(exc)
 
     def pause_writing(self) -> None:
-        self.conn.pause_client_reading(PEER_BACKLOGGED)
+        self.conn.pause_client_reading(Paused.BACKLOGGED)
 
     def resume_writing(self) -> None:
-        self.conn.resume_client_reading(PEER_BACKLOGGED)
+        self.conn.resume_client_reading(Paused.BACKLOGGED)
