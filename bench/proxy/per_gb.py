@@ -4,7 +4,7 @@ in bytes copied, in front of Apache Kafka: the places a front's per-GB CPU goes.
 One broker and the fronts of `bench.proxy.versus` (`bench/proxy/versus_arms.py`; by default
 haproxy, python-relay, kafkalens-bare and kafkalens), each pinned to the last core as
 there. Through each front in turn librdkafka produces `--records` records of 1 KiB as
-fast as it can (`bench/throughput.py`), then consumes them: two windows, *produce* and
+fast as it can (`bench/proxy/throughput.py`), then consumes them: two windows, *produce* and
 *consume*, with idle seconds around each. Per MB of record values moved (10^6 bytes):
 
 * pass 1, `perf stat` (in-kernel counters, a few percent of overhead): the front's CPU

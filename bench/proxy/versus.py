@@ -258,7 +258,7 @@ def _coordinator_ready(bench: Bench, group: str, timeout: float = 120.0) -> None
 
 def sessions(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
     """The client session on every arm: the front's CPU over the whole session, per
-    request the clients counted (`bench/session.py`)."""
+    request the clients counted (`bench/proxy/session.py`)."""
     for front in fronts:
         topic = f"bench-session-{front.name}"
         throughput.create_topic(front.bootstrap, topic)

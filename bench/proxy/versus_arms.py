@@ -208,7 +208,7 @@ class Bench:
     kafka_version: str
     # added to (and winning over) the broker's properties below
     broker_properties: dict[str, str] = field(default_factory=dict)
-    # a front's command, wrapped before it is pinned (a tracer: bench/per_gb.py)
+    # a front's command, wrapped before it is pinned (a tracer: bench/proxy/per_gb.py)
     wrap: Callable[[Front, list[str]], list[str]] | None = None
     start_fronts: bool = True  # False: the broker alone, fronts by `restart_front`
     kafka: KafkaCluster | None = None
@@ -415,14 +415,14 @@ def _kafkalens(detail: bool) -> Builder:
 def _kafkalens_bare(
     bench: Bench, front: Front, broker: int, log: Path
 ) -> tuple[list[str], dict[str, str]]:
-    """kafkalens's forwarding machinery with the no-op hooks (`bench/bare_proxy.py`):
+    """kafkalens's forwarding machinery with the no-op hooks (`bench/proxy/bare_proxy.py`):
     framing, matching answers to requests, the limits; no decoding, request log,
     per-request metrics or lag. The config is the kafkalens arm's."""
     config = bench.work / f"{front.name}.yaml"
     config.write_text(KAFKALENS_CONFIG.format(maxconn=connection_budget(), detail="false"))
     metrics = f"{HOST}:{free_port(HOST)}"
     front.notes.append("forwarding only: no decoding, request log, per-request metrics or lag")
-    cmd = [sys.executable, "-m", "bench.bare_proxy", "--config", str(config)]
+    cmd = [sys.executable, "-m", "bench.proxy.bare_proxy", "--config", str(config)]
     cmd += ["--listen", front.bootstrap, "--upstream", f"{HOST}:{broker}", "--metrics", metrics]
     return cmd, fronts.working_tree_env()
 
@@ -430,10 +430,10 @@ def _kafkalens_bare(
 def _python_relay(
     bench: Bench, front: Front, broker: int, log: Path
 ) -> tuple[list[str], dict[str, str]]:
-    """A uvloop relay of bytes in Python (`bench/plain_relay.py`): the floor of any
+    """A uvloop relay of bytes in Python (`bench/proxy/plain_relay.py`): the floor of any
     Python proxy on this machine."""
     front.notes.append(f"a uvloop relay of bytes, nothing else; {python_note()}")
-    cmd = [sys.executable, "-m", "bench.plain_relay", "--listen", front.bootstrap]
+    cmd = [sys.executable, "-m", "bench.proxy.plain_relay", "--listen", front.bootstrap]
     return cmd + ["--upstream", f"{HOST}:{broker}"], fronts.working_tree_env()
 
 

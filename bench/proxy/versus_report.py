@@ -331,7 +331,7 @@ CPU_NOTE = (
 )
 SESSION_NOTE = (
     "A librdkafka producer (acks=all, linger.ms 5) and a consumer in a classic group"
-    " (auto commit every second), from their start to their close (`bench/session.py`):"
+    " (auto commit every second), from their start to their close (`bench/proxy/session.py`):"
     " the requests are those the clients counted themselves (librdkafka's statistics), the"
     " CPU the front's over the whole session. *In the request log*: the session's request"
     " lines in a logging arm's log, which also holds what the clients sent while closing"
