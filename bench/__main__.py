@@ -56,8 +56,9 @@ BENCHMARKS = (
               "What does a proxy hold when a broker never answers, and does another client "
               "still get through?"),
     Benchmark("soak", "bench.proxy.soak",
-              "Under steady load for N minutes, do the proxy's RSS, open files and pending "
-              "requests stay flat and come back when the clients leave?", "as asked"),
+              "Under a fixed mix of real clients in front of Apache Kafka, are the proxy's RSS "
+              "and open files flat (their least-squares slope), and is nothing left when the "
+              "clients leave?", "30 min (--minutes)"),
     Benchmark("kafka_faults", "bench.proxy.kafka_faults",
               "With Apache Kafka brokers killed and restarted under load behind a gateway, "
               "is anything acknowledged lost, and is every request logged?", "as asked"),
