@@ -4,6 +4,7 @@ leads somewhere (docs/conf.py); and a link that leads nowhere fails the build.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,56 @@ def test_a_link_that_leads_nowhere_fails_the_build(tmp_path: Path) -> None:
     for link, said in BROKEN.items():
         assert any(said in line and "index.md" in line for line in problems), (link, built.stderr)
     assert len(problems) == len(BROKEN), built.stderr
+
+
+def test_the_generated_reference_pages_are_current() -> None:
+    """docs/reference/ is what `python -m proxy.reference` writes from the config keys'
+    and the metrics' declarations (`make generate`): a key or a metric added, changed or
+    removed is documented by regenerating, never by hand."""
+    from proxy.reference import PAGES
+
+    for path, make in PAGES.items():
+        assert path.read_text(encoding="utf-8") == make(), (
+            f"{path.relative_to(REPO)} is stale: run .venv/bin/python -m proxy.reference"
+        )
+
+
+def test_every_key_and_every_metric_is_in_the_reference() -> None:
+    """The pages list every key the reader accepts and every sample /metrics can show
+    (the dashboards' and alerts' checks take their names from the same registry)."""
+    from proxy.config import SECTION_SCHEMAS, _declared
+    from proxy.metrics import metric_names
+    from proxy.reference import configuration_page, metrics_page
+
+    keys = configuration_page()
+    for path, cls in SECTION_SCHEMAS.items():
+        assert (f"## `{path}`" if path else "## Top level") in keys
+        for name in _declared(cls):
+            assert f"| `{name}` |" in keys, f"{path}.{name}"
+    metrics = metrics_page()
+    for name in metric_names():
+        family = name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
+        assert f"`{name}`" in metrics or f"`{family}` (`_bucket`" in metrics, name
+
+
+# What a user document never says: the history of its writing (which issue, session or
+# branch a thing came from, what it was before): git's history holds that.
+HISTORY = re.compile(
+    r"(?<![\w/&`#])#\d{1,4}\b|\bissues? #?\d+\b|\bsession \d+\b|\bthis branch\b"
+    r"|\bbefore this change\b|\b(first|second|third|fourth|fifth|sixth) pass\b",
+    re.IGNORECASE,
+)
+USER_DOCUMENTS = ["README.md", "docs/*.md", "pipeline/README.md", "deploy/README.md",
+                  "codec/README.md", "bench/README.md", "bench/RELIABILITY.md",
+                  "bench/PROFILE.md", "bench/PIPELINE.md"]  # fmt: skip
+
+
+def test_the_user_documents_tell_no_history() -> None:
+    found = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for pattern in USER_DOCUMENTS
+        for path in sorted(REPO.glob(pattern))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if HISTORY.search(line)
+    ]
+    assert found == []
