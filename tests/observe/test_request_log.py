@@ -551,9 +551,21 @@ def test_config_keys_have_the_documented_defaults_and_are_checked() -> None:
     assert documented.request_log.flush_interval_seconds == 0.5 <= 1.0
     assert documented.request_log.max_queued_bytes == 16 * 1024 * 1024
     assert parse_config({}).request_log == documented.request_log
+    # durations take units (the config language's seconds kind): "1s" is one second
+    assert (
+        parse_config(
+            {"request_log": {"flush_interval_seconds": "1s"}}
+        ).request_log.flush_interval_seconds
+        == 1.0
+    )
     for key, value, error in (
         ("flush_interval_seconds", 0, "must be a positive number, got 0"),
-        ("flush_interval_seconds", "1s", "must be a positive number, got '1s'"),
+        ("flush_interval_seconds", "0s", "must be a positive number, got '0s'"),
+        (
+            "flush_interval_seconds",
+            "fast",
+            "must be seconds, or with a unit: 500ms, 30s, 10m, 1h, 1d, 1h30m; got 'fast'",
+        ),
         ("max_queued_bytes", 0, "must be a positive integer, got 0"),
     ):
         with pytest.raises(ConfigError) as raised:
