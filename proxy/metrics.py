@@ -814,9 +814,10 @@ class Metrics:
 
     async def render_off_loop(self) -> bytes:
         """The exposition for the /metrics handler, rendered in a thread: with every
-        series a peer can create (measured: ~3,000 lines, 240 KB) formatting takes
-        tens of ms, and a thread hands the GIL back to the loop every few ms
-        (sys.getswitchinterval), so forwarding goes on meanwhile. The counts are
+        series a peer can create, formatting takes longer than the loop may stall
+        (tests/proxy/test_metrics_scrape.py holds its size and CPU), and a thread hands
+        the GIL back to the loop every few ms (sys.getswitchinterval), so forwarding
+        goes on meanwhile. The counts are
         flushed here first: only the loop's thread touches them. Scrapes that come
         while a rendering runs share it."""
         if self._rendering is None:

@@ -133,3 +133,41 @@ def test_the_user_documents_tell_no_history() -> None:
         if HISTORY.search(line)
     ]
     assert found == []
+
+
+# A comment or docstring of the product's code gives the reason for a choice and cites
+# where its figure lives: bench/DOC.md, "Heading", a bench module, or a bench file.
+CITED_HEADING = re.compile(r'bench/((?:[\w-]+/)*[\w-]+\.md), "([^"]+)"')
+CITED_MODULE = re.compile(r"\bbench\.((?:proxy|codec|pipeline)\.\w+)")
+CITED_FILE = re.compile(r"\bbench/((?:[\w-]+/)*[\w-]+\.(?:md|py))\b")
+PRODUCT = ("proxy", "codec", "pipeline")
+
+
+def _product_text(path: Path) -> str:
+    """The file with its comments' and docstrings' wrapped lines joined."""
+    return re.sub(r"\s*\n\s*(?:#|\*|//)?\s*", " ", path.read_text(encoding="utf-8"))
+
+
+def test_what_the_code_cites_in_bench_is_there() -> None:
+    sources = [p for room in PRODUCT for p in sorted((REPO / room).rglob("*"))
+               if p.suffix in (".py", ".c") and "generated" not in p.parts]  # fmt: skip
+    cited, missing = 0, []
+    for path in sources:
+        text = _product_text(path)
+        for doc, heading in CITED_HEADING.findall(text):
+            cited += 1
+            headings = {line.lstrip("#").strip() for line in
+                        (REPO / "bench" / doc).read_text(encoding="utf-8").splitlines()
+                        if line.startswith("#")}  # fmt: skip
+            if heading not in headings:
+                missing.append(f"{path.relative_to(REPO)}: bench/{doc}, {heading!r}")
+        for module in CITED_MODULE.findall(text):
+            cited += 1
+            if not (REPO / "bench" / (module.replace(".", "/") + ".py")).exists():
+                missing.append(f"{path.relative_to(REPO)}: bench.{module}")
+        for file in CITED_FILE.findall(text):
+            cited += 1
+            if not (REPO / "bench" / file).exists():
+                missing.append(f"{path.relative_to(REPO)}: bench/{file}")
+    assert cited > 20
+    assert missing == []
