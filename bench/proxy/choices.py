@@ -17,6 +17,9 @@ measurements behind the code's choices"), as this prints them.
   children (proxy/workers.py starts its workers as plain processes instead).
 - `enum member read`: `Kind.BOOL` read through the enum class against a module
   constant, per read (codec/interpreter.py and codec/stream.py read members once).
+- `a request line rendered`: bench.proxy.request_log_cost's Metadata line with orjson
+  (proxy/observe/request_log.py's `render`) against structlog's JSONRenderer, the
+  standard library's encoder (what renders the proxy's own log), best of 5.
 
 Each RSS figure is measured in a fresh interpreter (VmRSS from /proc, Linux), so what
 this process imported does not count; the timings are best or median of several runs
@@ -127,7 +130,25 @@ def measure() -> list[tuple[str, str, str]]:
         f"{through * 1e3:.0f} ns through the class, {constant * 1e3:.0f} ns a constant",
         "codec/interpreter.py, codec/stream.py",
     ))
+    rows.append(_rendering())
     return rows
+
+
+def _rendering() -> tuple[str, str, str]:
+    import structlog
+
+    from bench.proxy.request_log_cost import fields
+    from proxy.observe.request_log import render
+
+    line = fields()
+    stdlib = structlog.processors.JSONRenderer()
+    n = 100_000
+    with_orjson = min(timeit.repeat(lambda: render(line), number=n, repeat=5)) / n
+    with_stdlib = min(timeit.repeat(lambda: stdlib(None, "info", dict(line)), number=n,
+                                    repeat=5)) / n  # fmt: skip
+    return ("a request line rendered",
+            f"orjson {with_orjson * 1e6:.2f} µs, structlog's JSONRenderer {with_stdlib * 1e6:.2f} µs",
+            "proxy/observe/request_log.py `render`")
 
 
 def main() -> None:
