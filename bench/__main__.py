@@ -51,7 +51,7 @@ BENCHMARKS = (
     Benchmark("choices", "bench.proxy.choices",
               "What do the small measurements behind the code's choices say now (the codec's "
               "tables in RSS, the parent of workers' imports, a full GC with and without "
-              "gc.freeze, the resource tracker, an enum member read)?", "about 20 s"),
+              "gc.freeze, the resource tracker, an enum member read, a log line rendered)?", "about 15 s"),
     Benchmark("inflight", "bench.proxy.inflight",
               "What does a proxy hold when a broker never answers, and does another client "
               "still get through?"),

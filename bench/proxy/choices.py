@@ -2,7 +2,7 @@
 comment says why and cites this command; the figures are in bench/README.md ("The
 measurements behind the code's choices"), as this prints them.
 
-    .venv/bin/python -m bench.proxy.choices          # about 20 s
+    .venv/bin/python -m bench.proxy.choices          # about 15 s
 
 - `the codec's schema tables`: what loading them (`codec.schema.api_messages()` and
   `api_names()`, as the check of `request_log.apis` names does) adds to a bare
