@@ -12,9 +12,9 @@ write that failed (ENOSPC, EIO...); a run of failures is reported once when it s
 and once when it ends, with how many lines it cost. `close` writes what is queued.
 
 A line is rendered by orjson straight from the fields dict: this runs once per
-request on the event loop, and structlog's processor chain with the standard
-library's encoder cost ~20 us a line where this costs ~1 us. structlog still
-renders the proxy's own (operational) log.
+request on the event loop, and structlog's JSON renderer (the standard library's
+encoder) takes several times as long a line (bench.proxy.choices, "a request line
+rendered"). structlog still renders the proxy's own (operational) log.
 """
 
 from __future__ import annotations
