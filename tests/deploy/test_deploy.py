@@ -1175,3 +1175,12 @@ def test_the_deploy_readme_names_every_alert() -> None:
     readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
     missing = [rule["alert"] for rule in alert_rules() if f"`{rule['alert']}`" not in readme]
     assert not missing, f"deploy/README.md does not name {missing}"
+
+
+def test_the_alerts_page_has_a_row_for_every_alert_and_its_severity() -> None:
+    """docs/alerts.md: what fires each alert and what to do next, one row per rule of
+    deploy/prometheus/alerts.yml, its severity as the rule labels it; no row for an
+    alert that is gone."""
+    page = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(Kafkalens\w+)` \((\w+)\) \|", page, re.MULTILINE))
+    assert rows == {rule["alert"]: rule["labels"]["severity"] for rule in alert_rules()}
