@@ -171,3 +171,15 @@ def test_what_the_code_cites_in_bench_is_there() -> None:
                 missing.append(f"{path.relative_to(REPO)}: bench/{file}")
     assert cited > 20
     assert missing == []
+
+
+def test_every_field_the_pipeline_reads_is_documented() -> None:
+    """The request log's fields that pipeline/schema.py reads (the pipeline's contract
+    with the proxy) are each named on a page of the guide."""
+    from support.readme import USER_DOCS
+
+    from pipeline.schema import LINE_SCHEMA
+
+    undocumented = [f.name for f in LINE_SCHEMA.fields
+                    if not f.name.startswith("_") and f"`{f.name}`" not in USER_DOCS]  # fmt: skip
+    assert undocumented == []
