@@ -44,8 +44,9 @@ log = structlog.get_logger("kafkalens.request_log")
 FLUSH_INTERVAL = 0.5
 MAX_QUEUED_BYTES = 16 * 1024 * 1024
 # Waiting lines that wake the writer before its interval is up (or a quarter of the
-# queue's bound, if less). Each wake-up hands the GIL over: measured, 64 KiB doubled
-# the sink's CPU per line against 1 MiB (bench/proxy/request_log_cost.py).
+# queue's bound, if less). Each wake-up hands the GIL over, so the writer wakes for a
+# batch, not a line (64 KiB against 1 MiB: bench/README.md, "The request log's cost per
+# line").
 BUFFER_BYTES = 1024 * 1024
 WRITE_LINES = 4096  # the most one write call carries (rotation is checked between writes)
 PIPE_BUF = 4096
