@@ -489,9 +489,14 @@ def file_path(
 
 
 def address(
-    *, default: Address | None = _REQUIRED, doc: str, listen: bool = False, loopback: bool = False
+    *,
+    default: Address | None = _REQUIRED,
+    doc: str,
+    listen: bool = False,
+    loopback: bool = False,
+    example: object = _NO_EXAMPLE,
 ) -> Any:
-    return _declare(AddressKind(listen, loopback), doc, default)
+    return _declare(AddressKind(listen, loopback), doc, default, example=example)
 
 
 def items(
@@ -717,9 +722,10 @@ class GatewayConfig:
         example=["broker-0:9092", "broker-1:9092"],
     )
     advertised_host: str = text(
-        doc="host put into rewritten broker addresses", example="kafkalens.example.com"
+        doc="host put into rewritten node addresses",
+        example="kafkalens.example.com",
     )
-    listen_host: str = text(default="0.0.0.0", doc="host the per-broker listeners bind")
+    listen_host: str = text(default="0.0.0.0", doc="host the per-node listeners bind")
     broker_port_base: int = integer(
         default=9100, minimum=0, at_most=(65535, "a TCP port"),
         doc="broker node N is served on port base + N",
@@ -730,9 +736,68 @@ class GatewayConfig:
         default_factory=dict,
         doc="or an explicit map, e.g. {0: 9200, 1: 9201}",
     )
-    tls: ListenerTLS | None = section(
-        ListenerTLS, default=None, doc="clients' side of the bootstrap and every broker listener"
+    controller_bootstrap_listen: Address | None = address(
+        default=None,
+        doc="clients bootstrap on controllers here (KIP-919, --bootstrap-controller)",
+        listen=True,
+        example="0.0.0.0:9093",
     )
+    controller_bootstrap_servers: tuple[Address, ...] = items(
+        default=(),
+        each=_upstream,
+        doc="the cluster's controllers, for that bootstrap",
+        example=["controller-0:9093", "controller-1:9093"],
+    )
+    controller_port_base: int = integer(
+        default=9300, minimum=0, at_most=(65535, "a TCP port"),
+        doc="controller node N is served on port base + N",
+    )  # fmt: skip
+    controller_ports: Mapping[int, int] = custom(
+        parse=_broker_ports,
+        to_yaml=dict,
+        default_factory=dict,
+        doc="or an explicit map, e.g. {0: 9400, 1: 9401}",
+    )
+    max_nodes: int = integer(
+        default=1000,
+        at_most=(65535, "each node is a listener on a port of its own"),
+        doc="brokers, and controllers, served at most; one named past it is not",
+    )
+    route_check_timeout_seconds: float = seconds(
+        default=5.0,
+        at_most=(60, "a route waits for it to open or move"),
+        doc="a node's new address answers ApiVersions within this, or no route goes there",
+    )
+    tls: ListenerTLS | None = section(
+        ListenerTLS, default=None, doc="clients' side of the bootstrap and every node listener"
+    )
+
+    def _check(self, path: str) -> None:
+        if (self.controller_bootstrap_listen is None) != (not self.controller_bootstrap_servers):
+            which = (
+                "controller_bootstrap_servers"
+                if self.controller_bootstrap_listen is not None
+                else "controller_bootstrap_listen"
+            )
+            raise ConfigError(
+                f"{path}.{which}",
+                "controller_bootstrap_listen and controller_bootstrap_servers go together",
+            )
+        if self.controller_port_base == self.broker_port_base:
+            raise ConfigError(
+                f"{path}.controller_port_base",
+                f"must differ from broker_port_base ({self.broker_port_base}): a node that"
+                " is broker and controller would need one port for both",
+            )
+        owner: dict[int, str] = {}
+        for kind, ports in (("broker_ports", self.broker_ports),
+                            ("controller_ports", self.controller_ports)):  # fmt: skip
+            for node, port in ports.items():
+                if port in owner:
+                    raise ConfigError(
+                        f"{path}.{kind}.{node}", f"port {port} is {owner[port]}'s already"
+                    )
+                owner[port] = f"{kind}.{node}"
 
 
 @config_section
@@ -1548,6 +1613,13 @@ def summary(config: Config) -> list[str]:
         lines.append(f"gateway: bootstrap {gw.bootstrap_listen} -> {servers}")
         lines.append(
             f"gateway: brokers advertised as {gw.advertised_host}, ports from {gw.broker_port_base}"
+        )
+        if gw.controller_bootstrap_listen is not None:
+            servers = ", ".join(str(a) for a in gw.controller_bootstrap_servers)
+            lines.append(f"gateway: controller bootstrap {gw.controller_bootstrap_listen} -> {servers}")
+        lines.append(
+            f"gateway: controllers advertised as {gw.advertised_host},"
+            f" ports from {gw.controller_port_base}"
         )
         if gw.tls is not None:
             lines.append("gateway: client listeners TLS")

@@ -535,9 +535,36 @@ class Metrics:
         )
         self.gateway_listener_errors = c(
             "kafkalens_gateway_listener_errors_total",
-            "Gateway mode: broker listeners that could not be opened (their clients fail).",
+            "Gateway mode: node listeners that could not be opened: port_in_use,"
+            " bind_failed, too_many_nodes (gateway.max_nodes; their clients fail),"
+            " port_conflict (the port is another route's), no_port (the node id maps past"
+            " 65535).",
             ("reason",),
         )
+        self.gateway_routes = self._gauge(
+            "kafkalens_gateway_routes",
+            "Gateway mode: nodes served, by kind of endpoint (broker, controller).",
+            ("kind",),
+            mode="max",
+        )
+        self.gateway_routes_moved = c(
+            "kafkalens_gateway_routes_moved_total",
+            "Gateway mode: routes that moved to a node's new address, as the cluster said"
+            " (Metadata, DescribeCluster, DescribeQuorum) and a check confirmed.",
+            ("kind",),
+        )
+        self.gateway_routes_refused = c(
+            "kafkalens_gateway_routes_refused_total",
+            "Gateway mode: routes not opened or not moved because the address failed its"
+            " check: wrong_kind (not a broker's listener for a broker route, not a"
+            " controller's for a controller route), unreachable (no answer to a move).",
+            ("kind", "reason"),
+        )
+        for kind in ("broker", "controller"):
+            self.gateway_routes.labels(kind=kind)
+            self.gateway_routes_moved.labels(kind=kind)
+            for reason in ("wrong_kind", "unreachable"):
+                self.gateway_routes_refused.labels(kind=kind, reason=reason)
         self.pending_requests = self._gauge(
             "kafkalens_pending_requests", "Requests forwarded and awaiting their response."
         )
@@ -772,8 +799,17 @@ class Metrics:
         self.upstream_failures.labels(upstream=self.upstream_capper(upstream), reason=reason).inc()
 
     def gateway_listener_error(self, reason: str) -> None:
-        """`reason`: port_in_use, bind_failed or no_port (the node id maps past 65535)."""
+        """`reason`: port_in_use, bind_failed, too_many_nodes, port_conflict or no_port
+        (the node id maps past 65535)."""
         self.gateway_listener_errors.labels(reason=reason).inc()
+
+    def gateway_route_moved(self, kind: str) -> None:
+        """`kind`: broker or controller."""
+        self.gateway_routes_moved.labels(kind=kind).inc()
+
+    def gateway_route_refused(self, kind: str, reason: str) -> None:
+        """`kind`: broker or controller; `reason`: wrong_kind or unreachable."""
+        self.gateway_routes_refused.labels(kind=kind, reason=reason).inc()
 
     def unknown_request(self, reason: str) -> None:
         """`reason`: "api_key" or "api_version"; the frame was forwarded untouched."""

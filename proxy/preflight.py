@@ -185,8 +185,12 @@ def listen_addresses(config: Config) -> Iterator[tuple[str, Address]]:
     if config.gateway is not None:
         gateway = config.gateway
         yield "gateway.bootstrap_listen", gateway.bootstrap_listen
+        if gateway.controller_bootstrap_listen is not None:
+            yield "gateway.controller_bootstrap_listen", gateway.controller_bootstrap_listen
         for node, port in gateway.broker_ports.items():
             yield f"gateway.broker_ports.{node}", Address(gateway.listen_host, port)
+        for node, port in gateway.controller_ports.items():
+            yield f"gateway.controller_ports.{node}", Address(gateway.listen_host, port)
     yield "metrics.listen", config.metrics.listen
 
 

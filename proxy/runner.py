@@ -52,7 +52,11 @@ class RunningProxy:
     def readiness(self) -> tuple[bool, str]:
         if not self.server.listening():
             return False, "listeners not bound"
-        return self.probe.verdict(need_all=self.server.config.mode != "gateway")
+        if self.server.config.mode != "gateway":
+            return self.probe.verdict(need_all=True)
+        from proxy.gateway.gateway import broker_upstreams
+
+        return self.probe.verdict(need_all=False, needed=broker_upstreams(self.server.listeners))
 
     async def stop(self, grace: float | None = None) -> Drained:
         """Graceful: stop accepting, drain in-flight requests, close; what was cut."""

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -131,16 +131,21 @@ class UpstreamProbe:
             )
         return Verdict(now_.reachable, now_.reason, now_.error, now)
 
-    def verdict(self, need_all: bool) -> tuple[bool, str]:
+    def verdict(
+        self, need_all: bool, needed: Collection[Address] | None = None
+    ) -> tuple[bool, str]:
         """(ready, why). A sidecar needs its upstream; a gateway needs the cluster, i.e.
-        at least one broker: one broker down must not take every client's path away."""
+        at least one broker: one broker down must not take every client's path away.
+        `needed`: the upstreams that count for that (a gateway's brokers, not its
+        controllers); by default every one probed. The unreachable are named either way."""
         unreachable = self.unreachable
         if unreachable is None:
             return False, "upstream not probed yet"
         listed = ", ".join(map(str, unreachable))
         if not unreachable:
             return True, "ready"
-        if need_all or len(unreachable) == len(self.probed):
+        counted = [a for a in self.probed if needed is None or a in needed]
+        if need_all or all(a in unreachable for a in counted):
             return False, "upstream unreachable: " + listed
         return True, "ready; unreachable: " + listed
 

@@ -38,19 +38,15 @@ from pathlib import Path
 from support import compat
 from support.clients import client_version
 from support.faults import (
-    UPSTREAM_GONE,
     Load,
-    check_nothing_lost,
-    check_request_log,
     create_topic,
-    listeners_of,
+    finish_and_check,
     observed_gateway,
     readyz,
     survive,
     until,
 )
 from support.kafka import SharedKafka, observed_sidecar
-from support.observed import ObservedProxy
 
 from proxy.apache_kafka import KafkaCluster
 
@@ -70,20 +66,6 @@ def compatibility(broker: str, mode: str, feature: str) -> Iterator[None]:
         compat.checking(broker, "Java (kafka-clients)", java, mode, feature),
     ):
         yield
-
-
-def finish_and_check(
-    px: ObservedProxy, load: Load, direct: str, faulted: set[str], gateway: bool
-) -> None:
-    """The clients stop; kafkalens holds nothing more; every check of the module docstring."""
-    load.finish()
-    px.wait_all_closed(60)
-    assert px.pending_total() == 0
-    lines = px.lines()  # flushed first
-    duplicates = check_nothing_lost(load, direct)
-    reasons = check_request_log(lines, load, faulted, listeners_of(px, gateway))
-    assert reasons.keys() & UPSTREAM_GONE, reasons  # the faults were seen as such
-    print(f"duplicates {duplicates}, incomplete requests by reason {dict(reasons)}")
 
 
 def test_gateway_cluster_brokers_killed_and_shut_down_under_load(
