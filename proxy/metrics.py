@@ -50,7 +50,7 @@ UNKNOWN = "unknown"
 OTHER = "other"
 MAX_LABEL_LENGTH = 64
 
-# 100 µs (a cached Metadata on loopback) to 30 s. Fetch long-polls up to the client's
+# Buckets from 0.1 ms (a cached Metadata on loopback) to 30 s. Fetch long-polls up to the client's
 # fetch.max.wait.ms (500 ms by default), JoinGroup waits out a rebalance: the buckets
 # around 0.5-1 s and above keep those distinguishable from genuinely slow requests.
 DURATION_BUCKETS = (
