@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 
 .PHONY: generate test fast lint bench docs
 
-generate:  ## regenerate codec/generated, the Kafka 4.0 readiness table (codec/generate.py), config/kafkalens.yaml (proxy/config.py) and the site's reference pages (proxy/reference.py)
+generate:  ## regenerate codec/generated, the Kafka 4.0 readiness table (codec/generate.py), config/kafkalens.yaml (proxy/config/) and the site's reference pages (proxy/reference.py)
 	$(PY) -m codec.generate
 	$(PY) -m proxy.config > config/kafkalens.yaml
 	$(PY) -m proxy.reference

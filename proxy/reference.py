@@ -1,10 +1,12 @@
 """The reference pages of the documentation site, written from what they describe:
 
 - docs/reference/configuration.md, every key of kafkalens.yaml, from the keys declared in
-  proxy/config.py (the declarations config/kafkalens.yaml is written from): its default,
-  what it does and the values it allows, one table per section;
+  the whole file's `Config` (proxy/features.py: the core's sections, proxy/config/core.py,
+  and each feature's, in its package; the declarations config/kafkalens.yaml is written
+  from): its default, what it does and the values it allows, one table per section;
 - docs/reference/metrics.md, every metric `/metrics` renders, from the registry a proxy
-  builds (proxy/metrics.py's `Metrics`): its name as scraped, type, labels and help.
+  builds (`features.proxy_metrics`: the core's, proxy/metrics.py, and every feature's):
+  its name as scraped, type, labels and help.
 
     python -m proxy.reference        # rewrites both (`make generate` does it too)
 
@@ -23,7 +25,21 @@ from typing import Any
 
 from prometheus_client.metrics import MetricWrapperBase
 
-from proxy import config as cfg
+from proxy.config.file import _bounds_of, _unit, _yaml_text
+from proxy.config.language import (
+    AUTO,
+    NO_EXAMPLE,
+    Integer,
+    Key,
+    Section,
+    SectionList,
+    _subsections,
+    declared,
+    join_path,
+    plain,
+    section_schemas,
+)
+from proxy.features import Config, proxy_metrics
 from proxy.metrics import Metrics
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -52,30 +68,33 @@ def _anchor(path: str) -> str:
     return "".join(c for c in path.lower() if c.isalnum() or c in "-_")
 
 
-def _default(f: dataclasses.Field[Any], key: cfg.Key) -> str:
+def _default(f: dataclasses.Field[Any], key: Key) -> str:
     """What a key is when left out."""
     kind = key.kind
     if f.default_factory is not dataclasses.MISSING:
         value: object = f.default_factory()
     elif f.default is dataclasses.MISSING:
-        example = "" if key.example is cfg._NO_EXAMPLE else f", e.g. {_code(cfg._yaml_text(key.example))}"
+        example = "" if key.example is NO_EXAMPLE else f", e.g. {_code(_yaml_text(key.example))}"
         return f"required{example}"
     else:
         value = f.default
-    if isinstance(kind, cfg.Listeners):
-        return f"one listener: {_code(cfg._yaml_text(_listener(value)))}"
-    if isinstance(kind, cfg.Section):
+    if isinstance(kind, SectionList):
+        items = _items(kind.item, value)
+        count = f"one {f.name.removesuffix('s')}" if len(items) == 1 else f"{len(items)} {f.name}"
+        return f"{count}: {_code(_yaml_text(items))}"
+    if isinstance(kind, Section):
         return "not set (see below)" if value is None else "see below"
-    if value is None and isinstance(kind, cfg.Integer) and kind.auto is not None:
-        return f"{_code(cfg.AUTO)} ({_cell(kind.auto)})"
-    unit = cfg._unit(f.name, value).replace("# ", "").strip()
-    shown = _code(cfg._yaml_text(kind.as_yaml(value)))
+    if value is None and isinstance(kind, Integer) and kind.auto is not None:
+        return f"{_code(AUTO)} ({_cell(kind.auto)})"
+    unit = _unit(f.name, value).replace("# ", "").strip()
+    shown = _code(_yaml_text(kind.as_yaml(value)))
     return f"{shown} ({unit})" if unit else shown
 
 
-def _listener(value: object) -> list[dict[str, object]]:
+def _items(cls: type, value: object) -> list[dict[str, object]]:
+    """The items of a list of sections (`listeners`) as the file writes them."""
     return [
-        {name: cfg._plain(getattr(item, name)) for name in cfg._declared(cfg.ListenerConfig)
+        {name: plain(getattr(item, name)) for name in declared(cls)
          if getattr(item, name) is not None}
         for item in value  # type: ignore[attr-defined]
     ]  # fmt: skip
@@ -87,11 +106,11 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "?", "!")) else text + "."
 
 
-def _doc(key: cfg.Key, section_path: str | None) -> str:
+def _doc(key: Key, section_path: str | None) -> str:
     text = _sentence(_cell(key.doc))
     if section_path is not None:
         text += f" [Its keys.](#{_anchor(section_path)})"
-    if bounds := cfg._bounds_of(key):
+    if bounds := _bounds_of(key):
         text += f" Allowed: {_cell(bounds)}."
     return text
 
@@ -99,17 +118,18 @@ def _doc(key: cfg.Key, section_path: str | None) -> str:
 def _sections() -> Iterator[tuple[str, type, str]]:
     """(path, section class, what it is) of every section, in the file's order."""
     docs: dict[str, str] = {"": "The keys at the top of the file."}
-    for path, cls in cfg.SECTION_SCHEMAS.items():
-        for name, (_f, key) in cfg._declared(cls).items():
-            for suffix, _inner in cfg._subsections(key.kind):
-                docs[f"{cfg._join(path, name)}{suffix}"] = key.doc
-    for path, cls in cfg.SECTION_SCHEMAS.items():
+    schemas = section_schemas(Config)
+    for path, cls in schemas.items():
+        for name, (_f, key) in declared(cls).items():
+            for suffix, _inner in _subsections(key.kind):
+                docs[f"{join_path(path, name)}{suffix}"] = key.doc
+    for path, cls in schemas.items():
         yield path, cls, docs[path]
 
 
 def configuration_page() -> str:
     out = [
-        GENERATED.format(source="the keys declared in proxy/config.py"),
+        GENERATED.format(source="the keys declared in proxy/config/core.py and each feature's package"),
         "",
         "# Configuration keys",
         "",
@@ -124,8 +144,8 @@ def configuration_page() -> str:
         title = f"`{path}`" if path else "Top level"
         out += ["", f"## {title}", "", _sentence(_cell(doc)), ""]
         out += ["| Key | Default | What it does |", "|---|---|---|"]
-        for name, (f, key) in cfg._declared(cls).items():
-            inner = [f"{cfg._join(path, name)}{suffix}" for suffix, _ in cfg._subsections(key.kind)]
+        for name, (f, key) in declared(cls).items():
+            inner = [f"{join_path(path, name)}{suffix}" for suffix, _ in _subsections(key.kind)]
             out.append(f"| {_code(name)} | {_default(f, key)} | {_doc(key, next(iter(inner), None))} |")
     return "\n".join(out) + "\n"
 
@@ -152,7 +172,7 @@ class MetricDoc:
 
 def registered_metrics(metrics: Metrics | None = None) -> list[MetricDoc]:
     """Every family of a proxy's registry, in the order it was registered."""
-    registry = (metrics or Metrics()).registry
+    registry = (metrics or proxy_metrics(Config())).registry
     found: list[MetricDoc] = []
     for collector in registry._collector_to_names:  # noqa: SLF001  (no public listing)
         if isinstance(collector, MetricWrapperBase):  # Counter, Gauge, Histogram
@@ -190,7 +210,7 @@ def metrics_page() -> str:
     own = [m for m in every if m.name.startswith("kafkalens_")]
     process = [m for m in every if not m.name.startswith("kafkalens_")]
     out = [
-        GENERATED.format(source="the metrics proxy/metrics.py registers"),
+        GENERATED.format(source="the metrics the core and each feature define"),
         "",
         "# Metrics",
         "",

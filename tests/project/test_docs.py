@@ -97,14 +97,14 @@ def test_the_generated_reference_pages_are_current() -> None:
 def test_every_key_and_every_metric_is_in_the_reference() -> None:
     """The pages list every key the reader accepts and every sample /metrics can show
     (the dashboards' and alerts' checks take their names from the same registry)."""
-    from proxy.config import SECTION_SCHEMAS, _declared
-    from proxy.metrics import metric_names
+    from proxy.config.language import declared
+    from proxy.features import SECTION_SCHEMAS, metric_names
     from proxy.reference import configuration_page, metrics_page
 
     keys = configuration_page()
     for path, cls in SECTION_SCHEMAS.items():
         assert (f"## `{path}`" if path else "## Top level") in keys
-        for name in _declared(cls):
+        for name in declared(cls):
             assert f"| `{name}` |" in keys, f"{path}.{name}"
     metrics = metrics_page()
     for name in metric_names():
