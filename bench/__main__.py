@@ -52,6 +52,10 @@ BENCHMARKS = (
     Benchmark("decode_capture", "bench.proxy.decode_capture",
               "How fast does `kafkalens decode` read a capture, and what do connections left "
               "open cost it?", "a few seconds"),
+    Benchmark("choices", "bench.proxy.choices",
+              "What do the small measurements behind the code's choices say now (the codec's "
+              "tables in RSS, the parent of workers' imports, a full GC with and without "
+              "gc.freeze, the resource tracker, an enum member read, a log line rendered)?", "about 15 s"),
     Benchmark("inflight", "bench.proxy.inflight",
               "What does a proxy hold when a broker never answers, and does another client "
               "still get through?"),

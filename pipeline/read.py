@@ -87,7 +87,8 @@ def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None =
               recursive: bool = True) -> DataFrame:
     """Every non-blank line parsed by Spark's JSON source with the report's schema,
     and the file it came from (`file`); a line Spark cannot parse keeps its text in
-    `_corrupt_record` (the JSON source: half the CPU of text + from_json, README).
+    `_corrupt_record` (the JSON source: less CPU than text + from_json, bench/PIPELINE.md,
+    "The JSON source against text + from_json").
     Directories are read recursively (hidden names skipped, as Spark does). A file
     Spark cannot read to its end fails the job (`ignoreCorruptFiles` stays off: it
     would drop the rest of the file without a word). `schema` is the report's unless
@@ -268,8 +269,8 @@ def parse_lines(logs: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     # In steps, each value computed once: written as one select, the timestamp's cast
     # was made three times a line and the reason twice (in `bad_reason` and in `line`'s
     # condition); Spark keeps the steps apart rather than repeat a cast (CollapseProject).
-    # At 5M lines, interleaved: the report 79.3 / 84.7 / 82.4 s -> 78.8 / 76.1 / 75.8 s,
-    # the ingest 78.1 / 78.0 -> 77.6 / 64.1 s (bench/PIPELINE.md).
+    # Never slower, the report and the ingest (bench/PIPELINE.md, "The parse computing
+    # each value once").
     ts_text = F.col("ts")
     timed = logs.select("*", F.when(_valid_ts(ts_text), ts_text.try_cast("timestamp"))
                         .alias(_PARSED_TS))

@@ -67,11 +67,10 @@ ROWS_PER_PARTITION = 500_000
 # path). Each of the ~20 queries generated classes of its own (426 for a small
 # report's tables, 49 without: Spark generates those whatever the setting), which
 # Janino compiled and the JVM then interpreted and JIT-compiled, a cost per query that
-# their few rows never earned back. Measured with the arms interleaved
-# (bench/PIPELINE.md): tables 25.5 and 25.1 s -> 17.9 and 17.1 s at 5M lines,
-# 25.1 and 28.9 -> 18.6 and 23.0 s over the ingested table, the same Parquet tables;
-# on fine aggregations of 3M and 200k rows (bench.pipeline.report_inputs) a wash (37.5-48.7 s
-# either way). tests/pipeline/test_pipeline_tables_codegen.py holds it: a Spark that drops
+# their few rows never earned back: the tables take less time, over raw logs and over
+# the ingested table, the same Parquet tables, and fine aggregations of millions of
+# rows (bench.pipeline.report_inputs) take no longer (bench/PIPELINE.md, "The tables
+# interpreted, not compiled") tests/pipeline/test_pipeline_tables_codegen.py holds it: a Spark that drops
 # the setting fails it.
 TABLES_CONF = {"spark.sql.adaptive.enabled": "false",
                "spark.sql.autoBroadcastJoinThreshold": "-1",
@@ -133,8 +132,8 @@ def render_html(result: ReportResult) -> str:
 
 
 def preload_charts() -> None:
-    """Imports matplotlib (~0.7 s of one core) in a thread while the JVM starts, when
-    the driver waits and one core is idle; render_html's import then finds it done."""
+    """Imports matplotlib (a large import) in a thread while the JVM starts, when the
+    driver waits and one core is idle; render_html's import then finds it done."""
 
     def load() -> None:
         with contextlib.suppress(Exception):  # render_html imports it again and says why
@@ -158,8 +157,9 @@ def _scan(spark: SparkSession, parsed: DataFrame) -> tuple[DataFrame, Counts, in
     try:
         fine = fine_rows(parsed)
         # On disk only: the aggregation is small for most logs but as large as the input
-        # for logs of distinct bad lines (a row each), and built in the heap it made a
-        # 1g driver collect garbage for 12+ minutes on 3M of them (on disk: 159-314 s).
+        # for logs of distinct bad lines (a row each), and built in the heap it kept a 1g
+        # driver collecting garbage on millions of them (bench/PIPELINE.md, "One job
+        # per table").
         fine = fine.persist(StorageLevel.DISK_ONLY)
         seen = Observation("lines")
         # The cached plan adapts its shuffle (planned by persist); reading it back does
