@@ -19,6 +19,8 @@ import argparse  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
 
+from pipeline import paths  # noqa: E402
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -160,13 +162,50 @@ def pipeline_missing() -> bool:
     return False
 
 
+def paths_checked(command: str, check: Callable[[], object]) -> bool:
+    """Runs a command's path checks (pipeline.paths) before Spark starts: False, having
+    said why in one line, when a path cannot be used."""
+    try:
+        check()
+    except paths.PathError as e:
+        print(f"kafkalens {command}: {e}", file=sys.stderr)
+        return False
+    return True
+
+
+def _report_paths(args: argparse.Namespace) -> None:
+    if args.table:
+        paths.check_directory_input(args.table, "the table")
+        local = paths.local_path(args.table)
+        read = [local] if local is not None else []
+    else:
+        read = paths.check_inputs(args.logs)
+    paths.check_output(args.out, "--out", read)
+
+
+def _following_paths(logdir: str | None, table: str | None,
+                     outputs: list[tuple[str | None, str]]) -> None:
+    """What `watch` and `ingest` read (LOGDIR, a glob with --no-spool, or an ingested
+    `table`) and the directories they write (path, its option)."""
+    if logdir and paths.has_glob(logdir):
+        paths.check_inputs([logdir], "LOGDIR")
+    elif logdir:
+        paths.check_directory_input(logdir, "LOGDIR")
+    if table:
+        paths.check_directory_input(table, "the table")
+    for path, what in outputs:
+        if path:
+            paths.check_output(path, what)
+
+
 def report_main(argv: list[str]) -> int:
     parser = _report_parser()
     args = parser.parse_args(argv)
     if bool(args.logs) == bool(args.table):
         parser.error("give LOGS or --table TABLE (one of them)")
-    if pipeline_missing():
+    if pipeline_missing() or not paths_checked("report", lambda: _report_paths(args)):
         return 2
+    from pipeline.progress import Phases, to_stderr
     from pipeline.read import InputError, UnreadableFiles
     from pipeline.report import preload_charts, run_report
     from pipeline.summary import summary_lines
@@ -176,7 +215,10 @@ def report_main(argv: list[str]) -> int:
     def job(spark: SparkSession) -> int:
         try:
             result = run_report(spark, args.logs, args.out, args.skip_unreadable,
-                                table=args.table)
+                                table=args.table, phases=Phases(to_stderr("report")))
+        except paths.PathError as e:
+            print(f"kafkalens report: {e}", file=sys.stderr)
+            return 2
         except UnreadableFiles as e:
             print(f"kafkalens report: {e}; nothing written (--skip-unreadable reports "
                   "without them)", file=sys.stderr)
@@ -187,7 +229,8 @@ def report_main(argv: list[str]) -> int:
         print("kafkalens report")
         for line in summary_lines(result):
             print("  " + line)
-        print(f"  tables and report.html in {args.out}")
+        print(f"the report: {args.out.rstrip('/')}/report.html (and a Parquet table per "
+              f"section in {args.out})")
         return 0
 
     return _run("kafkalens-report", args, job)
@@ -200,6 +243,10 @@ def watch_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if bool(args.logdir) == bool(args.table):
         parser.error("give LOGDIR or --table TABLE (one of them)")
+    outputs = [(args.out, "--out"), (args.checkpoint, "--checkpoint"),
+               (args.spool if args.use_spool else None, "--spool")]
+    if not paths_checked("watch", lambda: _following_paths(args.logdir, args.table, outputs)):
+        return 2
     from pipeline.watch import WatchOptions, run_watch
 
     options = WatchOptions(**{k: v for k, v in vars(args).items()
@@ -215,6 +262,10 @@ def ingest_main(argv: list[str]) -> int:
     if pipeline_missing():
         return 2
     args = _ingest_parser().parse_args(argv)
+    outputs = [(args.table, "--table"), (args.checkpoint, "--checkpoint"),
+               (args.spool if args.use_spool else None, "--spool")]
+    if not paths_checked("ingest", lambda: _following_paths(args.logdir, None, outputs)):
+        return 2
     from pipeline.ingest import IngestOptions, run_ingest
 
     options = IngestOptions(**{k: v for k, v in vars(args).items()

@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 
 from pipeline import html
 from pipeline.fine import fine_rows
-from pipeline.fsio import write_text
+from pipeline.fsio import check_writable, write_text
+from pipeline.progress import Phases, duration, human_bytes
 from pipeline.read import (
     InputError,
     ReadFailure,
@@ -147,7 +148,8 @@ class ScanReadFailed(Exception):
         self.failure = failure
 
 
-def _scan(spark: SparkSession, parsed: DataFrame) -> tuple[DataFrame, Counts, int]:
+def _scan(spark: SparkSession, parsed: DataFrame, phases: Phases
+          ) -> tuple[DataFrame, Counts, int]:
     """The lines' one aggregation (fine.fine_rows), cached, the line counts and its
     number of rows: one pass that fills the cache and observes the counts as they
     pass (no count job), the only job that reads the files. A file it cannot read to
@@ -162,7 +164,8 @@ def _scan(spark: SparkSession, parsed: DataFrame) -> tuple[DataFrame, Counts, in
         seen = Observation("lines")
         # The cached plan adapts its shuffle (planned by persist); reading it back does
         # not need to: adaptive there, the cache was filled by a job of its own.
-        with session_conf(spark, {"spark.sql.adaptive.enabled": "false"}):
+        with session_conf(spark, {"spark.sql.adaptive.enabled": "false"}), \
+                phases.running(spark, "reading and aggregating"):
             fine.observe(seen, *count_columns()).write.format("noop").mode("overwrite").save()
         got = seen.get
         return fine, counts_of(got), int(got["rows"])
@@ -173,23 +176,38 @@ def _scan(spark: SparkSession, parsed: DataFrame) -> tuple[DataFrame, Counts, in
         raise InputError(f"cannot read the inputs: {first_line(e)}") from e
 
 
-def _read_all(spark: SparkSession, inputs: list[str], skip_unreadable: bool
+def _input_size(logs: DataFrame) -> str:
+    """The input files' size, as Spark's file listing found it (no job), e.g. " (1.2
+    GB)"; empty if the plan does not say."""
+    try:
+        size = int(str(logs._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - only said, never needed
+        return ""
+    return f" ({human_bytes(size)})"
+
+
+def _read_all(spark: SparkSession, inputs: list[str], skip_unreadable: bool, phases: Phases
               ) -> tuple[list[str], dict[str, str], tuple[DataFrame, Counts, int]]:
     """The input files, those left out (file -> why) and the scan of the others. A
     file that cannot be read to its end stops the report (UnreadableFiles, every such
     file named) unless `skip_unreadable`; then the others are read again without it."""
     logs = read_logs(spark, expand_inputs(spark, inputs))
     files = [normal_path(path) for path in logs.inputFiles()]
+    phases.say(f"reading {len(files):,} input file{'' if len(files) == 1 else 's'}"
+               f"{_input_size(logs)} and aggregating their lines")
     try:
-        return files, {}, _scan(spark, parse_lines(logs))
+        return files, {}, _scan(spark, parse_lines(logs), phases)
     except ScanReadFailed as e:
+        phases.say(f"{e.failure.path} cannot be read to its end; looking for every such file")
         left_out = find_unreadable(spark, files, e.failure)
     if not skip_unreadable:
         raise UnreadableFiles(left_out)
     readable = [path for path in files if path not in left_out]
+    phases.say(f"reading the {len(readable):,} other files again, without the "
+               f"{len(left_out):,} that cannot be read")
     rest = read_logs(spark, readable, recursive=False) if readable else no_lines(spark)
     try:
-        return files, left_out, _scan(spark, parse_lines(rest))
+        return files, left_out, _scan(spark, parse_lines(rest), phases)
     except ScanReadFailed as e:  # a file that failed now, not before: say so, stop
         raise UnreadableFiles({**left_out, e.failure.path: e.failure.reason}) from e
 
@@ -233,7 +251,7 @@ def _tables(spark: SparkSession, fine: DataFrame, result: ReportResult, files: l
                 df.unpersist()
 
 
-def _read_table(spark: SparkSession, table: str
+def _read_table(spark: SparkSession, table: str, phases: Phases
                 ) -> tuple[list[str], dict[str, str], tuple[DataFrame, Counts, int]]:
     """As _read_all, over a table `kafkalens ingest` wrote: its lines are parsed
     already; the files are those its lines came from and those the ingest left out."""
@@ -244,26 +262,37 @@ def _read_table(spark: SparkSession, table: str
     except (Py4JJavaError, PySparkException) as e:
         raise InputError(f"cannot read the table {table}: {first_line(e)}") from e
     left_out = unreadable_files(spark, table)
-    scanned = _scan(spark, rows)
+    phases.say(f"reading the table {table} and aggregating its lines")
+    scanned = _scan(spark, rows, phases)
     files = sorted(scanned[1].files_with_lines | set(left_out))
     return files, left_out, scanned
 
 
 def run_report(spark: SparkSession, inputs: list[str], out: str,
-               skip_unreadable: bool = False, table: str | None = None) -> ReportResult:
-    """The report over log files (`inputs`) or over an ingested table (`table`)."""
+               skip_unreadable: bool = False, table: str | None = None,
+               phases: Phases | None = None) -> ReportResult:
+    """The report over log files (`inputs`) or over an ingested table (`table`);
+    `phases` says what it is doing (pipeline.progress), silent by default."""
+    phases = phases or Phases()
     started = time.monotonic()
+    check_writable(spark, out)  # a Hadoop path's: a local one was checked before Spark
     files, left_out, (cached, line_counts, fine_rows_n) = (
-        _read_table(spark, table) if table else _read_all(spark, inputs, skip_unreadable))
+        _read_table(spark, table, phases) if table
+        else _read_all(spark, inputs, skip_unreadable, phases))
     result = ReportResult(out, [table] if table else inputs, line_counts, 0.0, files=len(files),
                           left_out=left_out)
     result.scan_seconds = time.monotonic() - started
     result.bucket_seconds = bucket_seconds(line_counts)
+    phases.say(f"{line_counts.lines:,} lines read ({line_counts.bad:,} bad) in "
+               f"{duration(result.scan_seconds)}; writing {len(TABLE_ORDER)} tables into {out}")
     try:
-        _tables(spark, cached, result, files, table_partitions(spark, fine_rows_n))
+        with phases.running(spark, "writing the tables"):
+            _tables(spark, cached, result, files, table_partitions(spark, fine_rows_n))
     finally:
         cached.unpersist()
     result.seconds = time.monotonic() - started
+    phases.say(f"tables written in {duration(result.seconds - result.scan_seconds)}; "
+               "writing report.html")
     write_text(spark, f"{out.rstrip('/')}/report.html", render_html(result))
     result.seconds = time.monotonic() - started
     return result

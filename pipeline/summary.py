@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.progress import human_bytes
 from pipeline.tables import Counts
 
 Row = dict[str, Any]
@@ -29,14 +30,6 @@ class ReportResult:
         return self.counts.lines / self.seconds if self.seconds > 0 else 0.0
 
 
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
 def summary_lines(r: ReportResult) -> list[str]:
     c = r.counts
     lines = [
@@ -52,7 +45,7 @@ def summary_lines(r: ReportResult) -> list[str]:
     lines.append(_readiness(r.shown.get("kafka4_readiness", []),
                             r.table_rows.get("kafka4_readiness", 0)))
     lines.append("top topics: " + (", ".join(
-        f"{t['topic']} ({_human_bytes(t['total_bytes'] or 0)})"
+        f"{t['topic']} ({human_bytes(t['total_bytes'] or 0)})"
         for t in r.shown.get("top_topics", [])[:3]) or "-"))
     apis = r.shown.get("latency_by_api", [])
     slow = sorted((a for a in apis if a["p99_ms"] is not None), key=lambda a: -a["p99_ms"])[:3]

@@ -62,7 +62,9 @@ def test_by_default_every_unreadable_file_is_named_and_nothing_written(
     assert not (tmp_path / "out").exists()
     vanishing.restore_vanishing()
     assert report_main([str(vanishing.logs), "--out", str(tmp_path / "out")]) == 1
-    [said] = capsys.readouterr().err.splitlines()
+    *phases, said = capsys.readouterr().err.splitlines()  # what it did, then why it stopped
+    assert phases[0].startswith("kafkalens report: reading ") and phases[-1].endswith(
+        "cannot be read to its end; looking for every such file")
     assert said.startswith("kafkalens report: 4 input files cannot be read: file:/")
     assert all(name in said for name in vanishing.bad)
     assert said.endswith("; nothing written (--skip-unreadable reports without them)")
