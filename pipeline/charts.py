@@ -52,6 +52,7 @@ def latency_chart(series: list[Row], apis: list[str], step_seconds: int) -> str 
         if points.get(api):
             xs, ys = with_gaps(points[api], step_seconds)
             ax.plot(xs, ys, marker=".", label=api)
+    ax.xaxis_date(tz="UTC")  # the buckets are aware UTC times: ticks in UTC too
     ax.set_yscale("log")  # a Produce and a Metadata lookup differ 100-fold
     ax.set_ylabel("p95 service latency (ms, log)")
     ax.set_title("Service latency by api over time (UTC; long polls and rebalances apart)")

@@ -54,8 +54,9 @@ def cell(value: Any) -> str:
         return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.1f}"
     if isinstance(value, int):
         return f"{value:,}"
-    if isinstance(value, dt.datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, dt.datetime):  # aware, from utc.collect: shown in UTC
+        utc = value.astimezone(dt.UTC) if value.tzinfo else value
+        return utc.strftime("%Y-%m-%d %H:%M:%S")
     if isinstance(value, dict):
         items = sorted(value.items(), key=lambda kv: (-(kv[1] or 0), str(kv[0])))
         return ", ".join(f"{k}: {cell(v)}" for k, v in items)

@@ -18,7 +18,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import html
+from pipeline import html, utc
 from pipeline.fine import fine_rows
 from pipeline.fsio import check_writable, write_text
 from pipeline.progress import Phases, duration, human_bytes
@@ -82,7 +82,7 @@ _ROW = "_kafkalens_row"
 
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
-    return [row.asDict(recursive=True) for row in df.collect()]
+    return utc.collect(df)  # timestamps as UTC, whatever the driver's zone
 
 
 def write_table(table: DataFrame, out: str, name: str) -> tuple[int, list[dict[str, Any]]]:
@@ -92,11 +92,13 @@ def write_table(table: DataFrame, out: str, name: str) -> tuple[int, list[dict[s
     ordered = table.coalesce(1).sortWithinPartitions(*sort_columns(name)).withColumn(
         _ROW, F.monotonically_increasing_id())  # 0, 1, ... in the one task's order
     seen = Observation(f"rows_{name}")
-    first = F.collect_list(F.when(F.col(_ROW) < HTML_ROWS, F.struct(_ROW, *table.columns)))
+    columns, times = utc.crossing_columns(table.schema)  # timestamps as epoch micros
+    first = F.collect_list(F.when(F.col(_ROW) < HTML_ROWS, F.struct(_ROW, *columns)))
     ordered.observe(seen, F.count(F.lit(1)).alias("n"), first.alias("first")).drop(
         _ROW).write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
     got = seen.get
-    shown = [row.asDict(recursive=True) for row in sorted(got["first"], key=lambda r: r[_ROW])]
+    shown = [utc.restore(row.asDict(recursive=True), times)
+             for row in sorted(got["first"], key=lambda r: r[_ROW])]
     return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]
 
 

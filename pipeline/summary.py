@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,7 @@ def summary_lines(r: ReportResult) -> list[str]:
         f"{r.seconds - r.scan_seconds:.1f} s); {c.requests:,} requests, "
         f"{c.connection_events:,} connection events, {c.other_events:,} other events",
         _files(r),
-        f"time span: {c.first_ts or '-'} .. {c.last_ts or '-'} UTC",
+        f"time span: {_utc(c.first_ts)} .. {_utc(c.last_ts)} UTC",
         f"clients: {r.table_rows.get('client_inventory', 0):,}; "
         f"consumer groups: {r.table_rows.get('consumer_groups', 0):,}",
     ]
@@ -56,6 +57,13 @@ def summary_lines(r: ReportResult) -> list[str]:
     lines.append("highest error rates (protocol steps such as MEMBER_ID_REQUIRED apart): " + (
         ", ".join(f"{a['api']} {a['error_rate']:.2%}" for a in failing) or "-"))
     return lines
+
+
+def _utc(t: dt.datetime | None) -> str:
+    """An aware time as UTC, to the microsecond the log has (none: "-")."""
+    if t is None:
+        return "-"
+    return t.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
 
 
 def _files(r: ReportResult) -> str:

@@ -17,6 +17,7 @@ from pyspark.sql.types import StructType
 
 from pipeline import clients, fleet, traffic
 from pipeline.fine import part
+from pipeline.utc import from_micros, micros
 
 # Each table is written (and shown) in this order; the sort is for people reading it
 # (the fleet's: newest buckets first, the largest lag first).
@@ -49,7 +50,7 @@ class Counts:
     requests: int
     connection_events: int
     other_events: int
-    first_ts: dt.datetime | None
+    first_ts: dt.datetime | None  # aware, UTC
     last_ts: dt.datetime | None
     files_with_lines: frozenset[str] = frozenset()
 
@@ -63,8 +64,9 @@ def count_columns() -> list[Column]:
         F.sum(F.when(part == "g", F.col("n"))).alias("requests"),
         F.sum(F.when((part == "e") & F.col("event").startswith("connection_"), F.col("n")))
         .alias("conn"),
-        F.min(F.when(part.isin("g", "e"), F.col("first_seen"))).alias("first_ts"),
-        F.max(F.when(part.isin("g", "e"), F.col("last_seen"))).alias("last_ts"),
+        # epoch micros: a timestamp would reach the driver in its local zone (utc.py)
+        micros(F.min(F.when(part.isin("g", "e"), F.col("first_seen")))).alias("first_ts"),
+        micros(F.max(F.when(part.isin("g", "e"), F.col("last_seen")))).alias("last_ts"),
         F.count(F.lit(1)).alias("rows"),
         # at most a file name per input file
         F.collect_set(F.when(part.isin("g", "e", "b"), F.col("file"))).alias("files"),
@@ -75,7 +77,8 @@ def counts_of(row: dict[str, Any]) -> Counts:
     """Counts from count_columns' values."""
     lines, bad, requests, conn = (row[name] or 0 for name in ("lines", "bad", "requests", "conn"))
     return Counts(lines, bad, requests, conn, lines - bad - requests - conn,
-                  row["first_ts"], row["last_ts"], frozenset(row.get("files") or ()))
+                  from_micros(row["first_ts"]), from_micros(row["last_ts"]),
+                  frozenset(row.get("files") or ()))
 
 
 def bad_lines(fine: DataFrame, left_out: dict[str, str]) -> DataFrame:

@@ -32,12 +32,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from pipeline import follow, fsio, semantics
+from pipeline import follow, fsio, semantics, utc
 from pipeline.read import parse_lines
 from pipeline.schema import REQUEST_EVENTS
 from pipeline.spool import Unreadable
 from pipeline.tables import literal_rows
 from pipeline.traffic import latency_stats
+from pipeline.utc import from_micros, micros
 
 DEFAULT_WATERMARK = "2 minutes"
 WINDOW_SECONDS = 60
@@ -224,10 +225,13 @@ def write_batch(df: DataFrame, out: str, table: str, name: str | int,
                     f"{name}.zstd.parquet")
 
 
-def _epoch(value: Any) -> float | None:
+def _epoch(value: dt.datetime | None) -> float | None:
+    """An aware datetime (utc.py: none reaches the driver naive) as epoch seconds."""
     if value is None:
         return None
-    return value.replace(tzinfo=dt.UTC).timestamp() if value.tzinfo is None else value.timestamp()
+    if value.tzinfo is None:
+        raise ValueError(f"a naive datetime ({value}) would be read in the driver's zone")
+    return value.timestamp()
 
 
 def _clock(epoch: float | None) -> str:
@@ -283,14 +287,15 @@ class Batches:
             F.count(F.lit(1)).alias("lines"),
             F.count("bad_reason").alias("bad_lines"),
             F.sum(F.col("late").cast("long")).alias("late_lines"),
-            F.max(F.when(F.col("bad_reason").isNull(), F.col("ts"))).alias("max_ts"),
+            # epoch micros: a timestamp would reach the driver in its local zone (utc.py)
+            micros(F.max(F.when(F.col("bad_reason").isNull(), F.col("ts")))).alias("max_ts"),
         ).persist()
         accounted = files.collect()  # a row per file of the batch
         summary = BatchSummary(batch_id, len(accounted), sum(r["lines"] for r in accounted),
                                sum(r["bad_lines"] for r in accounted),
                                sum(r["late_lines"] or 0 for r in accounted))
-        newest = [t for t in (before.max_ts, *(_epoch(r["max_ts"]) for r in accounted))
-                  if t is not None]
+        newest = [t for t in (before.max_ts, *(_epoch(from_micros(r["max_ts"]))
+                                               for r in accounted)) if t is not None]
         max_ts = max(newest, default=None)
         summary.watermark = None if max_ts is None else max_ts - self.delay
         cut = F.lit(summary.watermark if summary.watermark is not None else float("-inf"))
@@ -368,7 +373,7 @@ def _shown(rows: DataFrame) -> list[dict[str, Any]]:
         F.desc("requests"), "key1", "key2")
     top = rows.withColumn("_rank", F.row_number().over(busiest)).where(
         F.col("_rank") <= SHOWN_KEYS)
-    shown = [r.asDict() for r in top.orderBy("window_start", "dimension", "_rank").collect()]
+    shown = utc.collect(top.orderBy("window_start", "dimension", "_rank"))
     for r in shown:
         r["key"] = " ".join(str(r[k]) for k in ("key1", "key2") if r.get(k)) or "-"
     return shown

@@ -1,4 +1,4 @@
-"""`kafkalens`: proxy, check-config, demo, decode, report, watch, ingest.
+"""`kafkalens`: proxy, check-config, demo, decode, top, report, watch, ingest.
 
 Bad configuration or flags end with exit code 2 and one line on stderr:
 ``kafkalens: error: <key>: <what is wrong>``.
@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="an embedded broker behind the proxy", add_help=False)
     for name, what in (
         ("decode", "decode a packet capture (or bare Kafka frames) to request log lines"),
+        ("top", "a live view of a running proxy: busiest clients, apis, lag"),
         ("report", "report on a request log"),
         ("watch", "watch a request log"),
         ("ingest", "parse the request logs once into a table"),
@@ -80,6 +81,12 @@ def _decode(argv: list[str]) -> int:
     from proxy import decode_cmd
 
     return int(decode_cmd.main(argv) or 0)
+
+
+def _top(argv: list[str]) -> int:
+    from proxy import top_cmd
+
+    return top_cmd.main(argv)
 
 
 def _report(argv: list[str]) -> int:
@@ -109,6 +116,7 @@ def _demo(argv: list[str]) -> int:
 # Subcommands whose own modules parse the rest of the command line.
 PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
     "decode": _decode,
+    "top": _top,
     "report": _report,
     "watch": _watch,
     "ingest": _ingest,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from proxy.admin.http import AdminServers, Endpoints, start_admin
 from proxy.admin.readiness import UpstreamProbe
+from proxy.admin.top import TopSource, metrics_families
 from proxy.config import Address, Config, ConfigError, check_supported
 from proxy.forward.allocator import keep_large_buffers
 from proxy.forward.server import Server
@@ -105,6 +106,7 @@ async def start_proxy(
         clients=server.clients,
         metrics_later=metrics.render_off_loop,
         refusals=metrics.admin_refusals,
+        top=TopSource(metrics_families(metrics), server.clients, before=metrics.flush).answer,
     )
     try:
         admin = await start_admin(config.metrics, endpoints)

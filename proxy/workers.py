@@ -254,6 +254,12 @@ class WorkerPool:
                 merged.extend(json.loads(path.read_text()))
         return merged
 
+    def metric_families(self) -> Any:
+        """The workers' metrics, summed as /metrics sums them (for /top)."""
+        from prometheus_client import multiprocess
+
+        return multiprocess.MultiProcessCollector(None, path=str(self.metrics_dir)).collect()
+
     def render_metrics(self, *own: Any) -> bytes:
         """The workers' metrics, plus collectors of the parent's `own`."""
         from prometheus_client import CollectorRegistry, generate_latest, multiprocess
@@ -291,6 +297,7 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
     from proxy.admin.http import Endpoints, start_admin
     from proxy.admin.readiness import UpstreamProbe
+    from proxy.admin.top import TopSource
     from proxy.metrics import AdminRefusals, UpstreamReachability
     from proxy.signals import on_reopen_signal, stop_signal
 
@@ -328,6 +335,7 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
         ready=ready,
         clients=pool.clients,
         refusals=refusals,
+        top=TopSource(pool.metric_families, pool.clients).answer,
     )
     try:
         http = await start_admin(config.metrics, endpoints)

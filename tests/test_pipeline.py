@@ -364,6 +364,7 @@ def test_html_report(built: tuple) -> None:
 def test_counts_and_shown_rows_are_the_written_tables(spark: SparkSession, built: tuple) -> None:
     """What report.html says of each table (its row count, its first rows in the
     table's order) is what was written, though the report never reads a table back."""
+    from pipeline import utc
     from pipeline.report import HTML_ROWS
     from pipeline.tables import TABLE_ORDER, sort_columns
 
@@ -372,8 +373,7 @@ def test_counts_and_shown_rows_are_the_written_tables(spark: SparkSession, built
     for name in TABLE_ORDER:
         written = spark.read.parquet(str(out / name))
         assert result.table_rows[name] == written.count(), name
-        first = [r.asDict(recursive=True) for r in
-                 written.orderBy(*sort_columns(name)).limit(HTML_ROWS).collect()]
+        first = utc.collect(written.orderBy(*sort_columns(name)).limit(HTML_ROWS))
         assert result.shown[name] == first, name
 
 

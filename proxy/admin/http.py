@@ -1,4 +1,4 @@
-"""A minimal HTTP/1.1 endpoint, the admin port: /metrics, /healthz, /readyz, /clients.
+"""A minimal HTTP/1.1 endpoint, the admin port: /metrics, /healthz, /readyz, /clients, /top.
 
 One request per connection (answered with `Connection: close`), GET and HEAD only,
 headers capped at 8 KiB and 5 seconds: enough for Prometheus and Kubernetes probes
@@ -19,7 +19,8 @@ refused or replaced connection is counted by reason in `kafkalens_admin_refused_
 /metrics, /healthz and /readyz are open. /clients names every connection's address,
 client id and SASL principal: it is off unless `metrics.clients_token_file` (then only
 with that bearer token) or `metrics.clients_listen` (a second, loopback-only listener)
-is set. A listener that checks Host headers (`metrics.allowed_hosts`, and always the
+is set. /top (the busiest clients, apis, groups: proxy/admin/top.py, read by `kafkalens
+top`) names clients too and follows the same rule. A listener that checks Host headers (`metrics.allowed_hosts`, and always the
 loopback one) answers only names it was given and the address it was reached on, so a
 web page cannot reach it through DNS rebinding.
 """
@@ -39,6 +40,7 @@ from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from proxy.admin.top import BadQuery, Query, TopAnswer
 from proxy.config import Address, ConfigError, MetricsConfig
 from proxy.metrics import AdminRefusals
 
@@ -62,6 +64,7 @@ class Endpoints:
     # Preferred to `metrics` when set: renders without holding up the event loop.
     metrics_later: Callable[[], Awaitable[bytes]] | None = None
     refusals: AdminRefusals = field(default_factory=AdminRefusals)
+    top: TopAnswer | None = None  # /top (proxy/admin/top.py)
 
 
 @dataclass
@@ -181,7 +184,23 @@ def route(
             return refusal
         body = json.dumps(endpoints.clients(), default=str).encode()
         return Response(HTTPStatus.OK, body, _JSON)
-    return Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz /clients\n")
+    if path == "/top":
+        refusal = (access or Access()).clients_refusal(headers or {})
+        if refusal is not None:
+            return refusal
+        if endpoints.top is None:
+            return Response(HTTPStatus.NOT_FOUND, b"/top is not served by this process\n")
+        try:
+            query = Query.parse(target.partition("?")[2])
+        except BadQuery as exc:
+            return Response(HTTPStatus.BAD_REQUEST, f"/top: {exc}\n".encode())
+        return _top_later(endpoints.top, query)
+    return Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz /clients /top\n")
+
+
+async def _top_later(top: TopAnswer, query: Query) -> Response:
+    body = json.dumps(await top(query), default=str).encode()
+    return Response(HTTPStatus.OK, body, _JSON)
 
 
 async def _metrics_later(render: Callable[[], Awaitable[bytes]]) -> Response:

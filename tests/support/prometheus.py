@@ -586,6 +586,8 @@ def resolve_variables(
     "All" value. Variables are resolved in order, each query with the earlier ones."""
     values: dict[str, str] = {}
     for variable in board["templating"]["list"]:
+        if variable["type"] == "datasource":
+            continue  # which Prometheus: the one queried here
         name = variable["name"]
         selector, label = variable_query(variable)
         offered = prom.label_values(label, resolve(selector, values, step))
