@@ -88,7 +88,7 @@ def test_the_terminal_shows_the_commands_own_lines_only(tmp_path: Path) -> None:
     skipped = report("--skip-unreadable", "--spark-log", "warn")
     assert skipped.returncode == 0, skipped.stderr[-3000:]
     assert skipped.stdout.startswith("kafkalens report\n")
-    assert "1 LEFT OUT (their lines are not counted): file:/" in skipped.stdout
+    assert "1 input file LEFT OUT (their lines are not counted): file:/" in skipped.stdout
     assert " WARN " in skipped.stderr  # Spark's own log, asked for
     assert "incubator modules" not in stopped.stderr + skipped.stderr
 
