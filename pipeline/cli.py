@@ -16,8 +16,10 @@ if not __package__:  # spark-submit pipeline/cli.py: import the package, not its
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
+import difflib  # noqa: E402
+import re  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from typing import TYPE_CHECKING, NoReturn  # noqa: E402
 
 from pipeline import paths  # noqa: E402
 
@@ -41,6 +43,58 @@ def missing_extra(root: Path = ROOT) -> str:
     return f"kafkalens: the pipeline needs PySpark and matplotlib (and Java 17+): {how}"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that says a bad flag or value in one line (exit 2) instead of usage and
+    message, with the nearest flag or choice when one is close, as the proxy's own
+    commands do (`kafkalens report: error: unrecognized arguments: --outt (did you mean
+    --out?)`)."""
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        self._given = list(sys.argv[1:] if args is None else args)
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._unknown(extras)
+        return parsed
+
+    def _flags(self) -> list[str]:
+        return [flag for action in self._actions for flag in action.option_strings]
+
+    def _unknown(self, extras: Sequence[str]) -> NoReturn:
+        self.error(f"unrecognized arguments: {' '.join(extras)}{_hint(extras, self._flags())}")
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required"):
+            # A mistyped required flag (--outt) reads as the flag missing: name the typo.
+            flags = self._flags()
+            typos = [a for a in getattr(self, "_given", []) if a.startswith("--")
+                     and not any(f.startswith(a.split("=", 1)[0]) for f in flags)
+                     and _hint([a], flags)]
+            if typos:
+                self._unknown(typos)
+        invalid = _INVALID_CHOICE.search(message)
+        if invalid is not None:
+            message += _hint([invalid[1]], re.findall(r"'([^']*)'", invalid[2]))
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+def _hint(given: Sequence[str], known: Sequence[str]) -> str:
+    """` (did you mean X?)` for the first of `given` close to one of `known`."""
+    for word in given:
+        name = word.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        if not close:  # a case slip: --OUT
+            close = [k for k in known if k.lower() == name.lower()]
+        if close:
+            return f" (did you mean {close[0]}?)"
+    return ""
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", metavar="URL",
                    help="Spark master (default local[*], or spark-submit's)")
@@ -51,7 +105,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _report_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="kafkalens report",
         description="Batch report over kafkalens request logs (or a table `kafkalens "
                     "ingest` wrote): Parquet tables + report.html.",
@@ -95,7 +149,7 @@ def _following(p: argparse.ArgumentParser, interval: float, files_per_trigger: i
 
 
 def _watch_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="kafkalens watch",
         description="Streaming one-minute windows over a directory the proxy logs into "
                     "(or a table `kafkalens ingest` writes).",
@@ -117,7 +171,7 @@ def _watch_parser() -> argparse.ArgumentParser:
 
 
 def _ingest_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="kafkalens ingest",
         description="Parse the request and telemetry logs once, into a Parquet table "
                     "partitioned by time that `report --table` and `watch --table` read.",

@@ -7,11 +7,12 @@ Local inputs are matched as Hadoop matches them: checked against Hadoop's own
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from support.synth import Synth, to_line
 
-from bench.synth import Synth, to_line
 from pipeline import paths, progress
 from pipeline.cli import ingest_main, report_main, watch_main
 
@@ -164,3 +165,31 @@ def test_durations_and_sizes_read_as_people_write_them() -> None:
         "0.0 s", "9.9 s", "42 s", "3 min 05 s", "1 h 02 min"]
     assert [progress.human_bytes(n) for n in (999, 1000, 1_234_567, 5e12)] == [
         "999 B", "1.0 KB", "1.2 MB", "5.0 TB"]
+
+
+@pytest.mark.parametrize(("main", "args", "said"), [
+    (report_main, ["x.log", "--outt", "o"],
+     "kafkalens report: error: unrecognized arguments: --outt (did you mean --out?)"),
+    (report_main, ["x.log", "--out", "o", "--skip-unreadabel"],
+     "kafkalens report: error: unrecognized arguments: --skip-unreadabel "
+     "(did you mean --skip-unreadable?)"),
+    (report_main, ["x.log", "--out", "o", "--spark-log", "warnn"],
+     "kafkalens report: error: argument --spark-log: invalid choice: 'warnn' (choose from "
+     "'off', 'fatal', 'error', 'warn', 'info', 'debug') (did you mean warn?)"),
+    (report_main, ["--out", "o"], "kafkalens report: error: give LOGS or --table TABLE "
+                                  "(one of them)"),
+    (watch_main, ["logs", "--watermak", "1 minute"],
+     "kafkalens watch: error: unrecognized arguments: --watermak 1 minute "
+     "(did you mean --watermark?)"),
+    (ingest_main, ["logs", "--tabel", "t"],
+     "kafkalens ingest: error: unrecognized arguments: --tabel (did you mean --table?)"),
+    (ingest_main, ["logs"], "kafkalens ingest: error: the following arguments are "
+                            "required: --table"),
+])
+def test_a_mistyped_flag_is_one_line_naming_the_nearest(
+        main: Any, args: list[str], said: str, no_spark: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    assert _one_line(capsys) == said

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from support.chromium import Browser
+from support.synth import Synth, to_line, write_rotated
 
-from bench.synth import Synth, to_line, write_rotated
 from pipeline import sections
 from pipeline.report import run_report
 from pipeline.summary import ERROR_RATE_ATTENTION, ReportResult, summary_lines
