@@ -16,6 +16,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import matplotlib
@@ -130,8 +131,10 @@ def with_gaps(points: list[tuple[Any, float]], step_seconds: int) -> tuple[list,
 
 def _series_chart(name: str, series: dict[str, list[tuple[Any, float]]], order: list[str],
                   step_seconds: int, ylabel: str, log: bool = False,
-                  fmt: Callable[[float, Any], str] = human_count) -> str | None:
-    """Lines over time, one per key of `series` in `order` (those with points)."""
+                  fmt: Callable[[float, Any], str] = human_count,
+                  integer: bool = False) -> str | None:
+    """Lines over time, one per key of `series` in `order` (those with points); with
+    `integer`, the values are counts (no 0.05 records on the axis)."""
     drawn = [key for key in order if series.get(key)]
     if not drawn:
         return None
@@ -147,9 +150,17 @@ def _series_chart(name: str, series: dict[str, list[tuple[Any, float]]], order: 
         _log_ms(ax.yaxis)
     else:
         ax.set_ylim(bottom=0)
+        if integer:
+            ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+        if all(not y for key in drawn for _, y in series[key]):
+            ax.set_ylim(0, 1)  # all zero: matplotlib would span 0-0.05
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(fmt))
     ax.set_ylabel(ylabel)
     _time_axis(ax)
+    times = {x for key in drawn for x, _ in series[key]}
+    if len(times) == 1:  # one bucket: matplotlib would span four years around it
+        only = times.pop()
+        ax.set_xlim(only - timedelta(seconds=step_seconds), only + timedelta(seconds=step_seconds))
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     return _svg(fig, name)
 
@@ -255,7 +266,7 @@ def lag_chart(lag: list[Row], step_seconds: int) -> str | None:
             series[name].append((row["bucket"], row["lag"]))
             largest[name] = max(largest[name], row["lag"])
     order = sorted(series, key=lambda g: (-largest[g], g))[:LINES]
-    return _series_chart("lag", series, order, step_seconds, "records behind")
+    return _series_chart("lag", series, order, step_seconds, "records behind", integer=True)
 
 
 def software_chart(software: list[Row]) -> str | None:

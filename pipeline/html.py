@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from pipeline.progress import human_bytes
+from pipeline.progress import human_bytes, plural
 from pipeline.sections import Chart, Col, Section
 
 Row = dict[str, Any]
@@ -169,7 +169,8 @@ def table_html(t: Table) -> str:
         return (f'<section id="{s.anchor}" class="empty"><h2>{escape(s.title)}</h2>'
                 f"<p>{escape(s.empty)}</p></section>")
     columns = _columns(s, t.rows)
-    shown = (f"all {t.total:,} rows" if t.total <= len(t.rows)
+    shown = (("the one row" if t.total == 1 else f"all {t.total:,} rows")
+             if t.total <= len(t.rows)
              else f"the first {len(t.rows):,} of {t.total:,} rows")
     blank = [col.label for name, col in s.columns.items()
              if not col.hidden and name not in dict(columns)]
@@ -206,7 +207,7 @@ def _contents(page: Page) -> str:
     charts = "".join(entry(c.anchor, c.title, "" if svg else '<span class="none">nothing '
                            "to draw</span>") for c, svg in page.charts)
     tables = "".join(entry(t.section.anchor, t.section.title,
-                           f'<span class="count">{t.total:,} rows</span>' if t.total
+                           f'<span class="count">{plural(t.total, "row")}</span>' if t.total
                            else '<span class="none">none</span>') for t in page.tables)
     return (f'<nav id="contents"><h2>Contents</h2><ol><li><a href="#summary">Summary</a>'
             f'</li><li><a href="#charts">Charts</a><ol>{charts}</ol></li><li>Tables<ol>'

@@ -36,6 +36,11 @@ def duration(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """`1 row`, `2 rows`, `1,000 files`."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pipeline import html, summary, utc
 from pipeline.fine import fine_rows
 from pipeline.fsio import check_writable, write_text
-from pipeline.progress import Phases, duration, human_bytes
+from pipeline.progress import Phases, duration, human_bytes, plural
 from pipeline.read import (
     InputError,
     ReadFailure,
@@ -164,7 +164,7 @@ def render_html(result: ReportResult) -> str:
               for name in PAGE_ORDER]
     inputs = ", ".join(result.inputs[:5]) + (
         f" and {len(result.inputs) - 5:,} more" if len(result.inputs) > 5 else "")
-    footer = (f"kafkalens report over {inputs} ({result.files:,} files). Times are UTC. "
+    footer = (f"kafkalens report over {inputs} ({plural(result.files, 'file')}). Times are UTC. "
               "Each table is also a Parquet directory beside this page, with every row.")
     page = html.Page(story.headline, story.traffic, story.attention, story.all_clear,
                      [(CHARTS[name], svg) for name, svg in drawn.items()], tables, footer)

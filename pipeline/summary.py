@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.progress import duration, human_bytes
+from pipeline.progress import plural as _plural
 from pipeline.sections import software_label
 from pipeline.tables import Counts
 
@@ -65,10 +66,6 @@ def span(c: Counts) -> str:
     if first[:10] == last[:10]:
         last = last[11:]
     return f"from {first} to {last} UTC ({duration((c.last_ts - c.first_ts).total_seconds())})"
-
-
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 def _share(part: int, whole: int) -> str:

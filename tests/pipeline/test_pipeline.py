@@ -413,6 +413,24 @@ def test_chart_lines_break_where_buckets_are_missing() -> None:
     assert with_gaps([(t0, 1.0), (t0 + minute, 2.0)], 60) == ([t0, t0 + minute], [1.0, 2.0])
 
 
+def test_a_chart_of_one_bucket_spans_minutes_and_counts_whole_records() -> None:
+    """The demo's short log: one minute of lag, all caught up. matplotlib alone would
+    span 2025-2029 around the one point and count 0.01 records behind."""
+    from pipeline.charts import lag_chart
+
+    t = dt.datetime(2026, 11, 29, 6, 59, tzinfo=dt.UTC)
+    svg = lag_chart([{"bucket": t, "group_id": "demo", "group_known": True, "lag": 0}], 60)
+    assert svg is not None
+
+    def ticks(axis: str) -> list[str]:
+        found = re.findall(rf'<g id="{axis}_\d+">.*?</text>', svg, re.S)
+        return [re.sub("<[^>]+>", "", text).strip() for text in found]
+
+    assert {"06:58", "06:59", "07:00"} <= set(ticks("xtick"))
+    assert not any(re.fullmatch(r"20\d\d", label) for label in ticks("xtick"))
+    assert ticks("ytick") == ["0", "1"]
+
+
 def test_html_escapes_client_strings() -> None:
     from pipeline.sections import CHARTS, SECTIONS
 
