@@ -20,7 +20,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipeline.fsio import hadoop_file
+from pipeline.fsio import first_line, hadoop_file
+from pipeline.paths import PathError
 from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, LINE_SCHEMA
 
 SAMPLE_CHARS = 200
@@ -59,7 +60,8 @@ class UnreadableFiles(InputError):
 
 def expand_inputs(spark: SparkSession, inputs: Iterable[str]) -> list[str]:
     """The inputs, each checked to match something through Hadoop's FileSystem (what
-    the job's file listing uses). Raises InputError naming those that match nothing."""
+    the job's file listing uses). Raises PathError naming those that match nothing
+    (local inputs were checked before Spark started: paths.check_inputs)."""
     found: list[str] = []
     missing: list[str] = []
     for raw in inputs:
@@ -67,20 +69,11 @@ def expand_inputs(spark: SparkSession, inputs: Iterable[str]) -> list[str]:
             fs, path = hadoop_file(spark, raw)
             matches = fs.globStatus(path)
         except Exception as e:  # noqa: BLE001 - a bad scheme or host: say which input
-            raise InputError(f"cannot list {raw}: {first_line(e)}") from e
+            raise PathError(f"cannot list {raw}: {first_line(e)}") from e
         (found if matches else missing).append(raw)
     if missing:
-        raise InputError("no file matches " + ", ".join(missing))
+        raise PathError("no file matches " + ", ".join(missing))
     return found
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    # A Py4J error's text is the Java stack; its cause is on the first "Exception:" line.
-    for line in text.splitlines():
-        if "Exception:" in line:
-            return line.split("Exception:", 1)[1].strip() or line.strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None = None,
