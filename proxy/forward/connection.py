@@ -769,8 +769,8 @@ class Connection(asyncio.Protocol):
 
 def _send(transport: asyncio.Transport, buffers: list[Buffer]) -> None:
     """uvloop's write() of one bytes object tries the socket at once; writelines() queues
-    its buffers for the end of the loop iteration: measured, a plain relay spends ~35 us
-    more CPU per small request/response pair with writelines."""
+    its buffers for the end of the loop iteration, which costs a plain relay more CPU per
+    small request/response pair (bench/PROFILE.md, "Kept, and what it saved")."""
     if len(buffers) == 1:
         transport.write(buffers[0])
     else:

@@ -195,10 +195,7 @@ FIGURE = re.compile(
 )
 # (file, what the line says): figures left while another branch rewrites the file; each
 # goes with the line that cites bench/ instead.
-FIGURES_LEFT = {
-    # cost-core moves this comment; bench/PROFILE.md, "Kept, and what it saved", has it
-    ("proxy/forward/connection.py", "~35 us"),
-}
+FIGURES_LEFT: set[tuple[str, str]] = set()
 
 
 def _comment_lines(path: Path) -> list[tuple[int, str]]:
