@@ -9,6 +9,7 @@ batches, and never passes over a file it cannot read in silence (pipeline/README
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -35,6 +36,22 @@ STOP_PATIENCE_SECONDS = 60.0  # how long a stop waits for the running batch
 NOTICE_SECONDS = 30.0  # how often to say what is awaited while nothing arrives
 EXIT_UNREADABLE = 1
 EXIT_USAGE = 2
+
+
+_DURATION = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(?:(sec|second|min|minute|hour|day)s?|(s|m|h|d))\s*$", re.I)
+_UNIT = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
+         "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+
+
+def duration_seconds(text: str, option: str) -> float:
+    """A duration as seconds: "2 minutes", "10 seconds", "90s", "1 hour", "30d" (Spark's
+    form too). ValueError naming `option` if it is none."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{option}: {text!r} is not a number of seconds, minutes, hours or "
+                         "days (e.g. '2 minutes')")
+    return float(match.group(1)) * _UNIT[(match.group(2) or match.group(3)).lower()]
 
 
 class Followed(Protocol):

@@ -239,10 +239,12 @@ def _read_table(spark: SparkSession, table: str
                 ) -> tuple[list[str], dict[str, str], tuple[DataFrame, Counts, int]]:
     """As _read_all, over a table `kafkalens ingest` wrote: its lines are parsed
     already; the files are those its lines came from and those the ingest left out."""
-    from pipeline.ingest import read_table, unreadable_files
+    from pipeline.ingest import TableError, read_table, unreadable_files
 
     try:
         rows = read_table(spark, table)
+    except TableError as e:
+        raise InputError(str(e)) from e
     except (Py4JJavaError, PySparkException) as e:
         raise InputError(f"cannot read the table {table}: {first_line(e)}") from e
     left_out = unreadable_files(spark, table)

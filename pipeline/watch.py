@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -85,19 +84,9 @@ class WatchOptions:
         return self.table
 
 
-_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:(sec|second|min|minute|hour|day)s?|(s|m|h|d))\s*$",
-                    re.I)
-_UNIT = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600,
-         "hour": 3600, "d": 86400, "day": 86400}
-
-
 def delay_seconds(text: str) -> float:
     """`--watermark` as seconds: "2 minutes", "10 seconds", "90s", "1 hour"."""
-    match = _DELAY.match(text)
-    if not match:
-        raise ValueError(f"--watermark: {text!r} is not a number of seconds, minutes, "
-                         "hours or days (e.g. '2 minutes')")
-    return float(match.group(1)) * _UNIT[(match.group(2) or match.group(3)).lower()]
+    return follow.duration_seconds(text, "--watermark")
 
 
 def per_line(parsed: DataFrame) -> DataFrame:
@@ -442,6 +431,13 @@ def run_watch(spark: SparkSession, o: WatchOptions) -> int:
         print(f"kafkalens watch: {e}", file=sys.stderr)
         return follow.EXIT_USAGE
     problem = follow.check(o)
+    if o.table is not None and not problem:
+        from pipeline.ingest import TableError, read_table
+
+        try:
+            read_table(spark, o.table)
+        except TableError as e:
+            problem = str(e)
     if problem:
         print(f"kafkalens watch: {problem}", file=sys.stderr)
         return follow.EXIT_USAGE
