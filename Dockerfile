@@ -28,7 +28,7 @@ RUN pip wheel --wheel-dir /wheels . \
 FROM ${PYTHON_IMAGE}
 # OCI image annotations (github.com/opencontainers/image-spec, annotations.md): what
 # `docker inspect`, registries and scanners show. VERSION is pyproject.toml's version
-# (tests/test_deploy.py holds them equal); REVISION and CREATED come from the build.
+# (tests/deploy/test_deploy.py holds them equal); REVISION and CREATED come from the build.
 ARG PYTHON_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=unknown

@@ -1,7 +1,7 @@
 # Developer shortcuts. The README's two commands do not need make.
 PY ?= .venv/bin/python
 
-.PHONY: generate test lint bench-codec
+.PHONY: generate test fast lint bench
 
 generate:  ## regenerate codec/generated, the Kafka 4.0 readiness table (codec/generate.py) and config/kafkalens.yaml (proxy/config.py)
 	$(PY) -m codec.generate
@@ -10,6 +10,12 @@ generate:  ## regenerate codec/generated, the Kafka 4.0 readiness table (codec/g
 test:
 	$(PY) -m pytest
 
+fast:  ## the developer's loop: the tests that need no broker, JVM or Go program, and are not slow
+	$(PY) -m pytest -m fast
+
 lint:
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+
+bench:  ## the benchmarks, with the question each answers
+	$(PY) -m bench

@@ -5,7 +5,7 @@
  * runs it: decoder(buf, pos, end, budget) -> (dict, pos) is interpreter.decode, and
  * decoder.skim(buf, pos, end, budget, found) -> pos is interpreter.skim. The functions
  * have the Python ones' names and shape (struct, value, array, tagged); the Python one is
- * the reference, and tests/test_codec_interpreters.py holds this one to the same dicts,
+ * the reference, and tests/codec/test_codec_accel.py holds this one to the same dicts,
  * positions, budgets and errors (class, message, offset). Calls it does not take (a
  * buffer that is not a 1-D byte memoryview, positions out of it, a budget that is not a
  * list holding an int) go to the fallbacks, the Python interpreter, unchanged.
@@ -34,10 +34,10 @@
 /* CPython 3.11 only (the layout verified at load, see put_direct): a decoded struct's
  * values go straight into its dict's entries, PyDict_SetItem's lookup skipped. Worth
  * the risk of writing into a private structure: callgrind's instructions per decode of
- * bench/bench_codec.py's frames, this file built with the direct writes and with
+ * bench/codec/decode.py's frames, this file built with the direct writes and with
  * -DKAFKALENS_NO_DICT_WRITES (public API only), are Fetch (100 partitions) 238,483 vs
  * 364,093 (the public API +53 %) and Metadata (1,000 partitions) 4,007,137 vs
- * 5,106,779 (+27 %); bench/HISTORY.md says how. The internal header needs
+ * 5,106,779 (+27 %), by `python -m bench.codec.instructions`. The internal header needs
  * Py_BUILD_CORE, set only around it: the rest of this file sees the public API alone.
  * Where the header is not installed, the public API does it all (rather than the build
  * failing, which setup.py's optional=True would turn into no extension at all). */

@@ -6,7 +6,7 @@ codec/interpreter.py's decode and skim. It is the C interpreter's (codec/_accel.
 the extension was built (setup.py builds it where a C compiler and the Python headers
 are) and the environment variable KAFKALENS_PURE_CODEC is unset or empty (`ACTIVE`);
 else the Python interpreter's, which gives the same results and is slower (see the
-README's codec paragraph and bench/bench_codec.py).
+README's codec paragraph and bench/codec/decode.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `decode` turns a struct's bytes into a dict; `skim` walks the same bytes with the same
 checks but keeps only what a log line needs (codec/skim.py); `encode` writes a dict
 back. The C interpreter (codec/_accel.c) runs the same description in the same shape
-(`decode_struct`, `read_value`, `read_array`, `read_tagged` there); tests/test_codec_accel.py
+(`decode_struct`, `read_value`, `read_array`, `read_tagged` there); tests/codec/test_codec_accel.py
 holds the two to the same dicts, positions, element budgets and errors (class,
 message, offset) on every api and version. This one runs where the C one was not
 built (or KAFKALENS_PURE_CODEC is set), and is the reference: read it to know what a

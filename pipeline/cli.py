@@ -1,5 +1,5 @@
 """Command lines of `kafkalens report`, `kafkalens watch` and `kafkalens ingest`: the top
-of the package (no module of pipeline/ imports it: tests/test_imports.py).
+of the package (no module of pipeline/ imports it: tests/project/test_imports.py).
 
 Run as a file, it is what `spark-submit` starts: `spark-submit pipeline/cli.py report
 LOGS --out DIR` (or `watch`, `ingest`), as `python -m pipeline.cli report ...`.

@@ -91,7 +91,7 @@ def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None =
     Directories are read recursively (hidden names skipped, as Spark does). A file
     Spark cannot read to its end fails the job (`ignoreCorruptFiles` stays off: it
     would drop the rest of the file without a word). `schema` is the report's unless
-    given (bench.scan_cost measures others)."""
+    given (bench.pipeline.scan_cost measures others)."""
     reader = spark.read.schema(schema or LINE_SCHEMA).options(**JSON_OPTIONS)
     if recursive:
         reader = reader.option("recursiveFileLookup", "true")
@@ -269,7 +269,7 @@ def parse_lines(logs: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     # was made three times a line and the reason twice (in `bad_reason` and in `line`'s
     # condition); Spark keeps the steps apart rather than repeat a cast (CollapseProject).
     # At 5M lines, interleaved: the report 79.3 / 84.7 / 82.4 s -> 78.8 / 76.1 / 75.8 s,
-    # the ingest 78.1 / 78.0 -> 77.6 / 64.1 s (bench/pipeline-history.md).
+    # the ingest 78.1 / 78.0 -> 77.6 / 64.1 s (bench/PIPELINE.md).
     ts_text = F.col("ts")
     timed = logs.select("*", F.when(_valid_ts(ts_text), ts_text.try_cast("timestamp"))
                         .alias(_PARSED_TS))

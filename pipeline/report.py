@@ -68,10 +68,10 @@ ROWS_PER_PARTITION = 500_000
 # report's tables, 49 without: Spark generates those whatever the setting), which
 # Janino compiled and the JVM then interpreted and JIT-compiled, a cost per query that
 # their few rows never earned back. Measured with the arms interleaved
-# (bench/pipeline-history.md): tables 25.5 and 25.1 s -> 17.9 and 17.1 s at 5M lines,
+# (bench/PIPELINE.md): tables 25.5 and 25.1 s -> 17.9 and 17.1 s at 5M lines,
 # 25.1 and 28.9 -> 18.6 and 23.0 s over the ingested table, the same Parquet tables;
-# on fine aggregations of 3M and 200k rows (bench_report_inputs) a wash (37.5-48.7 s
-# either way). tests/test_pipeline_tables_codegen.py holds it: a Spark that drops
+# on fine aggregations of 3M and 200k rows (bench.pipeline.report_inputs) a wash (37.5-48.7 s
+# either way). tests/pipeline/test_pipeline_tables_codegen.py holds it: a Spark that drops
 # the setting fails it.
 TABLES_CONF = {"spark.sql.adaptive.enabled": "false",
                "spark.sql.autoBroadcastJoinThreshold": "-1",

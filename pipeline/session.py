@@ -36,7 +36,7 @@ def local_driver_memory() -> str:
 # Every JVM that runs tasks compiles methods of any size: the scan's generated code
 # (read, explode, partial aggregation fused into one function) would otherwise run
 # interpreted once a method of it outgrew HotSpot's 8,000 bytes (one of 8,746 bytes
-# doubled the scan's CPU: bench/pipeline-history.md), which one more field can do.
+# doubled the scan's CPU: bench/PIPELINE.md), which one more field can do.
 COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 LOCAL_JAVA_OPTIONS = f"-XX:+UseSerialGC {COMPILE_HUGE_METHODS}"
 EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"

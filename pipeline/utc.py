@@ -14,7 +14,7 @@ which no zone touches: `unix_micros`) and is made an aware UTC datetime here
 `micros` for an aggregate. The other way, nothing naive goes to Spark: PySpark reads
 a naive datetime in the driver's local zone too (`time.mktime`), so a time the driver
 hands Spark is epoch seconds (`F.lit(float)`) or an aware datetime.
-tests/test_pipeline_time_zones.py runs the report, the watch and the ingest with the
+tests/pipeline/test_pipeline_time_zones.py runs the report, the watch and the ingest with the
 driver (Python and its JVM) in three zones and compares every output.
 """
 

@@ -73,6 +73,29 @@ def java_binary(java_home: str | None = None) -> str:
     return found
 
 
+MIN_JAVA = 17  # Apache Kafka 4's brokers
+
+
+def check_java(java_home: str | None = None) -> None:
+    """BrokerUnavailable, saying what is wanted, unless `java` (java_binary) is 17+."""
+    java = java_binary(java_home)
+    try:
+        shown = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60
+        ).stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BrokerUnavailable(f"cannot run {java}: {exc}") from None
+    # `openjdk version "17.0.12" 2024-07-16`, `java version "1.8.0_402"`
+    quoted = shown.split('"')[1] if shown.count('"') >= 2 else ""
+    parts = quoted.removeprefix("1.").split(".")
+    if not parts[0].isdigit() or int(parts[0]) < MIN_JAVA:
+        first = shown.splitlines()[0] if shown else "no version"
+        raise BrokerUnavailable(
+            f"Apache Kafka needs Java {MIN_JAVA} or newer; {java} is {first!r}"
+            " (set JAVA_HOME to a newer one)"
+        )
+
+
 def new_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as
     `kafka-storage.sh random-uuid` prints). Like Kafka's Uuid.randomUuid, never one that

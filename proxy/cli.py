@@ -1,4 +1,4 @@
-"""`kafkalens`: proxy, check-config, demo, decode, top, report, watch, ingest.
+"""`kafkalens`: proxy, check-config, demo, fetch-kafka, decode, top, report, watch, ingest.
 
 Bad configuration or flags end with exit code 2 and one line on stderr:
 ``kafkalens: error: <key>: <what is wrong>``.
@@ -12,7 +12,10 @@ from collections.abc import Callable, Sequence
 
 from proxy.config import (
     DEFAULT_LISTENER,
+    LOG_FORMATS,
+    LOG_LEVELS,
     ConfigError,
+    LogConfig,
     MetricsConfig,
     Overrides,
     RequestLogConfig,
@@ -20,11 +23,22 @@ from proxy.config import (
     summary,
 )
 from proxy.console import EXIT_CONFIG, OneLineParser, configure_logging, fail
-from proxy.preflight import check_request_log_path, check_startup, folders_created_at_start
+from proxy.preflight import (
+    check_request_log_path,
+    check_startup,
+    connections_line,
+    folders_created_at_start,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="kafkalens", description="A Kafka-protocol L7 proxy.")
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        nargs=0,
+        help="the version (as /metrics' kafkalens_build_info has it), and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     proxy = sub.add_parser(
         "proxy",
@@ -48,12 +62,23 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument(
         "--metrics",
         metavar="HOST:PORT",
-        help=f"/metrics, /healthz, /readyz address (built-in default {MetricsConfig().listen})",
+        help=f"/metrics, /livez, /readyz address (built-in default {MetricsConfig().listen})",
     )
     proxy.add_argument(
         "--request-log",
         metavar="PATH",
         help=f'request log file, or "-" for stdout (built-in default "{RequestLogConfig().path}")',
+    )
+    proxy.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="the proxy's own log on stderr: json, console, or auto (console on a terminal,"
+        f" else json) (built-in default {LogConfig().format})",
+    )
+    proxy.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help=f"the least severe lines of that log (built-in default {LogConfig().level})",
     )
     check = sub.add_parser(
         "check-config",
@@ -66,6 +91,18 @@ def _parser() -> argparse.ArgumentParser:
         "--check-ports", action="store_true", help="also bind the listen addresses (then free them)"
     )
     sub.add_parser("demo", help="an embedded broker behind the proxy", add_help=False)
+    sub.add_parser(
+        "fetch-kafka", help="fetch Apache Kafka's jars for demo --broker apache-kafka", add_help=False
+    )
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, tcsh)",
+        description="Print the completion script of SHELL for kafkalens, its subcommands,"
+        " their flags and choices: `eval \"$(kafkalens completion bash)\"` in ~/.bashrc, or"
+        " `kafkalens completion bash > /etc/bash_completion.d/kafkalens`; zsh:"
+        " `kafkalens completion zsh > \"${fpath[1]}/_kafkalens\"`.",
+    )
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or tcsh")
     for name, what in (
         ("decode", "decode a packet capture (or bare Kafka frames) to request log lines"),
         ("top", "a live view of a running proxy: busiest clients, apis, lag"),
@@ -75,6 +112,63 @@ def _parser() -> argparse.ArgumentParser:
     ):
         sub.add_parser(name, help=what, add_help=False)
     return parser
+
+
+SHELLS = ("bash", "zsh", "tcsh")
+
+
+def completion_script(shell: str) -> str:
+    """shtab's script for the whole command line: every subcommand's own parser (those
+    that parse their own arguments at run time included) under the top one, paths
+    completed where a flag takes a file or a directory."""
+    import shtab
+
+    from pipeline import cli as pipeline_cli
+    from proxy import decode_cmd, demo, kafka_jars, top_cmd
+
+    parser = _parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, own in (
+        ("demo", demo._parser()),
+        ("fetch-kafka", kafka_jars._parser()),
+        ("decode", decode_cmd._parser()),
+        ("top", top_cmd.parser()),
+        ("report", pipeline_cli._report_parser()),
+        ("watch", pipeline_cli._watch_parser()),
+        ("ingest", pipeline_cli._ingest_parser()),
+    ):
+        commands.choices[name] = own
+    for command in commands.choices.values():
+        for action in command._actions:
+            shown = str(action.metavar or action.dest).upper()
+            if shown in ("FILE", "PATH", "LOGS", "CAPTURE", "TABLE") or action.dest == "file":
+                action.complete = shtab.FILE
+            elif shown in ("DIR", "LOGDIR", "OUT"):
+                action.complete = shtab.DIRECTORY
+    return str(shtab.complete(parser, shell=shell))
+
+
+class _Version(argparse.Action):
+    """argparse's "version", worked out only when asked (the codec's import is not free)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def version_line() -> str:
+    """`kafkalens 0.1.0 (Python 3.11.7, codec C)`: the version first, for scripts."""
+    import platform
+
+    from proxy.announce import package_version
+
+    return f"kafkalens {package_version()} (Python {platform.python_version()}, codec {codec_name()})"
+
+
+def codec_name() -> str:
+    from codec import accel
+
+    return "C" if accel.ACTIVE else "Python"
 
 
 def _decode(argv: list[str]) -> int:
@@ -113,6 +207,12 @@ def _demo(argv: list[str]) -> int:
     return demo.main(argv)
 
 
+def _fetch_kafka(argv: list[str]) -> int:
+    from proxy import kafka_jars
+
+    return kafka_jars.main(argv)
+
+
 # Subcommands whose own modules parse the rest of the command line.
 PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
     "decode": _decode,
@@ -121,6 +221,7 @@ PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
     "watch": _watch,
     "ingest": _ingest,
     "demo": _demo,
+    "fetch-kafka": _fetch_kafka,
 }
 
 
@@ -133,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_config(args.file, check_ports=args.check_ports)
     if args.command == "proxy":
         return run_proxy(args)
+    if args.command == "completion":
+        print(completion_script(args.shell), end="")
+        return 0
     _parser().print_help(sys.stderr)
     return EXIT_CONFIG
 
@@ -147,6 +251,7 @@ def check_config(path: str, *, check_ports: bool = False) -> int:
     print(f"{path}: OK")
     for line in summary(config):
         print(f"  {line}")
+    print(f"  {connections_line(config)}")
     for key, folder in folders_created_at_start(config):
         print(f"  {key}: {folder} does not exist yet; kafkalens proxy creates it as it starts")
     return 0
@@ -162,6 +267,8 @@ def run_proxy(args: argparse.Namespace) -> int:
         upstream=args.upstream,
         metrics=args.metrics,
         request_log=args.request_log,
+        log_format=args.log_format,
+        log_level=args.log_level,
     )
     try:
         config = load_config(args.config, overrides)
@@ -170,7 +277,7 @@ def run_proxy(args: argparse.Namespace) -> int:
         check_startup(config, api_names=config.workers == 1)  # workers check their own
     except ConfigError as exc:
         fail(str(exc))
-    configure_logging()
+    configure_logging(config.log)
     raise_open_file_limit()  # inherited by the workers
     from proxy.signals import ignore_reopen_signal
 
@@ -179,11 +286,11 @@ def run_proxy(args: argparse.Namespace) -> int:
         if config.workers > 1:
             from proxy.workers import serve_workers
 
-            serve_workers(config)
+            serve_workers(config, args.config)
         else:
             from proxy.runner import serve
 
-            uvloop.run(serve(config))
+            uvloop.run(serve(config, config_path=args.config))
     except ConfigError as exc:  # e.g. a listen address already in use
         fail(str(exc))
     return 0

@@ -3,7 +3,7 @@
 A key is declared where its value lives: a field of one of the frozen dataclasses below
 (`Config` and its sections), made by a *kind* function that says what the key holds:
 
-    max_frame_bytes: int = integer(
+    max_frame_bytes: int = size(
         default=104857600,
         at_most=(INT32_MAX, "a Kafka frame's length is an int32"),
         doc="The largest frame read from a client or a broker.",
@@ -14,11 +14,14 @@ has it), bounds with their reason, and its documentation. The rest is derived fr
 declarations: the reader (`parse_config`, one generic walk, `read_section`), the
 unknown-key check and its suggestion, `SECTION_SCHEMAS` and `MAXIMA` (views for tests and
 tools), `kafkalens proxy --help`'s built-in defaults, and config/kafkalens.yaml, which
-`python -m proxy.config > config/kafkalens.yaml` writes (tests/test_config.py fails when
+`python -m proxy.config > config/kafkalens.yaml` writes (tests/proxy/test_config.py fails when
 the file in the repository is not what it would write).
 
-The kinds: `integer` and `seconds` (a finite `at_most` with its reason is required: past
-it a value no longer tunes a protection but switches it off), `fraction` (0..1), `flag`,
+The kinds: `integer`, `size` (bytes: `64KiB`, `10MB` read too), `seconds` and
+`milliseconds` (`500ms`, `30s`, `1h30m` read too: parse_size, parse_duration), and
+`integer_or_auto` (`auto`, sized by the process: limits.max_connections) (a finite
+`at_most` with its reason is required: past it a value no longer tunes a protection but
+switches it off), `fraction` (0..1), `flag`,
 `text`, `choice`, `file_path` (a file this process can read, checked as the file is parsed),
 `address` (HOST:PORT), `items` (a list, each item checked by a function), `section` (a
 nested mapping of keys: another decorated dataclass) and `custom` (a shape of its own:
@@ -79,6 +82,8 @@ TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
 MODES = ("sidecar", "gateway")
 ENFORCEMENTS = ("log", "reject")
 TELEMETRY_ANSWERERS = ("proxy", "broker")
+LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 # KIP-714 / Kafka's record compression ids, by the names the config uses.
 COMPRESSION_TYPES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 INT32_MAX = 2**31 - 1
@@ -88,6 +93,9 @@ _ABSENT: Any = object()  # a key the document does not give
 _REQUIRED: Any = dataclasses.MISSING  # a declaration without default=
 _NO_EXAMPLE: Any = object()
 _KEY = "kafkalens.key"  # where a field's metadata holds its `Key`
+AUTO = "auto"  # the value of a key the process sizes itself (integer_or_auto)
+# limits.max_connections when `auto`: what the open-file limit holds, at most this many
+AUTO_MAX_CONNECTIONS = 10_000
 
 
 class ConfigError(ValueError):
@@ -144,17 +152,51 @@ class Integer(Kind):
     minimum: int
     maximum: int
     why: str
+    # `auto` is a value too (read as None), meaning what this says: the process sizes it
+    auto: str | None = None
 
-    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> int:
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> int | None:
+        if self.auto is not None and value == AUTO:
+            return None
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
             what = "a positive integer" if self.minimum == 1 else f"an integer >= {self.minimum}"
+            if self.auto is not None:
+                what += f" or {AUTO}"
             raise ConfigError(key, f"must be {what}, got {_show(value)}")
         if not value <= self.maximum:
             raise ConfigError(key, f"must be {self.bounds()}, got {_show(value)}")
         return value
 
     def bounds(self) -> str:
-        return f"{self.minimum}..{self.maximum} ({self.why})"
+        numbers = f"{self.minimum}..{self.maximum} ({self.why})"
+        return numbers if self.auto is None else f"{AUTO} ({self.auto}), or {numbers}"
+
+    def as_yaml(self, value: Any) -> object:
+        return AUTO if value is None and self.auto is not None else value
+
+
+@dataclass(frozen=True)
+class Size(Integer):
+    """A number of bytes: a bare integer, or a number with a unit (`64KiB`, `10MB`)."""
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> int | None:
+        if isinstance(value, str) and not (self.auto is not None and value == AUTO):
+            return _as_given(value, key, lambda: super(Size, self).read(
+                _with_unit(value, key, parse_size, SIZE_EXAMPLES), key, given
+            ))  # fmt: skip
+        return super().read(value, key, given)
+
+
+@dataclass(frozen=True)
+class Milliseconds(Integer):
+    """A duration in milliseconds: a bare integer, or a number with a unit (`30s`)."""
+
+    def read(self, value: Any, key: str, given: Mapping[str, Any]) -> int | None:
+        if isinstance(value, str):
+            millis = _with_unit(value, key, parse_duration, DURATION_EXAMPLES) * 1000
+            number = round(millis) if abs(millis - round(millis)) < 1e-6 else millis
+            return _as_given(value, key, lambda: super(Milliseconds, self).read(number, key, given))
+        return super().read(value, key, given)
 
 
 @dataclass(frozen=True)
@@ -163,6 +205,11 @@ class Seconds(Kind):
     why: str
 
     def read(self, value: Any, key: str, given: Mapping[str, Any]) -> float:
+        if isinstance(value, str):
+            text = value
+            return _as_given(text, key, lambda: self.read(
+                _with_unit(text, key, parse_duration, DURATION_EXAMPLES), key, given
+            ))  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise ConfigError(key, f"must be a positive number, got {_show(value)}")
         if not value <= self.maximum:
@@ -302,6 +349,66 @@ class Key:
     missing: str = "is required"  # the problem a required key left out is
 
 
+# --- units: sizes and durations as people write them -------------------------------------
+
+# Binary units are 1024s, decimal ones 1000s (IEC 80000-13, as Kubernetes reads Ki/K);
+# any case (`64kib`), a space allowed before the unit.
+SIZE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+# Go's time.ParseDuration's units, from milliseconds to days; parts may follow each
+# other, largest first (`1h30m`), as Go reads them.
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+SIZE_EXAMPLES = "bytes, or with a unit: 64KiB, 10MB, 1GiB"
+DURATION_EXAMPLES = "seconds, or with a unit: 500ms, 30s, 10m, 1h, 1d, 1h30m"
+_NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
+_SIZE_TEXT = re.compile(rf"{_NUMBER}\s*([a-zA-Z]+)")
+_DURATION_PART = re.compile(rf"{_NUMBER}\s*(ms|s|m|h|d)", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """`64KiB` -> 65536, `10MB` -> 10000000, `1.5KiB` -> 1536; None if it is no size
+    (or not a whole number of bytes)."""
+    match = _SIZE_TEXT.fullmatch(text.strip())
+    if match is None or match[2].lower() not in SIZE_UNITS:
+        return None
+    value = float(match[1]) * SIZE_UNITS[match[2].lower()]
+    return int(value) if value.is_integer() else None
+
+
+def parse_duration(text: str) -> float | None:
+    """`30s` -> 30.0, `500ms` -> 0.5, `1h30m` -> 5400.0; None if it is no duration."""
+    text = text.strip()
+    total, pos, last = 0.0, 0, float("inf")
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            return None
+        unit = DURATION_UNITS[match[2].lower()]
+        if unit >= last:  # each part smaller than the one before: 1h30m, not 30m1h
+            return None
+        total, pos, last = total + float(match[1]) * unit, match.end(), unit
+    return total if pos == len(text) and pos > 0 else None
+
+
+def _as_given(text: str, key: str, read: Callable[[], Any]) -> Any:
+    """`read()`, its error naming the value as written (`got '3GiB'`), not in bytes."""
+    try:
+        return read()
+    except ConfigError as exc:
+        if exc.key != key or "; got " in exc.problem:
+            raise
+        problem = exc.problem.rsplit(", got ", 1)[0]
+        raise ConfigError(key, f"{problem}, got {text!r}") from None
+
+
+def _with_unit(text: str, key: str, parse: Callable[[str], float | None], examples: str) -> float:
+    value = parse(text)
+    if value is None:
+        raise ConfigError(key, f"must be {examples}; got {text!r}")
+    return value
+
+
 # --- declaring keys: the field specifiers ---------------------------------------------
 
 
@@ -324,6 +431,22 @@ def _declare(
 
 def integer(*, default: int, at_most: tuple[int, str], doc: str, minimum: int = 1) -> int:
     return _declare(Integer(minimum, *at_most), doc, default)
+
+
+def size(*, default: int, at_most: tuple[int, str], doc: str, minimum: int = 1) -> int:
+    """A number of bytes; `64KiB`, `10MB` and the like read too (parse_size)."""
+    return _declare(Size(minimum, *at_most), doc, default)
+
+
+def milliseconds(*, default: int, at_most: tuple[int, str], doc: str, minimum: int = 1) -> int:
+    """A duration in whole milliseconds; `30s`, `500ms` and the like read too."""
+    return _declare(Milliseconds(minimum, *at_most), doc, default)
+
+
+def integer_or_auto(*, auto: str, at_most: tuple[int, str], doc: str) -> int | None:
+    """An integer, or `auto` (the default, read as None): sized by the process as it
+    starts, as `auto` says (haproxy sizes maxconn from the open-file limit so)."""
+    return _declare(Integer(1, *at_most, auto=auto), doc, None)
 
 
 def seconds(*, default: float, at_most: tuple[float, str], doc: str) -> float:
@@ -366,9 +489,14 @@ def file_path(
 
 
 def address(
-    *, default: Address | None = _REQUIRED, doc: str, listen: bool = False, loopback: bool = False
+    *,
+    default: Address | None = _REQUIRED,
+    doc: str,
+    listen: bool = False,
+    loopback: bool = False,
+    example: object = _NO_EXAMPLE,
 ) -> Any:
-    return _declare(AddressKind(listen, loopback), doc, default)
+    return _declare(AddressKind(listen, loopback), doc, default, example=example)
 
 
 def items(
@@ -594,9 +722,10 @@ class GatewayConfig:
         example=["broker-0:9092", "broker-1:9092"],
     )
     advertised_host: str = text(
-        doc="host put into rewritten broker addresses", example="kafkalens.example.com"
+        doc="host put into rewritten node addresses",
+        example="kafkalens.example.com",
     )
-    listen_host: str = text(default="0.0.0.0", doc="host the per-broker listeners bind")
+    listen_host: str = text(default="0.0.0.0", doc="host the per-node listeners bind")
     broker_port_base: int = integer(
         default=9100, minimum=0, at_most=(65535, "a TCP port"),
         doc="broker node N is served on port base + N",
@@ -607,9 +736,68 @@ class GatewayConfig:
         default_factory=dict,
         doc="or an explicit map, e.g. {0: 9200, 1: 9201}",
     )
-    tls: ListenerTLS | None = section(
-        ListenerTLS, default=None, doc="clients' side of the bootstrap and every broker listener"
+    controller_bootstrap_listen: Address | None = address(
+        default=None,
+        doc="clients bootstrap on controllers here (KIP-919, --bootstrap-controller)",
+        listen=True,
+        example="0.0.0.0:9093",
     )
+    controller_bootstrap_servers: tuple[Address, ...] = items(
+        default=(),
+        each=_upstream,
+        doc="the cluster's controllers, for that bootstrap",
+        example=["controller-0:9093", "controller-1:9093"],
+    )
+    controller_port_base: int = integer(
+        default=9300, minimum=0, at_most=(65535, "a TCP port"),
+        doc="controller node N is served on port base + N",
+    )  # fmt: skip
+    controller_ports: Mapping[int, int] = custom(
+        parse=_broker_ports,
+        to_yaml=dict,
+        default_factory=dict,
+        doc="or an explicit map, e.g. {0: 9400, 1: 9401}",
+    )
+    max_nodes: int = integer(
+        default=1000,
+        at_most=(65535, "each node is a listener on a port of its own"),
+        doc="brokers, and controllers, served at most; one named past it is not",
+    )
+    route_check_timeout_seconds: float = seconds(
+        default=5.0,
+        at_most=(60, "a route waits for it to open or move"),
+        doc="a node's new address answers ApiVersions within this, or no route goes there",
+    )
+    tls: ListenerTLS | None = section(
+        ListenerTLS, default=None, doc="clients' side of the bootstrap and every node listener"
+    )
+
+    def _check(self, path: str) -> None:
+        if (self.controller_bootstrap_listen is None) != (not self.controller_bootstrap_servers):
+            which = (
+                "controller_bootstrap_servers"
+                if self.controller_bootstrap_listen is not None
+                else "controller_bootstrap_listen"
+            )
+            raise ConfigError(
+                f"{path}.{which}",
+                "controller_bootstrap_listen and controller_bootstrap_servers go together",
+            )
+        if self.controller_port_base == self.broker_port_base:
+            raise ConfigError(
+                f"{path}.controller_port_base",
+                f"must differ from broker_port_base ({self.broker_port_base}): a node that"
+                " is broker and controller would need one port for both",
+            )
+        owner: dict[int, str] = {}
+        for kind, ports in (("broker_ports", self.broker_ports),
+                            ("controller_ports", self.controller_ports)):  # fmt: skip
+            for node, port in ports.items():
+                if port in owner:
+                    raise ConfigError(
+                        f"{path}.{kind}.{node}", f"port {port} is {owner[port]}'s already"
+                    )
+                owner[port] = f"{kind}.{node}"
 
 
 @config_section
@@ -643,7 +831,7 @@ class UpstreamTLS:
 class MetricsConfig:
     listen: Address = address(
         default=Address("0.0.0.0", 9180),
-        doc="/metrics, /healthz, /readyz (and /clients with clients_token_file)",
+        doc="/metrics, /livez (/healthz), /readyz (and /clients with clients_token_file)",
         listen=True,
     )
     max_label_values: int = integer(
@@ -703,12 +891,29 @@ class MetricsConfig:
 
 
 @config_section
+class LogConfig:
+    format: str = choice(
+        default="auto",
+        options=LOG_FORMATS,
+        doc="json: one JSON object a line (ts, level, msg, worker, then the event's fields);"
+        " console: for a person at a terminal; auto: console when stderr is a terminal,"
+        " else json",
+    )
+    level: str = choice(
+        default="info",
+        options=LOG_LEVELS,
+        doc="the least severe lines written: debug, info (start, upstream reachability,"
+        " stop), warning, error",
+    )
+
+
+@config_section
 class RequestLogConfig:
     path: str = text(
         default="-",
         doc='"-" for stdout, or a file (kafkalens proxy creates its folder if missing)',
     )
-    max_bytes: int = integer(
+    max_bytes: int = size(
         default=104857600,
         at_most=(2**40, "1 TiB: the size a log file is rotated at"),
         doc="rotate past this size: requests.log -> requests.log.1 ...",
@@ -722,7 +927,7 @@ class RequestLogConfig:
         at_most=(3600, "1 hour: lines wait in memory meanwhile"),
         doc="a line is in the file within this long, traffic or not",
     )
-    max_queued_bytes: int = integer(
+    max_queued_bytes: int = size(
         default=16777216,
         at_most=(2**32, "4 GiB held in memory"),
         doc="lines waiting for a slow or failing disk; beyond: dropped, counted",
@@ -752,7 +957,7 @@ class RequestLogConfig:
 
 @config_section
 class Limits:
-    max_frame_bytes: int = integer(
+    max_frame_bytes: int = size(
         default=104857600,
         at_most=(INT32_MAX, "a Kafka frame's length is an int32"),
         doc="the largest frame read from a client or a broker",
@@ -762,10 +967,12 @@ class Limits:
         at_most=(INT32_MAX, "a Kafka frame's length is an int32"),
         doc="before SASL authentication completes (at most max_frame_bytes)",
     )
-    max_connections: int = integer(
-        default=10000,
+    max_connections: int | None = integer_or_auto(
+        auto=f"as many as the open-file limit holds, at most {AUTO_MAX_CONNECTIONS}",
         at_most=(1_048_576, "Linux's default nr_open, and each connection needs two sockets"),
-        doc="client connections open at once",
+        doc="client connections open at once; the soft open-file limit is raised to the"
+        " hard one at start, each connection takes two descriptors (client and broker), and"
+        " a number the limit cannot hold is warned of at start",
     )
     max_connections_per_ip: int = integer(
         default=1000, at_most=(1_048_576, "Linux's default nr_open"), doc="of those, from one IP"
@@ -799,12 +1006,12 @@ class Limits:
         at_most=(3600, "1 hour: orchestrators kill a stopping process long before"),
         doc="SIGTERM: drain in-flight requests this long",
     )
-    decompression_limit_bytes: int = integer(
+    decompression_limit_bytes: int = size(
         default=67108864,
         at_most=(2**32, "4 GiB: a batch is inflated in memory"),
         doc="per batch, when record_detail is on",
     )
-    observe_whole_frame_bytes: int = integer(
+    observe_whole_frame_bytes: int = size(
         default=262144,
         minimum=0,
         at_most=(2**30, "1 GiB: a frame assembled whole costs its size per direction"),
@@ -818,7 +1025,7 @@ class Limits:
         " decode error (counted) and the rest goes on unparsed: the event loop is never held"
         " longer.",
     )
-    observe_max_field_bytes: int = integer(
+    observe_max_field_bytes: int = size(
         default=65536,
         at_most=(2**30, "1 GiB: a field is held whole while it is parsed"),
         doc="Of a frame decoded as it streams: the most one field (a string, bytes, a tagged"
@@ -831,14 +1038,14 @@ class Limits:
         " (past it they are read and dropped, counted in"
         " kafkalens_observed_elements_dropped_total and the line's observed_elements_dropped).",
     )
-    socket_buffer_bytes: int = integer(
+    socket_buffer_bytes: int = size(
         default=1048576,
         minimum=0,
         at_most=(2**28, "256 MiB: the kernel holds this much per socket"),
         doc="SO_SNDBUF and SO_RCVBUF of both sockets of a connection (the kernel doubles it):"
         " bounds the kernel's buffers as the proxy's own are bounded. 0: the kernel's"
         " autotuned sizes (up to net.ipv4.tcp_wmem/tcp_rmem max, MBs per socket). 256 KiB"
-        " cost ~20 % more proxy CPU per GB on big frames than 1 MiB (bench.big_frames).",
+        " cost ~20 % more proxy CPU per GB on big frames than 1 MiB (bench.proxy.big_frames).",
     )
 
     def _check(self, path: str) -> None:
@@ -931,7 +1138,7 @@ class TelemetryLogConfig:
     """The telemetry log: one JSON line per pushed data point (None: no file)."""
 
     path: str | None = text(default=None, doc='a file, "-" for stdout, or null (off)')
-    max_bytes: int = integer(
+    max_bytes: int = size(
         default=104857600,
         at_most=(2**40, "1 TiB: the size a log file is rotated at"),
         doc="rotate past this size",
@@ -945,7 +1152,7 @@ class TelemetryLogConfig:
         at_most=(3600, "1 hour: lines wait in memory meanwhile"),
         doc="a line is in the file within this long",
     )
-    max_queued_bytes: int = integer(
+    max_queued_bytes: int = size(
         default=16777216,
         at_most=(2**32, "4 GiB held in memory"),
         doc="lines waiting for the disk; beyond: dropped, counted",
@@ -968,7 +1175,7 @@ class TelemetryConfig:
         each=_metric_prefix,
         doc='metric name prefixes requested; [""] = every metric',
     )
-    push_interval_ms: int = integer(
+    push_interval_ms: int = milliseconds(
         default=30000,
         minimum=100,
         at_most=(86_400_000, "1 day: a series expires a few intervals after its last push"),
@@ -979,12 +1186,12 @@ class TelemetryConfig:
         each=_compression_type,
         doc="accepted for pushes (none always is)",
     )
-    max_push_bytes: int = integer(
+    max_push_bytes: int = size(
         default=1048576,
         at_most=(64 * 2**20, "64 MiB: a push is held whole while it is decoded"),
         doc="a larger push is not decoded (counted); collect: TelemetryMaxBytes",
     )
-    max_decompressed_bytes: int = integer(
+    max_decompressed_bytes: int = size(
         default=8388608,
         at_most=(2**30, "1 GiB: a push is inflated in memory"),
         doc="a push inflating past this is not decoded (counted)",
@@ -1088,9 +1295,17 @@ class Config:
     metrics: MetricsConfig = section(
         MetricsConfig,
         default=MetricsConfig(),
-        doc="The admin port: /metrics, /healthz, /readyz (open, for Prometheus and Kubernetes)"
+        doc="The admin port: /metrics, /livez (/healthz), /readyz (open, for Prometheus and Kubernetes)"
         " and /clients (every connection's address, client id and SASL principal: off unless"
         " clients_token_file or clients_listen is set).",
+    )
+    log: LogConfig = section(
+        LogConfig,
+        default=LogConfig(),
+        doc="The proxy's own log, on stderr (the request log is apart: a file, or stdout as"
+        ' "-"): a line at start (version, listeners, upstreams, config, request log, metrics),'
+        " each upstream's reachability as it changes (with the reason, and how long it was"
+        " down), the drain and stop, and warnings.",
     )
     request_log: RequestLogConfig = section(
         RequestLogConfig,
@@ -1151,6 +1366,8 @@ class Overrides:
     upstream: str | None = None
     metrics: str | None = None
     request_log: str | None = None
+    log_format: str | None = None
+    log_level: str | None = None
 
 
 # --- views of the declarations ----------------------------------------------------------
@@ -1344,6 +1561,10 @@ def _apply_overrides(data: object, flags: Overrides) -> object:
         request_log = dict(data.get("request_log") or {})
         request_log["path"] = flags.request_log
         data["request_log"] = request_log
+    for key, flag in (("format", flags.log_format), ("level", flags.log_level)):
+        log = data.get("log")
+        if flag is not None and (log is None or isinstance(log, dict)):  # else: named as bad
+            data["log"] = {**(log or {}), key: flag}
     if flags.listen is not None or flags.upstream is not None:
         if data.get("mode", "sidecar") == "gateway":
             _override_gateway(data, flags)
@@ -1392,6 +1613,13 @@ def summary(config: Config) -> list[str]:
         lines.append(f"gateway: bootstrap {gw.bootstrap_listen} -> {servers}")
         lines.append(
             f"gateway: brokers advertised as {gw.advertised_host}, ports from {gw.broker_port_base}"
+        )
+        if gw.controller_bootstrap_listen is not None:
+            servers = ", ".join(str(a) for a in gw.controller_bootstrap_servers)
+            lines.append(f"gateway: controller bootstrap {gw.controller_bootstrap_listen} -> {servers}")
+        lines.append(
+            f"gateway: controllers advertised as {gw.advertised_host},"
+            f" ports from {gw.controller_port_base}"
         )
         if gw.tls is not None:
             lines.append("gateway: client listeners TLS")
@@ -1444,6 +1672,10 @@ errors. Every number has a finite maximum, named with its reason when exceeded a
 given below with each key: timeouts 1 hour (idle_timeout_seconds 1 day), frame
 sizes 2^31-1 (Kafka's int32), decompression_limit_bytes 4 GiB, request_log.max_bytes
 1 TiB, connections 1048576, workers 256.
+Sizes (the keys ending in _bytes) are bytes, or a number with a unit: 64KiB, 10MB,
+1GiB (KiB, MiB, GiB, TiB are 1024s; KB, MB, GB, TB 1000s). Durations (the keys ending
+in _seconds, and telemetry.push_interval_ms) are seconds (milliseconds), or a number
+with a unit: 500ms, 30s, 10m, 1h, 1d, 1h30m.
 In the container image the file is read from /etc/kafkalens/kafkalens.yaml.
 
 Written by `python -m proxy.config` from the keys declared in proxy/config.py."""

@@ -8,10 +8,12 @@ frame, its group payloads (KIP-559) decoded and SASL tokens reduced to the princ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import struct
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +23,10 @@ from codec.render import to_jsonable
 from codec.sasl import sasl_principal
 from codec.schema import api_names
 from proxy.capture.decode import CaptureDecoder, CaptureLimits
+from proxy.config import parse_size
+from proxy.console import OneLineParser, fail
 from proxy.observe.summary import SummaryOptions
+from proxy.preflight import unknown_api
 
 PCAP_MAGICS = frozenset({
     b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1",  # microsecond timestamps
@@ -140,8 +145,8 @@ principal only.
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
         prog="kafkalens decode",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -157,33 +162,79 @@ def main(argv: list[str] | None = None) -> int:
     capture.add_argument("--port", type=int, action="append", default=[],
                          help="a broker port: its connections are Kafka (repeat for more)")
     capture.add_argument("--filter", action="append", default=[], metavar="API",
-                         help="print only exchanges of this api, by name or key (repeat for more)")
+                         help="print only exchanges of this api, by name or key (repeat for"
+                         " more); the capture_summary then goes to stderr")
     capture.add_argument("--record-detail", action="store_true",
                          help="per-record stats and header keys, as request_log.record_detail")
     limits = CaptureLimits()
     capture.add_argument("--max-streams", type=_positive, default=limits.max_streams, metavar="N",
                          help="connections followed at once; the least recently active makes room "
                          "(default %(default)s)")
-    capture.add_argument("--max-stream-bytes", type=_positive, default=limits.max_stream_bytes, metavar="BYTES",
+    capture.add_argument("--max-stream-bytes", type=_bytes, default=limits.max_stream_bytes, metavar="BYTES",
                          help="per direction: out-of-order bytes held, and the largest frame "
                          "assembled whole (larger ones are decoded as they pass) (default %(default)s)")
     capture.add_argument("--max-in-flight", type=_positive, default=limits.max_in_flight, metavar="N",
                          help="requests per connection awaiting their response (default %(default)s)")
-    capture.add_argument("--max-record-bytes", type=_positive, default=limits.max_record_bytes, metavar="BYTES",
+    capture.add_argument("--max-record-bytes", type=_bytes, default=limits.max_record_bytes, metavar="BYTES",
                          help="the largest capture record read (default %(default)s)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    check_filters(args.filter)
     try:
         handle: Any = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
     except OSError as exc:
-        print(f"kafkalens decode: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        fail(f"cannot read {args.file}: {exc.strerror or exc}")
     try:
-        if handle.peek(4)[:4] in PCAP_MAGICS:
+        head = handle.peek(4)[:4]
+        if head in PCAP_MAGICS:
             return _decode_capture(handle, args)
-        return _decode_frames(handle.read(), args.response_to)
+        data = handle.read()
+        what = _not_frames(data, args.response_to)
+        name = "standard input" if args.file == "-" else args.file
+        if what is not None:
+            fail(f"{name}: not a pcap or pcapng capture, nor length-prefixed Kafka frames ({what})")
+        if args.filter or args.port or args.record_detail:
+            fail(f"--filter, --port and --record-detail read captures; {name} holds bare frames")
+        return _decode_frames(data, args.response_to)
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
+
+
+def check_filters(filters: list[str]) -> None:
+    """Each --filter an api the codec knows, by name or key, else one line naming the
+    nearest (as check-config names request_log.apis)."""
+    keys = api_names()
+    names = set(keys.values())
+    for given in filters:
+        if given in names or given.isdigit() and int(given) in keys:
+            continue
+        fail(f"--filter: {unknown_api(given, names)}")
+
+
+def _not_frames(data: bytes, response_to: tuple[int, int] | None) -> str | None:
+    """Why `data` is no file of frames (None: its first frame is one): empty, a length
+    prefix that does not fit, or (for requests) an api key the codec does not know."""
+    if not data:
+        return "it is empty"
+    begins = f"it begins {data[:16]!r}"
+    _offset, frame, _error = next(split_frames(data))
+    if frame is None:
+        return begins
+    if response_to is None and (len(frame) < 4 or int.from_bytes(frame[:2], "big") not in api_names()):
+        return begins
+    return None
+
+
+def _bytes(text: str) -> int:
+    """A positive number of bytes, or one with a unit (1MiB), as in the config file."""
+    value = parse_size(text) if not text.strip().isdigit() else int(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be bytes, or with a unit (1MiB, 10MB), got {text!r}")
+    return _positive(str(value))
 
 
 def _positive(text: str) -> int:
@@ -198,14 +249,65 @@ def _decode_capture(handle: Any, args: argparse.Namespace) -> int:
     summary = SummaryOptions(record_detail=args.record_detail)
     out = sys.stdout.buffer
     sys.stdout.flush()
-    decoder = CaptureDecoder(out, frozenset(args.port), limits, tuple(args.filter), summary)
+    decoder = CaptureDecoder(
+        out, frozenset(args.port), limits, tuple(args.filter), summary, notes=sys.stderr.buffer
+    )
+    progress = Progress.on_terminal(handle)
     try:
-        status = decoder.run(handle)
+        status = decoder.run(handle, progress)
+        if progress is not None:
+            progress.done()
         out.flush()
         return status
     except BrokenPipeError:  # `kafkalens decode x.pcap | head`: the reader has all it wants
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+class Progress:
+    """`decode kafka.pcap > out.jsonl` on a terminal: one line on stderr, rewritten
+    twice a second, of how far it is (the file's share read, the exchanges so far and
+    their rate): at ~6,400 exchanges a second a large capture takes minutes. Only when
+    stderr is a terminal and stdout is not (the lines would run into it)."""
+
+    EVERY_SECONDS = 0.5
+
+    def __init__(self, handle: Any, size: int | None) -> None:
+        self.handle = handle
+        self.size = size
+        self.started = self.last = time.monotonic()
+        self.shown = False
+
+    @classmethod
+    def on_terminal(cls, handle: Any) -> Progress | None:
+        if not sys.stderr.isatty() or sys.stdout.isatty():
+            return None
+        try:
+            size: int | None = os.fstat(handle.fileno()).st_size or None
+        except (OSError, ValueError, AttributeError):
+            size = None
+        return cls(handle, size)
+
+    def __call__(self, decoder: CaptureDecoder) -> None:
+        now = time.monotonic()
+        if now - self.last < self.EVERY_SECONDS:
+            return
+        self.last = now
+        exchanges = decoder.counts["exchanges"]
+        rate = exchanges / max(now - self.started, 1e-9)
+        where = ""
+        if self.size:
+            with contextlib.suppress(OSError, ValueError):
+                read = self.handle.tell()
+                where = f"{100 * read // self.size:3d} % ({read / 2**20:,.0f} of {self.size / 2**20:,.0f} MiB), "
+        sys.stderr.write(f"\rkafkalens decode: {where}{exchanges:,} exchanges, {rate:,.0f}/s ")
+        sys.stderr.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:  # the line cleared: what follows starts on a clean line
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
 
 
 def _decode_frames(data: bytes, response_to: tuple[int, int] | None) -> int:

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from proxy.apache_kafka import KafkaCluster
+from proxy import kafka_jars
+from proxy.apache_kafka import KafkaCluster, check_java
 from proxy.config import Address, Config, ConfigError, Overrides, load_config
 from proxy.console import OneLineParser, configure_logging, fail
 from proxy.preflight import check_request_log_path
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
 DEFAULT_DIR = Path("kafkalens-demo")
 HOST = "127.0.0.1"
 DEMO_GRACE_SECONDS = 5.0
-# A laptop's broker for trying clients out: 10,000 connections (the proxy's default)
-# need more open files than many shells allow, and the warning would only alarm.
-DEMO_MAX_CONNECTIONS = 1000
 # The request log rotates by size (request_log.max_bytes), as the proxy's does, so that
 # `tail -f` and `tail -n` on it show the latest lines however long the demo has run.
 # `kafkalens watch` reads a log once it is rotated, and the demo's traffic is too light
@@ -71,21 +69,26 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--kafka-libs", metavar="DIR",
         help="Apache Kafka's jars for --broker apache-kafka: the libs/ directory of a Kafka"
-        " download (default $KAFKA_HOME/libs, else the newest tests/peers/install put in"
-        " tests/peers/build/ of a source checkout)",
+        " download (default $KAFKA_HOME/libs, else what `kafkalens fetch-kafka` fetched, else"
+        " the newest tests/peers/install put in tests/peers/build/ of a source checkout)",
     )
     return parser
 
 
 def default_kafka_libs() -> Path | None:
-    """$KAFKA_HOME/libs, else the newest jars a source checkout's tests installed."""
+    """$KAFKA_HOME/libs, else what `kafkalens fetch-kafka` fetched, else the newest jars a
+    source checkout's tests installed."""
     home = os.environ.get("KAFKA_HOME")
     if home:
         return Path(home) / "libs"
+    fetched = kafka_jars.default_dir()
+    if kafka_jars.has_jars(fetched):
+        return fetched
     versions = _PEERS / "kafka-versions"
     if versions.is_file():
-        newest = versions.read_text().split()[0]
-        return _PEERS / "build" / f"kafka-{newest}"
+        newest = _PEERS / "build" / f"kafka-{versions.read_text().split()[0]}"
+        if kafka_jars.has_jars(newest):
+            return newest
     return None
 
 
@@ -117,12 +120,18 @@ class KafkaBroker:
 
 def _kafka_broker(libs_arg: str | None, log_path: Path, port: int) -> KafkaBroker:
     libs = Path(libs_arg) if libs_arg else default_kafka_libs()
-    if libs is None or not any(libs.glob("kafka_2.13-*.jar")):
-        where = f"no Apache Kafka jars (kafka_2.13-*.jar) in {libs}" if libs else "no jars given"
+    if libs is None or not kafka_jars.has_jars(libs):
+        where = f"no Apache Kafka jars (kafka_2.13-*.jar) in {libs}" if libs else "no Apache Kafka jars"
+        version = kafka_jars.manifest().kafka_version
         fail(
-            f"--broker {APACHE_KAFKA}: {where}; give the libs/ directory of a Kafka download"
-            " with --kafka-libs DIR (or set KAFKA_HOME)"
+            f"--broker {APACHE_KAFKA}: {where}; fetch Kafka {version}'s with `kafkalens"
+            " fetch-kafka` (Maven Central, only Python needed), or give a Kafka download's"
+            " libs/ with --kafka-libs DIR (or set KAFKA_HOME)"
         )
+    try:
+        check_java()
+    except BrokerUnavailable as exc:
+        fail(f"--broker {APACHE_KAFKA}: {exc}")
     return KafkaBroker(libs, broker_output(log_path, APACHE_KAFKA), port)
 
 
@@ -179,9 +188,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         fail(str(exc))
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    limits = dataclasses.replace(
-        config.limits, shutdown_grace_seconds=DEMO_GRACE_SECONDS, max_connections=DEMO_MAX_CONNECTIONS
-    )
+    limits = dataclasses.replace(config.limits, shutdown_grace_seconds=DEMO_GRACE_SECONDS)
     # /clients on a loopback listener of its own (a free port, named in the banner)
     metrics = dataclasses.replace(config.metrics, clients_listen=Address(HOST, 0))
     config = dataclasses.replace(config, limits=limits, metrics=metrics)
@@ -230,13 +237,14 @@ async def _run(
     from proxy.signals import stop_signal
 
     stop = stop_signal()  # before the listeners open
-    running = await start_proxy(config)
+    running = await start_proxy(config, probe_now=False)
     try:
         await asyncio.to_thread(broker.start)
     except BrokerUnavailable as exc:
         print(f"kafkalens: error: {exc}", file=sys.stderr)
         await running.stop(0)
         return 1
+    running.probe.start()
     rotating: asyncio.Task[None] | None = None
     if rotate_every is not None:
         backups = config.request_log.backups

@@ -30,6 +30,7 @@ import itertools
 import os
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -108,22 +109,43 @@ class ConnectionInfo:
     metrics: ConnectionMetrics | None = None  # the connection gauges (identify() lives here)
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "conn_id": self.conn_id,
+        """The connection for /clients: named as the request log names it (`conn`,
+        `client_address`, the identity fields at the top), `opened` in RFC 3339 as the
+        log's `ts`, `duration_s` so far. Until the next release also under the names
+        /clients had before (`conn_id`, `client`, `opened_at` in epoch seconds, the
+        identity nested in `identity`), documented in the README as going."""
+        address = f"{self.client_host}:{self.client_port}"
+        now = time.time()
+        fields = {
+            "conn": self.conn_id,
             "listener": self.listener,
-            "client": f"{self.client_host}:{self.client_port}",
+            "client_address": address,
             "upstream": self.upstream,
             "tls_version": self.tls_version,
             "client_cert_subject": self.client_cert_subject,
-            "opened_at": self.opened_at,
+            "opened": rfc3339(self.opened_at),
+            "duration_s": round(max(now - self.opened_at, 0.0), 3),
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "requests": self.requests,
             "responses": self.responses,
             "requests_without_response": self.requests_without_response,
             "in_flight": self.in_flight,
+        }
+        identity = {k: v for k, v in self.identity.items() if k not in fields}
+        old = {
+            "conn_id": self.conn_id,
+            "client": address,
+            "opened_at": self.opened_at,
             "identity": self.identity,
         }
+        return {**fields, **identity, **old}
+
+
+def rfc3339(epoch: float) -> str:
+    """`2026-05-04T10:11:12.345678Z`: UTC, as the request log writes `ts`."""
+    stamp = datetime.fromtimestamp(epoch, UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Hooks:

@@ -15,7 +15,11 @@ doubled every counter and nobody graphs them.
 from __future__ import annotations
 
 import asyncio
+import errno
+import functools
 import math
+import socket
+import ssl
 import threading
 from bisect import bisect_left
 from collections import Counter as RefCounts
@@ -28,10 +32,12 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from codec.error_codes import ERROR_CODES, error_name
@@ -188,7 +194,7 @@ class ApiMetrics:
 
     def _flush_durations(self) -> None:
         # Histogram has no public "observe n values" call: its per-bucket values (not
-        # cumulative) and sum are what observe() increments; tests/test_metrics.py checks
+        # cumulative) and sum are what observe() increments; tests/proxy/test_metrics.py checks
         # the result against observe() itself.
         counts, self._duration_counts = self._duration_counts, [0] * len(_BOUNDS)
         buckets = self.duration._buckets
@@ -318,6 +324,58 @@ class AdminRefusals:
         yield family
 
 
+# Why a connection to a broker could not be opened: kafkalens_upstream_failures_total's
+# `reason` and the log lines of the probe and of connections alike.
+CONNECT_REFUSED, DNS, UNREACHABLE, TIMEOUT, TLS = (
+    "connect_refused", "dns", "unreachable", "timeout", "tls"
+)  # fmt: skip
+_NO_ROUTE = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH})
+
+
+def connect_failure(exc: BaseException, *, tls: bool) -> tuple[str, str]:
+    """(reason, error in words) of a failed connection to a broker: `dns` (its name does
+    not resolve), `unreachable` (no route to it), `timeout`, `tls` (the handshake
+    failed: certificate, name, versions; or the broker hung up during it), else
+    `connect_refused`."""
+    error = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    if isinstance(exc, TimeoutError):
+        return TIMEOUT, "no answer in time"
+    if isinstance(exc, ssl.SSLError | ssl.CertificateError):
+        verify = getattr(exc, "verify_message", None)
+        return TLS, verify or getattr(exc, "reason", None) or error
+    if isinstance(exc, socket.gaierror):
+        return DNS, error
+    if isinstance(exc, ConnectionResetError) and tls:
+        # TCP was up: a broker that hangs up mid-handshake (no common TLS version, no
+        # alert sent) is a TLS failure, not a refused connection
+        return TLS, f"reset during the TLS handshake ({error})"
+    if isinstance(exc, OSError) and exc.errno in _NO_ROUTE:
+        return UNREACHABLE, error
+    return CONNECT_REFUSED, error
+
+
+class ProcessesCollector(Collector):
+    """process_* of several processes, for the parent of `workers: N`: the families
+    prometheus-client's ProcessCollector gives for one process (read from /proc), with
+    a `worker` label on each series, `parent` or the worker's index; `sum()` over it is
+    the whole proxy's. A process that is gone has no series."""
+
+    def __init__(self, pids: Callable[[], dict[str, int]]) -> None:
+        self.pids = pids
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for worker, pid in self.pids().items():
+            one = ProcessCollector(namespace="", pid=functools.partial(int, pid), registry=None)
+            for family in one.collect():
+                into = merged.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                for sample in family.samples:
+                    into.add_sample(sample.name, {**sample.labels, "worker": worker}, sample.value)
+        yield from merged.values()
+
+
 class UpstreamReachability:
     """Whether each upstream accepted the last TCP connection of the background probe
     (proxy/admin/readiness.py, what /readyz reports): a collector of its own, so that
@@ -364,6 +422,10 @@ class Metrics:
         self.registry.register(self.admin_refusals)
         self.upstream_reachability = UpstreamReachability()
         self.registry.register(self.upstream_reachability)
+        # prometheus-client's own: process_* (CPU, memory, open files: this process's;
+        # with workers the parent serves every process's, ProcessesCollector) and python_info
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self._apis: dict[str, ApiMetrics] = {}
         self._instances: RefCounts[Hashable] = RefCounts()
         self._render_thread = threading.local()  # .flushed: the loop flushed already
@@ -466,16 +528,43 @@ class Metrics:
         c = self._counter
         self.upstream_failures = c(
             "kafkalens_upstream_failures_total",
-            "Upstream broker connections that could not be opened (connect_refused, timeout,"
-            " tls), were reset (reset), or that the broker closed with requests unanswered"
-            " (closed); not those it closed idle.",
+            "Upstream broker connections that could not be opened (connect_refused, dns,"
+            " unreachable, timeout, tls), were reset (reset), or that the broker closed with"
+            " requests unanswered (closed); not those it closed idle.",
             ("upstream", "reason"),
         )
         self.gateway_listener_errors = c(
             "kafkalens_gateway_listener_errors_total",
-            "Gateway mode: broker listeners that could not be opened (their clients fail).",
+            "Gateway mode: node listeners that could not be opened: port_in_use,"
+            " bind_failed, too_many_nodes (gateway.max_nodes; their clients fail),"
+            " port_conflict (the port is another route's), no_port (the node id maps past"
+            " 65535).",
             ("reason",),
         )
+        self.gateway_routes = self._gauge(
+            "kafkalens_gateway_routes",
+            "Gateway mode: nodes served, by kind of endpoint (broker, controller).",
+            ("kind",),
+            mode="max",
+        )
+        self.gateway_routes_moved = c(
+            "kafkalens_gateway_routes_moved_total",
+            "Gateway mode: routes that moved to a node's new address, as the cluster said"
+            " (Metadata, DescribeCluster, DescribeQuorum) and a check confirmed.",
+            ("kind",),
+        )
+        self.gateway_routes_refused = c(
+            "kafkalens_gateway_routes_refused_total",
+            "Gateway mode: routes not opened or not moved because the address failed its"
+            " check: wrong_kind (not a broker's listener for a broker route, not a"
+            " controller's for a controller route), unreachable (no answer to a move).",
+            ("kind", "reason"),
+        )
+        for kind in ("broker", "controller"):
+            self.gateway_routes.labels(kind=kind)
+            self.gateway_routes_moved.labels(kind=kind)
+            for reason in ("wrong_kind", "unreachable"):
+                self.gateway_routes_refused.labels(kind=kind, reason=reason)
         self.pending_requests = self._gauge(
             "kafkalens_pending_requests", "Requests forwarded and awaiting their response."
         )
@@ -706,12 +795,21 @@ class Metrics:
         self.requests_incomplete.labels(api=api, reason=reason).inc()
 
     def upstream_failure(self, upstream: str, reason: str) -> None:
-        """`reason`: connect_refused, timeout, tls, reset, ..."""
+        """`reason`: connect_failure's, reset, closed."""
         self.upstream_failures.labels(upstream=self.upstream_capper(upstream), reason=reason).inc()
 
     def gateway_listener_error(self, reason: str) -> None:
-        """`reason`: port_in_use, bind_failed or no_port (the node id maps past 65535)."""
+        """`reason`: port_in_use, bind_failed, too_many_nodes, port_conflict or no_port
+        (the node id maps past 65535)."""
         self.gateway_listener_errors.labels(reason=reason).inc()
+
+    def gateway_route_moved(self, kind: str) -> None:
+        """`kind`: broker or controller."""
+        self.gateway_routes_moved.labels(kind=kind).inc()
+
+    def gateway_route_refused(self, kind: str, reason: str) -> None:
+        """`kind`: broker or controller; `reason`: wrong_kind or unreachable."""
+        self.gateway_routes_refused.labels(kind=kind, reason=reason).inc()
 
     def unknown_request(self, reason: str) -> None:
         """`reason`: "api_key" or "api_version"; the frame was forwarded untouched."""

@@ -52,16 +52,16 @@ def check_api_names(config: Config) -> None:
     names = set(keys.values())
     for i, api in enumerate(config.request_log.apis):
         if isinstance(api, str) and api not in names:
-            raise ConfigError(f"request_log.apis[{i}]", _unknown_api(api, names))
+            raise ConfigError(f"request_log.apis[{i}]", unknown_api(api, names))
     for rule in config.kip1313.header_v3:
         key = f"kip1313.header_v3.{rule.api}"
         if isinstance(rule.api, str) and rule.api not in names:
-            raise ConfigError(key, _unknown_api(rule.api, names))
+            raise ConfigError(key, unknown_api(rule.api, names))
         if isinstance(rule.api, int) and rule.api not in keys:
             raise ConfigError(key, f"no api has key {rule.api} in this build's schemas")
 
 
-def _unknown_api(name: str, names: set[str]) -> str:
+def unknown_api(name: str, names: set[str]) -> str:
     close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
     if not close:  # a case slip: produce -> Produce
         close = [n for n in names if n.lower() == name.lower()]
@@ -155,6 +155,29 @@ def check_environment(config: Config) -> None:
         raise ConfigError(key, f"cannot create files in {folder}: {exc.strerror or exc}") from exc
 
 
+def connections_line(config: Config) -> str:
+    """What `limits.max_connections` comes to in a proxy started from this shell: its
+    open-file limit raised as `kafkalens proxy` raises it (only this process's, which
+    exits), two descriptors a connection (proxy/forward/fdlimit.py)."""
+    from proxy.forward import fdlimit
+
+    fdlimit.raise_open_file_limit()
+    configured = config.limits.max_connections
+    possible = fdlimit.connections_possible()
+    limit = fdlimit.soft_limit()
+    held = "no open-file limit" if limit is None else f"open-file limit {limit}"
+    if configured is None:
+        sized = fdlimit.size_max_connections(None)
+        return f"max connections: {sized} per process (auto; {held})"
+    if possible is not None and configured > possible:
+        return (
+            f"max connections: {configured}, but the {held} holds {possible}: connections"
+            " past it are refused as fd_limit; raise the hard limit (ulimit -Hn,"
+            " LimitNOFILE=) or leave limits.max_connections to auto"
+        )
+    return f"max connections: {configured} per process ({held})"
+
+
 def listen_addresses(config: Config) -> Iterator[tuple[str, Address]]:
     """(key, address) of everything `kafkalens proxy` binds at start-up or knows it will."""
     for i, listener in enumerate(config.listeners):
@@ -162,8 +185,12 @@ def listen_addresses(config: Config) -> Iterator[tuple[str, Address]]:
     if config.gateway is not None:
         gateway = config.gateway
         yield "gateway.bootstrap_listen", gateway.bootstrap_listen
+        if gateway.controller_bootstrap_listen is not None:
+            yield "gateway.controller_bootstrap_listen", gateway.controller_bootstrap_listen
         for node, port in gateway.broker_ports.items():
             yield f"gateway.broker_ports.{node}", Address(gateway.listen_host, port)
+        for node, port in gateway.controller_ports.items():
+            yield f"gateway.controller_ports.{node}", Address(gateway.listen_host, port)
     yield "metrics.listen", config.metrics.listen
 
 

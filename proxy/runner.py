@@ -10,17 +10,19 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy import announce
 from proxy.admin.http import AdminServers, Endpoints, start_admin
 from proxy.admin.readiness import UpstreamProbe
 from proxy.admin.top import TopSource, metrics_families
 from proxy.config import Address, Config, ConfigError, check_supported
+from proxy.forward import fdlimit
 from proxy.forward.allocator import keep_large_buffers
-from proxy.forward.server import Server
+from proxy.forward.server import Drained, Server
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks
 from proxy.signals import reopen_logs_on_sighup, stop_signal
-from proxy.signals import wait_for_stop_signal as wait_for_stop_signal  # bench/bare_proxy.py
+from proxy.signals import wait_for_stop_signal as wait_for_stop_signal  # bench/proxy/bare_proxy.py
 
 
 @dataclass
@@ -50,13 +52,17 @@ class RunningProxy:
     def readiness(self) -> tuple[bool, str]:
         if not self.server.listening():
             return False, "listeners not bound"
-        return self.probe.verdict(need_all=self.server.config.mode != "gateway")
+        if self.server.config.mode != "gateway":
+            return self.probe.verdict(need_all=True)
+        from proxy.gateway.gateway import broker_upstreams
 
-    async def stop(self, grace: float | None = None) -> None:
-        """Graceful: stop accepting, drain in-flight requests, close."""
+        return self.probe.verdict(need_all=False, needed=broker_upstreams(self.server.listeners))
+
+    async def stop(self, grace: float | None = None) -> Drained:
+        """Graceful: stop accepting, drain in-flight requests, close; what was cut."""
         self.admin.close()
         await self.probe.stop()
-        await self.server.shutdown(grace)
+        return await self.server.shutdown(grace)
 
 
 
@@ -84,16 +90,23 @@ async def open_server(
 
 
 async def start_proxy(
-    config: Config, hooks: Hooks | None = None, metrics: Metrics | None = None
+    config: Config,
+    hooks: Hooks | None = None,
+    metrics: Metrics | None = None,
+    *,
+    probe_now: bool = True,
 ) -> RunningProxy:
+    """`probe_now` False: the upstream probe waits for `running.probe.start()` (the
+    demo starts its broker after the proxy, and a broker still starting is no news)."""
     check_supported(config)
     metrics = metrics or Metrics(
         config.metrics.max_label_values, max_error_series=config.metrics.max_error_series
     )
     hooks = hooks if hooks is not None else build_hooks(config, metrics)
     server = await open_server(config, hooks, metrics)
-    probe = UpstreamProbe(server.upstreams, reachability=metrics.upstream_reachability)
-    probe.start()
+    probe = UpstreamProbe.of(config, server.upstreams, metrics.upstream_reachability)
+    if probe_now:
+        probe.start()
     running: RunningProxy | None = None
 
     def ready() -> tuple[bool, str]:
@@ -128,14 +141,35 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-async def serve(config: Config, on_ready: Callable[[RunningProxy], None] | None = None) -> None:
-    """Run until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reopens the log."""
+async def serve(
+    config: Config,
+    on_ready: Callable[[RunningProxy], None] | None = None,
+    config_path: str | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reopens the log.
+    Says so in the proxy's own log (proxy/announce.py)."""
     stop = stop_signal()  # before the listeners open
     running = await start_proxy(config)
     freeze_startup_objects()
     keep_large_buffers()
     reopen_logs_on_sighup(running.server.hooks)
+    server = running.server
+    announce.started(
+        config,
+        config_path,
+        bound=server.bound(),
+        metrics=running.http_address,
+        clients=running.clients_address,
+        max_connections=server.ctx.max_connections,
+        open_file_limit=fdlimit.soft_limit(),
+    )
+    server.announced = True
     if on_ready is not None:
         on_ready(running)
     await stop.wait()
-    await running.stop(config.limits.shutdown_grace_seconds)
+    grace = config.limits.shutdown_grace_seconds
+    stopping = announce.Stopping.now(
+        stop.name, connections=len(server.connections), requests=server.pending_total(), grace=grace
+    )
+    cut = await running.stop(grace)
+    stopping.done(connections_cut=cut.connections, requests_cut=cut.requests)

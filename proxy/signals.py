@@ -18,7 +18,17 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 REOPEN_SIGNAL = signal.SIGHUP
 
 
-def stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> asyncio.Event:
+class StopSignal(asyncio.Event):
+    """Set by the first stop signal; `received` says which (for the line that says so)."""
+
+    received: signal.Signals | None = None
+
+    @property
+    def name(self) -> str:
+        return self.received.name if self.received is not None else "none"
+
+
+def stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> StopSignal:
     """Set by the first of `signals` from now on. Taken before the listeners open: from
     the moment a port answers, a SIGTERM (an orchestrator stopping a pod it just saw
     ready) is a graceful stop, not the default action killing the process with the
@@ -27,9 +37,15 @@ def stop_signal(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> asyncio.E
     during the shutdown that follows is ignored rather than killing the process halfway
     through draining."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    stop = StopSignal()
+
+    def received(sig: signal.Signals) -> None:
+        if stop.received is None:
+            stop.received = sig
+        stop.set()
+
     for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, received, sig)
     return stop
 
 

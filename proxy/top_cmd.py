@@ -320,6 +320,10 @@ def refresh(client: Client, state: State) -> None:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
+    return parser().parse_args(argv)
+
+
+def parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="kafkalens top", description="A live view of a running proxy, from its /top endpoint.")
     parser.add_argument("address", nargs="?", default=DEFAULT_ADDRESS,
                         help=f"the admin port serving /top: host:port or an http(s):// URL (default {DEFAULT_ADDRESS})")
@@ -328,7 +332,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="refresh every (default 1)")
     parser.add_argument("--once", action="store_true", help="print one view and exit")
     parser.add_argument("--sort", choices=CLIENT_SORTS, default="requests", help="the clients' order at start")
-    return parser.parse_args(argv)  # fmt: skip
+    return parser  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

@@ -64,6 +64,14 @@ def configured_upstreams(config: Config) -> set[Address]:
 # --- a worker --------------------------------------------------------------------------
 
 
+def name_process(title: str) -> None:
+    """What `ps`, `top` and /proc/PID/cmdline show for this process (setproctitle:
+    argv's memory; and the kernel's comm, 15 bytes, for `ps -o comm` and `top`)."""
+    import setproctitle
+
+    setproctitle.setproctitle(title)
+
+
 def worker_log_path(path: str, index: int) -> str:
     """requests.log -> requests-w1.log: one file per worker, so no two processes append
     to or rotate the same file. Standard output stays shared (lines are written whole)."""
@@ -95,7 +103,8 @@ def worker_entry(payload: bytes) -> None:
     index, ready_fd, config = pickle.loads(payload)
     # Ctrl-C reaches the whole process group: workers stop on the parent's SIGTERM only
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    configure_logging()
+    name_process(f"kafkalens: worker {index}")
+    configure_logging(config.log, worker=index)
     raise_open_file_limit()
     uvloop.run(_worker(index, config, ReadyPipe(ready_fd)))
 
@@ -115,6 +124,7 @@ class ReadyPipe:
 
 
 async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
+    from proxy import announce
     from proxy.forward.allocator import keep_large_buffers
     from proxy.metrics import Metrics
     from proxy.observe.observer import build_hooks
@@ -138,13 +148,19 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     freeze_startup_objects()
     keep_large_buffers()
     reopen_logs_on_sighup(server.hooks)
+    server.announced = True  # the parent says it started; later listeners are said here
     ready.put(index, None)
     link = hooks.link(TelemetryLink)
     telemetry = None if link is None else link.telemetry
     writer = asyncio.get_running_loop().create_task(_write_clients(server, telemetry))
     await stop.wait()
     writer.cancel()
-    await server.shutdown(config.limits.shutdown_grace_seconds)
+    grace = config.limits.shutdown_grace_seconds
+    stopping = announce.Stopping.now(
+        stop.name, connections=len(server.connections), requests=server.pending_total(), grace=grace
+    )
+    cut = await server.shutdown(grace)
+    stopping.done(connections_cut=cut.connections, requests_cut=cut.requests)
 
 
 async def _write_clients(server: Any, telemetry: Any) -> None:
@@ -206,6 +222,11 @@ class WorkerPool:
             await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
             self._ready = reader
         return self._ready
+
+    def pids(self) -> dict[str, int]:
+        """This process (`parent`) and each worker alive, by index: for process_*."""
+        alive = {str(i): p.pid for i, p in self.processes.items() if p.poll() is None}
+        return {"parent": os.getpid(), **alive}
 
     def alive(self) -> bool:
         return bool(self.processes) and all(p.poll() is None for p in self.processes.values())
@@ -274,12 +295,17 @@ class WorkerPool:
         return generate_latest(registry)
 
 
+def _bound(server: asyncio.Server) -> Address:
+    host, port = server.sockets[0].getsockname()[:2]
+    return Address(str(host), int(port))
+
+
 def _remove(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink()
 
 
-def serve_workers(config: Config) -> None:
+def serve_workers(config: Config, config_path: str | None = None) -> None:
     """Run the parent: N workers, the HTTP endpoint, until SIGTERM/SIGINT."""
     import uvloop
 
@@ -287,18 +313,22 @@ def serve_workers(config: Config) -> None:
     metrics_dir = Path(tempfile.mkdtemp(prefix="kafkalens-metrics-"))
     os.environ[MULTIPROC_ENV] = str(metrics_dir)  # inherited by the spawned workers
     try:
-        uvloop.run(_parent(config, metrics_dir))
+        uvloop.run(_parent(config, metrics_dir, config_path))
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-async def _parent(config: Config, metrics_dir: Path) -> None:
+async def _parent(config: Config, metrics_dir: Path, config_path: str | None) -> None:
     # Not proxy.runner: the parent forwards nothing, and the codec it would load costs
     # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
+    from prometheus_client import PlatformCollector
+
+    from proxy import announce
     from proxy.admin.http import Endpoints, start_admin
     from proxy.admin.readiness import UpstreamProbe
     from proxy.admin.top import TopSource
-    from proxy.metrics import AdminRefusals, UpstreamReachability
+    from proxy.forward import fdlimit
+    from proxy.metrics import AdminRefusals, ProcessesCollector, UpstreamReachability
     from proxy.signals import on_reopen_signal, stop_signal
 
     stop = stop_signal()  # before the workers open the listeners
@@ -311,7 +341,18 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
         await asyncio.wait((starting, stopped), return_when=asyncio.FIRST_COMPLETED)
         if not starting.done():  # stopped while the workers start: they drain and stop
             starting.cancel()
+            from proxy import announce
+
+            stopping = announce.Stopping.now(
+                stop.name,
+                connections=0,
+                requests=0,
+                grace=config.limits.shutdown_grace_seconds,
+                workers=len(pool.processes),
+                while_starting=True,
+            )
             await pool.stop(config.limits.shutdown_grace_seconds)
+            stopping.done()
             return
         starting.result()
     except BaseException:
@@ -321,7 +362,7 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
     finally:
         stopped.cancel()
     reachability = UpstreamReachability()
-    probe = UpstreamProbe(lambda: configured_upstreams(config), reachability=reachability)
+    probe = UpstreamProbe.of(config, lambda: configured_upstreams(config), reachability)
     probe.start()
 
     def ready() -> tuple[bool, str]:
@@ -330,8 +371,10 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
         return probe.verdict(need_all=config.mode != "gateway")
 
     refusals = AdminRefusals()
+    processes = ProcessesCollector(pool.pids)
+    platform = PlatformCollector(registry=None)
     endpoints = Endpoints(
-        metrics=lambda: pool.render_metrics(refusals, reachability),
+        metrics=lambda: pool.render_metrics(refusals, reachability, processes, platform),
         ready=ready,
         clients=pool.clients,
         refusals=refusals,
@@ -343,10 +386,29 @@ async def _parent(config: Config, metrics_dir: Path) -> None:
         await pool.stop(0)
         raise
     supervisor = asyncio.get_running_loop().create_task(pool.supervise())
-    log.info("workers ready", workers=config.workers)
+    announce.started(
+        config,
+        config_path,
+        metrics=_bound(http.main),
+        clients=_bound(http.local) if http.local is not None else None,
+        # each worker's, as each sizes its own (the same limit, inherited)
+        max_connections=fdlimit.size_max_connections(config.limits.max_connections, quiet=True),
+        open_file_limit=fdlimit.soft_limit(),
+    )
     on_reopen_signal(pool.reopen_logs)
     await stop.wait()
     supervisor.cancel()
     http.close()
     await probe.stop()
+    # as the workers last wrote their connections (each second); each worker then says
+    # what it had in flight and what its drain cut
+    open_now = pool.clients()
+    stopping = announce.Stopping.now(
+        stop.name,
+        connections=len(open_now),
+        requests=sum(int(conn.get("in_flight") or 0) for conn in open_now),
+        grace=config.limits.shutdown_grace_seconds,
+        workers=len(pool.processes),
+    )
     await pool.stop(config.limits.shutdown_grace_seconds)
+    stopping.done()

@@ -1,5 +1,8 @@
 """Shared fixtures: a tansu broker, one behind a recording relay, librdkafka's mock cluster,
-Apache Kafka (one node per session for each version, a 3-node cluster on demand).
+Apache Kafka (one node per session for each version, a 3-node cluster on demand); and the
+tiers: each test's markers (what it needs beyond Python: `broker`, `java`, `go`, `spark`,
+or `slow`), set here from its room and its fixtures, and `fast` for every test that
+needs none of them (`python -m pytest -m fast` is the developer's loop).
 
 `tests/` is on sys.path (pytest's rootdir-relative insertion for this conftest), so
 helpers import as `support.*`.
@@ -15,6 +18,7 @@ from typing import Any
 import pytest
 from support.kafka import NEWEST, OLDEST, SharedKafka, kafka_cluster, shared_kafka
 from support.mock_cluster import mock_cluster as _mock_cluster
+from support.needs import declared, needs
 from support.relay import RecordingRelay
 
 from proxy.apache_kafka import KafkaCluster
@@ -22,13 +26,102 @@ from proxy.tansu import TansuBroker, free_port
 
 TansuFactory = Callable[..., TansuBroker]
 
+# What a test needs beyond Python, as markers (registered in pyproject.toml, where each
+# says what it means). A test gets them from its room and from the fixtures it uses
+# (each fixture that starts a peer says so with support.needs), so a new test is marked
+# without thinking; a test that starts a peer itself carries the marker itself, and
+# `_undeclared_peers` below fails a test that starts one without its marker.
+NEEDS = ("broker", "java", "go", "spark", "slow")
+ROOM_MARKS: dict[str, tuple[str, ...]] = {
+    # real clients against Apache Kafka (and its Java and Go clients) through the proxy
+    "interop": ("broker", "java"),
+}
+IMPLIED: dict[str, tuple[str, ...]] = {"spark": ("java",)}  # Spark runs in a JVM
+TESTS = Path(__file__).resolve().parent
+
+
+def room_of(path: Path) -> str | None:
+    """The room (tests/<room>/) a test file is in; None outside tests/."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 else None
+
+
+def _fixture_functions(item: pytest.Item) -> list[object]:
+    """The functions of every fixture `item` uses, directly or through other fixtures."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [d.func for defs in info.name2fixturedefs.values() for d in defs]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        wanted = set(ROOM_MARKS.get(room_of(Path(str(item.path))) or "", ()))
+        for fixture in _fixture_functions(item):
+            wanted.update(declared(fixture))
+        wanted |= {m.name for m in item.iter_markers() if m.name in NEEDS}
+        for name in list(wanted):
+            wanted.update(IMPLIED.get(name, ()))
+        have = {m.name for m in item.iter_markers()}
+        for name in sorted(wanted - have):
+            item.add_marker(name)
+        if not wanted:
+            item.add_marker("fast")
+
+
+def _refusing(folder: Path, name: str, marker: str) -> Path:
+    """An executable `folder/name` that fails saying which marker its test lacks."""
+    path = folder / name
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "#!/bin/sh\n"
+        f"echo 'kafkalens tests: this test runs {name} but has no `{marker}` marker "
+        "(tests/conftest.py: mark the test, or the fixture that starts it with support.needs)' "
+        ">&2\nexit 97\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _undeclared_peers(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A test without the `broker` marker that starts tansu (itself, or through a
+    `kafkalens demo` it runs), or without `java` that starts a JVM (Apache Kafka, a Java
+    client, Spark), or without `go` that runs a Go client fails at once, saying which
+    marker it lacks: so `-m fast` never starts a peer, and the markers stay true."""
+    marks = {m.name for m in request.node.iter_markers()}
+    guards = tmp_path_factory.getbasetemp() / "undeclared-peers"
+    if "broker" not in marks:
+        monkeypatch.setenv("KAFKALENS_TANSU_BIN", str(_refusing(guards, "tansu", "broker")))
+    if "java" not in marks:
+        _refusing(guards / "jdk" / "bin", "java", "java")
+        monkeypatch.setenv("JAVA_HOME", str(guards / "jdk"))
+    if "go" not in marks:
+        import support.go_clients
+
+        def refuse(name: str) -> Path:
+            raise AssertionError(f"this test runs the Go program {name} but has no `go` marker")
+
+        monkeypatch.setattr(support.go_clients, "go_binary", refuse)
+
+
 # The pipeline's tests start several Spark JVMs (and `kafkalens report` subprocesses):
 # none should record a ~160 MB class archive into the home directory on its way out
-# (pipeline/session.py); tests/test_pipeline_session.py covers the archive itself.
+# (pipeline/session.py); tests/pipeline/test_pipeline_session.py covers the archive itself.
 os.environ.setdefault("KAFKALENS_SPARK_CDS", "0")
 
 
 @pytest.fixture
+@needs("broker")
 def tansu_factory(tmp_path: Path) -> Iterator[TansuFactory]:
     """Starts tansu brokers on demand; all are stopped after the test.
 
@@ -50,12 +143,14 @@ def tansu_factory(tmp_path: Path) -> Iterator[TansuFactory]:
 
 
 @pytest.fixture
+@needs("broker")
 def tansu(tansu_factory: TansuFactory) -> TansuBroker:
     """A started in-memory tansu broker on a free port, advertising itself."""
     return tansu_factory()
 
 
 @pytest.fixture
+@needs("broker")
 def relayed_tansu(tansu_factory: TansuFactory) -> Iterator[tuple[RecordingRelay, TansuBroker]]:
     """A RecordingRelay in front of tansu; tansu advertises the relay's port."""
     upstream = free_port()
@@ -64,6 +159,7 @@ def relayed_tansu(tansu_factory: TansuFactory) -> Iterator[tuple[RecordingRelay,
 
 
 @pytest.fixture
+@needs("broker")
 def mock_cluster() -> Iterator[str]:
     """Bootstrap string of a 3-broker librdkafka mock cluster (see support.mock_cluster)."""
     with _mock_cluster(3) as bootstrap:
@@ -71,6 +167,7 @@ def mock_cluster() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+@needs("spark", "java")
 def spark() -> Iterator[Any]:
     """One local Spark session for every pipeline test (a SparkSession is per process
     anyway: build_session's getOrCreate would hand each module the same one)."""
@@ -85,6 +182,7 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+@needs("broker", "java")
 def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedKafka]:
     """One Apache Kafka node (the newest version of tests/peers/kafka-versions) for the
     whole session, started when a test first asks for it. Tests share it: each uses
@@ -95,6 +193,7 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedKaf
 
 
 @pytest.fixture(scope="session")
+@needs("broker", "java")
 def apache_kafka_oldest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedKafka]:
     """As apache_kafka, at the oldest version of tests/peers/kafka-versions."""
     with shared_kafka(tmp_path_factory.mktemp("kafka-oldest"), OLDEST) as kafka:
@@ -102,6 +201,7 @@ def apache_kafka_oldest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sh
 
 
 @pytest.fixture(params=[NEWEST, OLDEST], ids=lambda v: f"kafka-{v}")
+@needs("broker", "java")
 def apache_kafka_each(request: pytest.FixtureRequest) -> SharedKafka:
     """The session's Apache Kafka node at each version in turn."""
     name = "apache_kafka" if request.param == NEWEST else "apache_kafka_oldest"
@@ -110,6 +210,7 @@ def apache_kafka_each(request: pytest.FixtureRequest) -> SharedKafka:
 
 
 @pytest.fixture(scope="session")
+@needs("broker", "java")
 def apache_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """A 3-node KRaft cluster (replication factor 3, min.insync.replicas=2), newest
     version, for the gateway and fault tests. A test that stops or kills a node starts

@@ -1,4 +1,5 @@
-"""A minimal HTTP/1.1 endpoint, the admin port: /metrics, /healthz, /readyz, /clients, /top.
+"""A minimal HTTP/1.1 endpoint, the admin port: /metrics, /livez (also /healthz), /readyz,
+/clients, /top.
 
 One request per connection (answered with `Connection: close`), GET and HEAD only,
 headers capped at 8 KiB and 5 seconds: enough for Prometheus and Kubernetes probes
@@ -16,7 +17,9 @@ newcomer itself answered 503. Every
 refused or replaced connection is counted by reason in `kafkalens_admin_refused_total`
 (`per_address_limit`, `too_many_connections`, and the reasons of refused requests).
 
-/metrics, /healthz and /readyz are open. /clients names every connection's address,
+/metrics, /livez, /healthz and /readyz are open. /livez (Kubernetes' and Kroxylicious's
+name for it) and /healthz are the same: the process answers; /readyz adds the listeners
+and the upstream. /clients names every connection's address,
 client id and SASL principal: it is off unless `metrics.clients_token_file` (then only
 with that bearer token) or `metrics.clients_listen` (a second, loopback-only listener)
 is set. /top (the busiest clients, apis, groups: proxy/admin/top.py, read by `kafkalens
@@ -172,7 +175,7 @@ def route(
         if endpoints.metrics_later is not None:
             return _metrics_later(endpoints.metrics_later)
         return Response(HTTPStatus.OK, endpoints.metrics(), CONTENT_TYPE_LATEST)
-    if path == "/healthz":
+    if path in ("/livez", "/healthz"):
         return Response(HTTPStatus.OK, b"ok\n")
     if path == "/readyz":
         ready, reason = endpoints.ready()
@@ -195,7 +198,7 @@ def route(
         except BadQuery as exc:
             return Response(HTTPStatus.BAD_REQUEST, f"/top: {exc}\n".encode())
         return _top_later(endpoints.top, query)
-    return Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz /clients /top\n")
+    return Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /livez /readyz /clients /top\n")
 
 
 async def _top_later(top: TopAnswer, query: Query) -> Response:

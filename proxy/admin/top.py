@@ -241,11 +241,14 @@ class TopView:
         seen = self.previous.conns
         clients: dict[tuple[Any, ...], dict[str, Any]] = {}
         for conn in connections:
-            identity = conn.get("identity") or {}
+            # /clients names identity fields as the request log does, at the top; a
+            # worker of the release before nests them in `identity` and names `conn_id`
+            identity = {k: conn.get(k, (conn.get("identity") or {}).get(k)) for k in IDENTITY}
             address = conn.get("client_address") or conn.get("client") or ""
             host = address.rsplit(":", 1)[0] if ":" in address else address
             counts = (int(conn.get("requests", 0)), int(conn.get("bytes_in", 0)), int(conn.get("bytes_out", 0)))
-            seen[str(conn.get("conn_id"))] = counts
+            conn_id = str(conn.get("conn") or conn.get("conn_id"))
+            seen[conn_id] = counts
             key = (*(identity.get(k) for k in IDENTITY), host)
             row = clients.get(key)
             if row is None:
@@ -260,7 +263,7 @@ class TopView:
             row["bytes_out_total"] += counts[2]
             if previous is not None:
                 # A connection not in the previous answer opened since: all its counts are new.
-                was = previous.conns.get(str(conn.get("conn_id")), (0, 0, 0))
+                was = previous.conns.get(conn_id, (0, 0, 0))
                 row["_requests"] += max(0, counts[0] - was[0])
                 row["_bytes"] += max(0, counts[1] - was[1]) + max(0, counts[2] - was[2])
         for row in clients.values():

@@ -74,6 +74,7 @@ _INT32 = struct.Struct(">i")
 MAX_PLAUSIBLE_FRAME = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 MAX_FRAME_IN_STEP = 1024 * 1024 * 1024  # a response past this is garbage, whatever came before
 DECIDE_BYTES = 4096  # what a stream of unknown kind may send before it is let go
+PROGRESS_EVERY = 4096  # segments between two calls of run()'s progress
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,12 @@ class CaptureDecoder:
         apis: tuple[str, ...] = (),
         summary: SummaryOptions | None = None,
         on_frame: FrameCallback | None = None,
+        notes: IO[bytes] | None = None,
     ) -> None:
+        """`apis`: only those apis' lines are written to `out`, and the capture_summary
+        to `notes` (stderr) rather than `out`, which then holds what was asked alone."""
         self.ports = ports
+        self.notes = Output(notes) if notes is not None else None
         self.on_frame = on_frame
         self.limits = limits
         self.output = Output(out)
@@ -156,13 +161,16 @@ class CaptureDecoder:
 
     # -- the capture ---------------------------------------------------------------
 
-    def run(self, handle: IO[bytes]) -> int:
-        """Decode a whole capture; 1 if it could not be read to its end."""
+    def run(self, handle: IO[bytes], progress: Callable[[CaptureDecoder], None] | None = None) -> int:
+        """Decode a whole capture; 1 if it could not be read to its end. `progress` is
+        called every PROGRESS_EVERY segments."""
         reader = CaptureReader(handle, self.limits.max_record_bytes)
         last = 0.0
-        for segment in reader.segments():
+        for number, segment in enumerate(reader.segments()):
             last = segment.ts
             self.segment(segment)
+            if progress is not None and number % PROGRESS_EVERY == 0:
+                progress(self)
         self.finish(last)
         if reader.stopped is not None and "over the" in reader.stopped:
             self.limits_hit["max_record_bytes"] += 1
@@ -579,9 +587,14 @@ class CaptureDecoder:
         }
 
     def _note(self, event: str, fields: dict[str, Any]) -> None:
+        """A line of the capture's own: to the output, unless only some apis were asked
+        for (then the summary goes to `notes`, and the rest is in its counts)."""
         fields["event"] = event
         fields["ts"] = self.log.capture_time()
-        self.output.msg(render(fields))
+        if not self.log.apis:
+            self.output.msg(render(fields))
+        elif event == "capture_summary" and self.notes is not None:
+            self.notes.msg(render(fields))
 
 
 def _address(end: Endpoint) -> str:

@@ -4,7 +4,7 @@ log, their clocks set to the capture's, the lines written straight to a file."""
 from __future__ import annotations
 
 import time
-from typing import IO, cast
+from typing import IO, Any, cast
 
 from proxy.observe.observer import ObservingHooks
 from proxy.observe.request_log import LineSink, RequestLog, Timestamp
@@ -49,6 +49,16 @@ class _CaptureTime(Timestamp):
 
 
 class CaptureLog(RequestLog):
+    """With `apis` (`kafkalens decode --filter`), only the lines of those apis: not the
+    connections' lines either, which name no api."""
+
     def __init__(self, output: Output, apis: tuple[str, ...], hooks: CaptureHooks) -> None:
         super().__init__(cast(LineSink, output), apis=apis)
         self._timestamp = self.capture_time = _CaptureTime(hooks)
+
+    def write(self, event: str, fields: dict[str, Any]) -> None:
+        if self.apis and not (
+            fields.get("api") in self.apis or str(fields.get("api_key")) in self.apis
+        ):
+            return
+        super().write(event, fields)

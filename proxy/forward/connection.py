@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
-from proxy.config import Address, Limits
+from proxy.config import AUTO_MAX_CONNECTIONS, Address, Limits
 from proxy.exchange.kafka import (
     REQUEST_MIN_HEAD,
     RESPONSE_MIN_HEAD,
@@ -47,6 +47,7 @@ from proxy.forward.framing import HEAD_CAP, Buffer, FrameSplitter
 from proxy.forward.hangups import HangupWatch, hung_up
 from proxy.forward.sides import ConnectionCalls, Relay
 from proxy.hooks import ConnectionInfo, HookPlan, Hooks, Pending, next_connection_id
+from proxy.metrics import connect_failure
 from proxy.tls import describe_peer
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ log = structlog.get_logger("kafkalens.proxy")
 # Clients whose broker is down reconnect at once (the proxy accepted them): measured,
 # two kafka-python clients made 450 such lines a second; counted in
 # kafkalens_upstream_failures_total, logged once per 10 s at most.
-_upstream_unreachable_log = fdlimit.RateLimitedLog("upstream unreachable")
+_upstream_unreachable_log = fdlimit.RateLimitedLog("upstream connect failed: client connection closed")
 
 HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
@@ -105,12 +106,15 @@ class ProxyContext:
     per_ip: dict[str, int] = field(default_factory=dict)
     accepting: bool = True
     fd_ceiling: int = 2**62  # accepted sockets numbered from here on are refused (fdlimit.py)
+    # limits.max_connections, `auto` sized by Server.start to the open-file limit (fdlimit.py)
+    max_connections: int = field(init=False)
     # Paused clients' sockets, for their hang-ups (proxy/forward/hangups.py): opened with
     # the server; None where epoll is missing (the sweeper polls paused clients instead).
     hangups: HangupWatch[Connection] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.plan = HookPlan.of(self.hooks)
+        self.max_connections = self.limits.max_connections or AUTO_MAX_CONNECTIONS
 
     def open_hangups(self) -> None:
         """On the loop, once: the watch's epoll descriptor is one of the idle ones."""
@@ -130,7 +134,7 @@ class ProxyContext:
         elif fd >= self.fd_ceiling:
             reason = "fd_limit"
             fdlimit.out_of_fds_log(listener=listener, fd=fd, ceiling=self.fd_ceiling)
-        elif len(self.connections) >= self.limits.max_connections:
+        elif len(self.connections) >= self.max_connections:
             reason = "max_connections"
         elif self.per_ip.get(ip, 0) >= self.limits.max_connections_per_ip:
             reason = "per_ip_limit"
@@ -271,8 +275,8 @@ class Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         route = self.route
         timeout = self.ctx.limits.connect_timeout_seconds
+        reason = error = ""
         for address in route.upstreams:
-            reason = "connect_refused"
             try:
                 await asyncio.wait_for(
                     loop.create_connection(
@@ -288,23 +292,17 @@ class Connection(asyncio.Protocol):
                     timeout,
                 )
                 return
-            except TimeoutError:
-                reason = "timeout"
-            except ssl.SSLError:
-                reason = "tls"
-            except ConnectionResetError:
-                # TCP was up: a broker that hangs up mid-handshake (no common TLS version,
-                # no alert sent) is a TLS failure, not a refused connection
-                if route.upstream_tls:
-                    reason = "tls"
-            except OSError as exc:
+            except OSError as exc:  # TimeoutError and ssl.SSLError are OSErrors too
                 if exc.errno in fdlimit.OUT_OF_FDS:
                     self._out_of_fds(exc)
                     return
+                reason, error = connect_failure(exc, tls=route.upstream_tls is not None)
             self.ctx.metrics.upstream_failure(str(address), reason)
             if self.closed:
                 return
-        _upstream_unreachable_log(upstream=self.info and self.info.upstream)
+        _upstream_unreachable_log(
+            upstream=self.info and self.info.upstream, reason=reason, error=error
+        )
         self.close("upstream_connect_failed")
 
     def _out_of_fds(self, exc: OSError) -> None:
@@ -664,7 +662,7 @@ class UpstreamProtocol(asyncio.Protocol):
         self.conn = conn
         # The broker's bytes go straight to the connection's method: uvloop calls the
         # bound method it finds here, so a response costs one Python call less than
-        # through a delegating method (bench.front_instructions: bench/PROFILE.md).
+        # through a delegating method (bench.proxy.front_instructions: bench/PROFILE.md).
         self.data_received = conn.upstream_data  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

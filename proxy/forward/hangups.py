@@ -16,7 +16,7 @@ waiting in their receive queues do not wake the loop, the end of the stream does
 once, however much unread data is ahead of it (Linux sets RCV_SHUTDOWN when the FIN
 arrives, not when it is read). Its own descriptor is one reader of the loop. Registering
 and unregistering cost one epoll_ctl each at a pause and at a resume, never per request:
-`python -m bench.hangup_cost` measures it. Where epoll is missing the server's sweeper
+bench/README.md has what that costs. Where epoll is missing the server's sweeper
 polls each paused client once a second instead (`hung_up`).
 
 What no endpoint can see: a client that closes while more of its bytes wait than the

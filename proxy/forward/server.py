@@ -33,6 +33,15 @@ BACKLOG = 1024
 _DRAIN_POLL_SECONDS = 0.02
 
 
+@dataclass(frozen=True)
+class Drained:
+    """What a shutdown's grace period ended with: connections still open (then closed)
+    and the requests they awaited answers to."""
+
+    connections: int
+    requests: int
+
+
 @dataclass
 class Listener:
     name: str
@@ -66,6 +75,9 @@ class Server:
         self.reuse_port = reuse_port
         self._upstream_tls = client_context(config.upstream_tls) if config.upstream_tls else None
         self._sweeper: asyncio.Task[None] | None = None
+        # Set once the proxy said it started (proxy/announce.py lists the listeners then):
+        # only listeners opened later (gateway mode's, one per broker) get a line of their own.
+        self.announced = False
         # prometheus_client's multiprocess mode (workers > 1) reads samples from files,
         # which a function gauge never writes: the sweeper sets the value instead.
         self._multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ
@@ -82,7 +94,7 @@ class Server:
         for listener in self.config.listeners:
             await self.add_listener(listener.name, listener.listen, listener.upstream, listener.tls)
         self.ctx.fd_ceiling = fdlimit.ceiling()
-        fdlimit.check_max_connections(self.config.limits.max_connections)
+        self.ctx.max_connections = fdlimit.size_max_connections(self.config.limits.max_connections)
         self._start_sweeper()
 
     async def add_listener(
@@ -133,7 +145,7 @@ class Server:
         listener = Listener(name, listen, route, server, tls is not None)
         self.listeners[name] = listener
         ctx.metrics.listener_added(name)
-        log.info(
+        (log.info if self.announced else log.debug)(
             "listening",
             listener=name,
             listen=str(listener.bound),
@@ -188,9 +200,14 @@ class Server:
                 self.metrics.pending_requests.set(self.pending_total())
                 self.metrics.flush()
 
-    async def shutdown(self, grace: float | None = None) -> None:
+    def bound(self) -> dict[str, Address]:
+        """Each listener's name and the address it is bound to."""
+        return {name: listener.bound for name, listener in self.listeners.items()}
+
+    async def shutdown(self, grace: float | None = None) -> Drained:
         """Stop accepting, let in-flight requests finish for up to `grace` seconds
-        (default limits.shutdown_grace_seconds), then close what is left."""
+        (default limits.shutdown_grace_seconds), then close what is left; returns what
+        was cut then."""
         if grace is None:
             grace = self.config.limits.shutdown_grace_seconds
         self.ctx.accepting = False
@@ -201,9 +218,16 @@ class Server:
         deadline = time.monotonic() + grace
         while self.ctx.connections and time.monotonic() < deadline:
             await asyncio.sleep(_DRAIN_POLL_SECONDS)
-        if self.ctx.connections:
-            log.warning("closing connections after the grace period", left=len(self.connections))
+        cut = Drained(len(self.ctx.connections), self.pending_total())
+        if cut.connections:
+            log.warning(
+                "closing connections after the grace period",
+                left=cut.connections,
+                requests_in_flight=cut.requests,
+                grace_s=grace,
+            )
         await self.close()
+        return cut
 
     async def close(self) -> None:
         """Close every listener and connection now."""

@@ -1,21 +1,30 @@
-"""Gateway mode's hooks: whatever other hooks do, plus every broker address rewritten.
+"""Gateway mode's hooks: whatever other hooks do, plus every node address rewritten.
 
 `GatewayHooks` wraps the hooks the proxy would run anyway (decoding, logging,
-metrics) and adds one thing: a response that names brokers is decoded, each broker's
+metrics) and adds one thing: a response that names nodes is decoded, each node's
 host/port is replaced by the mapper's answer (proxy/gateway/gateway.py), and re-encoded.
-Which responses, at which versions, and where in them comes from the schemas
-(proxy/gateway/addresses.py), so a new message that carries an address is not missed.
+Which responses, at which versions, where in them, and which kind of endpoint (broker or
+controller) each address is, comes from the schemas and the declarations of
+proxy/gateway/addresses.py, so a new message that carries an address is not missed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import structlog
 
 from codec import DecodeError, HeaderPolicy, Response, decode_response, encode_response
 from codec.schema import api_messages, message
-from proxy.gateway.addresses import Mapper, address_fields, rewrite_addresses, rewritten_api_keys
+from proxy.gateway.addresses import (
+    BROKER,
+    EndpointKind,
+    Mapper,
+    address_fields,
+    rewrite_addresses,
+    rewritten_api_keys,
+)
 from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
 
 log = structlog.get_logger("kafkalens.gateway")
@@ -26,11 +35,17 @@ def _response_name(api_key: int) -> str:
     return api_messages()[api_key][1].name
 
 
-def rewrite_broker_addresses(
-    frame: memoryview | bytes, api_key: int, api_version: int, policy: HeaderPolicy, mapper: Mapper
+def rewrite_node_addresses(
+    frame: memoryview | bytes,
+    api_key: int,
+    api_version: int,
+    policy: HeaderPolicy,
+    mapper: Mapper,
+    route: EndpointKind = BROKER,
 ) -> bytes | None:
-    """The response with every broker address mapped, or None when none changed (the
-    original bytes then go on untouched)."""
+    """The response with every node address mapped, or None when none changed (the
+    original bytes then go on untouched). `route`: the kind of the route it came on.
+    LookupError for an endpoint kind no release defines."""
     name = _response_name(api_key)
     fields = address_fields(name, api_version)
     if not fields:
@@ -38,9 +53,9 @@ def rewrite_broker_addresses(
             # newer than the codec (a client that did not negotiate: the ApiVersions cap
             # keeps the others below): its addresses, if any, go out unrewritten
             raise DecodeError(f"{name} v{api_version}: a version the codec does not know")
-        return None  # this version names no broker (e.g. Fetch before v16): no decoding
+        return None  # this version names no node (e.g. Fetch before v16): no decoding
     response, trailing = _decode(frame, api_key, api_version, policy)
-    if not rewrite_addresses(response.body, fields, mapper):
+    if not rewrite_addresses(response.body, fields, mapper, name, route):
         return None
     return encode_response(response, policy) + trailing
 
@@ -68,15 +83,23 @@ def _decode(
 
 
 class GatewayHooks(Hooks):
-    """`inner`'s behaviour, with broker addresses rewritten by `mapper` before sending.
+    """`inner`'s behaviour, with node addresses rewritten by `mapper` before sending.
+    `route_kind` says which kind of endpoint a listener (by name) forwards to.
 
     Every hook is delegated, so the connection assembles every frame even when `inner`
     reads none; the hooks `kafkalens proxy` runs read them all anyway.
     """
 
-    def __init__(self, inner: Hooks, mapper: Mapper, policy: HeaderPolicy) -> None:
+    def __init__(
+        self,
+        inner: Hooks,
+        mapper: Mapper,
+        route_kind: Callable[[str], EndpointKind],
+        policy: HeaderPolicy,
+    ) -> None:
         self.inner = inner
         self.mapper = mapper
+        self.route_kind = route_kind
         self.policy = policy
         self.inspects_requests = inner.inspects_requests
         self.admit_api_keys = inner.admit_api_keys
@@ -93,13 +116,19 @@ class GatewayHooks(Hooks):
             return inner
         source = frame if inner is None else inner
         try:
-            ours = rewrite_broker_addresses(
-                source, pending.api_key, pending.api_version, self.policy, self.mapper
+            ours = rewrite_node_addresses(
+                source,
+                pending.api_key,
+                pending.api_version,
+                self.policy,
+                self.mapper,
+                self.route_kind(info.listener),
             )
-        except DecodeError as exc:
-            # the client now sees the brokers' own addresses and may go round the gateway
+        except (DecodeError, LookupError) as exc:
+            # the client now sees the nodes' own addresses and may go round the gateway
+            why = "undecodable response" if isinstance(exc, DecodeError) else "unknown kind"
             log.error(
-                "broker addresses not rewritten: undecodable response",
+                f"node addresses not rewritten: {why}",
                 conn=info.conn_id,
                 api_key=pending.api_key,
                 api_version=pending.api_version,

@@ -601,7 +601,7 @@ class ObservingHooks(Hooks):
             # An answer a link's ask reads whole (Fetch, a Produce's base offsets, share
             # groups, heartbeats) is decoded whole; others are skimmed (an OffsetCommit's
             # too). Written out here, not in a method of its own: one Python call less
-            # per response (bench.hooks_cost --instructions).
+            # per response (bench.proxy.hooks_cost --instructions).
             response = None
             try:
                 if token.response is None and api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole):

@@ -45,7 +45,7 @@ FLUSH_INTERVAL = 0.5
 MAX_QUEUED_BYTES = 16 * 1024 * 1024
 # Waiting lines that wake the writer before its interval is up (or a quarter of the
 # queue's bound, if less). Each wake-up hands the GIL over: measured, 64 KiB doubled
-# the sink's CPU per line against 1 MiB (bench/request_log_cost.py).
+# the sink's CPU per line against 1 MiB (bench/proxy/request_log_cost.py).
 BUFFER_BYTES = 1024 * 1024
 WRITE_LINES = 4096  # the most one write call carries (rotation is checked between writes)
 PIPE_BUF = 4096

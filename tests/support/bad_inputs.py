@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.synth import Synth, to_line
+from support.synth import Synth, to_line
 
 CHECKSUM_CHUNK = 512  # Hadoop's io.bytes.per.checksum
 

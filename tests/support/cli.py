@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from proxy_harness import LOCAL
+from support.proxy_harness import LOCAL
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

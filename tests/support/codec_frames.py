@@ -10,7 +10,6 @@ import struct
 import uuid
 from collections.abc import Iterator
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,10 +32,8 @@ from codec.layout import layout
 from codec.schema import api_messages, message
 from codec.skim import skim_response
 from codec.wire import DEFAULT_ELEMENT_BUDGET
-from tests.codec_strategies import struct_value
-
-REPO = Path(__file__).resolve().parents[2]
-GOLDEN = REPO / "tests" / "data" / "golden"
+from support.codec_strategies import struct_value
+from support.paths import GOLDEN
 
 
 def join_group(metadata_size: int, version: int) -> tuple[Response, bytes]:
@@ -144,14 +141,6 @@ def mutated(draw: st.DrawFn) -> tuple[str, bytes, int, int]:
         elif kind == "int32" and len(data) >= pos + 4:
             data[pos : pos + 4] = struct.pack(">i", draw(st.sampled_from([-2, -1, 2**31 - 1, 2**24])))
     return direction, bytes(data), api_key, version
-
-
-CASES = [
-    (api_key, version, kind)
-    for api_key, (req, _) in api_messages().items()
-    for version in req.versions
-    for kind in ("request", "response")
-]
 
 
 def _header_fields(kind: str, api_key: int, version: int) -> tuple[object, int, bool]:

@@ -1,5 +1,5 @@
 """Clients kept running while Apache Kafka brokers fail, the faults, and what is checked
-afterwards (tests/test_kafka_faults.py, and its long run: bench/kafka_faults.py).
+afterwards (tests/interop/test_kafka_faults.py, and its long run: bench/proxy/kafka_faults.py).
 
 Producers (acks=all) note every record the broker acknowledged: its id (the key), the
 partition and offset it got and a checksum of its value (the first 16 hex digits of its
@@ -37,7 +37,6 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from proxy_harness import LOCAL
 
 from codec.schema import api_names
 from proxy.apache_kafka import KafkaCluster
@@ -45,6 +44,7 @@ from proxy.tansu import free_port
 from support.gateway import gateway_config
 from support.java import start_java
 from support.observed import ObservedProxy
+from support.proxy_harness import LOCAL
 
 LOG = logging.getLogger("librdkafka")
 # librdkafka's names of apis where they differ from Kafka's (and kafkalens's).
@@ -660,13 +660,15 @@ def survive(
     load: Load,
     node: int,
     how: str,
+    also_down: tuple[str, ...] = (),
 ) -> None:
     """Node `node` killed (`how` "kill") or shut down ("stop") under `load`, then started
-    again: /readyz names it and turns ready again, the gateway hands out the leaders
+    again: /readyz names it (its broker listener, and `also_down`: its other listeners
+    the gateway has routes to) and turns ready again, the gateway hands out the leaders
     without it and then lists it again, the load goes on meanwhile, and the node is back
     in every partition's in-sync replicas before this returns."""
     direct = cluster.bootstrap
-    down = cluster.node(node).address
+    down = ", ".join(sorted([cluster.node(node).address, *also_down]))
     if how == "kill":
         cluster.kill_node(node)
     else:
@@ -710,3 +712,19 @@ def listeners_of(px: ObservedProxy, gateway: bool) -> Callable[[str], str]:
         return "bootstrap" if int(number) < 0 else f"broker-{int(number)}"
 
     return listener_of
+
+
+def finish_and_check(
+    px: ObservedProxy, load: Load, direct: str, faulted: set[str], gateway: bool
+) -> None:
+    """The clients stop; kafkalens holds nothing more; nothing acknowledged was lost
+    (`check_nothing_lost`), and every request the clients sent has its line
+    (`check_request_log`), with at least one cut short by the brokers' faults."""
+    load.finish()
+    px.wait_all_closed(60)
+    assert px.pending_total() == 0
+    lines = px.lines()  # flushed first
+    duplicates = check_nothing_lost(load, direct)
+    reasons = check_request_log(lines, load, faulted, listeners_of(px, gateway))
+    assert reasons.keys() & UPSTREAM_GONE, reasons  # the faults were seen as such
+    print(f"duplicates {duplicates}, incomplete requests by reason {dict(reasons)}")

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy_harness import LOCAL, ProxyThread, read_frame, request_frame
-
 from codec import ApiKey, decode_response
 from proxy.config import Config, parse_config
 from proxy.metrics import Metrics
 from proxy.observe.observer import build_hooks
-from proxy.tansu import free_port
+from proxy.tansu import free_port, free_ports
+from support.proxy_harness import LOCAL, ProxyThread, read_frame, request_frame, write_frame
 
 METADATA, FIND_COORDINATOR = ApiKey.METADATA, ApiKey.FIND_COORDINATOR
 
@@ -50,7 +49,11 @@ def brokers_of(bootstrap: str) -> dict[int, tuple[str, int]]:
 # --- a gateway in front of a cluster --------------------------------------------------------
 
 
-def gateway_config(bootstrap: str, broker_ports: dict[int, int], request_log: str = "-") -> Config:
+def gateway_config(
+    bootstrap: str, broker_ports: dict[int, int], request_log: str = "-", **gateway: object
+) -> Config:
+    """A gateway's config on loopback; `gateway` adds keys of its section
+    (controller_ports, controller_bootstrap_servers, ...)."""
     return parse_config(
         {
             "mode": "gateway",
@@ -60,11 +63,40 @@ def gateway_config(bootstrap: str, broker_ports: dict[int, int], request_log: st
                 "advertised_host": LOCAL,
                 "listen_host": LOCAL,
                 "broker_ports": broker_ports,
+                **gateway,
             },
             "metrics": {"listen": f"{LOCAL}:0"},
             "request_log": {"path": request_log},
         }
     )
+
+
+# --- scripted nodes: what a route's check (ApiVersions) finds, and what the tests read ----
+
+BROKER_APIS = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS)
+CONTROLLER_APIS = (ApiKey.FETCH, ApiKey.API_VERSIONS, ApiKey.VOTE, ApiKey.DESCRIBE_QUORUM)
+
+
+def api_versions_v0(correlation: bytes, api_keys: tuple[int, ...]) -> bytes:
+    """An ApiVersions v0 answer (without its length) listing `api_keys`."""
+    entries = b"".join(struct.pack(">hhh", key, 0, 0) for key in api_keys)
+    return correlation + struct.pack(">hi", 0, len(api_keys)) + entries
+
+
+def node_listener(payload: bytes, api_keys: tuple[int, ...]) -> Any:
+    """A FakeBroker handler for a node's listener: an ApiVersions v0 is answered with
+    `api_keys` (what a route's check reads), any other request with `payload`."""
+
+    def handler(sock: socket.socket) -> None:
+        while True:
+            request = read_frame(sock)
+            api_key, version = struct.unpack(">hh", request[:4])
+            if (api_key, version) == (ApiKey.API_VERSIONS, 0):
+                write_frame(sock, api_versions_v0(request[4:8], api_keys))
+            else:
+                write_frame(sock, request[4:8] + payload)
+
+    return handler
 
 
 @dataclass
@@ -122,3 +154,93 @@ def spread_topic(producer: object, stem: str) -> str:
         if len({p.leader for p in metadata.topics[topic].partitions.values()}) > 1:
             return topic
     raise AssertionError("the mock cluster put every leader of 8 topics on one broker")
+
+
+def routes(px: ProxyThread) -> dict[str, str]:
+    """Every node route a running gateway has: listener name -> where it forwards."""
+
+    def read() -> dict[str, str]:
+        return {
+            name: ",".join(str(a) for a in listener.route.upstreams)
+            for name, listener in px.server.listeners.items()
+            if name.startswith(("broker-", "controller-")) and name != "controller-bootstrap"
+        }
+
+    return px.call(read)
+
+
+def listener_port(px: ProxyThread, name: str) -> int:
+    return px.call(lambda: px.server.listeners[name].bound.port)
+
+
+def api_keys_at(address: str) -> set[int]:
+    """The api keys a listener answers (ApiVersions v0), asked directly."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        body = ask(sock, ApiKey.API_VERSIONS, 0, b"")
+    assert body["error_code"] == 0, body
+    return {entry["api_key"] for entry in body["api_keys"]}
+
+
+# --- a gateway in front of a KRaft cluster of any layout ------------------------------------
+
+
+@dataclass
+class LayoutGateway:
+    """A gateway (the hooks `kafkalens proxy` runs, a request log) in front of a cluster,
+    serving its brokers and its controllers on ports of their own, with a bootstrap for
+    each kind; and where each node really is, to check what clients are told."""
+
+    layout: str  # combined, dedicated
+    px: Any  # support.observed.ObservedProxy
+    broker_ports: dict[int, int]
+    controller_ports: dict[int, int]
+    brokers: dict[int, str]  # node id -> the broker's own listener
+    controllers: dict[int, str]  # node id -> the controller's own listener
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOCAL}:{listener_port(self.px, 'bootstrap')}"
+
+    @property
+    def controller_bootstrap(self) -> str:
+        return f"{LOCAL}:{listener_port(self.px, 'controller-bootstrap')}"
+
+    @property
+    def direct(self) -> str:
+        return ",".join(self.brokers.values())
+
+    @property
+    def direct_controllers(self) -> str:
+        return ",".join(self.controllers.values())
+
+    def expected_routes(self, brokers: dict[int, str] | None = None) -> dict[str, str]:
+        """What `routes` must be once every node was named: each route to its own node."""
+        want = {f"broker-{n}": a for n, a in (brokers or self.brokers).items()}
+        return want | {f"controller-{n}": a for n, a in self.controllers.items()}
+
+    def gateway_address(self, kind: str, node_id: int) -> str:
+        ports = self.broker_ports if kind == "broker" else self.controller_ports
+        return f"{LOCAL}:{ports[node_id]}"
+
+
+@contextmanager
+def layout_gateway(
+    layout: str, brokers: dict[int, str], controllers: dict[int, str], log_path: Path
+) -> Iterator[LayoutGateway]:
+    from support.observed import ObservedProxy
+
+    # room for a broker that joins later: node ids up to 16 have a port planned
+    ports = iter(free_ports(16 + len(controllers), LOCAL))
+    broker_ports = {node: next(ports) for node in range(1, 17)}
+    controller_ports = {node: next(ports) for node in controllers}
+    config = gateway_config(
+        ",".join(brokers.values()),
+        broker_ports,
+        str(log_path),
+        controller_bootstrap_listen=f"{LOCAL}:0",
+        controller_bootstrap_servers=list(controllers.values()),
+        controller_ports=controller_ports,
+    )
+    with ObservedProxy(config) as px:
+        yield LayoutGateway(layout, px, broker_ports, controller_ports, brokers, controllers)

@@ -3,7 +3,7 @@ broker, a well-behaved client that keeps talking during an attack, a memory prob
 
 The proxy runs in a thread of the test process, so the process's resident memory is
 the proxy's plus a constant: the probe measures the peak *growth* during an attack.
-tests/test_hostile_support.py checks the probe itself, so a bound asserted with it
+tests/project/test_hostile_support.py checks the probe itself, so a bound asserted with it
 means something.
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 import cramjam
 import pytest
 from crc32c import crc32c
-from proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 
 from codec import ApiKey
 from proxy.config import Config, parse_config
 from support.observed import ObservedProxy
+from support.proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 
 MIB = 1 << 20
 API_VERSIONS = ApiKey.API_VERSIONS

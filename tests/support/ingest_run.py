@@ -15,8 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.synth import Synth, to_line, write_rotated
 from support.logs import age_like_proxy
+from support.synth import Synth, to_line, write_rotated
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 600

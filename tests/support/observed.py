@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from proxy_harness import LOCAL, ProxyThread, proxy_config
 
 from proxy.config import Config, Kip1313Config
 from proxy.observe.observer import ObservingHooks
 from proxy.runner import start_proxy
 from proxy.tansu import free_port
+from support.proxy_harness import LOCAL, ProxyThread, proxy_config
 
 HTTP_TIMEOUT_S = 15.0
 

@@ -7,7 +7,7 @@ unset is fine where the pod-level one holds (runAsNonRoot, seccompProfile), an
 explicit bad value anywhere is not. Values are those of the newest Kubernetes release
 whose profile this follows (1.34: the probes' and lifecycle handlers' `host` field is
 forbidden too). `violations(spec, metadata)` gives every broken rule, with what broke
-it; `tests/test_deploy.py` holds every pod template in deploy/ (and the Helm chart's
+it; `tests/deploy/test_deploy.py` holds every pod template in deploy/ (and the Helm chart's
 rendered output) to none, and breaks each rule once to show it is checked.
 """
 

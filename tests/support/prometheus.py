@@ -650,10 +650,10 @@ def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 
 # Which dashboard queries each end-to-end scenario must fill (a non-zero number), by
-# ("<panel id>: <title>", refId); tests/test_prometheus_rules.py checks that every query
+# ("<panel id>: <title>", refId); tests/deploy/test_prometheus_rules.py checks that every query
 # of the dashboards is here or in UNFILLABLE.
 DASHBOARD_FILLS: dict[str, set[tuple[str, str]]] = {
-    # tests/test_prometheus_alerts.py
+    # tests/deploy/test_prometheus_alerts.py
     "errors": {
         ("6: Errors by api and error", "A"),
         ("14: Connections opened, closed and rejected", "B"),
@@ -689,7 +689,7 @@ DASHBOARD_FILLS: dict[str, set[tuple[str, str]]] = {
         ("14: Connections opened, closed and rejected", "C"),
         ("32: Request log lines dropped", "A"),
     },
-    # tests/test_prometheus_probes.py
+    # tests/deploy/test_prometheus_probes.py
     "flood": {("33: Admin port refusals", "A")},
 }
 UNFILLABLE: dict[tuple[str, str], str] = {

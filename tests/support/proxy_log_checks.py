@@ -39,7 +39,7 @@ def check_readiness_names_the_old_client(spark: SparkSession, reported: tuple) -
     )
     assert old and all(client.startswith("kafka-python") for client, _, _ in old)
     assert {api for _, api, _ in old} >= {"Produce"}  # Produce v2 (its Metadata v2 is
-    # one Kafka 4 accepts again: tests/test_kafka_removed_versions.py)
+    # one Kafka 4 accepts again: tests/interop/test_kafka_removed_versions.py)
     got: Counter[tuple[Any, Any, Any]] = Counter()
     for row in rows(spark, out, "kafka4_readiness"):
         got[(row["client_id"], row["api"], row["api_version"])] += row["requests"]

@@ -13,9 +13,8 @@ import socket
 import struct
 from typing import Any
 
-from proxy_harness import FakeBroker, read_frame, write_frame
-
 from codec import ApiKey, Response, decode_request, encode_response
+from support.proxy_harness import FakeBroker, read_frame, write_frame
 
 API_VERSIONS = ApiKey.API_VERSIONS
 METADATA = ApiKey.METADATA

@@ -7,10 +7,9 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from proxy_harness import read_frame, request_frame, write_frame
-
 from codec import ApiKey
 from proxy.exchange.sasl import handshake_mechanism
+from support.proxy_harness import read_frame, request_frame, write_frame
 
 SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
 METADATA = ApiKey.METADATA

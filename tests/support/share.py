@@ -18,10 +18,9 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from proxy_harness import read_frame, write_frame
-
 from codec import Request, decode_response, encode_request
 from support.java import start_java
+from support.proxy_harness import read_frame, write_frame
 
 # Acknowledgement types the metrics count, as the line and the driver name them.
 COUNTED = ("accept", "release", "reject", "renew")

@@ -7,7 +7,7 @@ the driver's (same version, so PySpark's worker can start), with nothing install
 no pyspark (Spark ships its own zip to the Python workers), pyarrow, pandas or msgspec.
 A job that needs the project's Python environment on the executors fails there, as it
 would on a stock Databricks, EMR or Dataproc cluster. Stdlib only: the benchmark
-(bench/bench_pipeline.py) uses it too.
+(bench/pipeline/speed.py) uses it too.
 """
 
 from __future__ import annotations

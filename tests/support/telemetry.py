@@ -19,7 +19,6 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ScopeMetrics,
     Sum,
 )
-from proxy_harness import read_frame
 
 from codec import ApiKey, Request, decode_response, encode_request
 from proxy.config import TelemetryConfig, TelemetryLogConfig
@@ -27,6 +26,7 @@ from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
 from support.hostile import connect
 from support.observed import ObservedProxy
+from support.proxy_harness import read_frame
 
 
 class TelemetryProxy(ObservedProxy):

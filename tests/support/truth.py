@@ -1,4 +1,4 @@
-"""Kafka's own view, for the tests that hold kafkalens to it (tests/test_kafka_truth_*.py).
+"""Kafka's own view, for the tests that hold kafkalens to it (tests/interop/test_kafka_truth_*.py).
 
 `JavaDriver` runs tests/peers/java/truth/Driver.java (the Java client, one command per
 line, one JSON answer per line) on a Kafka version's jars. `receiver_kafka` starts a

@@ -214,7 +214,7 @@ public final class FixedRate {
                 ns[ns.length - 1] / 1e3, Arrays.stream(ns).average().orElse(0) / 1e3);
     }
 
-    /** Nearest rank, as bench/stats.py. */
+    /** Nearest rank, as bench/proxy/stats.py. */
     private static double pct(long[] sorted, double q) {
         int rank = (int) Math.max(0, Math.min(sorted.length - 1, Math.round(q / 100 * sorted.length + 0.5) - 1));
         return sorted[rank];

@@ -23,7 +23,7 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
- * A Java producer or consumer kept running while brokers fail (tests/test_kafka_faults.py).
+ * A Java producer or consumer kept running while brokers fail (tests/interop/test_kafka_faults.py).
  * One JSON object a line on stdout; a line "stop" on stdin ends it.
  *
  * <pre>

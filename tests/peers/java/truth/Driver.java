@@ -45,7 +45,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * Kafka's own Java client, driven one command at a time, for the tests that hold what kafkalens
- * says against what the client and the broker themselves say (tests/test_kafka_truth_*.py).
+ * says against what the client and the broker themselves say (tests/interop/test_kafka_truth_*.py).
  *
  * <p>Reads one JSON command per line on stdin and answers each with one JSON line on stdout:
  * {@code {"ok": true, ...}} or {@code {"ok": false, "error": "..."}}. Clients are kept by the

@@ -1,0 +1,431 @@
+"""`python -m bench.proxy.versus`: kafkalens beside the proxies users would pick instead, in
+front of Apache Kafka, every arm in one run with the arms interleaved.
+
+See bench/README.md ("In front of Apache Kafka"). One broker, every front up at once
+(`bench/proxy/versus_arms.py`); each workload runs on every arm in turn before the next
+workload starts, the arms' order rotated from one round to the next, so no arm has the
+quiet or the busy minutes to itself. Workloads, in order:
+
+1. small: ApiVersions, Metadata (one topic), OffsetCommit, one at a time on one
+   connection, blocks of 50 alternating with the same requests straight to the broker
+   (`bench/proxy/latency.py`): added p50/p99 and the front's CPU per request.
+2. saturation: librdkafka produces N records of 1 KiB as fast as it can, then consumes
+   them (`bench/proxy/throughput.py`); rounds, the best MB/s; the front's CPU per GB.
+3. fixed rate: the Java client and librdkafka at a rate every arm sustains and one near
+   the direct arm's limit (`bench/proxy/fixed_rate.py`): publish and end-to-end p50/p99/p99.9.
+4. idle: 1,000 and 10,000 connections, each after one ApiVersions, held open; the
+   front's RSS before and with them open, per connection.
+
+Writes results.jsonl, RESULTS.md and chart.png to `--out` (default bench/proxy/versus/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from support import wire
+from support.procs import CpuWindow
+
+from bench.proxy import conns, fixed_rate, latency, throughput, versus_arms
+from bench.proxy.versus_arms import Bench, Front
+
+Row = dict[str, Any]
+DEFAULT_OUT = Path(__file__).resolve().parent / "versus"
+COMMIT_GROUP = "kafkalens-bench-commit"
+SMALL_TOPIC = "bench-small"
+RATE_PARTITIONS = 4  # as bench.proxy.throughput's topic
+
+
+@dataclass(frozen=True)
+class Sizes:
+    requests: int  # per small-request api and arm, after `warmup`
+    warmup: int
+    records: int  # saturation: produced then consumed per round and arm
+    rounds: int
+    low_rate: float  # records/s every arm sustains
+    high_fraction: float  # the high rate: this fraction of direct's saturation produce rate
+    rate_warmup: float
+    rate_seconds: float
+    idle: tuple[int, ...]
+    warm_records: int  # produced and consumed through each arm before anything is timed
+
+
+PRESETS = {
+    "full": Sizes(5000, 500, 200_000, 2, 5000, 0.7, 15, 60, (1000, 10_000), 50_000),
+    "quick": Sizes(1000, 100, 20_000, 1, 2000, 0.5, 5, 10, (1000,), 10_000),
+    "tiny": Sizes(100, 20, 2000, 1, 500, 0.3, 2, 3, (50,), 0),
+}
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.proxy.versus", description=__doc__.split("\n")[0])
+    p.add_argument("--size", choices=sorted(PRESETS), default="full")
+    p.add_argument("--arms", default=",".join(versus_arms.ARMS), help="comma-separated")
+    p.add_argument("--clients", default=",".join(fixed_rate.CLIENTS), help="fixed-rate clients")
+    p.add_argument("--workloads", default="small,saturation,rate,idle")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--kafka-version", default=_newest_kafka())
+    p.add_argument("--no-pin", action="store_true", help="no taskset: every process anywhere")
+    p.add_argument("--high-rate", type=float, help="records/s (default: from direct's saturation)")
+    p.add_argument("--rate-seconds", type=float, help="steady seconds of each fixed-rate run")
+    p.add_argument("--idle", help="idle connection counts, comma-separated (e.g. 1000,10000)")
+    p.add_argument("--note", default="")
+    return p.parse_args(argv)
+
+
+def _newest_kafka() -> str:
+    versions = versus_arms.REPO / "tests" / "peers" / "kafka-versions"
+    return versions.read_text().split()[0]
+
+
+def _exit_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # SIGTERM (and SIGINT, which a shell's background job ignores) unwinds the run, so
+    # the fronts, in sessions of their own, are stopped with the broker.
+    signal.signal(signal.SIGTERM, _exit_on_term)
+    args = parse(argv)
+    sizes = PRESETS[args.size]
+    if args.rate_seconds:
+        sizes = replace(sizes, rate_seconds=args.rate_seconds)
+    if args.idle:
+        sizes = replace(sizes, idle=tuple(int(n) for n in args.idle.split(",")))
+    arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
+    clients = tuple(c.strip() for c in args.clients.split(",") if c.strip())
+    workloads = {w.strip() for w in args.workloads.split(",")}
+    _raise_fd_limit()
+    out: Path = args.out
+    work = out / "work"
+    run = _run_row(args, sizes)
+    pinning = None if args.no_pin else versus_arms.default_pinning()
+    run["pinning"] = pinning.describe() if pinning else "none"
+    run["fd_limit"] = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    run["idle_counts"] = idle_counts(sizes)
+    rows: list[Row] = []
+    # The tiny run (the test's) creates one offsets partition, not Kafka's 50: on a loaded
+    # 2-core machine creating 50 took ~20 s of a ~60 s run.
+    props = {"offsets.topic.num.partitions": "1"} if args.size == "tiny" else {}
+    with Bench(work, arms, pinning, args.kafka_version, broker_properties=props) as bench:
+        for name, reason in bench.skipped.items():
+            _say(name, f"skipped: {reason}")
+        live = [bench.fronts[a] for a in arms if a in bench.fronts]
+        run["arms"] = {f.name: f.notes for f in live}
+        run["skipped"] = bench.skipped
+        warm(live, sizes)
+        steps: list[tuple[str, Callable[[], Iterator[Row]]]] = [
+            ("small", lambda: small(bench, live, sizes)),
+            ("saturation", lambda: saturation(live, sizes)),
+            ("rate", lambda: rates(bench, live, sizes, clients, args.high_rate)),
+            ("idle", lambda: idle(live, sizes)),
+        ]
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "rows.partial.jsonl", "w") as partial:
+            partial.write(json.dumps(run, default=str) + "\n")
+            for name, step in steps:
+                if name not in workloads:
+                    continue
+                for row in step():
+                    rows.append(row)
+                    # as they come: a run that fails later keeps what it measured
+                    partial.write(json.dumps(row) + "\n")
+                    partial.flush()
+                    _say(row["arm"], brief(row))
+    _finish_run_row(run)
+    shutil.rmtree(work / "kafka" / "node-1" / "data", ignore_errors=True)
+    for log in work.glob("*-requests.log*"):
+        run.setdefault("request_log_bytes", {})[log.name] = log.stat().st_size
+        log.unlink()
+    from bench.proxy import versus_report
+
+    versus_report.write_all(out, run, rows)
+    (out / "rows.partial.jsonl").unlink()
+    print(f"results in {out}/RESULTS.md", file=sys.stderr)
+    return 0
+
+
+def rotations(fronts: list[Front], n: int) -> list[Front]:
+    """The arms in round n's order: rotated by n, so each arm takes each turn in time."""
+    k = n % len(fronts) if fronts else 0
+    return fronts[k:] + fronts[:k]
+
+
+# --- the workloads -----------------------------------------------------------------
+
+
+def warm(fronts: list[Front], sizes: Sizes) -> None:
+    """Unmeasured: records produced and consumed through every arm, so the broker's and
+    the JVM fronts' JIT compilers have done their work before anything is timed (a cold
+    broker answered the first fixed-rate second 10-100x slower)."""
+    if not sizes.warm_records:
+        return
+    for front in fronts:
+        topic = f"bench-warm-{front.name}"
+        throughput.create_topic(front.bootstrap, topic)
+        throughput.produce(front.bootstrap, sizes.warm_records, 1024, topic)
+        throughput.consume(front.bootstrap, sizes.warm_records, topic)
+        drop_topic(front.bootstrap, topic)
+    _say("all", "warmed up")
+
+
+def small(bench: Bench, fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
+    throughput.create_topic(fronts[0].bootstrap, SMALL_TOPIC, 1)
+    _coordinator_ready(bench, COMMIT_GROUP)
+    templates = [
+        wire.api_versions(),
+        wire.metadata([SMALL_TOPIC]),
+        wire.offset_commit(COMMIT_GROUP, SMALL_TOPIC),
+    ]
+    for n, template in enumerate(templates):
+        for front in rotations(fronts, n):
+            sock = wire.connect(versus_arms.HOST, front.port)
+            try:
+                errors = wire.response_errors(sock, template)
+            finally:
+                sock.close()
+            baseline = None if front.pid is None else bench.direct_port
+            result = latency.sequential(
+                versus_arms.HOST,
+                front.port,
+                template,
+                sizes.requests,
+                sizes.warmup,
+                front.pid,
+                baseline,
+            )
+            row = {"kind": "workload", "workload": "small", "arm": front.name, **result}
+            yield {**row, "response_errors": errors}
+
+
+def _coordinator_ready(bench: Bench, group: str, timeout: float = 120.0) -> None:
+    """Asks for the group's coordinator until the broker names one, as a client would
+    before committing."""
+    deadline = time.monotonic() + timeout
+    template = wire.find_coordinator(group)
+    while True:
+        sock = wire.connect(versus_arms.HOST, bench.direct_port)
+        try:
+            if not wire.response_errors(sock, template):
+                return
+        finally:
+            sock.close()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no coordinator for {group} within {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def saturation(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
+    for n in range(sizes.rounds):
+        for front in rotations(fronts, n):
+            topic = f"bench-saturation-{front.name}-{n}"
+            throughput.create_topic(front.bootstrap, topic)
+            for name in ("produce", "consume"):
+                window = CpuWindow(front.pid).start()
+                if name == "produce":
+                    moved = throughput.produce(front.bootstrap, sizes.records, 1024, topic)
+                else:
+                    moved = throughput.consume(front.bootstrap, sizes.records, topic)
+                cpu = window.stop()
+                if name == "consume":
+                    drop_topic(front.bootstrap, topic)
+                yield {
+                    "kind": "workload",
+                    "workload": name,
+                    "arm": front.name,
+                    "round": n,
+                    "records": moved.records,
+                    "bytes": moved.bytes,
+                    "seconds": round(moved.seconds, 3),
+                    "mb_s": round(moved.mb_s, 1),
+                    "cpu_s": None if cpu is None else round(cpu, 2),
+                }
+
+
+def drop_topic(bootstrap: str, topic: str) -> None:
+    """A topic done with is deleted: a full run writes some 20 GB otherwise."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer came
+    futures = admin.delete_topics([topic], operation_timeout=60)
+    for future in futures.values():
+        future.result(timeout=60)
+
+
+def client_limit(bench: Bench, client: str, sizes: Sizes) -> Row:
+    """`client`'s own limit through no proxy: the fixed-rate program with no schedule
+    (as fast as the producer accepts) against the broker for `rate_warmup` + a third of
+    `rate_seconds`; the acknowledged rate is the direct arm's limit for that client."""
+    topic = f"bench-rate-{client}-limit"
+    bootstrap = f"{versus_arms.HOST}:{bench.direct_port}"
+    throughput.create_topic(bootstrap, topic, RATE_PARTITIONS)
+    seconds = max(3.0, sizes.rate_seconds / 3)
+    result = fixed_rate.run(
+        client, bootstrap, topic, 0, sizes.rate_warmup, seconds, bench.kafka_version
+    )
+    drop_topic(bootstrap, topic)
+    row: Row = {"kind": "workload", "workload": "rate-limit", "arm": "direct", "client": client}
+    row.update(result)
+    row["high_rate"] = round(result["acked_rate"] * sizes.high_fraction, -2)
+    return row
+
+
+def rates(
+    bench: Bench,
+    fronts: list[Front],
+    sizes: Sizes,
+    clients: tuple[str, ...],
+    chosen_high: float | None,
+) -> Iterator[Row]:
+    """Each client at `low_rate`, then at its high rate: `chosen_high`, else
+    `high_fraction` of its own limit through no proxy (a Python producer's limit is not
+    the Java client's)."""
+    turn = 0
+    highs: dict[str, float] = {}
+    for client in clients:
+        if chosen_high:
+            highs[client] = chosen_high
+            continue
+        limit = client_limit(bench, client, sizes)
+        highs[client] = limit["high_rate"]
+        yield limit
+    for level in ("low", "high"):
+        for client in clients:
+            rate = sizes.low_rate if level == "low" else highs[client]
+            for front in rotations(fronts, turn):
+                topic = f"bench-rate-{client}-{level}-{front.name}"
+                throughput.create_topic(front.bootstrap, topic, RATE_PARTITIONS)
+                window = CpuWindow(front.pid).start()
+                row: Row = {"kind": "workload", "workload": "rate", "arm": front.name}
+                row.update(level=level, client=client, rate=rate)
+                try:
+                    result = fixed_rate.run(
+                        client,
+                        front.bootstrap,
+                        topic,
+                        rate,
+                        sizes.rate_warmup,
+                        sizes.rate_seconds,
+                        bench.kafka_version,
+                    )
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    row["error"] = str(exc)[-500:]
+                    yield row
+                    continue
+                cpu = window.stop()
+                drop_topic(front.bootstrap, topic)
+                row.update(result)
+                moved = (result["acked"] + result["received"]) * result["record_bytes"]
+                row["bytes"] = moved
+                row["cpu_s"] = None if cpu is None else round(cpu, 2)
+                yield row
+            turn += 1
+
+
+def idle_counts(sizes: Sizes) -> tuple[int, ...]:
+    """The preset's counts, each at most what a front's descriptors allow (a front holds
+    two per connection: where the hard limit is 20,000 and cannot be raised, 10,000
+    connections do not fit in any front, and 9,950 is the most)."""
+    budget = versus_arms.connection_budget() - 50
+    return tuple(min(n, budget) for n in sizes.idle)
+
+
+def idle(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
+    for n, count in enumerate(idle_counts(sizes)):
+        for front in rotations(fronts, n):
+            row: Row = {"kind": "workload", "workload": "idle", "arm": front.name}
+            try:
+                row.update(conns.idle(versus_arms.HOST, front.port, count, front.pid))
+            except OSError as exc:
+                row.update(connections=count, error=f"{type(exc).__name__}: {exc}")
+            yield row
+
+
+# --- the run's own row -------------------------------------------------------------
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def _run_row(args: argparse.Namespace, sizes: Sizes) -> Row:
+    import confluent_kafka
+
+    head = subprocess.run(
+        ["git", "-C", str(versus_arms.REPO), "log", "-1", "--format=%h %s"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {
+        "kind": "run",
+        "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "size": args.size,
+        "sizes": asdict(sizes),
+        "command": "python -m bench.proxy.versus " + " ".join(sys.argv[1:]),
+        "commit": head,
+        "cpus": os.cpu_count(),
+        "python": versus_arms.python_note(),
+        "java": _java_version(),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "kafka": args.kafka_version,
+        "uptime_start": _uptime(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "note": args.note,
+        "_t0": time.monotonic(),
+    }
+
+
+def _java_version() -> str:
+    done = subprocess.run(["java", "-version"], capture_output=True, text=True)
+    return (done.stderr or done.stdout).splitlines()[0] if (done.stderr or done.stdout) else "?"
+
+
+def _finish_run_row(run: Row) -> None:
+    run["took_seconds"] = round(time.monotonic() - run.pop("_t0"), 1)
+    run["uptime_end"] = _uptime()
+    run["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+
+
+def brief(row: Row) -> str:
+    keys: tuple[str, ...] = ("api", "client", "level", "rate", "mb_s", "p50_us", "p99_us")
+    keys += ("connections", "kb_per_connection", "cpu_s", "sustained", "error")
+    shown = " ".join(f"{k}={row[k]}" for k in keys if row.get(k) is not None)
+    extra = ""
+    if "publish" in row:
+        extra = f" publish p50/p99={row['publish'].get('p50_us')}/{row['publish'].get('p99_us')}"
+    return f"{row['workload']}: {shown}{extra}"
+
+
+def _say(arm: str, text: str) -> None:
+    print(f"[{arm}] {text}", file=sys.stderr, flush=True)
+
+
+def _raise_fd_limit() -> None:
+    """10,000 idle connections: the client's, and each front's twice over (inherited)."""
+    want = 65_536
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(want, soft), max(want, hard)))
+    except (ValueError, OSError):  # not allowed to raise the hard limit: as far as it goes
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def dump(rows: list[Row]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,395 @@
+"""The arms of `bench.proxy.versus`: one Apache Kafka broker, every front in front of it at once.
+
+One single-node Apache Kafka (KRaft) serves every arm, so the arms can be interleaved
+workload by workload against the same broker in the same minutes. Its `CLIENT`
+listener is the `direct` arm (and the paired baseline of the small requests). A front
+that relays bytes unchanged (haproxy, kafkalens in sidecar mode) gets a listener of its
+own that advertises the front's address, so every connection a client opens after
+bootstrap crosses that front, as in a deployment where the broker advertises its proxy.
+A front that rewrites broker addresses itself (Kroxylicious's port-per-broker gateway,
+tansu's proxy) points at `CLIENT`.
+
+The broker runs with Apache Kafka's own defaults (`kafka-server-start.sh` /
+`kafka-run-class.sh`: a 1 GiB heap, G1 and its pause settings, C2), not the tests' small
+C1 broker. With `pin`, this process (so the broker and every client it starts) is put on
+the `rest` cores and each front on the `proxy` core (taskset): on a 2-core machine the
+arms then do not fight the load generators for the proxy's core.
+
+Every front keeps its shipped defaults. What differs from them, for every front alike:
+connection limits set to what the descriptor limit allows (`connection_budget`: haproxy's
+`maxconn`, kafkalens's `limits.max_connections*`; Kroxylicious has none), and on JVM fronts G1
+named explicitly (a JVM that sees one CPU picks Serial GC, where it picks G1 on the
+unpinned 2-core machine).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from support import wire
+
+from bench.proxy import fronts
+from bench.proxy.arms import ArmSkipped, kafkalens_command
+from proxy.apache_kafka import KafkaCluster, KafkaNode
+from proxy.tansu import free_port, wait_for_port
+
+HOST = "127.0.0.1"
+REPO = Path(__file__).resolve().parents[2]
+PEERS = REPO / "bench" / "peers" / "build"
+KAFKA_BUILD = REPO / "tests" / "peers" / "build"
+KROXYLICIOUS_VERSION = "0.12.0"
+# The issue asked for 0.23.0; the Maven Central reachable here serves no
+# kroxylicious-app at any version and kroxylicious-runtime only up to 0.12.0.
+KROXYLICIOUS_NOTE = (
+    f"Kroxylicious {KROXYLICIOUS_VERSION} (its runtime jars and a launcher: the"
+    " distribution, kroxylicious-app, is not served here at any version, and the runtime"
+    f" not past {KROXYLICIOUS_VERSION}), port-per-broker gateway, no filters"
+)
+ARMS = ("direct", "haproxy", "kroxylicious", "tansu-proxy", "kafkalens", "kafkalens-detail")
+# Apache Kafka's own JVM settings (kafka-server-start.sh: KAFKA_HEAP_OPTS;
+# kafka-run-class.sh: KAFKA_JVM_PERFORMANCE_OPTS).
+KAFKA_JVM_OPTS = (
+    "-Xmx1G",
+    "-Xms1G",
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+    "-Djava.awt.headless=true",
+)
+
+
+def connection_budget() -> int:
+    """Connections a front can hold under this process's descriptor limit (inherited by
+    every front): two descriptors each (client and upstream), 100 spare."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return (hard - 100) // 2 if hard != resource.RLIM_INFINITY else 100_000
+
+
+# `timeout connect`: kafkalens's default for its broker connections
+# (limits.connect_timeout_seconds), haproxy having none of its own; at 5 s haproxy gave
+# up on some of 9,900 connections opened 50 at a time while the broker accepted them.
+HAPROXY_CONFIG = """\
+global
+    maxconn {maxconn}
+defaults
+    mode tcp
+    maxconn {maxconn}
+    timeout connect 10s
+    timeout client 10m
+    timeout server 10m
+frontend kafka
+    bind {host}:{front}
+    default_backend broker
+backend broker
+    server broker0 {host}:{broker}
+"""
+KAFKALENS_CONFIG = """\
+mode: sidecar
+limits:
+  max_connections: {maxconn}
+  max_connections_per_ip: {maxconn}
+request_log:
+  record_detail: {detail}
+"""
+KROXYLICIOUS_CONFIG = """\
+virtualClusters:
+  - name: bench
+    targetCluster:
+      bootstrapServers: {broker}
+    gateways:
+      - name: default
+        portIdentifiesNode:
+          bootstrapAddress: {host}:{front}
+          nodeStartPort: {node_port}
+          nodeIdRanges:
+            - name: brokers
+              start: 1
+              end: 1
+"""
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """Cores for the fronts and for everything else (the broker, the clients)."""
+
+    proxy: frozenset[int]
+    rest: frozenset[int]
+
+    def prefix(self) -> list[str]:
+        return ["taskset", "-c", ",".join(map(str, sorted(self.proxy)))]
+
+    def describe(self) -> str:
+        return f"fronts on core {_cores(self.proxy)}, broker and clients on {_cores(self.rest)}"
+
+
+def _cores(cores: frozenset[int]) -> str:
+    return ",".join(map(str, sorted(cores)))
+
+
+def default_pinning() -> Pinning | None:
+    """The last core for the fronts, the others for the rest; None on one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    return Pinning(frozenset(cores[-1:]), frozenset(cores[:-1]))
+
+
+@dataclass
+class Front:
+    """One arm: where clients connect, and the process whose CPU and memory count."""
+
+    name: str
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+@dataclass
+class Bench:
+    """The broker and every front that started; `skipped` says why the others did not."""
+
+    work: Path
+    arms: tuple[str, ...]
+    pinning: Pinning | None
+    kafka_version: str
+    # added to (and winning over) the broker's properties below
+    broker_properties: dict[str, str] = field(default_factory=dict)
+    kafka: KafkaCluster | None = None
+    fronts: dict[str, Front] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    _listeners: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def direct_port(self) -> int:
+        assert self.kafka is not None
+        return self.kafka.members[0].port
+
+    def start(self) -> Bench:
+        self.work.mkdir(parents=True, exist_ok=True)
+        if self.pinning is not None:
+            os.sched_setaffinity(0, self.pinning.rest)
+        try:
+            self._start_kafka()
+            for name in self.arms:
+                self._start_front(name)
+        except BaseException:  # __exit__ does not run when __enter__ raises
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for front in self.fronts.values():
+            if front.process is not None:
+                fronts.stop_process(front.process)
+        if self.kafka is not None:
+            self.kafka.stop()
+
+    def __enter__(self) -> Bench:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- the broker ----------------------------------------------------------------
+
+    def _start_kafka(self) -> None:
+        libs = KAFKA_BUILD / f"kafka-{self.kafka_version}"
+        if not any(libs.glob("kafka_2.13-*.jar")):
+            raise RuntimeError(f"no Apache Kafka jars in {libs}: run `bash bench/peers/install`")
+        node = KafkaNode(
+            node_id=1,
+            host=HOST,
+            port=free_port(HOST),
+            controller_port=free_port(HOST),
+            proxied_port=None,
+            data_dir=self.work / "kafka" / "node-1" / "data",
+            log_path=self.work / "kafka" / "node-1" / "kafka.log",
+        )
+        listeners = [f"CLIENT://{HOST}:{node.port}"]
+        advertised = [f"CLIENT://{HOST}:{node.port}"]
+        protocols = ["CLIENT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        for name in self.arms:
+            if name in ADVERTISED:
+                label = "ARM_" + name.upper().replace("-", "_")
+                own, front = free_port(HOST), free_port(HOST)
+                self._listeners[name] = (own, front)
+                listeners.append(f"{label}://{HOST}:{own}")
+                advertised.append(f"{label}://{HOST}:{front}")
+                protocols.append(f"{label}:PLAINTEXT")
+        listeners.append(f"CONTROLLER://{HOST}:{node.controller_port}")
+        self.kafka = KafkaCluster(
+            libs=libs,
+            work_dir=self.work / "kafka",
+            members=[node],
+            jvm_opts=KAFKA_JVM_OPTS,
+            properties={
+                "listeners": ",".join(listeners),
+                "advertised.listeners": ",".join(advertised),
+                "listener.security.protocol.map": ",".join(protocols),
+                # Kafka's own defaults again where the tests' cluster shrinks them.
+                "offsets.topic.num.partitions": "50",
+                "log.segment.bytes": str(1024 * 1024 * 1024),
+                **self.broker_properties,
+            },
+        )
+        self.kafka.start(timeout=180.0)
+
+    # --- the fronts ----------------------------------------------------------------
+
+    def _start_front(self, name: str) -> None:
+        if name == "direct":
+            self.fronts[name] = Front(name, self.direct_port, notes=[self._kafka_note()])
+            return
+        builder = BUILDERS.get(name)
+        if builder is None:
+            self.skipped[name] = f"unknown arm {name!r}"
+            return
+        own, port = self._listeners.get(name, (self.direct_port, free_port(HOST)))
+        front = Front(name, port)
+        log = self.work / f"{name}.log"
+        try:
+            cmd, env = builder(self, front, own, log)
+            if self.pinning is not None:
+                cmd = self.pinning.prefix() + cmd
+            front.process = fronts.spawn(cmd, log, env)
+            _wait_ready(front, log)
+        except ArmSkipped as exc:
+            self._drop(front)
+            self.skipped[name] = str(exc)
+            return
+        except Exception as exc:  # one front failing must not lose the others
+            self._drop(front)
+            self.skipped[name] = f"failed to start: {exc}"
+            return
+        if self.pinning is not None:
+            front.notes.append(self.pinning.describe())
+        self.fronts[name] = front
+
+    @staticmethod
+    def _drop(front: Front) -> None:
+        if front.process is not None:
+            fronts.stop_process(front.process)
+
+    def _kafka_note(self) -> str:
+        return f"Apache Kafka {self.kafka_version}, one KRaft node, JVM {' '.join(KAFKA_JVM_OPTS)}"
+
+
+Builder = Callable[[Bench, Front, int, Path], tuple[list[str], dict[str, str] | None]]
+
+
+def _haproxy(bench: Bench, front: Front, broker: int, log: Path) -> tuple[list[str], None]:
+    binary = shutil.which("haproxy")
+    if binary is None:
+        raise ArmSkipped("haproxy is not installed (apt-get install haproxy)")
+    config = bench.work / "haproxy.cfg"
+    config.write_text(
+        HAPROXY_CONFIG.format(
+            maxconn=connection_budget(), host=HOST, front=front.port, broker=broker
+        )
+    )
+    front.notes.append(fronts.version_line([binary, "-v"]) + ", mode tcp")
+    return [binary, "-db", "-f", str(config)], None
+
+
+def _kroxylicious(bench: Bench, front: Front, broker: int, log: Path) -> tuple[list[str], None]:
+    libs = PEERS / f"kroxylicious-{KROXYLICIOUS_VERSION}"
+    launcher = PEERS / "kroxylicious"
+    if not (launcher / "KroxyliciousMain.class").exists():
+        raise ArmSkipped("Kroxylicious is not installed: run `bash bench/peers/install`")
+    config = bench.work / "kroxylicious.yaml"
+    config.write_text(
+        KROXYLICIOUS_CONFIG.format(
+            broker=f"{HOST}:{broker}", host=HOST, front=front.port, node_port=free_port(HOST)
+        )
+    )
+    front.notes.append(KROXYLICIOUS_NOTE + "; JVM defaults with -XX:+UseG1GC")
+    java = shutil.which("java") or "java"
+    classpath = f"{libs}/*{os.pathsep}{launcher}"
+    return [java, "-XX:+UseG1GC", "-cp", classpath, "KroxyliciousMain", str(config)], None
+
+
+def _tansu_proxy(bench: Bench, front: Front, broker: int, log: Path) -> tuple[list[str], None]:
+    from proxy.tansu import tansu_binary
+
+    binary = tansu_binary()
+    url = f"tcp://{HOST}:{front.port}"
+    front.notes.append(fronts.version_line([binary, "--version"]))
+    cmd = [binary, "proxy", "--listener-url", url, "--advertised-listener-url", url]
+    return cmd + ["--origin-url", f"tcp://{HOST}:{broker}"], None
+
+
+def _kafkalens(detail: bool) -> Builder:
+    def build(
+        bench: Bench, front: Front, broker: int, log: Path
+    ) -> tuple[list[str], dict[str, str]]:
+        config = bench.work / f"{front.name}.yaml"
+        config.write_text(
+            KAFKALENS_CONFIG.format(maxconn=connection_budget(), detail=str(detail).lower())
+        )
+        request_log = bench.work / f"{front.name}-requests.log"
+        metrics = f"{HOST}:{free_port(HOST)}"
+        front.notes.append(
+            f"sidecar, request log {request_log.name} (every request), metrics {metrics},"
+            f" lag on{', record_detail: true' if detail else ''}"
+        )
+        cmd = [kafkalens_command(), "proxy", "--config", str(config)]
+        cmd += ["--listen", front.bootstrap, "--upstream", f"{HOST}:{broker}"]
+        cmd += ["--metrics", metrics, "--request-log", str(request_log)]
+        return cmd, fronts.working_tree_env()
+
+    return build
+
+
+# Fronts that relay the broker's own Metadata: the broker must advertise them.
+ADVERTISED = frozenset({"haproxy", "kafkalens", "kafkalens-detail"})
+BUILDERS: dict[str, Builder] = {
+    "haproxy": _haproxy,
+    "kroxylicious": _kroxylicious,
+    "tansu-proxy": _tansu_proxy,
+    "kafkalens": _kafkalens(False),
+    "kafkalens-detail": _kafkalens(True),
+}
+START_SECONDS = 60.0
+
+
+def _wait_ready(front: Front, log: Path) -> None:
+    """Listening, and one ApiVersions and one Metadata answered through it."""
+    assert front.process is not None
+    if not wait_for_port(HOST, front.port, START_SECONDS) or front.process.poll() is not None:
+        code = front.process.poll()
+        state = f"exited with code {code}" if code is not None else "did not listen"
+        raise RuntimeError(f"{front.name} {state}: {fronts.log_tail(log)}")
+    try:
+        sock = wire.connect(HOST, front.port)
+        try:
+            wire.roundtrip(sock, wire.api_versions().frame(1))
+            wire.roundtrip(sock, wire.metadata(None).frame(2))
+        finally:
+            sock.close()
+    except OSError as exc:
+        raise ArmSkipped(
+            f"{front.name} does not answer ApiVersions and Metadata in front of this broker"
+            f" ({exc}); its log: {fronts.log_tail(log)}"
+        ) from exc
+
+
+def python_note() -> str:
+    return f"Python {sys.version.split()[0]} ({sys.executable})"

@@ -1,0 +1,129 @@
+"""The admin port as an operator's tools meet it: /livez for Kubernetes, process_* and
+python_info for Prometheus (checked against the kernel's own figures in /proc, one
+series per process with `workers: N`), /clients named as the request log names things."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+from support.cli import children_of, http_get, http_status
+from support.own_log import own_log
+from support.proxy_harness import LOCAL, FakeBroker, api_versions_v0, read_frame, write_frame
+
+from proxy.tansu import free_port
+
+
+def proc_status(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise LookupError(field)
+
+
+def soft_open_files(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise LookupError("Max open files")
+
+
+def samples(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = http_get(port, "/metrics")
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def answer(sock: socket.socket) -> None:
+    while True:
+        write_frame(sock, read_frame(sock)[4:8] + b"ok")
+
+
+def test_livez_process_metrics_and_clients_of_one_process(tmp_path: Path) -> None:
+    with FakeBroker(answer) as broker:
+        port = free_port()
+        config = tmp_path / "k.yaml"
+        config.write_text(
+            f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{broker.address}'}}]\n"
+            f"metrics: {{listen: '{LOCAL}:0', clients_listen: '{LOCAL}:0'}}\n"
+            f"request_log: {{path: '{tmp_path / 'requests.log'}'}}\n"
+        )
+        with own_log(config) as proxy:
+            [started] = proxy.wait_message("kafkalens started")
+            metrics_port = int(started["metrics"].split(":")[2].split("/")[0])
+            clients_port = int(started["clients"].split(":")[2].split("/")[0])
+            assert (http_status(metrics_port, "/livez"), http_get(metrics_port, "/livez")) == (200, "ok\n")
+            assert http_status(metrics_port, "/healthz") == 200
+            pid = proxy.proc.pid
+            got = samples(metrics_port)
+            rss = got[("process_resident_memory_bytes", frozenset())]
+            assert abs(rss - proc_status(pid, "VmRSS")) < 0.2 * rss
+            assert abs(got[("process_open_fds", frozenset())] - len(os.listdir(f"/proc/{pid}/fd"))) < 5
+            assert got[("process_max_fds", frozenset())] == soft_open_files(pid)
+            assert 0 < got[("process_cpu_seconds_total", frozenset())] < 60
+            assert abs(got[("process_start_time_seconds", frozenset())] - time.time()) < 60
+            assert [labels for (name, labels) in got if name == "python_info"]
+            assert got[("kafkalens_build_info", frozenset({("version", version("kafkalens"))}))] == 1
+
+            before = time.time()
+            client = socket.create_connection((LOCAL, port), timeout=5)
+            client.sendall(api_versions_v0(1))
+            read_frame(client)
+            [conn] = json.loads(http_get(clients_port, "/clients"))
+            host, cport = client.getsockname()
+            # the request log's names: its connection lines are the oracle
+            log = tmp_path / "requests.log"
+            deadline = time.monotonic() + 5  # written within request_log.flush_interval_seconds
+            while '"request"' not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            [request] = [line for line in map(json.loads, log.read_text().splitlines())
+                         if line["event"] == "request"]  # fmt: skip
+            for field in ("conn", "client_address", "client_id", "client_software_name"):
+                assert conn[field] == request[field], field
+            assert conn["client_address"] == f"{host}:{cport}" and conn["client_id"] == "t"
+            opened = datetime.strptime(conn["opened"], "%Y-%m-%dT%H:%M:%S.%f%z")
+            assert opened.tzinfo == UTC and before - 1 <= opened.timestamp() <= time.time()
+            assert 0 <= conn["duration_s"] < 10
+            # the names of the release before, kept one more
+            assert conn["conn_id"] == conn["conn"] and conn["client"] == conn["client_address"]
+            assert conn["opened_at"] == opened.timestamp() or abs(conn["opened_at"] - opened.timestamp()) < 1e-5
+            assert conn["identity"]["client_id"] == "t"
+            client.close()
+            proxy.stop()
+
+
+def test_with_workers_each_process_has_its_own_series(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "k.yaml"
+    config.write_text(
+        f"workers: 2\nlisteners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{LOCAL}:1'}}]\n"
+        f"metrics: {{listen: '{LOCAL}:0'}}\nrequest_log: {{path: '{tmp_path / 'r.log'}'}}\n"
+    )
+    with own_log(config) as proxy:
+        [started] = proxy.wait_message("kafkalens started", timeout=60)
+        metrics_port = int(started["metrics"].split(":")[2].split("/")[0])
+        assert http_status(metrics_port, "/livez") == 200
+        workers = {
+            Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().rsplit(" ", 1)[1]: pid
+            for pid in children_of(proxy.proc.pid)
+        }
+        pids = {"parent": proxy.proc.pid, **workers}
+        assert sorted(pids) == ["0", "1", "parent"]
+        got = samples(metrics_port)
+        for worker, pid in pids.items():
+            rss = got[("process_resident_memory_bytes", frozenset({("worker", worker)}))]
+            assert abs(rss - proc_status(pid, "VmRSS")) < 0.2 * rss, worker
+            start = got[("process_start_time_seconds", frozenset({("worker", worker)}))]
+            assert abs(start - time.time()) < 120
+        assert ("process_resident_memory_bytes", frozenset()) not in got  # one series a process
+        assert [labels for (name, labels) in got if name == "python_info"]
+        proxy.stop()
