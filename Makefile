@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 
 .PHONY: generate test fast lint bench
 
-generate:  ## regenerate codec/generated, the Kafka 4.0 readiness table (codec/generate.py) and config/kafkalens.yaml (proxy/config.py)
+generate:  ## regenerate codec/generated, the Kafka 4.0 readiness table (codec/generate.py) and config/kafkalens.yaml (proxy/config/)
 	$(PY) -m codec.generate
 	$(PY) -m proxy.config > config/kafkalens.yaml
 

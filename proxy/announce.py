@@ -19,7 +19,8 @@ from typing import Any
 
 import structlog
 
-from proxy.config import Address, Config
+from proxy.config import Address
+from proxy.features import Config
 
 log = structlog.get_logger("kafkalens")
 

@@ -12,17 +12,15 @@ from collections.abc import Callable, Sequence
 
 from proxy.config import (
     DEFAULT_LISTENER,
-    LOG_FORMATS,
-    LOG_LEVELS,
     ConfigError,
     LogConfig,
     MetricsConfig,
     Overrides,
     RequestLogConfig,
-    load_config,
-    summary,
 )
+from proxy.config.core import LOG_FORMATS, LOG_LEVELS
 from proxy.console import EXIT_CONFIG, OneLineParser, configure_logging, fail
+from proxy.features import load_config, summary
 from proxy.preflight import (
     check_request_log_path,
     check_startup,

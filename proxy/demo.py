@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from proxy import kafka_jars
 from proxy.apache_kafka import KafkaCluster, check_java
-from proxy.config import Address, Config, ConfigError, Overrides, load_config
+from proxy.config import Address, ConfigError, Overrides
 from proxy.console import OneLineParser, configure_logging, fail
+from proxy.features import Config, load_config
 from proxy.preflight import check_request_log_path
 from proxy.tansu import BrokerUnavailable, TansuBroker, free_port
 
@@ -202,7 +203,7 @@ def main(argv: list[str]) -> int:
 
 
 async def _rotate_every(hooks: Hooks, backups: int, seconds: float) -> None:
-    from proxy.observe.observer import ObservingHooks
+    from proxy.observe.observing_hooks import ObservingHooks
 
     if not isinstance(hooks, ObservingHooks) or hooks.log is None:
         return

@@ -25,7 +25,7 @@ from bisect import bisect_left
 from collections import Counter as RefCounts
 from collections.abc import Callable, Hashable, Iterator
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from prometheus_client import (
     CollectorRegistry,
@@ -79,6 +79,9 @@ def sanitize_label(value: str, max_length: int = MAX_LABEL_LENGTH) -> str:
         return value or UNKNOWN
     cleaned = "".join(c if " " <= c <= "~" else "_" for c in value[:max_length])
     return cleaned or UNKNOWN
+
+
+F = TypeVar("F")
 
 
 class LabelCapper:
@@ -417,6 +420,7 @@ class Metrics:
         max_error_series: int = 256,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._by_name: dict[str, Counter | Gauge | Histogram] = {}
         self.registry.register(_Flusher(self))  # first: collected before the series
         self.admin_refusals = AdminRefusals()
         self.registry.register(self.admin_refusals)
@@ -433,9 +437,9 @@ class Metrics:
         self._define_request_metrics()
         self._define_connection_metrics()
         self._define_proxy_metrics()
-        self._define_lag_metrics()
         self._define_capping(max_label_values, max_error_series)
-        self._define_telemetry_metrics()
+        # Each feature's metrics (`of`), defined on this registry by the feature's package.
+        self._features: dict[Callable[[Metrics], Any], Any] = {}
         # Called on every flush (on the event loop), after the api series: topic
         # traffic (proxy/observe/lag/traffic.py) hands over its counts then.
         self.publishers: list[Callable[[], None]] = []
@@ -444,10 +448,25 @@ class Metrics:
         self.collectors: list[Callable[[], None]] = []
         self.build_info.labels(version=build_version or _package_version()).set(1)
 
-    def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
-        return Counter(name, doc, labels, registry=self.registry)
+    def of(self, kind: Callable[[Metrics], F]) -> F:
+        """A feature's metrics: `kind(self)`, made once (its families defined on this
+        registry then), the same object after. The proxy makes every feature's as it
+        starts (proxy/features.py), so /metrics names them all from the start."""
+        found = self._features.get(kind)
+        if found is None:
+            found = self._features[kind] = kind(self)
+        return cast(F, found)  # made by `kind` itself
 
-    def _gauge(
+    def family(self, name: str) -> Counter | Gauge | Histogram | None:
+        """The metric named `name` (as exposed, without _total), if one was defined."""
+        return self._by_name.get(name)
+
+    def counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+        made = Counter(name, doc, labels, registry=self.registry)
+        self._by_name[name.removesuffix("_total")] = made
+        return made
+
+    def gauge(
         self,
         name: str,
         doc: str,
@@ -456,10 +475,12 @@ class Metrics:
     ) -> Gauge:
         # With workers > 1 each process writes its own value; "livesum" adds up those
         # of the workers alive (connections, pending requests), "max" keeps one.
-        return Gauge(name, doc, labels, registry=self.registry, multiprocess_mode=mode)
+        made = Gauge(name, doc, labels, registry=self.registry, multiprocess_mode=mode)
+        self._by_name[name] = made
+        return made
 
     def _define_request_metrics(self) -> None:
-        c = self._counter
+        c = self.counter
         self.requests = c(
             "kafkalens_requests_total", "Requests by api and version.", ("api", "api_version")
         )
@@ -470,6 +491,7 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=self.registry,
         )
+        self._by_name["kafkalens_request_duration_seconds"] = self.request_duration
         self.request_errors = c(
             "kafkalens_request_errors_total",
             "Responses carrying a Kafka error code.",
@@ -489,25 +511,18 @@ class Metrics:
             "Requests forwarded undecoded: unknown api key or version.",
             ("reason",),
         )
-        self.kip1313_violations = c(
-            "kafkalens_kip1313_violations_total",
-            "KIP-1313 client instance id violations.",
-            ("action",),
-        )
         # at 0 from the start: the first ones show in rate() too
         for reason in ("api_key", "api_version"):
             self.unknown_requests.labels(reason=reason)
-        for action in ("logged", "rejected"):
-            self.kip1313_violations.labels(action=action)
 
     def _define_connection_metrics(self) -> None:
-        c = self._counter
-        self.connections = self._gauge(
+        c = self.counter
+        self.connections = self.gauge(
             "kafkalens_connections",
             "Open client connections by client software (KIP-511).",
             ("client_software_name", "client_software_version"),
         )
-        self.client_instances = self._gauge(
+        self.client_instances = self.gauge(
             "kafkalens_client_instances", "Distinct client instance ids among open connections."
         )
         self.connections_opened = c(
@@ -525,7 +540,7 @@ class Metrics:
         )
 
     def _define_proxy_metrics(self) -> None:
-        c = self._counter
+        c = self.counter
         self.upstream_failures = c(
             "kafkalens_upstream_failures_total",
             "Upstream broker connections that could not be opened (connect_refused, dns,"
@@ -533,39 +548,7 @@ class Metrics:
             " requests unanswered (closed); not those it closed idle.",
             ("upstream", "reason"),
         )
-        self.gateway_listener_errors = c(
-            "kafkalens_gateway_listener_errors_total",
-            "Gateway mode: node listeners that could not be opened: port_in_use,"
-            " bind_failed, too_many_nodes (gateway.max_nodes; their clients fail),"
-            " port_conflict (the port is another route's), no_port (the node id maps past"
-            " 65535).",
-            ("reason",),
-        )
-        self.gateway_routes = self._gauge(
-            "kafkalens_gateway_routes",
-            "Gateway mode: nodes served, by kind of endpoint (broker, controller).",
-            ("kind",),
-            mode="max",
-        )
-        self.gateway_routes_moved = c(
-            "kafkalens_gateway_routes_moved_total",
-            "Gateway mode: routes that moved to a node's new address, as the cluster said"
-            " (Metadata, DescribeCluster, DescribeQuorum) and a check confirmed.",
-            ("kind",),
-        )
-        self.gateway_routes_refused = c(
-            "kafkalens_gateway_routes_refused_total",
-            "Gateway mode: routes not opened or not moved because the address failed its"
-            " check: wrong_kind (not a broker's listener for a broker route, not a"
-            " controller's for a controller route), unreachable (no answer to a move).",
-            ("kind", "reason"),
-        )
-        for kind in ("broker", "controller"):
-            self.gateway_routes.labels(kind=kind)
-            self.gateway_routes_moved.labels(kind=kind)
-            for reason in ("wrong_kind", "unreachable"):
-                self.gateway_routes_refused.labels(kind=kind, reason=reason)
-        self.pending_requests = self._gauge(
+        self.pending_requests = self.gauge(
             "kafkalens_pending_requests", "Requests forwarded and awaiting their response."
         )
         self.in_flight_limit_hits = c(
@@ -618,7 +601,7 @@ class Metrics:
             " not decoded.",
             ("direction",),
         )
-        self.build_info = self._gauge("kafkalens_build_info", "Always 1.", ("version",), "max")
+        self.build_info = self.gauge("kafkalens_build_info", "Always 1.", ("version",), "max")
         self.request_log_errors = c(
             "kafkalens_request_log_errors_total",
             "Request log writes (or reopenings, rotations) that failed: ENOSPC, EIO, ...",
@@ -632,108 +615,8 @@ class Metrics:
         for reason in ("write_failed", "queue_full"):  # at 0 from the start, for alerts
             self.request_log_dropped_lines.labels(reason=reason)
 
-    def _define_telemetry_metrics(self) -> None:
-        c = self._counter
-        self.telemetry_pushes = c(
-            "kafkalens_telemetry_pushes_total",
-            "KIP-714 PushTelemetry payloads seen (forwarded or answered), by result: ok,"
-            " or why not decoded (too_large, compression, decompression_limit, protobuf).",
-            ("result",),
-        )
-        self.telemetry_dropped = c(
-            "kafkalens_telemetry_dropped_total",
-            "Pushed client metrics not kept: past telemetry.max_instances (instances),"
-            " telemetry.max_series (series) or max_attributes (attributes); data points"
-            " past max_points_per_push in one push or of a kind not exported (points).",
-            ("reason",),
-        )
-        self.telemetry_answers = c(
-            "kafkalens_telemetry_answers_total",
-            "Telemetry requests the proxy answered itself (telemetry.collect), by api and"
-            " error (NONE when accepted).",
-            ("api", "error"),
-        )
-        for reason in ("instances", "series", "attributes", "points"):  # at 0, for alerts
-            self.telemetry_dropped.labels(reason=reason)
-        self.telemetry_instances = self._gauge(
-            "kafkalens_telemetry_client_instances",
-            "Client instances whose pushed metrics are on /metrics.",
-        )
-        self.telemetry_series = self._gauge(
-            "kafkalens_telemetry_series", "Series of pushed client metrics on /metrics."
-        )
-
-    def _define_lag_metrics(self) -> None:
-        g, c = self._gauge, self._counter
-        self.consumer_lag = g(
-            "kafkalens_consumer_lag_records",
-            "High watermark (last stable offset for read_committed) minus the consumer's"
-            " position, from its last Fetch of the partition. client: instance id, else"
-            ' client id; group "" when unknown.',
-            ("group", "client", "topic", "partition"),
-        )
-        self.consumer_topic_lag = g(
-            "kafkalens_consumer_topic_lag_records",
-            "kafkalens_consumer_lag_records summed over every tracked partition, capped or not.",
-            ("group", "topic"),
-        )
-        self.committed_lag = g(
-            "kafkalens_committed_lag_records",
-            "Last high watermark seen minus the group's last committed offset.",
-            ("group", "topic", "partition"),
-        )
-        self.follower_lag = g(
-            "kafkalens_follower_lag_records",
-            "High watermark minus a follower broker's position (Fetch with a replica id).",
-            ("replica", "topic", "partition"),
-        )
-        traffic = ("topic", "direction", "software", "principal")
-        self.topic_records = c(
-            "kafkalens_topic_records_total", "Records produced and fetched, by topic.", traffic
-        )
-        self.topic_bytes = c(
-            "kafkalens_topic_bytes_total", "Record batch bytes produced and fetched, by topic.", traffic
-        )
-        self.lag_series_dropped = c(
-            "kafkalens_lag_series_dropped_total",
-            'Lag and traffic series folded into "other" past their caps (lag.max_*), and'
-            ' entries not tracked (kind "tracked": lag.max_tracked).',
-            ("kind",),
-        )
-        for kind in ("consumer", "consumer_topic", "committed", "follower", "traffic", "share", "tracked"):
-            self.lag_series_dropped.labels(kind=kind)  # at 0 from the start, for alerts
-        share = ("group", "topic")
-        self.share_delivered = c(
-            "kafkalens_share_records_delivered_total",
-            "Records (offsets) a share group's members acquired, from ShareFetch answers.",
-            share,
-        )
-        self.share_redelivered = c(
-            "kafkalens_share_records_redelivered_total",
-            "Of kafkalens_share_records_delivered_total, those delivered before (delivery count above 1).",
-            share,
-        )
-        self.share_acknowledged = c(
-            "kafkalens_share_records_acknowledged_total",
-            "Records a share group's members acknowledged and the broker confirmed, by type"
-            " (accept, release, reject, renew).",
-            (*share, "type"),
-        )
-        self.share_ranges_invalid = c(
-            "kafkalens_share_ranges_invalid_total",
-            "Partitions whose acknowledgement batches (what=acknowledgement) or acquired"
-            " records (what=acquired) were malformed, by the first fault; not counted.",
-            ("what", "reason"),
-        )
-        self.log_lists_truncated = c(
-            "kafkalens_log_lists_truncated_total",
-            "Request-log lines whose list `field` was cut at its cap (lag.max_logged_partitions,"
-            " lag.max_logged_ranges); the line counts what it left out.",
-            ("field",),
-        )
-
     def _define_capping(self, max_label_values: int, max_error_series: int) -> None:
-        capped = self._counter(
+        capped = self.counter(
             "kafkalens_label_values_capped_total",
             'Observations counted under label value "other": the value was chosen by a'
             " peer and is unknown to the codec, or past its label's cap.",
@@ -798,19 +681,6 @@ class Metrics:
         """`reason`: connect_failure's, reset, closed."""
         self.upstream_failures.labels(upstream=self.upstream_capper(upstream), reason=reason).inc()
 
-    def gateway_listener_error(self, reason: str) -> None:
-        """`reason`: port_in_use, bind_failed, too_many_nodes, port_conflict or no_port
-        (the node id maps past 65535)."""
-        self.gateway_listener_errors.labels(reason=reason).inc()
-
-    def gateway_route_moved(self, kind: str) -> None:
-        """`kind`: broker or controller."""
-        self.gateway_routes_moved.labels(kind=kind).inc()
-
-    def gateway_route_refused(self, kind: str, reason: str) -> None:
-        """`kind`: broker or controller; `reason`: wrong_kind or unreachable."""
-        self.gateway_routes_refused.labels(kind=kind, reason=reason).inc()
-
     def unknown_request(self, reason: str) -> None:
         """`reason`: "api_key" or "api_version"; the frame was forwarded untouched."""
         self.unknown_requests.labels(reason=reason).inc()
@@ -818,10 +688,6 @@ class Metrics:
     def frame_observed_in_pieces(self, direction: str, size: int) -> None:
         """`direction`: "request" or "response"; `size` is the frame's body size."""
         self.frames_observed_in_pieces.labels(direction=direction).inc()
-
-    def kip1313_violation(self, action: str) -> None:
-        """`action`: "logged" or "rejected"."""
-        self.kip1313_violations.labels(action=action).inc()
 
     def request_log_error(self) -> None:
         """From the request log's writer thread (prometheus-client counters take a lock)."""
@@ -906,8 +772,3 @@ def _package_version() -> str:
         return version("kafkalens")
     except PackageNotFoundError:
         return UNKNOWN
-
-
-def metric_names() -> set[str]:
-    """Every sample name kafkalens can expose (used to check dashboards and alerts)."""
-    return Metrics().metric_names()

@@ -1,6 +1,6 @@
 """Start-up checks: what `kafkalens proxy` needs beyond a well-formed file.
 
-proxy/config.py checks the file's shape; these check it against the codec and the
+proxy/config/ checks the file's shape; these check it against the codec and the
 machine: api names the codec knows, a request log path that can be written, TLS
 certificates and keys that load, the environment, and (when asked) free ports.
 `kafkalens check-config` and `kafkalens proxy` both run them, so a file that passes
@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
-from proxy.config import Address, Config, ConfigError, check_supported
+from proxy.config import Address, ConfigError
+from proxy.features import Config, check_supported
 from proxy.tls import client_context, server_context
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -14,13 +14,13 @@ from proxy import announce
 from proxy.admin.http import AdminServers, Endpoints, start_admin
 from proxy.admin.readiness import UpstreamProbe
 from proxy.admin.top import TopSource, metrics_families
-from proxy.config import Address, Config, ConfigError, check_supported
+from proxy.config import Address, ConfigError
+from proxy.features import Config, build_hooks, check_supported, proxy_metrics
 from proxy.forward import fdlimit
 from proxy.forward.allocator import keep_large_buffers
 from proxy.forward.server import Drained, Server
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
-from proxy.observe.observer import build_hooks
 from proxy.signals import reopen_logs_on_sighup, stop_signal
 from proxy.signals import wait_for_stop_signal as wait_for_stop_signal  # bench/proxy/bare_proxy.py
 
@@ -75,8 +75,10 @@ async def open_server(
     gateway = None
     if config.mode == "gateway":
         from proxy.gateway.gateway import Gateway
+        from proxy.observe.kip1313.config import header_policy
 
-        gateway = Gateway(config, metrics)
+        assert config.gateway is not None  # Config._check: mode gateway has its section
+        gateway = Gateway(config.gateway, metrics, header_policy(config.kip1313.header_v3), config.upstream_tls)
         hooks = gateway.wrap(hooks)
     server = Server(config, hooks, metrics, reuse_port=reuse_port)
     try:
@@ -99,9 +101,7 @@ async def start_proxy(
     """`probe_now` False: the upstream probe waits for `running.probe.start()` (the
     demo starts its broker after the proxy, and a broker still starting is no news)."""
     check_supported(config)
-    metrics = metrics or Metrics(
-        config.metrics.max_label_values, max_error_series=config.metrics.max_error_series
-    )
+    metrics = metrics or proxy_metrics(config)
     hooks = hooks if hooks is not None else build_hooks(config, metrics)
     server = await open_server(config, hooks, metrics)
     probe = UpstreamProbe.of(config, server.upstreams, metrics.upstream_reachability)

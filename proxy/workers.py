@@ -33,7 +33,8 @@ from typing import Any
 
 import structlog
 
-from proxy.config import Address, Config, ConfigError, check_shareable
+from proxy.config import Address, ConfigError
+from proxy.features import Config, check_shareable
 
 log = structlog.get_logger("kafkalens.workers")
 
@@ -125,9 +126,8 @@ class ReadyPipe:
 
 async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
     from proxy import announce
+    from proxy.features import build_hooks, proxy_metrics
     from proxy.forward.allocator import keep_large_buffers
-    from proxy.metrics import Metrics
-    from proxy.observe.observer import build_hooks
     from proxy.observe.telemetry.hooks import TelemetryLink
     from proxy.preflight import check_api_names
     from proxy.runner import freeze_startup_objects, open_server
@@ -135,9 +135,7 @@ async def _worker(index: int, config: Config, ready: ReadyPipe) -> None:
 
     stop = stop_signal((signal.SIGTERM,))  # before the listeners open
     config = worker_config(config, index)
-    metrics = Metrics(
-        config.metrics.max_label_values, max_error_series=config.metrics.max_error_series
-    )
+    metrics = proxy_metrics(config)
     try:
         check_api_names(config)  # here, not in the parent (see proxy/preflight.py)
         hooks = build_hooks(config, metrics)

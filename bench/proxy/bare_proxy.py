@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import uvloop
 
-from proxy.config import Config, Overrides, load_config
+from proxy.config import Overrides
+from proxy.features import Config, load_config
 from proxy.hooks import Hooks
 from proxy.runner import start_proxy, wait_for_stop_signal
 

@@ -44,12 +44,15 @@ from support.relay import Frame, RecordingRelay  # noqa: E402
 
 from bench.proxy import metadata, throughput  # noqa: E402
 from codec import ApiKey, decode_request, decode_response  # noqa: E402
-from proxy.config import Overrides, load_config  # noqa: E402
+from proxy.config import Overrides  # noqa: E402
+from proxy.features import (
+    build_hooks,  # noqa: E402
+    load_config,  # noqa: E402
+)
 from proxy.hooks import ConnectionInfo, Hooks, Pending  # noqa: E402
 from proxy.metrics import Metrics  # noqa: E402
 from proxy.observe.api_versions import cap_api_versions  # noqa: E402
 from proxy.observe.memo import FrameMemo  # noqa: E402
-from proxy.observe.observer import build_hooks  # noqa: E402
 from proxy.observe.summary import SummaryOptions, TopicIds, request_fields, response_fields  # noqa: E402
 from proxy.tansu import TansuBroker, free_port  # noqa: E402
 

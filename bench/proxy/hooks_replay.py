@@ -21,10 +21,10 @@ import sys
 import time
 from typing import Any
 
-from proxy.config import Overrides, load_config
+from proxy.config import Overrides
+from proxy.features import build_hooks, load_config
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
-from proxy.observe.observer import build_hooks
 
 WARMUP = 200
 MEMO_NAMES = ("request_memo", "response_memo", "api_versions_memo")

@@ -29,6 +29,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -373,12 +374,16 @@ START_SECONDS = 60.0
 def _wait_ready(front: Front, log: Path) -> None:
     """Listening, and one ApiVersions and one Metadata answered through it."""
     assert front.process is not None
+    deadline = time.monotonic() + START_SECONDS
     if not wait_for_port(HOST, front.port, START_SECONDS) or front.process.poll() is not None:
         code = front.process.poll()
         state = f"exited with code {code}" if code is not None else "did not listen"
         raise RuntimeError(f"{front.name} {state}: {fronts.log_tail(log)}")
     try:
-        sock = wire.connect(HOST, front.port)
+        # A JVM front listens before it has loaded what its first request needs (Kroxylicious's
+        # first ApiVersions took over 10 s on a loaded 2-core CI machine): the first answer gets
+        # what is left of the same start deadline, not a socket's default.
+        sock = wire.connect(HOST, front.port, timeout=max(10.0, deadline - time.monotonic()))
         try:
             wire.roundtrip(sock, wire.api_versions().frame(1))
             wire.roundtrip(sock, wire.metadata(None).frame(2))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from proxy.config import Address, Config
+from proxy.config import Address, CoreConfig
 from proxy.metrics import UpstreamReachability, connect_failure
 from proxy.tls import client_context
 
@@ -69,7 +69,7 @@ class UpstreamProbe:
     @classmethod
     def of(
         cls,
-        config: Config,
+        config: CoreConfig,
         upstreams: Callable[[], Iterable[Address]],
         reachability: UpstreamReachability,
     ) -> UpstreamProbe:

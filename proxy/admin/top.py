@@ -373,8 +373,9 @@ def metrics_families(metrics: Any) -> Callable[[], Iterable[Any]]:
             publish()
         for metric in (metrics.requests, metrics.request_duration, metrics.request_errors,
                        metrics.request_bytes, metrics.response_bytes, metrics.connections,
-                       metrics.consumer_topic_lag):  # fmt: skip
-            yield from metric.collect()
+                       metrics.family(GROUP_LAG)):  # fmt: skip
+            if metric is not None:  # the lag feature's, when the proxy has it
+                yield from metric.collect()
 
     return collect
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from codec import DecodeError, UnknownApiError, decode_request
+from codec import DecodeError, HeaderPolicy, UnknownApiError, decode_request
 from codec.frame_cutter import (
     HEAD_BYTES,
     BigEnd,
@@ -49,7 +49,6 @@ from codec.reassembly import Data, Event, Gap, TcpHalf
 from codec.schema import api_names
 from proxy.capture.log import CaptureHooks, CaptureLog, Output
 from proxy.capture.pcap_read import ACK, FIN, RST, SYN, CaptureReader, Segment
-from proxy.config import LagConfig, TelemetryConfig
 from proxy.exchange import sasl
 from proxy.exchange.kafka import (
     IN_FLIGHT_FULL,
@@ -63,9 +62,14 @@ from proxy.exchange.kafka import (
 from proxy.exchange.kafka import Event as ExchangeEvent
 from proxy.hooks import ConnectionInfo, FrameObserver, Pending
 from proxy.metrics import Metrics
-from proxy.observe.observer import header_policy, lag_link
+from proxy.observe.chain import Shared
+from proxy.observe.kip1313.config import Kip1313Config
+from proxy.observe.kip1313.link import Kip1313Link
+from proxy.observe.lag.config import LagConfig
+from proxy.observe.lag.feature import lag_link
 from proxy.observe.request_log import render
 from proxy.observe.summary import SummaryOptions, TopicIds
+from proxy.observe.telemetry.config import TelemetryConfig
 from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
 
@@ -134,12 +138,14 @@ class CaptureDecoder:
         self.on_frame = on_frame
         self.limits = limits
         self.output = Output(out)
-        metrics, policy = Metrics(), header_policy(())
-        # As a proxy with the shipped defaults: lag positions on Fetch and OffsetCommit
-        # lines, pushed client metrics counted on PushTelemetry lines.
+        metrics, policy = Metrics(), HeaderPolicy()
+        # As a proxy with the shipped defaults: KIP-1313 violations logged, lag positions
+        # on Fetch and OffsetCommit lines, pushed client metrics counted on PushTelemetry
+        # lines (the features' links in the proxy's order, proxy/features.py).
         summary = summary or SummaryOptions()
         topic_ids = TopicIds()
         links = (
+            Kip1313Link(Kip1313Config(), Shared(metrics, topic_ids, summary, policy)),
             TelemetryLink(Telemetry(TelemetryConfig(), metrics, policy, None)),
             lag_link(LagConfig(), metrics, topic_ids, summary),
         )

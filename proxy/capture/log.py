@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import IO, Any, cast
 
-from proxy.observe.observer import ObservingHooks
+from proxy.observe.observing_hooks import ObservingHooks
 from proxy.observe.request_log import LineSink, RequestLog, Timestamp
 
 

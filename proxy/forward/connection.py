@@ -20,12 +20,19 @@ doubles: 4 x 2 x 1 MiB = 8 MiB at most at the defaults, instead of the autotuned
 (up to the tcp_wmem/tcp_rmem maxima, 4 and 6 MiB per socket on Linux's defaults). Frames
 held whole before they go on (an ApiVersions response to rewrite; every request when
 KIP-1313 enforcement is `reject`) are bounded by `limits.max_frame_bytes` instead.
+
+A connection's life is a `Phase`, changed only by a `Move` that `TRANSITIONS` allows
+from it (as h11's `_state.py` has a connection's states): accepted, then admitted by the
+limits and connecting to its broker (refused ones close at once), open, draining when
+the proxy stops, closed. Any other move is a bug and raises `PhaseError`. Reading from
+each side is paused for a set of named reasons (`Paused`) and resumes when none is left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import os
 import socket
 import ssl
@@ -69,17 +76,72 @@ UNREAD_BYTES = 256 * 1024
 # Close reasons of a connection closed for one of its requests (proxy/forward/sides.py)
 REFUSED_A_REQUEST = frozenset({"frame_too_large", "rejected"})
 
-# Why reading from a side is paused (a bit each; reading resumes when none is left).
-PEER_BACKLOGGED = 1  # the other side's write buffer is over its high-water mark
-DRAINING = 2  # shutting down: no new requests
-IN_FLIGHT = 4  # limits.max_in_flight_requests requests await their responses
+
+
+class Phase(enum.Enum):
+    """Where a connection is in its life."""
+
+    ACCEPTED = "accepted"  # the client's socket is accepted, the limits not yet asked
+    CONNECTING = "connecting"  # admitted; its broker connection is being opened, its first bytes wait
+    OPEN = "open"  # both sides relay
+    DRAINING = "draining"  # the proxy stops: no new requests; closes once the answers are in
+    CLOSED = "closed"  # both sockets closed (or closing, their buffers flushing), the hooks told
+
+
+class Move(enum.Enum):
+    """What happens to a connection."""
+
+    ADMIT = "admit"  # the connection limits let it in
+    REFUSE = "refuse"  # past a connection limit, or the proxy is stopping
+    UPSTREAM_UP = "upstream_up"  # its broker connection is made
+    DRAIN = "drain"  # the proxy stops (Server.shutdown)
+    CLOSE = "close"  # either side ended, a limit or a timeout cut it, or the proxy closed it
+
+
+# Every move a phase allows, and where it leads; any other is a PhaseError. A closed
+# connection takes a late close, drain or broker connection (which it aborts) as
+# nothing; one draining while it was still connecting closes at once (nothing was
+# forwarded), so its broker connection never comes up draining.
+TRANSITIONS: dict[Phase, dict[Move, Phase]] = {
+    Phase.ACCEPTED: {Move.ADMIT: Phase.CONNECTING, Move.REFUSE: Phase.CLOSED},
+    Phase.CONNECTING: {Move.UPSTREAM_UP: Phase.OPEN, Move.DRAIN: Phase.DRAINING, Move.CLOSE: Phase.CLOSED},
+    Phase.OPEN: {Move.DRAIN: Phase.DRAINING, Move.CLOSE: Phase.CLOSED},
+    Phase.DRAINING: {Move.DRAIN: Phase.DRAINING, Move.CLOSE: Phase.CLOSED},
+    Phase.CLOSED: {Move.UPSTREAM_UP: Phase.CLOSED, Move.DRAIN: Phase.CLOSED, Move.CLOSE: Phase.CLOSED},
+}
+
+
+class PhaseError(RuntimeError):
+    """A move its phase does not allow: a bug of the proxy, not of a peer."""
+
+    def __init__(self, phase: Phase, move: Move) -> None:
+        super().__init__(f"a connection {phase.value} cannot {move.value}")
+        self.phase = phase
+        self.move = move
+
+
+def next_phase(phase: Phase, move: Move) -> Phase:
+    """Where `move` leads from `phase` (TRANSITIONS), or PhaseError."""
+    found = TRANSITIONS[phase].get(move)
+    if found is None:
+        raise PhaseError(phase, move)
+    return found
+
+
+class Paused(enum.IntFlag):
+    """Why reading from a side is paused; it resumes when no reason is left. Kept as a
+    plain int on the connection: an int's truth test is what the data path pays for."""
+
+    BACKLOGGED = 1  # the other side's write buffer is over its high-water mark
+    DRAINING = 2  # shutting down: no new requests
+    IN_FLIGHT = 4  # limits.max_in_flight_requests requests await their responses
 
 
 def paused_for(reasons: int) -> str:
     """The metrics' name of why reading was paused (the first that holds)."""
-    if reasons & DRAINING:
+    if reasons & Paused.DRAINING:
         return "draining"
-    if reasons & IN_FLIGHT:
+    if reasons & Paused.IN_FLIGHT:
         return "in_flight"
     return "backlogged"
 
@@ -161,9 +223,11 @@ class Connection(asyncio.Protocol):
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
         self.info: ConnectionInfo | None = None
+        self.phase = Phase.ACCEPTED
+        # phase is CLOSED, as the data path reads it: set by _move alone
         self.closed = False
         self.last_active = time.monotonic()
-        self._client_paused = 0
+        self._client_paused = 0  # Paused reasons, as an int
         self._upstream_paused = 0
         self._watched_fd = -1  # the client's socket, while in ctx.hangups
         self._early: list[bytes] = []  # client bytes that came before the broker connection
@@ -182,9 +246,10 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else -1
         if not self.ctx.admit(self.route.name, ip, fd):
-            self.closed = True
+            self._move(Move.REFUSE)
             self.client.abort()
             return
+        self._move(Move.ADMIT)
         self._ip = ip
         self._open(peer)
         self.client.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
@@ -264,10 +329,16 @@ class Connection(asyncio.Protocol):
         self.close("client_eof" if exc is None else "client_error")
 
     def pause_writing(self) -> None:
-        self.pause_upstream_reading(PEER_BACKLOGGED)
+        self.pause_upstream_reading(Paused.BACKLOGGED)
 
     def resume_writing(self) -> None:
-        self.resume_upstream_reading(PEER_BACKLOGGED)
+        self.resume_upstream_reading(Paused.BACKLOGGED)
+
+    def _move(self, move: Move) -> Phase:
+        """The one place a connection's phase changes (and `closed` with it)."""
+        self.phase = phase = next_phase(self.phase, move)
+        self.closed = phase is Phase.CLOSED
+        return phase
 
     # --- upstream ------------------------------------------------------------------------
 
@@ -313,7 +384,7 @@ class Connection(asyncio.Protocol):
         self.close("fd_limit")
 
     def upstream_made(self, transport: asyncio.Transport) -> None:
-        if self.closed:
+        if self._move(Move.UPSTREAM_UP) is Phase.CLOSED:
             transport.abort()  # the client left while we were connecting
             return
         self.upstream = transport
@@ -345,12 +416,12 @@ class Connection(asyncio.Protocol):
         assert info is not None
         info.bytes_out += len(data)
         self.responses.feed(data)
-        if self._client_paused and self._client_paused & IN_FLIGHT:  # mostly 0: one test
+        if self._client_paused and self._client_paused & Paused.IN_FLIGHT:  # mostly 0: one test
             self._in_flight_eased()
 
     def _in_flight_eased(self) -> None:
         if len(self.exchange.pending) < self.exchange.max_in_flight and not self.closed:
-            self.resume_client_reading(IN_FLIGHT)
+            self.resume_client_reading(Paused.IN_FLIGHT)
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self.closed and self.info is not None:
@@ -387,24 +458,24 @@ class Connection(asyncio.Protocol):
                 client.writelines(buffers)
 
     def _stop_reading_client(self) -> None:
-        self.pause_client_reading(DRAINING)
+        self.pause_client_reading(Paused.DRAINING)
 
     def _in_flight_full(self) -> None:
         """The request splitter holds the next request until a response comes back."""
         self.ctx.metrics.in_flight_limit_hits.inc()
-        self.pause_client_reading(IN_FLIGHT)
+        self.pause_client_reading(Paused.IN_FLIGHT)
 
-    def pause_client_reading(self, reason: int) -> None:
+    def pause_client_reading(self, reason: Paused) -> None:
         was = self._client_paused
-        self._client_paused |= reason
+        self._client_paused = int(was | reason)
         if not was and self.client is not None and self.upstream is not None:
             self.client.pause_reading()
             self._watch_hangup()
 
-    def resume_client_reading(self, reason: int) -> None:
+    def resume_client_reading(self, reason: Paused) -> None:
         if not self._client_paused & reason:
             return
-        self._client_paused &= ~reason
+        self._client_paused = int(self._client_paused & ~reason)
         if not self._client_paused and not self.closed and self.upstream is not None:
             self.requests.resume()  # requests an in-flight pause held, first
             if self._client_paused or self.closed:
@@ -440,16 +511,16 @@ class Connection(asyncio.Protocol):
         self.ctx.metrics.paused_client_gone(paused_for(self._client_paused))
         self.close(reason)
 
-    def pause_upstream_reading(self, reason: int) -> None:
+    def pause_upstream_reading(self, reason: Paused) -> None:
         was = self._upstream_paused
-        self._upstream_paused |= reason
+        self._upstream_paused = int(was | reason)
         if not was and self.upstream is not None and not self.closed:
             self.upstream.pause_reading()
 
-    def resume_upstream_reading(self, reason: int) -> None:
+    def resume_upstream_reading(self, reason: Paused) -> None:
         if not self._upstream_paused & reason:
             return
-        self._upstream_paused &= ~reason
+        self._upstream_paused = int(self._upstream_paused & ~reason)
         if not self._upstream_paused and not self.closed and self.upstream is not None:
             self.upstream.resume_reading()
             self.responses.restart_frame_clock()
@@ -528,18 +599,19 @@ class Connection(asyncio.Protocol):
     def begin_drain(self) -> None:
         """Shutting down: forward no new requests, close once the in-flight ones are
         answered (the server cuts the rest after the grace period)."""
-        if self.closed:
+        if self._move(Move.DRAIN) is Phase.CLOSED:
             return
-        self.relay.draining = True
+        self.relay.draining = True  # what the request side reads of the phase
         if self.requests.at_boundary:
-            self.pause_client_reading(DRAINING)
+            self.pause_client_reading(Paused.DRAINING)
         if not self.exchange.pending and self.responses.at_boundary:
             self.close("shutdown")
 
     def close(self, reason: str) -> None:
-        if self.closed:
+        was_closed = self.closed
+        self._move(Move.CLOSE)
+        if was_closed:
             return
-        self.closed = True
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         self._unwatch_hangup()  # before the socket closes and its number is free again
@@ -675,7 +747,7 @@ class UpstreamProtocol(asyncio.Protocol):
         self.conn.upstream_lost(exc)
 
     def pause_writing(self) -> None:
-        self.conn.pause_client_reading(PEER_BACKLOGGED)
+        self.conn.pause_client_reading(Paused.BACKLOGGED)
 
     def resume_writing(self) -> None:
-        self.conn.resume_client_reading(PEER_BACKLOGGED)
+        self.conn.resume_client_reading(Paused.BACKLOGGED)

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from proxy.config import Address, Config, ConfigError, ListenerTLS
+from proxy.config import Address, ConfigError, CoreConfig, ListenerTLS
 from proxy.forward import fdlimit
 from proxy.forward.connection import Connection, ListenerRoute, ProxyContext
 from proxy.hooks import Hooks
@@ -62,7 +62,7 @@ class Server:
 
     def __init__(
         self,
-        config: Config,
+        config: CoreConfig,
         hooks: Hooks | None = None,
         metrics: Metrics | None = None,
         *,

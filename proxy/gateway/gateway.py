@@ -52,14 +52,16 @@ from typing import Any
 
 import structlog
 
-from proxy.config import Address, Config, ConfigError, GatewayConfig
+from codec import HeaderPolicy
+from proxy.config import Address, ConfigError, UpstreamTLS
 from proxy.forward.server import BACKLOG, Listener, Server
 from proxy.gateway.addresses import BROKER, CONTROLLER, EndpointKind, Named
+from proxy.gateway.config import GatewayConfig
 from proxy.gateway.gateway_hooks import GatewayHooks
+from proxy.gateway.metrics import GatewayMetrics
 from proxy.gateway.route_check import Verdict, listener_api_keys, verdict
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics
-from proxy.observe.observer import header_policy
 from proxy.tls import client_context
 
 log = structlog.get_logger("kafkalens.gateway")
@@ -95,16 +97,18 @@ def listener_name(kind: EndpointKind, node_id: int) -> str:
 class Gateway:
     """The node listeners: `start` opens the bootstrap ones, `advertise` the others."""
 
-    def __init__(self, config: Config, metrics: Metrics) -> None:
-        assert config.gateway is not None
-        self.config: GatewayConfig = config.gateway
+    def __init__(
+        self, config: GatewayConfig, metrics: Metrics, policy: HeaderPolicy, upstream_tls: UpstreamTLS | None
+    ) -> None:
+        """`policy`: which requests use header v3 (the kip1313 section's); `upstream_tls`:
+        how the route checks reach the nodes, as the routes' connections do."""
+        self.config = config
         self.metrics = metrics
-        self.policy = header_policy(config.kip1313.header_v3)
+        self.counts = metrics.of(GatewayMetrics)
+        self.policy = policy
         self.routes: dict[EndpointKind, dict[int, Route]] = {BROKER: {}, CONTROLLER: {}}
         self.server: Server | None = None
         self._failed: dict[tuple[EndpointKind, int], float] = {}  # -> when opening it failed
-        # The routes' checks reach the nodes as the routes' connections do.
-        upstream_tls = config.upstream_tls
         self._check_tls = client_context(upstream_tls) if upstream_tls else None
         self._check_hostname = upstream_tls.server_hostname if upstream_tls else None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -211,7 +215,7 @@ class Gateway:
         route.checking = None
         if found is not Verdict.FITS:
             route.refused_at = time.monotonic()
-            self.metrics.gateway_route_refused(route.kind.value, found.value)
+            self.counts.route_refused(route.kind.value, found.value)
             log.warning(
                 "route not moved: the new address failed its check",
                 route=route.name,
@@ -224,7 +228,7 @@ class Gateway:
         old, route.upstream, route.refused_at = route.upstream, real, None
         if route.listener is not None:
             route.listener.route.upstreams = (real,)  # for new connections; open ones stay
-        self.metrics.gateway_route_moved(route.kind.value)
+        self.counts.route_moved(route.kind.value)
         log.info("route moved", route=route.name, old=str(old), new=str(real), named_by=source)
 
     async def _check(self, kind: EndpointKind, address: Address) -> Verdict:
@@ -276,7 +280,7 @@ class Gateway:
             sock.close()
             del self.routes[route.kind][route.node_id]
             self._failed[(route.kind, route.node_id)] = time.monotonic()
-            self.metrics.gateway_route_refused(route.kind.value, found.value)
+            self.counts.route_refused(route.kind.value, found.value)
             log.error(
                 "route not opened: the address failed its check",
                 route=route.name,
@@ -306,7 +310,7 @@ class Gateway:
             return
         listener.route.upstreams = (route.upstream,)  # it may have moved meanwhile
         route.listener = listener
-        self.metrics.gateway_routes.labels(kind=route.kind.value).set(
+        self.counts.routes.labels(kind=route.kind.value).set(
             len(self.routes[route.kind])
         )
         if not server.ctx.accepting:  # the proxy began stopping meanwhile
@@ -327,7 +331,7 @@ class Gateway:
             if len(self._failed) >= 2 * self.config.max_nodes:
                 self._failed.clear()
         self._failed[key] = now
-        self.metrics.gateway_listener_error(reason)
+        self.counts.listener_error(reason)
         log.error(
             f"cannot serve a {kind.value}: clients sent to it will fail",
             route=listener_name(kind, node_id),

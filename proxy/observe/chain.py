@@ -4,8 +4,9 @@
 each exchange once, whether its frames came whole, were memoised or streamed past
 (streamed.py), keeps the connection's identity, and writes the request log's lines.
 Between decoding and writing, it hands each exchange to its links, in the order they
-were composed (observer.py composes them: telemetry, then lag): each link is an
-`Observer`, sees only the apis it names, and adds what it knows to the request's
+were composed (proxy/features.py composes them, one a feature: KIP-1313, telemetry,
+lag): each link is an `Observer`, sees only the apis it names (or, checking every
+request, says so), and adds what it knows to the request's
 `Token` (fields for the line, an ask its response is read against) before the line is
 written. A link refers to nothing of the request log's hooks, nor to another link:
 what they share is
@@ -15,15 +16,22 @@ what they share is
   (its fields say who writes them);
 * `Token`, one per request, on `Pending.token`: the request's line fields as they are
   made, and what its response is to be read against (`ask`, `asked_by`);
-* the process-wide objects the builder hands each link (metrics, topic ids, the
-  summary options).
+* the process-wide objects the builder hands each link (`Shared`: metrics, topic ids,
+  the summary options, the header policy).
+
+A link keeps what it needs of a connection in its own object (`new_state`), which the
+hooks keep in `ConnState.kept[link]` from the connection's open to its close; nothing
+of a feature is a field of `ConnState`.
 
 The line itself is the request log's hooks' to write: a link that answers a request
 in the broker's place (telemetry's collect mode) returns an `Answer`, and the hooks
-count and log it as any other exchange.
+count and log it as any other exchange; a link that has something to warn of (a
+KIP-1313 violation) returns a `Notice`, which the hooks write as a warning line; a link
+that refuses a request before it is forwarded (KIP-1313's reject) returns a `Refusal`.
 
 A link costs a request nothing unless it names its api: the request log's hooks look
-the links up by api key, once per exchange.
+the links up by api key, once per exchange; a link that checks every request
+(`checks_requests`, KIP-1313's log mode) costs each one a call.
 """
 
 from __future__ import annotations
@@ -31,13 +39,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from uuid import UUID
 
-from codec import Response
+from codec import HeaderPolicy, Response
 from proxy.hooks import ConnectionInfo, Pending
-from proxy.observe.identity import ZERO_UUID, Identity
+from proxy.metrics import Metrics
+from proxy.observe.identity import Identity
 from proxy.observe.instance_join import JoinKey
-from proxy.observe.summary import GroupProtocols
+from proxy.observe.summary import GroupProtocols, SummaryOptions, TopicIds
 
 
 @dataclass
@@ -56,15 +64,14 @@ class ConnState:
     # line needs them, and they change a handful of times per connection.
     identity_key: tuple[Any, ...] = ()
     log_fields: dict[str, Any] = field(default_factory=dict)
-    # The telemetry link's: the broker's ApiVersions lists KIP-714's apis.
-    broker_telemetry: bool = False
     # The broker's ApiVersions ranges, api key -> (min, max), once it answered one here.
     broker_ranges: dict[int, tuple[int, int]] | None = None
     # The instance-id joins' (joining.py):
     join_key: JoinKey | None = None  # waiting under this key for its client's instance id
     joined: bool = False  # its instance id came from another connection
     joinable: bool = True  # False once it has a telemetry exchange of its own
-    header_id: UUID | None = None  # the first KIP-1313 header id the client sent
+    # Each link's own state of this connection, by link (Observer.new_state).
+    kept: dict[Observer, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,6 +88,34 @@ class Token:
     # share groups' asks), and that link: its `answered` makes the response's fields.
     ask: Any = None
     asked_by: Observer | None = None
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What the builder hands each link: the process's objects the core keeps."""
+
+    metrics: Metrics
+    topic_ids: TopicIds
+    summary: SummaryOptions
+    policy: HeaderPolicy
+
+
+@dataclass
+class Notice:
+    """A warning line a link asks the request log's hooks to write (`event`, `fields`)."""
+
+    event: str
+    fields: dict[str, Any]
+
+
+@dataclass
+class Refusal:
+    """A link's refusal of a request before it is forwarded: `reply` (a response body
+    from the correlation id on; b"" closes the connection, as brokers do), and the
+    warning line that says why."""
+
+    reply: bytes
+    notice: Notice
 
 
 @dataclass
@@ -114,6 +149,28 @@ class Observer:
     # ApiVersions entries ({"api_key", "min_version", "max_version"}) added to the
     # answers clients get
     added_api_versions: tuple[dict[str, int], ...] = ()
+    # every decoded request is handed to `check` (as the connection's identity learns
+    # from it: those a link answers too)
+    checks_requests: bool = False
+    # every request is held whole and handed to `admit` before it is forwarded
+    inspects_requests: bool = False
+
+    def new_state(self) -> Any:
+        """Its own state of a connection that opens (kept in `ConnState.kept[self]`
+        until it closes); None: it keeps none."""
+        return None
+
+    def check(self, info: ConnectionInfo, state: ConnState, request: Any) -> Notice | None:
+        """With `checks_requests`: a request decoded (its identity learnt); a warning."""
+        return None
+
+    def admit(
+        self, info: ConnectionInfo, state: ConnState, frame: memoryview, api_key: int, api_version: int,
+        correlation_id: int,
+    ) -> Refusal | None:
+        """With `inspects_requests`: a request before it is forwarded (only its header is
+        known good); a refusal, or None to let it go on."""
+        return None
 
     def request(
         self,
@@ -126,8 +183,12 @@ class Observer:
         """A request decoded, its line fields made (`token.fields`): add fields, or set
         `token.ask` (and `token.asked_by` to itself) for its response to be read against."""
 
-    def response(self, info: ConnectionInfo, state: ConnState, pending: Pending, response: Response) -> None:
-        """A response decoded whole, before the connection's identity learns from it."""
+    def response(
+        self, info: ConnectionInfo, state: ConnState, pending: Pending, response: Response
+    ) -> Notice | None:
+        """A response decoded whole, before the connection's identity learns from it;
+        a warning, if it has one."""
+        return None
 
     def answered(
         self,
@@ -152,23 +213,14 @@ class Observer:
         raise NotImplementedError
 
     def identity_changed(self, info: ConnectionInfo, state: ConnState) -> None:
-        """The connection's identity changed (a client id, an instance id, a principal)."""
+        """The connection's identity changed (a client id, an instance id, a principal, a
+        SASL mechanism); also once as it opens."""
+
+    def connection_closed(self, info: ConnectionInfo, state: ConnState) -> None:
+        """The connection closed (its state, `state.kept[self]` too, goes after this)."""
 
     def reopen_logs(self) -> None:
         """SIGHUP: reopen the files it writes to at their paths (must not block)."""
 
     def close(self) -> None:
         """The proxy stops: flush and close what it writes to."""
-
-
-def note_header_id(state: ConnState, header_id: UUID | None) -> None:
-    if state.header_id is None and header_id is not None and header_id != ZERO_UUID:
-        state.header_id = header_id
-
-
-def telemetry_id_mismatch(state: ConnState, body_id: UUID | None) -> str | None:
-    """KIP-1313 with KIP-714: a telemetry body's id must be the header's, if both are set."""
-    header_id = state.header_id
-    if header_id is None or body_id is None or body_id in (ZERO_UUID, header_id):
-        return None
-    return "telemetry client instance id differs from the request header's"

@@ -14,6 +14,7 @@ from uuid import UUID
 
 from codec import ApiKey, Request, Response
 from codec.sasl import sasl_principal
+from proxy.config import MAX_STRING_LENGTH
 from proxy.observe.summary import clean
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
@@ -41,35 +42,10 @@ def kafka_uuid(text: str) -> UUID:
 
 
 @dataclass
-class Kip1313State:
-    """KIP-1313: a connection whose first request used header v3 is held to its id."""
-
-    first_seen: bool = False
-    required_id: UUID | None = None  # set when the first request used header v3
-
-    def check(self, request_header_version: int, api_key: int, instance_id: UUID | None) -> str | None:
-        """None if the request follows the rule, else why not."""
-        if not self.first_seen:
-            self.first_seen = True
-            if request_header_version >= 3:
-                if instance_id is None or instance_id == ZERO_UUID:
-                    return "first request uses header v3 with a zero client instance id"
-                self.required_id = instance_id
-            return None
-        if self.required_id is None or api_key == SASL_HANDSHAKE:
-            return None
-        if request_header_version < 3:
-            return "request without a client instance id after a header v3 first request"
-        if instance_id != self.required_id:
-            return "client instance id differs from the connection's first request"
-        return None
-
-
-@dataclass
 class Identity:
     """The identity fields every request log line carries, plus what the connection saw."""
 
-    max_string_length: int = 256
+    max_string_length: int = MAX_STRING_LENGTH
     client_id: str | None = None
     client_instance_id: str | None = None
     client_software_name: str | None = None
@@ -77,7 +53,8 @@ class Identity:
     principal: str | None = None
     sasl_mechanism: str | None = None
     member_ids: list[str] = field(default_factory=list)
-    kip1313: Kip1313State = field(default_factory=Kip1313State)
+    # The first non-zero client instance id its request headers gave (KIP-1313's v3)
+    header_id: UUID | None = None
 
     def log_fields(self) -> dict[str, Any]:
         return {
@@ -117,6 +94,11 @@ class Identity:
             self.client_software_version = self._clean(body.get("client_software_version"))
             return changed
         return False
+
+    def note_header_id(self, header_id: UUID | None) -> None:
+        """A request header's client instance id (v3): the first non-zero one is kept."""
+        if self.header_id is None and header_id is not None and header_id != ZERO_UUID:
+            self.header_id = header_id
 
     def observe_unknown_request(self, frame: memoryview | bytes) -> bool:
         """A request of an api or version the codec does not know: its client id still

@@ -1,15 +1,15 @@
 """The request log's hooks, the `Hooks` `kafkalens proxy` runs: decode, identify, count,
-log, enforce KIP-1313, cap ApiVersions; and the links of the observers' chain (chain.py).
+log, cap ApiVersions; and the links of the observers' chain (chain.py).
 
-Run after each frame was forwarded (see proxy/hooks.py), except KIP-1313 `reject`
-checks, which must see a request before it goes on, the ApiVersions cap, which
+Run after each frame was forwarded (see proxy/hooks.py), except the links that must
+see a request before it goes on (KIP-1313's `reject`), the ApiVersions cap, which
 rewrites a response before it goes back, and the requests a link answers in the
 broker's place (telemetry's collect mode). A request is decoded once, whether whole,
 memoised (memo.py) or streamed past (streamed.py), and goes the same way from there
 (`_decoded`): the connection's identity learns from it, its line fields are made, and
 the links that name its api see it. A response likewise (`_response_fields`, then
-`responded`), and the line is written last, with what the links added. observer.py
-builds the hooks and their links from the config.
+`responded`), and the line is written last, with what the links added.
+proxy/features.py builds the hooks and their links (one a feature) from the config.
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from codec import (
     decode_response,
     encode_response,
 )
-from codec.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION, error_name
-from codec.error_response import error_response
-from codec.messages import decode_request_header
+from codec.error_codes import UNSUPPORTED_VERSION, error_name
 from codec.schema import api_names
 from codec.skim import skim_response
 from codec.stream import StreamLimits, as_request, as_response, request_stream, response_stream
@@ -43,15 +41,8 @@ from proxy.observe.api_versions import (
     refused_version,
     unreadable_version_body,
 )
-from proxy.observe.chain import (
-    Answer,
-    ConnState,
-    Observer,
-    Token,
-    note_header_id,
-    telemetry_id_mismatch,
-)
-from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, ZERO_UUID, Identity
+from proxy.observe.chain import Answer, ConnState, Notice, Observer, Token
+from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, Identity
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
 from proxy.observe.memo import FrameMemo
@@ -104,22 +95,28 @@ class ObservingHooks(Hooks):
         request_log: RequestLog | None,
         summary: SummaryOptions,
         policy: HeaderPolicy,
-        enforcement: str = "log",
         stream_limits: StreamLimits | None = None,
         *,
         links: tuple[Observer, ...] = (),
         topic_ids: TopicIds | None = None,
         joins: InstanceJoins | None = None,
     ) -> None:
-        """`links`: the observers' chain, in order (observer.py composes it), built with
-        the same `topic_ids`."""
+        """`links`: the observers' chain, in order (proxy/features.py composes it),
+        built with the same `topic_ids`."""
         self.metrics = metrics
         self.log = request_log
         self.summary = summary
         self.policy = policy
-        self.enforcement = enforcement
-        self.inspects_requests = enforcement == "reject"
         self.links = links
+        # Links that see every request: checked as it is read (KIP-1313's log), or held
+        # and admitted before it is forwarded (KIP-1313's reject)
+        self._checkers = tuple(link for link in links if link.checks_requests)
+        self._admitters = tuple(link for link in links if link.inspects_requests)
+        self.inspects_requests = bool(self._admitters)
+        self._keeping = tuple(link for link in links if type(link).new_state is not Observer.new_state)
+        self._closing = tuple(
+            link for link in links if type(link).connection_closed is not Observer.connection_closed
+        )
         self.topic_ids = topic_ids if topic_ids is not None else TopicIds()
         self.states: dict[str, ConnState] = {}  # the open connections' (the joins look others up)
         self.joining = Joining(joins if joins is not None else InstanceJoins(max_keys=4000), self.states)
@@ -162,6 +159,8 @@ class ObservingHooks(Hooks):
 
     def connection_opened(self, info: ConnectionInfo) -> None:
         state = ConnState(Identity(max_string_length=self.summary.max_string_length), info)
+        for link in self._keeping:
+            state.kept[link] = link.new_state()
         self.states[info.conn_id] = state
         self.refresh_identity(info, state)
         if self.log:
@@ -172,6 +171,8 @@ class ObservingHooks(Hooks):
         if state is None:
             return
         self.joining.stop_waiting(info, state)
+        for link in self._closing:
+            link.connection_closed(info, state)
         if self.log:
             fields = connection_fields(info, state)
             fields.update(
@@ -227,10 +228,11 @@ class ObservingHooks(Hooks):
         state = self.states.get(info.conn_id)
         if state is None or not self.policy.knows(api_key, api_version):
             return None
-        if self.inspects_requests:
-            refusal = self._kip1313_refusal(info, state, frame, api_key, api_version, correlation_id)
+        for admitter in self._admitters:
+            refusal = admitter.admit(info, state, frame, api_key, api_version, correlation_id)
             if refusal is not None:
-                return refusal
+                self._warn(refusal.notice)
+                return refusal.reply
         for link in self._answer_links.get(api_key, _NO_LINKS):
             if link.answers(state):
                 return self._answer(info, state, link, frame, api_key, api_version, correlation_id)
@@ -305,24 +307,6 @@ class ObservingHooks(Hooks):
             line.update(answered_by="proxy", errors=[error])
             self.log.write("request", line)
         return reply
-
-    def _kip1313_refusal(
-        self, info: ConnectionInfo, state: ConnState, frame: memoryview, api_key: int, api_version: int, correlation_id: int
-    ) -> bytes | None:
-        try:
-            header, header_version, _ = decode_request_header(frame, self.policy)
-            why = state.identity.kip1313.check(header_version, api_key, header.get("client_instance_id"))
-            note_header_id(state, header.get("client_instance_id"))
-            if why is None and api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
-                body = decode_request(frame, self.policy).body
-                why = telemetry_id_mismatch(state, body.get("client_instance_id"))
-        except DecodeError:
-            return None
-        if why is None:
-            return None
-        self.kip1313_violation(info, state, "rejected", why, api_key, api_version, correlation_id)
-        reply = error_response(api_key, api_version, correlation_id, INVALID_REQUEST, self.policy)
-        return reply if reply is not None else b""  # no top-level error code: close
 
     def request_without_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         self.request_forwarded(info, frame, pending)
@@ -460,22 +444,16 @@ class ObservingHooks(Hooks):
 
     def _identify(self, info: ConnectionInfo, state: ConnState, request: Any) -> None:
         identity = state.identity
-        if request.header_version >= 3 and state.header_id is None:
-            note_header_id(state, request.header.get("client_instance_id"))
+        if request.header_version >= 3 and identity.header_id is None:
+            identity.note_header_id(request.header.get("client_instance_id"))
         if identity.observe_request(request) and info.metrics is not None:
             info.metrics.identify(
                 identity.client_software_name or UNKNOWN, identity.client_software_version or UNKNOWN
             )
-        if self.enforcement != "reject":
-            why = identity.kip1313.check(
-                request.header_version, request.api_key, request.header.get("client_instance_id")
-            )
-            if why is None and request.api_key in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY):
-                why = telemetry_id_mismatch(state, request.body.get("client_instance_id"))
-            if why is not None:
-                self.kip1313_violation(
-                    info, state, "logged", why, request.api_key, request.api_version, request.correlation_id
-                )
+        for checker in self._checkers:
+            notice = checker.check(info, state, request)
+            if notice is not None:
+                self._warn(notice)
         self.refresh_identity(info, state)
 
     def refresh_identity(self, info: ConnectionInfo, state: ConnState) -> None:
@@ -510,28 +488,10 @@ class ObservingHooks(Hooks):
             state.identity.observe_sasl_token(token)
             self.refresh_identity(info, state)
 
-    def kip1313_violation(
-        self,
-        info: ConnectionInfo,
-        state: ConnState,
-        action: str,
-        why: str,
-        api_key: int,
-        api_version: int,
-        correlation_id: int,
-    ) -> None:
-        self.metrics.kip1313_violation(action)
+    def _warn(self, notice: Notice) -> None:
+        """A link's warning line."""
         if self.log:
-            fields = connection_fields(info, state)
-            fields.update(
-                api_key=api_key,
-                api=self.api_name(api_key),
-                api_version=api_version,
-                correlation_id=correlation_id,
-                action=action,
-                reason=why,
-            )
-            self.log.warning("kip1313_violation", fields)
+            self.log.warning(notice.event, notice.fields)
 
     def decode_failed(self, state: ConnState | None, api: str, direction: str) -> None:
         self.metrics.api(api).decode_error(direction)
@@ -554,10 +514,8 @@ class ObservingHooks(Hooks):
 
     def rewrite_response(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> bytes | None:
         if pending.api_key == API_VERSIONS:
-            new_frame, decoded, broker_telemetry, ranges = self._capped(frame, pending.api_version)
+            new_frame, decoded, ranges = self._capped(frame, pending.api_version)
             state = self.states.get(info.conn_id)
-            if state is not None and decoded is not None:
-                state.broker_telemetry = broker_telemetry
             if ranges:
                 self.broker_ranges = ranges
                 if state is not None:
@@ -569,23 +527,22 @@ class ObservingHooks(Hooks):
 
     def _capped(
         self, frame: memoryview, version: int
-    ) -> tuple[bytes | None, Response | None, bool, dict[int, tuple[int, int]]]:
+    ) -> tuple[bytes | None, Response | None, dict[int, tuple[int, int]]]:
         """The ApiVersions cap (and, collect mode, KIP-714's apis added); a broker answers
-        every connection the same. Then whether the broker itself lists KIP-714's apis,
-        and its own ranges (not capped; empty for an error answer)."""
+        every connection the same. Then the broker's own ranges (not capped; empty for an
+        error answer)."""
         memo = self.api_versions_memo
         key = memo.key(API_VERSIONS, version, frame)
         known = memo.get(key) if key is not None else None
         if known is None:
             ranges: dict[int, tuple[int, int]] = {}
             new_frame, decoded = cap_api_versions(frame, version, self.policy, self.added_api_versions, ranges)
-            broker_telemetry = {GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY} <= ranges.keys()
-            known = (None if new_frame is None else new_frame[4:], decoded, broker_telemetry, ranges)
+            known = (None if new_frame is None else new_frame[4:], decoded, ranges)
             if key is not None and decoded is not None:
                 memo.put(key, known)
-        tail, decoded, broker_telemetry, ranges = known
+        tail, decoded, ranges = known
         # the correlation id is the frame's own; the rest is the memoised rewrite
-        return (None if tail is None else frame[:4].tobytes() + tail), decoded, broker_telemetry, ranges
+        return (None if tail is None else frame[:4].tobytes() + tail), decoded, ranges
 
     def response_forwarded(self, info: ConnectionInfo, frame: memoryview, pending: Pending) -> None:
         latency = self.clock() - pending.started
@@ -646,10 +603,12 @@ class ObservingHooks(Hooks):
         identity learns from it, then its line fields (a link's, for an ask it set)."""
         if state is not None:
             api_key = pending.api_key
-            if api_key == GET_TELEMETRY_SUBSCRIPTIONS:
-                self._subscription_seen(info, state, pending, response)
+            if api_key == GET_TELEMETRY_SUBSCRIPTIONS:  # its own instance id comes: a joined one goes
+                self.joining.unjoin(info, state)
             for link in self._response_links.get(api_key, _NO_LINKS):
-                link.response(info, state, pending, response)
+                notice = link.response(info, state, pending, response)
+                if notice is not None:
+                    self._warn(notice)
             state.identity.observe_response(response)
             state.groups.learn(token.fields, response)
             self.refresh_identity(info, state)
@@ -657,20 +616,6 @@ class ObservingHooks(Hooks):
         if ask is not None and ask.whole:
             return token.asked_by.answered(info, state, token, response, None)  # type: ignore[union-attr]
         return response_fields(response, self.summary, self.topic_ids, token.fields.get("protocol_type"))
-
-    def _subscription_seen(self, info: ConnectionInfo, state: ConnState, pending: Pending, response: Response) -> None:
-        """The broker's GetTelemetrySubscriptions answer: the connection's own instance id
-        comes (a joined one goes). An id other than the client's header id breaks
-        KIP-1313's rule: logged (a response cannot be refused)."""
-        self.joining.unjoin(info, state)
-        instance = response.body.get("client_instance_id")
-        if instance is None or instance == ZERO_UUID:
-            return
-        if state.header_id is not None and instance != state.header_id:
-            why = "the broker's telemetry client instance id differs from the request header's"
-            self.kip1313_violation(
-                info, state, "logged", why, pending.api_key, pending.api_version, pending.correlation_id
-            )
 
     def _skimmed(self, frame: memoryview, api_key: int, version: int) -> dict[str, Any]:
         memo = self.response_memo

@@ -18,6 +18,7 @@ from codec.groups import group_payloads
 from codec.records import iter_records, summarize
 from codec.schema import api_messages
 from codec.stream import StreamedRecords
+from proxy.config import MAX_STRING_LENGTH
 
 MAX_LISTED = 100
 # Records whose headers one request's line looks at: iterating runs on the event loop at
@@ -45,7 +46,7 @@ CONFIG_APIS = {19: "topics", 33: "resources", 44: "resources"}  # CreateTopics, 
 class SummaryOptions:
     record_detail: bool = False
     header_value_allowlist: frozenset[str] = frozenset({"traceparent", "tracestate"})
-    max_string_length: int = 256
+    max_string_length: int = MAX_STRING_LENGTH
     decompression_limit: int = 64 * 1024 * 1024
 
 

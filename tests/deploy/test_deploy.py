@@ -26,8 +26,7 @@ import yaml
 from support import pod_security
 from support.paths import REPO as ROOT
 
-from proxy.config import parse_config
-from proxy.metrics import metric_names
+from proxy.features import metric_names, parse_config
 
 DEPLOY = ROOT / "deploy"
 COMPOSE_DIR = DEPLOY / "compose"
@@ -651,17 +650,36 @@ def test_services_and_podmonitors_point_at_real_ports(docs: list[dict[str, Any]]
             assert {"targetLabel": "job", "replacement": "kafkalens", "action": "replace"} in endpoint["relabelings"]
 
 
-def test_gateway_serves_bootstrap_and_every_broker_port(docs: list[dict[str, Any]]) -> None:
-    _, pod, proxy = workload(docs, "Deployment")
+def test_gateway_serves_its_bootstraps_and_every_broker_and_controller_port(
+    docs: list[dict[str, Any]],
+) -> None:
+    """Every port the gateway's config gives clients (its two bootstraps, broker node N on
+    broker_port_base + N, controller node N on controller_port_base + N) is a port of the
+    pod and of the client-facing Service, and nothing else is."""
+    deployment, pod, proxy = workload(docs, "Deployment")
     config = mounted_config(docs, pod, proxy)
     gateway = config["gateway"]
     assert kafkalens_image_ok(proxy["image"])
-    ports = set(named_ports(pod).values())
-    brokers = {p for p in ports if p >= gateway["broker_port_base"]} - {9180}
-    assert port(gateway["bootstrap_listen"]) in ports
-    assert port(config["metrics"]["listen"]) in ports
-    expected = {gateway["broker_port_base"] + n for n in range(len(brokers))}
-    assert brokers == expected and len(brokers) >= 1
+    ports = named_ports(pod)
+    brokers = {n: p for n, p in ports.items() if n.startswith("broker-")}
+    controllers = {n: p for n, p in ports.items() if n.startswith("controller-")}
+    base = gateway["broker_port_base"]
+    assert brokers == {f"broker-{i}": base + i for i in range(len(brokers))} and brokers
+    base = gateway["controller_port_base"]
+    assert controllers == {f"controller-{i}": base + i for i in range(len(controllers))}
+    assert controllers
+    clients = {
+        "bootstrap": port(gateway["bootstrap_listen"]),
+        "ctrl-bootstrap": port(gateway["controller_bootstrap_listen"]),
+        **brokers,
+        **controllers,
+    }
+    assert ports == {**clients, "metrics": port(config["metrics"]["listen"])}
+    (facing,) = [s for s in of_kind(docs, "Service") if s["spec"].get("type") == "LoadBalancer"
+                 and selects({"matchLabels": s["spec"]["selector"]},
+                             deployment["spec"]["template"]["metadata"]["labels"])]  # fmt: skip
+    exposed = {p["targetPort"]: p["port"] for p in facing["spec"]["ports"]}
+    assert exposed == clients
 
 
 def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -879,11 +897,11 @@ LAG_METRICS = (
 
 
 def registered_labels() -> dict[str, set[str]]:
-    """Sample name -> label names, from a real Metrics registry."""
-    from proxy.metrics import Metrics
+    """Sample name -> label names, from the registry of a proxy (every feature's too)."""
+    from proxy.features import Config, proxy_metrics
 
     found: dict[str, set[str]] = {}
-    for collector, names in Metrics().registry._collector_to_names.items():  # noqa: SLF001
+    for collector, names in proxy_metrics(Config()).registry._collector_to_names.items():  # noqa: SLF001
         for name in names:
             found[name] = set(getattr(collector, "_labelnames", ()))
     return found

@@ -43,7 +43,7 @@ from support.gateway import (
 from support.mock_cluster import KAFKA_PYTHON_API_VERSION
 from support.proxy_harness import LOCAL, FakeBroker, request_frame
 
-from codec import ApiKey, Response, decode_response, encode_response
+from codec import ApiKey, HeaderPolicy, Response, decode_response, encode_response
 from proxy.forward.server import Server
 from proxy.gateway.gateway import Gateway
 from proxy.hooks import ConnectionInfo, Hooks, Pending
@@ -160,7 +160,8 @@ async def gateway_server(
 ) -> AsyncIterator[Any]:
     config = gateway_config(upstream, broker_ports, **gateway_keys)
     metrics = Metrics()
-    gateway = Gateway(config, metrics)
+    assert config.gateway is not None
+    gateway = Gateway(config.gateway, metrics, HeaderPolicy(), config.upstream_tls)
     hooks = gateway.wrap(Hooks())
     server = Server(config, hooks, metrics)
     await server.start()

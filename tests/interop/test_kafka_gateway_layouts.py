@@ -7,7 +7,8 @@ Two layouts, a class each, every check of `Checks` run on both:
   one node id, and the gateway serves them on a broker port and a controller port;
 - **dedicated**: three controller-only processes (ids 1-3) and three broker-only ones
   (ids 4-6), started for this class (support.kraft), and a fourth broker (id 7) that
-  joins later, while the gateway runs.
+  joins later, while the gateway runs, and then moves to another port (the one route
+  that moves, counted, and only once the new address answers as a broker).
 
 The gateway has a bootstrap for brokers and one for controllers (KIP-919). Kafka's own
 command-line tools, run from its jars by their main classes (support.kafka_tools), give
@@ -36,7 +37,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from support import ck_client, compat
@@ -320,12 +320,14 @@ class TestDedicated(Checks):
         with layout_gateway("dedicated", brokers, controllers, log) as gw:
             yield gw
 
-    def test_a_broker_that_joins_later_gets_its_route(
-        self, cluster: KraftCluster, prepared: LayoutGateway, tmp_path: Path
+    def test_a_broker_that_joins_later_gets_its_route_and_it_follows_the_broker(
+        self, cluster: KraftCluster, prepared: LayoutGateway
     ) -> None:
         """Broker 7 (broker-only) joins the running cluster: the gateway learns it from
         Metadata, a topic placed on it alone is written and read through the gateway,
-        over broker 7's route, and the quorum lists it as an observer both ways."""
+        over broker 7's route, and the quorum lists it as an observer both ways. Then
+        broker 7 moves to another port: the route follows once the cluster names the new
+        address and it answers as a broker (counted), and clients reach it there."""
         gw = prepared
         with tools_row(gw):
             joined = cluster.add_broker()
@@ -333,9 +335,8 @@ class TestDedicated(Checks):
             topic = "gw-joined"
             run_tool("kafka-topics", SERVER, gw.bootstrap, "--create", "--topic", topic,
                      "--replica-assignment", str(joined.node_id)).check()  # fmt: skip
-            records = make_records(10, topic)
-            ck_client.produce(gw.bootstrap, topic, records, acks="all")
-            got = ck_client.consume(gw.bootstrap, topic, f"{topic}-group", 10, APACHE_KAFKA_GROUPS)
+            ck_client.produce(gw.bootstrap, topic, make_records(10, topic), acks="all")
+            got = ck_client.consume(gw.bootstrap, topic, f"{topic}-1", 10, APACHE_KAFKA_GROUPS)
             assert len(got) == 10
             assert routes(gw.px) == gw.expected_routes(brokers)
             assert gw.px.metric("kafkalens_connections_opened_total", listener="broker-7") > 0
@@ -345,6 +346,17 @@ class TestDedicated(Checks):
             assert through == direct
             observers = {row[0] for row in direct if row[2] == "Observer"}  # type: ignore[attr-defined]
             assert str(joined.node_id) in observers
+
+            moved = "kafkalens_gateway_routes_moved_total"
+            assert gw.px.metric(moved, kind="broker") == 0
+            new_address = cluster.move_broker(joined.node_id)
+            brokers[joined.node_id] = new_address
+            ck_client.produce(gw.bootstrap, topic, make_records(10, topic), acks="all")
+            until(lambda: routes(gw.px) == gw.expected_routes(brokers), "broker-7's route to move")
+            got = ck_client.consume(gw.bootstrap, topic, f"{topic}-2", 20, APACHE_KAFKA_GROUPS)
+            assert len(got) == 20
+            assert gw.px.metric(moved, kind="broker") == 1
+            assert gw.px.metric("kafkalens_gateway_routes_refused_total") == 0
 
     def test_the_active_controller_killed_under_load(
         self, prepared: LayoutGateway, cluster: KraftCluster
@@ -357,7 +369,7 @@ class TestDedicated(Checks):
         with fault_rows(gw):
             before = describe_quorum(gw.direct)
             leader = before["leader_id"]
-            routes_before = routes(gw.px)
+            routes_before, counts_before = routes(gw.px), route_counts(gw)
             topic = f"gw-controller-{uuid.uuid4().hex[:8]}"
             create_topic(gw.direct, topic, replicas=3)
             load = Load(gw.bootstrap, topic)
@@ -394,7 +406,7 @@ class TestDedicated(Checks):
                 load.kill()
                 cluster.start_node(leader)
             assert routes(gw.px) == routes_before
-            assert_nothing_moved(gw)
+            assert route_counts(gw) == counts_before  # nothing moved, nothing refused
 
 
 def caught_up(address: str, node: int) -> bool:
@@ -408,6 +420,13 @@ def caught_up(address: str, node: int) -> bool:
 
 
 def assert_nothing_moved(gw: LayoutGateway) -> None:
+    assert route_counts(gw) == (0, 0)
+
+
+def route_counts(gw: LayoutGateway) -> tuple[float, float]:
+    """(routes moved, routes refused) so far."""
     metrics = gw.px.metrics()
-    assert metrics.total("kafkalens_gateway_routes_moved_total") == 0
-    assert metrics.total("kafkalens_gateway_routes_refused_total") == 0
+    return (
+        metrics.total("kafkalens_gateway_routes_moved_total"),
+        metrics.total("kafkalens_gateway_routes_refused_total"),
+    )

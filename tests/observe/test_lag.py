@@ -18,12 +18,12 @@ import pytest
 from support.hooks_harness import Harness, labels
 from support.records_oracle import build_v2
 
-from proxy.config import LagConfig
 from proxy.metrics import Metrics
 from proxy.observe.identity import kafka_uuid_text
+from proxy.observe.lag.config import LagConfig
+from proxy.observe.lag.feature import lag_link
 from proxy.observe.lag.hooks import LagLink
 from proxy.observe.lag.tracker import FetchAsk
-from proxy.observe.observer import lag_link
 from proxy.observe.summary import SummaryOptions, TopicIds
 
 TOPIC_ID = uuid.UUID("0f0e0d0c-0b0a-4908-8706-050403020100")
@@ -312,7 +312,8 @@ def test_100k_partitions_keep_metrics_within_bounds() -> None:
 
 
 def test_lag_config_keys_are_validated() -> None:
-    from proxy.config import ConfigError, parse_config
+    from proxy.config import ConfigError
+    from proxy.features import parse_config
 
     config = parse_config({"lag": {"enabled": False, "max_partitions": 5, "idle_expiry_seconds": 60}})
     assert config.lag == dataclasses.replace(LagConfig(), enabled=False, max_partitions=5, idle_expiry_seconds=60.0)

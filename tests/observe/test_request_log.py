@@ -33,7 +33,8 @@ from support.paths import REPO
 from support.proxy_harness import LOCAL, FakeBroker, is_closed, read_frame, request_frame
 
 from codec import ApiKey
-from proxy.config import Config, ConfigError, load_config, parse_config
+from proxy.config import ConfigError
+from proxy.features import Config, load_config, parse_config
 from proxy.metrics import Metrics
 from proxy.observe import request_log
 from proxy.observe.request_log import PIPE_BUF, LineSink, RequestLog, render

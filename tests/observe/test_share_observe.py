@@ -19,7 +19,7 @@ from support.hooks_harness import Harness, labels
 from support.readme import recipe
 
 from codec import ApiKey
-from proxy.config import LagConfig
+from proxy.observe.lag.config import LagConfig
 
 TOPIC_ID = uuid.UUID("5a5a5a5a-0b0a-4908-8706-050403020100")
 OTHER_ID = uuid.UUID("6b6b6b6b-0b0a-4908-8706-050403020100")
@@ -313,7 +313,8 @@ def test_the_readme_recipe_for_records_delivered_three_times(tmp_path: Path) -> 
 
 
 def test_the_share_bounds_are_config_keys() -> None:
-    from proxy.config import ConfigError, parse_config
+    from proxy.config import ConfigError
+    from proxy.features import parse_config
 
     lag = parse_config({"lag": {"max_logged_ranges": 0, "max_range_offsets": 5}}).lag
     assert (lag.max_logged_ranges, lag.max_range_offsets) == (0, 5)

@@ -260,9 +260,9 @@ def test_gateway_collect_mode_answers_in_place_of_brokers_that_ask_for_nothing(
     from support.gateway import brokers_of, gateway_config
     from support.proxy_harness import ProxyThread
 
-    from proxy.config import TelemetryConfig
+    from proxy.features import build_hooks
     from proxy.metrics import Metrics
-    from proxy.observe.observer import build_hooks
+    from proxy.observe.telemetry.config import TelemetryConfig
 
     ports = {node: free_port() for node in brokers_of(mock_cluster)}
     config = gateway_config(mock_cluster, ports, str(tmp_path / "requests.log"))

@@ -30,6 +30,7 @@ from support.telemetry import RawClient, TelemetryProxy, metrics_data
 
 from codec import ApiKey
 from proxy.config import Address
+from proxy.observe.telemetry.metrics import TelemetryMetrics
 from proxy.tansu import free_port
 
 GET_SUBSCRIPTIONS, PUSH, METADATA = ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY, ApiKey.METADATA
@@ -152,7 +153,7 @@ def test_hostile_pushes_are_counted_bounded_and_forwarding_goes_on(
         for px in both:
             assert px.wait_until(
                 lambda px=px: (
-                    px.observing.metrics.telemetry_dropped.labels(reason="instances")._value.get()
+                    px.observing.metrics.of(TelemetryMetrics).dropped.labels(reason="instances")._value.get()
                     == 2
                 )
             )
@@ -175,7 +176,7 @@ def test_a_push_over_max_push_bytes_is_refused_unread(tansu_factory: Any, tmp_pa
         assert client.metadata_answered()
         assert observer.wait_until(
             lambda: (
-                observer.observing.metrics.telemetry_pushes.labels(result="too_large")._value.get()
+                observer.observing.metrics.of(TelemetryMetrics).pushes.labels(result="too_large")._value.get()
                 == 1
             )
         )

@@ -33,9 +33,9 @@ from support.hooks_harness import Harness
 from support.telemetry import metrics_data
 
 from codec import ApiKey, Request, decode_response, encode_request
-from proxy.config import TelemetryConfig
 from proxy.hooks import ConnectionInfo
 from proxy.observe.identity import kafka_uuid, kafka_uuid_text
+from proxy.observe.telemetry.config import TelemetryConfig
 from proxy.observe.telemetry.export import SnapshotCollector, families, snapshot
 from proxy.observe.telemetry.otlp import PushError, decode, payload, prometheus_name
 from proxy.observe.telemetry.store import ClientMeta, TelemetryStore

@@ -53,7 +53,7 @@ def test_the_defaults_the_readme_states_are_the_configs() -> None:
     config/kafkalens.yaml documents (tests/proxy/test_config.py holds the two equal)."""
     import dataclasses
 
-    from proxy.config import SECTION_SCHEMAS
+    from proxy.features import SECTION_SCHEMAS
 
     stated = [m for m in STATED_DEFAULT.finditer(README) if m[1] not in NOT_DEFAULTS]
     assert len({m[1] for m in stated}) >= 15, [m[0] for m in stated]

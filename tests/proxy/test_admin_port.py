@@ -23,7 +23,8 @@ from support.observed import ObservedProxy
 from support.proxy_harness import LOCAL, FakeBroker, echo_broker
 from support.tls import issue, openssl
 
-from proxy.config import Config, ConfigError, parse_config
+from proxy.config import ConfigError
+from proxy.features import Config, parse_config
 from proxy.runner import start_proxy
 from proxy.tansu import free_port
 
@@ -424,7 +425,7 @@ def test_a_bad_tls_certificate_stops_the_start(tmp_path: Path) -> None:
 
 
 def test_check_config_says_where_clients_is_served(tmp_path: Path) -> None:
-    from proxy.config import summary
+    from proxy.features import summary
 
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)

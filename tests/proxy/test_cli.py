@@ -323,7 +323,8 @@ def test_a_dead_worker_is_started_again(tmp_path: Path) -> None:
 
 def test_help_names_the_built_in_defaults() -> None:
     """`--help` says what a flag left out means: the same values the config loader uses."""
-    from proxy.config import DEFAULT_LISTENER, MetricsConfig, RequestLogConfig, load_config
+    from proxy.config import DEFAULT_LISTENER, MetricsConfig, RequestLogConfig
+    from proxy.features import load_config
 
     code, out, _ = run("proxy", "--help")
     assert code == 0

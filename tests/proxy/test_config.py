@@ -12,26 +12,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.paths import REPO
 
-from proxy.config import (
+from proxy.config import Address, ConfigError, Overrides, readable_file
+from proxy.config.core import config_section, integer, read_section, seconds
+from proxy.config.language import Integer
+from proxy.features import (
     MAXIMA,
     SECTION_SCHEMAS,
-    Address,
     Config,
-    ConfigError,
-    HeaderV3Rule,
-    Integer,
-    LagConfig,
-    Overrides,
-    config_section,
     documented_file,
-    integer,
     load_config,
     parse_config,
-    read_section,
-    readable_file,
-    seconds,
     summary,
 )
+from proxy.observe.kip1313.config import HeaderV3Rule
+from proxy.observe.lag.config import LagConfig
 from proxy.preflight import check_api_names
 
 CONTRACT = REPO / "config" / "kafkalens.yaml"
@@ -92,7 +86,7 @@ def test_a_key_declared_once_is_read_checked_and_suggested() -> None:
         (3, "extra: must be a mapping, got 3"),
     ]:
         with pytest.raises(ConfigError) as info:
-            read_section(Extra, data, "extra")
+            read_section(Extra, data, "extra", root=Config)
         assert str(info.value) == message
     with pytest.raises(TypeError, match="declare it with a kind"):
 
@@ -299,10 +293,11 @@ def test_sizes_and_durations_take_units_and_bare_numbers() -> None:
 def test_every_size_and_duration_key_takes_units() -> None:
     """Declared by kind, not by hand: every key named *_bytes is a size, every *_seconds
     key a duration (so a new key gets units by its name's promise)."""
-    from proxy.config import Milliseconds, Seconds, Size, _declared, _walk
+    from proxy.config.language import Milliseconds, Seconds, Size, declared, section_schemas
+    from proxy.features import Config
 
-    for path, cls in _walk():
-        for name, (_field, key) in _declared(cls).items():
+    for path, cls in section_schemas(Config).items():
+        for name, (_field, key) in declared(cls).items():
             if name.endswith("_bytes"):
                 assert isinstance(key.kind, Size), f"{path}.{name}"
             if name.endswith("_seconds"):
@@ -593,8 +588,8 @@ def test_any_document_is_a_config_or_a_config_error(document: dict[str, object])
 
 
 def test_the_streaming_decoders_bounds_come_from_the_config() -> None:
+    from proxy.features import build_hooks
     from proxy.metrics import Metrics
-    from proxy.observe.observer import build_hooks
 
     config = parse_config(
         {

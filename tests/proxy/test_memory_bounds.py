@@ -379,6 +379,7 @@ def test_a_frame_observed_in_pieces_gives_the_log_line_of_a_whole_one(tmp_path: 
 
 def test_the_gateway_passes_frames_observed_in_pieces_to_its_inner_hooks() -> None:
     from codec import DEFAULT_POLICY
+    from proxy.gateway.gateway import Gateway
     from proxy.gateway.gateway_hooks import GatewayHooks
     from proxy.hooks import ConnectionInfo, FrameObserver, Hooks, Pending
 
@@ -394,7 +395,7 @@ def test_the_gateway_passes_frames_observed_in_pieces_to_its_inner_hooks() -> No
             seen.append(("response", size))
             return observer
 
-    gateway = GatewayHooks(Inner(), mapper=None, policy=DEFAULT_POLICY)  # type: ignore[arg-type]
+    gateway = GatewayHooks(Inner(), mapper=None, route_kind=Gateway.route_kind, policy=DEFAULT_POLICY)  # type: ignore[arg-type]
     info = ConnectionInfo("c", "l", "h", 1, "u")
     pending = Pending(1, FETCH, 4, 0.0, 100)
     assert gateway.request_stream(info, pending, False) is observer

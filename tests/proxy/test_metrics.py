@@ -7,7 +7,13 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.metrics import OTHER, UNKNOWN, LabelCapper, Metrics, metric_names, sanitize_label
+from proxy.features import metric_names
+from proxy.gateway.metrics import GatewayMetrics
+from proxy.metrics import OTHER, UNKNOWN, LabelCapper, Metrics, sanitize_label
+from proxy.observe.client_security.metrics import ClientSecurityMetrics
+from proxy.observe.kip1313.metrics import Kip1313Metrics
+from proxy.observe.lag.metrics import LagMetrics
+from proxy.observe.telemetry.metrics import TelemetryMetrics
 
 
 def scrape(m: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -211,7 +217,7 @@ def test_proxy_level_counters(m: Metrics) -> None:
     m.connection_rejected("plaintext", "max_connections")
     m.upstream_failure("127.0.0.1:19092", "connect_refused")
     m.unknown_request("api_version")
-    m.kip1313_violation("logged")
+    m.of(Kip1313Metrics).violations.labels(action="logged").inc()
     m.api("Produce").decode_error("response")
     m.bytes_to_broker.inc(10)
     m.bytes_to_client.inc(20)
@@ -270,24 +276,26 @@ def test_metric_names_cover_every_rendered_sample(m: Metrics) -> None:
     m.admin_refusals.note("host")
     m.upstream_reachability.update({"u": True})
     m.unknown_request("api_key")
-    m.kip1313_violation("rejected")
-    m.gateway_listener_error("port_in_use")
+    m.of(Kip1313Metrics).violations.labels(action="rejected").inc()
+    m.of(GatewayMetrics).listener_error("port_in_use")
     m.frame_observed_in_pieces("response", 1)
     m.observed_elements_dropped.labels(direction="request").inc()
     m.bytes_to_broker.inc()
-    m.telemetry_pushes.labels(result="ok").inc()
-    m.telemetry_answers.labels(api="PushTelemetry", error="NONE").inc()
-    m.consumer_lag.labels(group="g", client="c", topic="t", partition="0").set(1)
-    m.consumer_topic_lag.labels(group="g", topic="t").set(1)
-    m.committed_lag.labels(group="g", topic="t", partition="0").set(1)
-    m.follower_lag.labels(replica="1", topic="t", partition="0").set(1)
-    m.topic_records.labels(topic="t", direction="fetch", software="s/1", principal="p").inc()
-    m.topic_bytes.labels(topic="t", direction="fetch", software="s/1", principal="p").inc()
-    m.share_delivered.labels(group="g", topic="t").inc()
-    m.share_redelivered.labels(group="g", topic="t").inc()
-    m.share_acknowledged.labels(group="g", topic="t", type="accept").inc()
-    m.share_ranges_invalid.labels(what="acquired", reason="reversed").inc()
-    m.log_lists_truncated.labels(field="acquired").inc()
+    m.of(TelemetryMetrics).pushes.labels(result="ok").inc()
+    m.of(TelemetryMetrics).answers.labels(api="PushTelemetry", error="NONE").inc()
+    lag = m.of(LagMetrics)
+    m.of(ClientSecurityMetrics).connections.labels("TLSv1.3", "PLAIN", "s", "1").set(1)
+    lag.consumer_lag.labels(group="g", client="c", topic="t", partition="0").set(1)
+    lag.consumer_topic_lag.labels(group="g", topic="t").set(1)
+    lag.committed_lag.labels(group="g", topic="t", partition="0").set(1)
+    lag.follower_lag.labels(replica="1", topic="t", partition="0").set(1)
+    lag.topic_records.labels(topic="t", direction="fetch", software="s/1", principal="p").inc()
+    lag.topic_bytes.labels(topic="t", direction="fetch", software="s/1", principal="p").inc()
+    lag.share_delivered.labels(group="g", topic="t").inc()
+    lag.share_redelivered.labels(group="g", topic="t").inc()
+    lag.share_acknowledged.labels(group="g", topic="t", type="accept").inc()
+    lag.share_ranges_invalid.labels(what="acquired", reason="reversed").inc()
+    lag.log_lists_truncated.labels(field="acquired").inc()
     rendered = {name for name, _ in scrape(m)}
     assert rendered == metric_names()
 

@@ -35,7 +35,7 @@ from support.observed import ObservedProxy
 from support.proxy_harness import FakeBroker, request_frame, write_frame
 
 from codec import ApiKey
-from proxy.forward.connection import DRAINING, IN_FLIGHT, PEER_BACKLOGGED, Connection
+from proxy.forward.connection import Connection, Paused
 
 METADATA = ApiKey.METADATA
 BOUND = 16
@@ -154,19 +154,19 @@ def test_a_paused_client_that_leaves_is_released_at_once(
             # 1.4 MB: the bound goes on, more than one read (256 KiB) waits parked and in
             # the proxy's socket buffer behind it
             send_all(sock, b"".join(metadata_v0(corr) for corr in range(60_000)))
-            assert eventually(lambda: paused(px, IN_FLIGHT))
+            assert eventually(lambda: paused(px, Paused.IN_FLIGHT))
             assert px.pending_total() == BOUND
         elif pause == "backlogged":
             # 4 MB at a broker that reads nothing: the proxy's write buffer passes its
             # high-water mark and reading from the client pauses (fewer requests than the bound)
             send_all(sock, b"".join(big_request(corr, 500_000) for corr in range(8)))
-            assert eventually(lambda: paused(px, PEER_BACKLOGGED))
+            assert eventually(lambda: paused(px, Paused.BACKLOGGED))
         else:
             sock.sendall(metadata_v0(0))
             assert eventually(lambda: px.pending_total() == 1)
             conn = the_connection(px)
             px.call(conn.begin_drain)  # as Server.shutdown does, for this connection
-            assert paused(px, DRAINING)
+            assert paused(px, Paused.DRAINING)
             send_all(sock, b"".join(metadata_v0(corr) for corr in range(1, 1000)))
         held = px.pending_total()
         assert held >= 1
@@ -201,7 +201,7 @@ def test_without_epoll_the_sweeper_sees_a_paused_client_leave(tmp_path: Path) ->
         px.call(px.server.ctx.close_hangups)
         sock = connect(px.port)
         send_all(sock, b"".join(metadata_v0(corr) for corr in range(2000)))
-        assert eventually(lambda: paused(px, IN_FLIGHT))
+        assert eventually(lambda: paused(px, Paused.IN_FLIGHT))
         leave(sock, reset=False)
         assert eventually(lambda: px.closed("client_eof") == 1, 10)
         assert broker.hung_up.wait(10)
@@ -229,7 +229,7 @@ def test_a_fin_left_on_the_clients_host_ends_the_connection_at_the_brokers_answe
         with contextlib.suppress(BlockingIOError):  # until the socket blocks
             while sent < len(data):
                 sent += sock.send(data[sent : sent + 65536])
-        assert eventually(lambda: paused(px, IN_FLIGHT))
+        assert eventually(lambda: paused(px, Paused.IN_FLIGHT))
         assert unsent(sock) > 0  # so the FIN cannot leave this host
         leave(sock, reset=False)
         assert eventually(lambda: broker.frames == BOUND)

@@ -20,7 +20,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from support.proxy_harness import LOCAL, ProxyThread, api_versions_v0, correlation_id, read_frame
 from support.tls import OPENSSL_EXT, issue, openssl
 
-from proxy.config import Config, parse_config
+from proxy.features import Config, parse_config
 from proxy.tansu import free_port
 
 

@@ -16,7 +16,8 @@ import pytest
 import yaml
 from support.paths import REPO
 
-from proxy.config import Config, ConfigError, parse_config
+from proxy.config import ConfigError
+from proxy.features import Config, parse_config
 from proxy.observe.request_log import LineSink
 from proxy.preflight import (
     check_api_names,

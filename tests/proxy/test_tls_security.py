@@ -35,7 +35,8 @@ from support.proxy_harness import (
 )
 from support.tls import OPENSSL_EXT, issue, openssl
 
-from proxy.config import Config, ConfigError, parse_config
+from proxy.config import ConfigError
+from proxy.features import Config, parse_config
 from proxy.tansu import free_port
 
 OLD_VERSIONS = ["TLSv1", "TLSv1_1"]

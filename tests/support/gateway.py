@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from codec import ApiKey, decode_response
-from proxy.config import Config, parse_config
+from proxy.features import Config, build_hooks, parse_config
 from proxy.metrics import Metrics
-from proxy.observe.observer import build_hooks
 from proxy.tansu import free_port, free_ports
 from support.proxy_harness import LOCAL, ProxyThread, read_frame, request_frame, write_frame
 

@@ -13,13 +13,17 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from codec import HeaderPolicy, Request, Response, encode_request, encode_response
-from proxy.config import LagConfig, TelemetryConfig
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.metrics import Metrics
-from proxy.observe.chain import Observer
-from proxy.observe.observer import ObservingHooks, lag_link
+from proxy.observe.chain import Observer, Shared
+from proxy.observe.kip1313.config import Kip1313Config
+from proxy.observe.kip1313.link import Kip1313Link
+from proxy.observe.lag.config import LagConfig
+from proxy.observe.lag.feature import lag_link
+from proxy.observe.observing_hooks import ObservingHooks
 from proxy.observe.request_log import LineSink, RequestLog
 from proxy.observe.summary import SummaryOptions, TopicIds
+from proxy.observe.telemetry.config import TelemetryConfig
 from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
 
@@ -32,9 +36,10 @@ def header(correlation_id: int, client_id: str | None = "app-1", **extra: Any) -
 
 
 class Harness:
-    """The hooks `kafkalens proxy` builds, with the links asked for: lag's (unless `lag`
-    is None), telemetry's (when `telemetry` is given, ahead of lag's, as
-    observe/observer.py composes them), then `links`; `summary` are SummaryOptions."""
+    """The hooks `kafkalens proxy` builds, with the links asked for, in the order
+    proxy/features.py composes them: KIP-1313's (with `enforcement`), telemetry's (when
+    `telemetry` is given), lag's (unless `lag` is None), then `links`; `summary` are
+    SummaryOptions."""
 
     def __init__(
         self,
@@ -49,13 +54,14 @@ class Harness:
         self.metrics = Metrics()
         self.log = RequestLog(LineSink(str(self.path)))
         options, topic_ids = SummaryOptions(**summary), TopicIds()
+        shared = Shared(self.metrics, topic_ids, options, HeaderPolicy())
         if lag is not None:
             links = (lag_link(lag, self.metrics, topic_ids, options), *links)
         if telemetry is not None:
             links = (TelemetryLink(Telemetry(telemetry, self.metrics, HeaderPolicy())), *links)
+        links = (Kip1313Link(Kip1313Config(enforcement=enforcement), shared), *links)
         self.hooks = ObservingHooks(
-            self.metrics, self.log, options, HeaderPolicy(), enforcement, links=links,
-            topic_ids=topic_ids,
+            self.metrics, self.log, options, HeaderPolicy(), links=links, topic_ids=topic_ids,
         )  # fmt: skip
         self.infos: dict[str, ConnectionInfo] = {}
         self.correlation = 0

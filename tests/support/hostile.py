@@ -24,7 +24,7 @@ import pytest
 from crc32c import crc32c
 
 from codec import ApiKey
-from proxy.config import Config, parse_config
+from proxy.features import Config, parse_config
 from support.observed import ObservedProxy
 from support.proxy_harness import LOCAL, FakeBroker, read_frame, request_frame, write_frame
 

@@ -137,6 +137,19 @@ class KraftCluster(KafkaCluster):
         self._wait_ready(node, timeout)
         return node
 
+    def move_broker(self, node_id: int, timeout: float = 120.0) -> str:
+        """Broker-only node `node_id` shut down and started again on a new port, with its
+        data (an operator moving a broker): its new CLIENT listener's address."""
+        member = self.node(node_id)
+        assert isinstance(member, KraftNode) and member.roles == (BROKER,), node_id
+        self.stop_node(node_id)
+        (member.port,) = free_ports(1, self.host)
+        config = member.data_dir.parent / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in self._server_properties(member).items()))
+        self._launch(member)
+        self._wait_ready(member, timeout)
+        return member.address
+
     def stop(self, timeout: float = 30.0) -> None:
         """Stops the brokers (a controlled shutdown, which needs the quorum), then the
         controllers; SIGKILL after `timeout`. All at once, the brokers would wait out

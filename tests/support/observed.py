@@ -20,8 +20,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.config import Config, Kip1313Config
-from proxy.observe.observer import ObservingHooks
+from proxy.features import Config
+from proxy.observe.kip1313.config import Kip1313Config
+from proxy.observe.observing_hooks import ObservingHooks
 from proxy.runner import start_proxy
 from proxy.tansu import free_port
 from support.proxy_harness import LOCAL, ProxyThread, proxy_config

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 import uvloop
 
 from codec import ApiKey
-from proxy.config import Address, Config, Overrides, load_config
+from proxy.config import Address, Overrides
+from proxy.features import Config, load_config
 from proxy.forward.server import Server
 from proxy.hooks import Hooks
 from proxy.metrics import Metrics

@@ -21,7 +21,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 
 from codec import ApiKey, Request, decode_response, encode_request
-from proxy.config import TelemetryConfig, TelemetryLogConfig
+from proxy.observe.telemetry.config import TelemetryConfig, TelemetryLogConfig
 from proxy.observe.telemetry.hooks import TelemetryLink
 from proxy.observe.telemetry.pushes import Telemetry
 from support.hostile import connect

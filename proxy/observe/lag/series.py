@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from proxy.metrics import OTHER, Metrics, sanitize_label
+from proxy.observe.lag.metrics import LagMetrics
 from proxy.observe.lag.tracker import Entry, LagTracker
 
 KINDS = ("consumer", "consumer_topic", "committed", "follower", "tracked")
@@ -84,11 +85,12 @@ class LagSeries:
     def __init__(self, tracker: LagTracker, metrics: Metrics, sticky: bool = False) -> None:
         self.tracker = tracker
         options = tracker.options
-        self.dropped = {kind: metrics.lag_series_dropped.labels(kind=kind) for kind in KINDS}
-        self.consumer = _Shown(metrics.consumer_lag, sticky)
-        self.consumer_topic = _Shown(metrics.consumer_topic_lag, sticky)
-        self.committed = _Shown(metrics.committed_lag, sticky)
-        self.follower = _Shown(metrics.follower_lag, sticky)
+        counts = metrics.of(LagMetrics)
+        self.dropped = {kind: counts.lag_series_dropped.labels(kind=kind) for kind in KINDS}
+        self.consumer = _Shown(counts.consumer_lag, sticky)
+        self.consumer_topic = _Shown(counts.consumer_topic_lag, sticky)
+        self.committed = _Shown(counts.committed_lag, sticky)
+        self.follower = _Shown(counts.follower_lag, sticky)
         self.admit = {
             kind: _Admission(options.max_partitions, sticky) for kind in ("consumer", "committed", "follower")
         }

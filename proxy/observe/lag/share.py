@@ -42,8 +42,9 @@ from typing import Any
 
 from codec import ApiKey
 from codec.error_codes import error_name
-from proxy.config import LagConfig
 from proxy.metrics import OTHER, LabelCapper, Metrics, sanitize_label
+from proxy.observe.lag.config import LagConfig
+from proxy.observe.lag.metrics import LagMetrics
 from proxy.observe.summary import TopicIds, clean
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
@@ -242,7 +243,7 @@ class ShareAsk:
 class ShareTracker:
     """Share-group line fields and counters; `metrics` gets the counters on flushes."""
 
-    def __init__(self, options: LagConfig, metrics: Metrics, topic_ids: TopicIds, max_string_length: int = 256) -> None:
+    def __init__(self, options: LagConfig, metrics: Metrics, topic_ids: TopicIds, max_string_length: int) -> None:
         self.options = options
         self.metrics = metrics
         self.topic_ids = topic_ids
@@ -254,10 +255,11 @@ class ShareTracker:
         self.published: dict[tuple[str, str], list[int]] = {}
         self.labels: dict[tuple[str, str], tuple[str, str]] = {}
         self.pairs = LabelCapper(options.max_topics)
-        self.folded = metrics.lag_series_dropped.labels(kind="share")
-        self.tracked_dropped = metrics.lag_series_dropped.labels(kind="tracked")
-        self.truncated = metrics.log_lists_truncated
-        self.invalid = metrics.share_ranges_invalid
+        self.counts = counts = metrics.of(LagMetrics)
+        self.folded = counts.lag_series_dropped.labels(kind="share")
+        self.tracked_dropped = counts.lag_series_dropped.labels(kind="tracked")
+        self.truncated = counts.log_lists_truncated
+        self.invalid = counts.share_ranges_invalid
         # at 0 from the start, as the counters alerts take rates of (a series that first
         # appears at 1 hides its first increase from rate())
         for field in TRUNCATED_FIELDS:
@@ -443,7 +445,7 @@ class ShareTracker:
     def publish(self) -> None:
         """Adds what was counted since the last publication to the counters. Runs in the
         thread that flushes the metrics: reads totals the loop only ever increments."""
-        metrics = self.metrics
+        counts = self.counts
         for key in list(self.totals):
             totals = self.totals.get(key)
             if totals is None:
@@ -455,13 +457,13 @@ class ShareTracker:
             self.published[key] = now
             group, topic = self._labels(key)
             if now[0] > before[0]:
-                metrics.share_delivered.labels(group, topic).inc(now[0] - before[0])
+                counts.share_delivered.labels(group, topic).inc(now[0] - before[0])
             if now[5] > before[5]:
-                metrics.share_redelivered.labels(group, topic).inc(now[5] - before[5])
+                counts.share_redelivered.labels(group, topic).inc(now[5] - before[5])
             for ack_type in COUNTED_TYPES:
                 delta = now[ack_type] - before[ack_type]
                 if delta > 0:
-                    metrics.share_acknowledged.labels(group, topic, ACK_NAMES[ack_type]).inc(delta)
+                    counts.share_acknowledged.labels(group, topic, ACK_NAMES[ack_type]).inc(delta)
 
     def _labels(self, key: tuple[str, str]) -> tuple[str, str]:
         labels = self.labels.get(key)

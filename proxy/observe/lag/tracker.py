@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from codec import ApiKey
-from proxy.config import LagConfig
+from proxy.observe.lag.config import LagConfig
 from proxy.observe.summary import TopicIds, clean
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
@@ -100,7 +100,7 @@ class CommitAsk:
 
 
 class LagTracker:
-    def __init__(self, options: LagConfig, topic_ids: TopicIds, max_string_length: int = 256) -> None:
+    def __init__(self, options: LagConfig, topic_ids: TopicIds, max_string_length: int) -> None:
         self.options = options
         self.topic_ids = topic_ids
         self.limit = max_string_length

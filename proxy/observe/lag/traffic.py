@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.config import LagConfig
 from proxy.metrics import OTHER, LabelCapper, Metrics, sanitize_label
+from proxy.observe.lag.config import LagConfig
+from proxy.observe.lag.metrics import LagMetrics
 
 Key = tuple[str, str, str, str]  # topic, direction, software, principal
 
@@ -23,12 +24,13 @@ class TopicTraffic:
     def __init__(self, options: LagConfig, metrics: Metrics) -> None:
         self.options = options
         self.metrics = metrics
+        self.counts = metrics.of(LagMetrics)
         self.pending: dict[Key, list[int]] = {}  # [records, bytes] since the last publish
         self.labels: dict[Key, Key] = {}  # raw key -> its label values (bounded cache)
         self.topics = LabelCapper(options.max_topics)
         self.principals = LabelCapper(options.max_clients)
         self.series = LabelCapper(options.max_partitions)
-        self.dropped = metrics.lag_series_dropped.labels(kind="traffic")
+        self.dropped = self.counts.lag_series_dropped.labels(kind="traffic")
 
     def add(self, per_topic: dict[str, Any], direction: str, software: str, principal: str) -> None:
         pending = self.pending
@@ -44,7 +46,7 @@ class TopicTraffic:
 
     def publish(self) -> None:
         pending, self.pending = self.pending, {}
-        records, nbytes = self.metrics.topic_records, self.metrics.topic_bytes
+        records, nbytes = self.counts.topic_records, self.counts.topic_bytes
         for key, (count, size) in pending.items():
             labels = self._labels(key)
             if count:

@@ -16,8 +16,8 @@ from uuid import UUID, uuid4
 
 from codec import ApiKey, HeaderPolicy, Response, encode_response
 from codec.error_codes import ERROR_CODES
-from proxy.config import COMPRESSION_TYPES, TelemetryConfig
 from proxy.observe.identity import kafka_uuid
+from proxy.observe.telemetry.config import COMPRESSION_TYPES, TelemetryConfig
 
 # Plain ints named by ApiKey: an int compared with an IntEnum member misses CPython's
 # int fast path (proxy/exchange/kafka.py says what it cost).

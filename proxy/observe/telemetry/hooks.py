@@ -48,7 +48,8 @@ class TelemetryLink(Observer):
             self.telemetry.subscribed(kafka_uuid_text(instance), response.body.get("push_interval_ms", 0))
 
     def answers(self, state: ConnState) -> bool:
-        return self.telemetry.proxy_answers(state.broker_telemetry)
+        ranges = state.broker_ranges  # the broker's own ApiVersions answer on this connection
+        return self.telemetry.proxy_answers(ranges is not None and ranges.keys() >= KIP714_APIS)
 
     def answer(self, info: ConnectionInfo, state: ConnState, token: Token, request: Any) -> Answer:
         """Collect mode: the subscription or the push's answer; a push's payload is
@@ -70,7 +71,7 @@ class TelemetryLink(Observer):
             error = answers.push_error(body)
             reply = answers.push_answer(request.correlation_id, request.api_version, error)
         fields: dict[str, Any] = {"answered_by": "proxy", "errors": [error_name(error)] if error else []}
-        telemetry.metrics.telemetry_answers.labels(api=token.api, error=error_name(error)).inc()
+        telemetry.counts.answers.labels(api=token.api, error=error_name(error)).inc()
         if request.api_key != PUSH_TELEMETRY or error != 0:
             return Answer(reply, fields)
         instance_id = push_instance(state, body)

@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from codec import HeaderPolicy
-from proxy.config import TelemetryConfig
 from proxy.metrics import Metrics
 from proxy.observe.request_log import RequestLog
 from proxy.observe.telemetry.collect import SubscriptionAnswers
+from proxy.observe.telemetry.config import TelemetryConfig
 from proxy.observe.telemetry.export import TelemetryCollector, snapshot
+from proxy.observe.telemetry.metrics import TelemetryMetrics
 from proxy.observe.telemetry.otlp import HISTOGRAM, Point, PushError, decode, payload
 from proxy.observe.telemetry.store import ClientMeta, TelemetryStore
 
@@ -31,6 +32,7 @@ class Telemetry:
     ) -> None:
         self.config = config
         self.metrics = metrics
+        self.counts = metrics.of(TelemetryMetrics)
         self.log = log
         self.answers = SubscriptionAnswers(config, policy) if config.collect else None
         self.store = TelemetryStore(
@@ -57,11 +59,11 @@ class Telemetry:
     ) -> dict[str, Any]:
         """Decode and keep one push; the fields of its request log line."""
         if not instance_id:
-            self.metrics.telemetry_pushes.labels(result="no_instance_id").inc()
+            self.counts.pushes.labels(result="no_instance_id").inc()
             return {"telemetry_error": "no client instance id"}
         config = self.config
         if body.get("metrics") is None:  # above limits.observe_max_field_bytes, streamed past
-            self.metrics.telemetry_pushes.labels(result="too_large").inc()
+            self.counts.pushes.labels(result="too_large").inc()
             return {
                 "telemetry_error": "too_large: streamed past unread (limits.observe_max_field_bytes)"
             }
@@ -76,9 +78,9 @@ class Telemetry:
                 data, min(config.max_points_per_push, config.max_series), config.max_attributes
             )
         except PushError as exc:
-            self.metrics.telemetry_pushes.labels(result=exc.reason).inc()
+            self.counts.pushes.labels(result=exc.reason).inc()
             return {"telemetry_error": str(exc)}
-        self.metrics.telemetry_pushes.labels(result="ok").inc()
+        self.counts.pushes.labels(result="ok").inc()
         self._dropped("points", decoded.skipped)
         self._dropped("attributes", decoded.attributes_dropped)
         kept = self.store.accept(instance_id, meta, decoded.points, bool(body.get("terminating")))
@@ -90,12 +92,12 @@ class Telemetry:
         return fields
 
     def _count_held(self) -> None:
-        self.metrics.telemetry_instances.set(len(self.store.instances))
-        self.metrics.telemetry_series.set(self.store.series_count)
+        self.counts.instances.set(len(self.store.instances))
+        self.counts.series.set(self.store.series_count)
 
     def _dropped(self, reason: str, count: int) -> None:
         if count:
-            self.metrics.telemetry_dropped.labels(reason=reason).inc(count)
+            self.counts.dropped.labels(reason=reason).inc(count)
 
     def _log_points(self, instance_id: str, meta: ClientMeta, points: list[Point]) -> None:
         if self.log is None:

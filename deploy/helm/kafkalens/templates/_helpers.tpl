@@ -46,7 +46,12 @@ app.kubernetes.io/component: {{ .component }}
       "bootstrap_servers" $v.gateway.bootstrapServers
       "advertised_host" $v.gateway.advertisedHost
       "listen_host" "0.0.0.0"
-      "broker_port_base" (int $v.gateway.brokerPortBase) -}}
+      "broker_port_base" (int $v.gateway.brokerPortBase)
+      "controller_port_base" (int $v.gateway.controllerPortBase) -}}
+{{- if $v.gateway.controllerBootstrapServers -}}
+{{- $_ := set $gateway "controller_bootstrap_listen" (printf "0.0.0.0:%d" (int $v.gateway.controllerBootstrapPort)) -}}
+{{- $_ := set $gateway "controller_bootstrap_servers" $v.gateway.controllerBootstrapServers -}}
+{{- end -}}
 {{- $_ := set $config "mode" "gateway" -}}
 {{- $_ := set $config "gateway" $gateway -}}
 {{- else -}}
