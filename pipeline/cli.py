@@ -107,7 +107,14 @@ def _watch_parser() -> argparse.ArgumentParser:
                         "DIR/bad_lines (default %(default)s)")
     p.add_argument("--checkpoint", metavar="DIR", help="default: OUT/_checkpoint")
     p.add_argument("--watermark", default="2 minutes",
-                   help="how long after a window's end its lines may still arrive "
+                   help="how long after a window's end its lines may still arrive, "
+                        "behind each source's newest line (default %(default)s)")
+    p.add_argument("--max-skew", default="1 minute", metavar="DURATION",
+                   help="how far past its arrival a line's time may be; later times are "
+                        "clamped to it and counted (default %(default)s)")
+    p.add_argument("--idle-source", default="10 minutes", metavar="DURATION",
+                   help="a source (a directory of logs) whose newest lines arrived this "
+                        "long before another's stops holding windows open "
                         "(default %(default)s)")
     _following(p, 10.0, 2)
     _common(p)

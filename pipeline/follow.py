@@ -27,7 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pipeline import fsio
 from pipeline.read import first_line, normal_path, parse_lines, read_failure
 from pipeline.schema import JSON_OPTIONS, LINE_SCHEMA
-from pipeline.spool import LEDGER, Spool, Unreadable
+from pipeline.spool import LEDGER, SUBDIR, Spool, Unreadable
 
 DEFAULT_PATTERN = "*.log.[0-9]*"  # rotated files: requests.log.1, requests.log.7.gz
 MAX_FILES_PER_TRIGGER = 2  # ~2 rotated files a batch keeps the watermark moving smoothly
@@ -83,11 +83,12 @@ class Followed(Protocol):
 
 def original_file(file: Column, o: Followed) -> Column:
     """A staged file's path as the log directory named it when it was staged
-    (`<spool>/<hash>.requests.log.3.gz` -> `<logdir>/requests.log.3.gz`)."""
+    (`<spool>/<hash>.requests.log.3.gz` -> `<logdir>/requests.log.3.gz`,
+    `<spool>/<hash>.proxy-a~requests.log.1` -> `<logdir>/proxy-a/requests.log.1`)."""
     if not o.spooled:
         return file
     logdir = normal_path(Path(str(o.logdir)).resolve().as_posix())
-    name = F.regexp_extract(file, r"/[0-9a-f]{32}\.([^/]+)$", 1)
+    name = F.translate(F.regexp_extract(file, r"/[0-9a-f]{32}\.([^/]+)$", 1), SUBDIR, "/")
     return F.when(name != "", F.concat(F.lit(logdir.rstrip("/") + "/"), name)).otherwise(file)
 
 
@@ -279,7 +280,11 @@ def active_logs(o: Followed) -> list[str]:
         return []
     directory = Path(str(o.logdir))
     rotated = set(directory.glob(o.pattern))
-    return sorted(p.name for p in directory.iterdir()
+    # the folders the pattern reads (a pattern such as */*.log.[0-9]* reads a folder
+    # per proxy): their files, named as under the log directory
+    folders = {p.parent for p in rotated} | {directory}
+    return sorted(p.relative_to(directory).as_posix() for folder in folders
+                  for p in folder.iterdir()
                   if p.is_file() and p not in rotated and not p.name.startswith("."))
 
 
