@@ -305,6 +305,7 @@ def run_ingest(spark: SparkSession, o: IngestOptions) -> int:
         if o.compact:
             print(f"kafkalens ingest: {o.table}: {compact(spark, o)}", file=sys.stderr,
                   flush=True)
+            print(f"kafkalens ingest: {rolled_up(spark, o.table)}", file=sys.stderr, flush=True)
             return 0
         problem = follow.check(o)
         if problem:
@@ -320,5 +321,17 @@ def run_ingest(spark: SparkSession, o: IngestOptions) -> int:
     code = follow.follow(spark, o, "ingest", lambda: start(spark, o),
                          lambda found: record_unreadable(spark, o, found), progress=tally.add)
     if code == 0 and o.once:
+        print(f"kafkalens ingest: {rolled_up(spark, o.table)}", file=sys.stderr, flush=True)
         print(tally.done(o), file=sys.stderr, flush=True)
     return code
+
+
+def rolled_up(spark: SparkSession, table: str) -> str:
+    """The rollup of the closed hours brought up to date (rollup.py), in a line."""
+    from pipeline.rollup import update
+
+    hours, rows = update(spark, table)
+    if not hours:
+        return "rollup: every closed hour rolled up already"
+    return (f"rollup: {follow.counted(hours, 'closed hour')} ({rows:,} rows) rolled up into "
+            f"{table.rstrip('/')}/_rollup")

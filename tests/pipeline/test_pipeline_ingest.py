@@ -34,9 +34,11 @@ from support.ingest_run import (
     rotated_logs,
     run_to_the_end,
 )
+from support.logs import age_like_proxy
 from support.parquet_tables import tables
+from support.synth import Synth, to_line, write_rotated
 
-from pipeline import ingest
+from pipeline import ingest, rollup
 from pipeline.convert import run_convert
 from pipeline.ingest import IngestOptions, read_table, run_ingest
 from pipeline.read import PARSED_FIELDS
@@ -175,9 +177,10 @@ def test_small_files_are_compacted_as_they_pile_up_and_by_compact(
     compact = IngestOptions(None, str(table), compact=True, retention="0h")
     capsys.readouterr()
     assert run_ingest(spark, compact) == 0
-    said = capsys.readouterr().err.strip()
+    said, rolled = capsys.readouterr().err.strip().splitlines()
     assert re.fullmatch(rf"kafkalens ingest: {table}: compacted \d+ files into \d+; vacuumed "
                         r"\d+ files replaced more than 0h ago", said), said
+    assert rolled.startswith("kafkalens ingest: rollup: "), rolled
     assert set(Counter(p.parent for p in active_files(table)).values()) == {1}
     assert {p for p in table.rglob("*.parquet") if not is_hidden(table, p)} == set(
         active_files(table))
@@ -259,3 +262,50 @@ def test_a_table_of_the_older_format_converts_in_place_and_the_ingest_goes_on(
     assert duckdb_lines_per_file(table) == want
     assert run_convert(spark, IngestOptions(None, str(table), convert=True)) == 0
     assert "is a Delta table already" in capsys.readouterr().err
+
+
+def test_the_rollup_of_closed_hours_gives_the_reports_the_lines_give(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Logs over three hours: the --once run rolls up the two closed ones (the newest
+    may still fill), and the report over the table, from the rollup and the newest
+    hour's lines, is the report over the logs table for table. A later file with lines
+    of a rolled-up hour makes that hour's rollup stale: the report reads its lines
+    until the next run rolls it up again; compaction and VACUUM leave the rollup whole."""
+    logs, table = tmp_path / "logs", tmp_path / "table"
+    synth = Synth(seed=11, rate=0.12, bad_every=53, telemetry_every=7)
+    write_rotated(logs, map(to_line, synth.events(1250)), 250)  # the last 250 not rotated
+    age_like_proxy(logs)
+
+    def same_report(name: str) -> int:
+        raw = run_report(spark, [str(logs / "*.log.[0-9]*")], str(tmp_path / f"raw-{name}"))
+        over = run_report(spark, [], str(tmp_path / name), table=str(table))
+        assert over.counts == raw.counts and over.table_rows == raw.table_rows
+        assert tables(tmp_path / name) == tables(tmp_path / f"raw-{name}")
+        return rollup.fine_of_table(spark, str(table))[1]  # the rows the rollup stood for
+
+    capsys.readouterr()
+    assert run_ingest(spark, IngestOptions(str(logs), str(table), once=True)) == 0
+    said = capsys.readouterr().err
+    assert re.search(r"rollup: \d+ closed hours \([\d,]+ rows\) rolled up into ", said), said
+    hours = rollup.rolled_hours(spark, str(table))
+    lines = rollup.hour_counts(rollup.table_version(spark, str(table)))
+    newest = max((d, h) for k, d, h in lines if k == "lines")
+    assert set(hours) == {hour for hour in lines if (hour[1], hour[2]) < newest}
+    assert {("lines", "2025-03-01", 12), ("lines", "2025-03-01", 13)} <= set(hours)
+    stood_for = same_report("rolled")
+    assert stood_for == sum(hours.values()) > 0
+
+    # A file rotated late brings lines of 12:30 into the rolled-up hour 12.
+    late = Synth(seed=12, start="2025-03-01T12:30:00", rate=1.0)
+    (logs / "late.log.1").write_text("".join(to_line(e) + "\n" for e in late.events(40)))
+    age_like_proxy(logs, "late.log*")
+    monkeypatch.setattr(rollup, "update", lambda spark, table: (0, 0))
+    assert run_ingest(spark, IngestOptions(str(logs), str(table), once=True)) == 0
+    assert same_report("stale") == stood_for - hours[("lines", "2025-03-01", 12)]
+    monkeypatch.undo()
+    assert rollup.update(spark, str(table)) == (1, hours[("lines", "2025-03-01", 12)] + 40)
+    assert same_report("again") == stood_for + 40
+
+    assert run_ingest(spark, IngestOptions(None, str(table), compact=True, retention="0h")) == 0
+    assert same_report("compacted") == stood_for + 40
