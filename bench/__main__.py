@@ -33,6 +33,10 @@ BENCHMARKS = (
               "What does kafkalens cost in front of tansu beside a direct connection, haproxy and "
               "tansu's proxy, and what do its parts cost (bare, no log, no lag, telemetry arms)?",
               "5-8 min (--quick: 1)"),
+    Benchmark("per_gb", "bench.proxy.per_gb",
+              "What does each front do per MB it moves: system calls, page faults, bytes "
+              "copied, CPU (perf stat and perf record; strace -c without perf)?",
+              "a few minutes"),
     Benchmark("front_instructions", "bench.proxy.front_instructions",
               "How many instructions does each front execute per small request/response pair "
               "(callgrind: steady on a busy machine; before/after against a baseline tree)?",
@@ -48,12 +52,17 @@ BENCHMARKS = (
     Benchmark("decode_capture", "bench.proxy.decode_capture",
               "How fast does `kafkalens decode` read a capture, and what do connections left "
               "open cost it?", "a few seconds"),
+    Benchmark("choices", "bench.proxy.choices",
+              "What do the small measurements behind the code's choices say now (the codec's "
+              "tables in RSS, the parent of workers' imports, a full GC with and without "
+              "gc.freeze, the resource tracker, an enum member read, a log line rendered)?", "about 15 s"),
     Benchmark("inflight", "bench.proxy.inflight",
               "What does a proxy hold when a broker never answers, and does another client "
               "still get through?"),
     Benchmark("soak", "bench.proxy.soak",
-              "Under steady load for N minutes, do the proxy's RSS, open files and pending "
-              "requests stay flat and come back when the clients leave?", "as asked"),
+              "Under a fixed mix of real clients in front of Apache Kafka, are the proxy's RSS "
+              "and open files flat (their least-squares slope), and is nothing left when the "
+              "clients leave?", "30 min (--minutes)"),
     Benchmark("kafka_faults", "bench.proxy.kafka_faults",
               "With Apache Kafka brokers killed and restarted under load behind a gateway, "
               "is anything acknowledged lost, and is every request logged?", "as asked"),
@@ -97,6 +106,7 @@ PARTS = frozenset({
     "bench.proxy.plain_relay",  # the python-relay arm: bytes both ways, nothing else
     "bench.proxy.hooks_replay",  # hooks_cost --instructions's child under callgrind
     "bench.proxy.fixed_rate",  # versus's librdkafka fixed-rate client
+    "bench.proxy.session",  # versus's real client session, a child process
 })
 
 

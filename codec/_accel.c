@@ -33,11 +33,9 @@
 
 /* CPython 3.11 only (the layout verified at load, see put_direct): a decoded struct's
  * values go straight into its dict's entries, PyDict_SetItem's lookup skipped. Worth
- * the risk of writing into a private structure: callgrind's instructions per decode of
- * bench/codec/decode.py's frames, this file built with the direct writes and with
- * -DKAFKALENS_NO_DICT_WRITES (public API only), are Fetch (100 partitions) 238,483 vs
- * 364,093 (the public API +53 %) and Metadata (1,000 partitions) 4,007,137 vs
- * 5,106,779 (+27 %), by `python -m bench.codec.instructions`. The internal header needs
+ * the risk of writing into a private structure: the public API alone (this file built
+ * with -DKAFKALENS_NO_DICT_WRITES) takes a quarter to a third more instructions per
+ * decode (bench/PROFILE.md, "Kept, and what it saved"). The internal header needs
  * Py_BUILD_CORE, set only around it: the rest of this file sees the public API alone.
  * Where the header is not installed, the public API does it all (rather than the build
  * failing, which setup.py's optional=True would turn into no extension at all). */

@@ -72,10 +72,9 @@ def _walk(node: _Node, value: dict[str, Any], found: dict[str, list[Any]]) -> di
 
 
 def _collect(node: _Node, body: dict[str, Any]) -> dict[str, list[Any]]:
-    # The observer runs this on every frame it summarises, so it stays lean. Callgrind,
-    # one call on an ApiVersions v3 response: 7,500 instructions; with a dict
-    # comprehension for the distinct values, 11,600; the collector generated as source
-    # and run through exec that this replaces, 5,800.
+    # The observer runs this on every frame it summarises, so it stays lean: a dict
+    # comprehension for the distinct values cost more (bench/PROFILE.md, "Tried and not
+    # kept").
     found = _walk(node, body, {TOPICS: [], GROUPS: [], TRANSACTIONAL_IDS: [], ERRORS: []})
     for category in _CATEGORY_ORDER:
         if len(found[category]) > 1:

@@ -196,7 +196,8 @@ def _header_and_body(
     header_decoder: Decoder, body_decoder: Decoder, buf: memoryview, budget: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """_run for the header, then the body, in one call: it runs on every frame the
-    proxy decodes (two calls fewer: ~700 instructions a frame under callgrind).
+    proxy decodes, and two Python calls fewer a frame count (bench.proxy.hooks_cost
+    --instructions counts them).
 
     Bytes after the message's last field are kept, as a view, for the encoder to put
     back, not refused: Kafka's brokers and clients ignore them (librdkafka 2.16 sends

@@ -16,8 +16,12 @@ if not __package__:  # spark-submit pipeline/cli.py: import the package, not its
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
+import difflib  # noqa: E402
+import re  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from typing import TYPE_CHECKING, NoReturn  # noqa: E402
+
+from pipeline import paths  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,6 +43,58 @@ def missing_extra(root: Path = ROOT) -> str:
     return f"kafkalens: the pipeline needs PySpark and matplotlib (and Java 17+): {how}"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that says a bad flag or value in one line (exit 2) instead of usage and
+    message, with the nearest flag or choice when one is close, as the proxy's own
+    commands do (`kafkalens report: error: unrecognized arguments: --outt (did you mean
+    --out?)`)."""
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        self._given = list(sys.argv[1:] if args is None else args)
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._unknown(extras)
+        return parsed
+
+    def _flags(self) -> list[str]:
+        return [flag for action in self._actions for flag in action.option_strings]
+
+    def _unknown(self, extras: Sequence[str]) -> NoReturn:
+        self.error(f"unrecognized arguments: {' '.join(extras)}{_hint(extras, self._flags())}")
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required"):
+            # A mistyped required flag (--outt) reads as the flag missing: name the typo.
+            flags = self._flags()
+            typos = [a for a in getattr(self, "_given", []) if a.startswith("--")
+                     and not any(f.startswith(a.split("=", 1)[0]) for f in flags)
+                     and _hint([a], flags)]
+            if typos:
+                self._unknown(typos)
+        invalid = _INVALID_CHOICE.search(message)
+        if invalid is not None:
+            message += _hint([invalid[1]], re.findall(r"'([^']*)'", invalid[2]))
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+def _hint(given: Sequence[str], known: Sequence[str]) -> str:
+    """` (did you mean X?)` for the first of `given` close to one of `known`."""
+    for word in given:
+        name = word.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        if not close:  # a case slip: --OUT
+            close = [k for k in known if k.lower() == name.lower()]
+        if close:
+            return f" (did you mean {close[0]}?)"
+    return ""
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", metavar="URL",
                    help="Spark master (default local[*], or spark-submit's)")
@@ -49,7 +105,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _report_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="kafkalens report",
         description="Batch report over kafkalens request logs (or a table `kafkalens "
                     "ingest` wrote): Parquet tables + report.html.",
@@ -93,7 +149,7 @@ def _following(p: argparse.ArgumentParser, interval: float, files_per_trigger: i
 
 
 def _watch_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="kafkalens watch",
         description="Streaming one-minute windows over a directory the proxy logs into "
                     "(or a table `kafkalens ingest` writes).",
@@ -122,7 +178,7 @@ def _watch_parser() -> argparse.ArgumentParser:
 
 
 def _ingest_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="kafkalens ingest",
         description="Parse the request and telemetry logs once, into a Delta Lake table "
                     "partitioned by time that `report --table` and `watch --table` read.",
@@ -176,13 +232,50 @@ def pipeline_missing() -> bool:
     return False
 
 
+def paths_checked(command: str, check: Callable[[], object]) -> bool:
+    """Runs a command's path checks (pipeline.paths) before Spark starts: False, having
+    said why in one line, when a path cannot be used."""
+    try:
+        check()
+    except paths.PathError as e:
+        print(f"kafkalens {command}: {e}", file=sys.stderr)
+        return False
+    return True
+
+
+def _report_paths(args: argparse.Namespace) -> None:
+    if args.table:
+        paths.check_directory_input(args.table, "the table")
+        local = paths.local_path(args.table)
+        read = [local] if local is not None else []
+    else:
+        read = paths.check_inputs(args.logs)
+    paths.check_output(args.out, "--out", read)
+
+
+def _following_paths(logdir: str | None, table: str | None,
+                     outputs: list[tuple[str | None, str]]) -> None:
+    """What `watch` and `ingest` read (LOGDIR, a glob with --no-spool, or an ingested
+    `table`) and the directories they write (path, its option)."""
+    if logdir and paths.has_glob(logdir):
+        paths.check_inputs([logdir], "LOGDIR")
+    elif logdir:
+        paths.check_directory_input(logdir, "LOGDIR")
+    if table:
+        paths.check_directory_input(table, "the table")
+    for path, what in outputs:
+        if path:
+            paths.check_output(path, what)
+
+
 def report_main(argv: list[str]) -> int:
     parser = _report_parser()
     args = parser.parse_args(argv)
     if bool(args.logs) == bool(args.table):
         parser.error("give LOGS or --table TABLE (one of them)")
-    if pipeline_missing():
+    if pipeline_missing() or not paths_checked("report", lambda: _report_paths(args)):
         return 2
+    from pipeline.progress import Phases, to_stderr
     from pipeline.read import InputError, UnreadableFiles
     from pipeline.report import preload_charts, run_report
     from pipeline.summary import summary_lines
@@ -192,7 +285,10 @@ def report_main(argv: list[str]) -> int:
     def job(spark: SparkSession) -> int:
         try:
             result = run_report(spark, args.logs, args.out, args.skip_unreadable,
-                                table=args.table)
+                                table=args.table, phases=Phases(to_stderr("report")))
+        except paths.PathError as e:
+            print(f"kafkalens report: {e}", file=sys.stderr)
+            return 2
         except UnreadableFiles as e:
             print(f"kafkalens report: {e}; nothing written (--skip-unreadable reports "
                   "without them)", file=sys.stderr)
@@ -203,7 +299,8 @@ def report_main(argv: list[str]) -> int:
         print("kafkalens report")
         for line in summary_lines(result):
             print("  " + line)
-        print(f"  tables and report.html in {args.out}")
+        print(f"the report: {args.out.rstrip('/')}/report.html (and a Parquet table per "
+              f"section in {args.out})")
         return 0
 
     return _run("kafkalens-report", args, job, delta=bool(args.table))
@@ -216,6 +313,10 @@ def watch_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if bool(args.logdir) == bool(args.table):
         parser.error("give LOGDIR or --table TABLE (one of them)")
+    outputs = [(args.out, "--out"), (args.checkpoint, "--checkpoint"),
+               (args.spool if args.use_spool else None, "--spool")]
+    if not paths_checked("watch", lambda: _following_paths(args.logdir, args.table, outputs)):
+        return 2
     from pipeline.watch import WatchOptions, run_watch
 
     options = WatchOptions(**{k: v for k, v in vars(args).items()
@@ -237,6 +338,11 @@ def ingest_main(argv: list[str]) -> int:
         parser.error("--compact or --convert, not both")
     if bool(args.logdir) == (args.compact or args.convert):
         parser.error("give LOGDIR to ingest, or --compact or --convert (without LOGDIR)")
+    outputs = [(args.table, "--table"), (args.checkpoint, "--checkpoint"),
+               (args.spool if args.use_spool else None, "--spool")]
+    if args.logdir and not paths_checked(
+            "ingest", lambda: _following_paths(args.logdir, None, outputs)):
+        return 2
     from pipeline.ingest import IngestOptions, run_ingest
 
     options = IngestOptions(**{k: v for k, v in vars(args).items()

@@ -8,6 +8,8 @@ from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
 
+from pipeline.paths import PathError
+
 
 def is_local(path: str) -> bool:
     return urlparse(path).scheme in ("", "file")
@@ -26,6 +28,39 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         stream.write(bytearray(text.encode("utf-8")))
     finally:
         stream.close()
+
+
+def check_writable(spark: SparkSession, path: str, what: str = "--out") -> None:
+    """An output directory that is not local (hdfs://, s3a:// ...: local ones are
+    checked before Spark starts, paths.check_output) can be made and written into,
+    learnt by making and removing a probe directory in it; PathError (one line) if
+    not."""
+    if is_local(path):
+        return
+    try:
+        fs, hadoop_path = hadoop_file(spark, path)
+        if fs.exists(hadoop_path) and not fs.getFileStatus(hadoop_path).isDirectory():
+            raise PathError(f"{what} {path} is a file, not a directory")
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        probe = jvm.org.apache.hadoop.fs.Path(
+            hadoop_path, f"_kafkalens_probe_{jvm.java.util.UUID.randomUUID()}")
+        if not fs.mkdirs(probe):
+            raise PathError(f"cannot write {what} {path}")
+        fs.delete(probe, True)
+    except PathError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a Java error: its first line says why
+        raise PathError(f"cannot write {what} {path}: {first_line(e)}") from e
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    # A Py4J error's text is the Java stack; its cause is on the first "Exception:" line.
+    for line in text.splitlines():
+        if "Exception:" in line:
+            return line.split("Exception:", 1)[1].strip() or line.strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def hadoop_file(spark: SparkSession, path: str) -> tuple[Any, Any]:

@@ -199,9 +199,9 @@ def record_unreadable(spark: SparkSession, o: IngestOptions, found: list[Unreada
 class Tally:
     """What this run wrote: a line per batch that wrote lines, the sum at the end. The
     counts are the batches' progress reports' (`numInputRows`): counting bad lines or
-    files as they pass (Spark's `observe`) cost the ingest 6 % at 5M lines (66.5 and
-    66.7 s against 70.7 and 70.7 s, interleaved), so the report over the table says
-    those."""
+    files as they pass (Spark's `observe`) cost the ingest more than it is worth
+    (bench/PIPELINE.md, "Counting what the ingest writes"), so the report over the table
+    says those."""
 
     table: str
     lines: int = 0

@@ -20,7 +20,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipeline.fsio import hadoop_file
+from pipeline.fsio import first_line, hadoop_file
+from pipeline.paths import PathError
 from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, LINE_SCHEMA
 
 SAMPLE_CHARS = 200
@@ -59,7 +60,8 @@ class UnreadableFiles(InputError):
 
 def expand_inputs(spark: SparkSession, inputs: Iterable[str]) -> list[str]:
     """The inputs, each checked to match something through Hadoop's FileSystem (what
-    the job's file listing uses). Raises InputError naming those that match nothing."""
+    the job's file listing uses). Raises PathError naming those that match nothing
+    (local inputs were checked before Spark started: paths.check_inputs)."""
     found: list[str] = []
     missing: list[str] = []
     for raw in inputs:
@@ -67,27 +69,19 @@ def expand_inputs(spark: SparkSession, inputs: Iterable[str]) -> list[str]:
             fs, path = hadoop_file(spark, raw)
             matches = fs.globStatus(path)
         except Exception as e:  # noqa: BLE001 - a bad scheme or host: say which input
-            raise InputError(f"cannot list {raw}: {first_line(e)}") from e
+            raise PathError(f"cannot list {raw}: {first_line(e)}") from e
         (found if matches else missing).append(raw)
     if missing:
-        raise InputError("no file matches " + ", ".join(missing))
+        raise PathError("no file matches " + ", ".join(missing))
     return found
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    # A Py4J error's text is the Java stack; its cause is on the first "Exception:" line.
-    for line in text.splitlines():
-        if "Exception:" in line:
-            return line.split("Exception:", 1)[1].strip() or line.strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def read_logs(spark: SparkSession, paths: list[str], schema: StructType | None = None,
               recursive: bool = True) -> DataFrame:
     """Every non-blank line parsed by Spark's JSON source with the report's schema,
     and the file it came from (`file`); a line Spark cannot parse keeps its text in
-    `_corrupt_record` (the JSON source: half the CPU of text + from_json, README).
+    `_corrupt_record` (the JSON source: less CPU than text + from_json, bench/PIPELINE.md,
+    "The JSON source against text + from_json").
     Directories are read recursively (hidden names skipped, as Spark does). A file
     Spark cannot read to its end fails the job (`ignoreCorruptFiles` stays off: it
     would drop the rest of the file without a word). `schema` is the report's unless
@@ -268,8 +262,8 @@ def parse_lines(logs: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     # In steps, each value computed once: written as one select, the timestamp's cast
     # was made three times a line and the reason twice (in `bad_reason` and in `line`'s
     # condition); Spark keeps the steps apart rather than repeat a cast (CollapseProject).
-    # At 5M lines, interleaved: the report 79.3 / 84.7 / 82.4 s -> 78.8 / 76.1 / 75.8 s,
-    # the ingest 78.1 / 78.0 -> 77.6 / 64.1 s (bench/PIPELINE.md).
+    # Never slower, the report and the ingest (bench/PIPELINE.md, "The parse computing
+    # each value once").
     ts_text = F.col("ts")
     timed = logs.select("*", F.when(_valid_ts(ts_text), ts_text.try_cast("timestamp"))
                         .alias(_PARSED_TS))

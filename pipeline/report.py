@@ -18,9 +18,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import html, utc
+from pipeline import html, summary, utc
 from pipeline.fine import fine_rows
-from pipeline.fsio import write_text
+from pipeline.fsio import check_writable, write_text
+from pipeline.progress import Phases, duration, human_bytes, plural
 from pipeline.read import (
     InputError,
     ReadFailure,
@@ -33,8 +34,9 @@ from pipeline.read import (
     read_failure,
     read_logs,
 )
+from pipeline.sections import CHARTS, OTHER_APIS, PAGE_ORDER, SECTIONS
 from pipeline.session import session_conf
-from pipeline.summary import ReportResult, summary_lines
+from pipeline.summary import ReportResult
 from pipeline.tables import (
     FAMILIES,
     TABLE_ORDER,
@@ -47,7 +49,7 @@ from pipeline.tables import (
 )
 
 HTML_ROWS = 50
-CHART_APIS = 6  # the busiest apis drawn in the latency chart
+CHART_LINES = 6  # the apis (groups) drawn on their own in a chart over time
 CHART_BARS = 15  # client software bars
 # Tables are written from a few threads at once (a family of tables each, FAMILIES):
 # each job is small next to Spark's per-job latency, and concurrent jobs keep the cores
@@ -67,11 +69,10 @@ ROWS_PER_PARTITION = 500_000
 # path). Each of the ~20 queries generated classes of its own (426 for a small
 # report's tables, 49 without: Spark generates those whatever the setting), which
 # Janino compiled and the JVM then interpreted and JIT-compiled, a cost per query that
-# their few rows never earned back. Measured with the arms interleaved
-# (bench/PIPELINE.md): tables 25.5 and 25.1 s -> 17.9 and 17.1 s at 5M lines,
-# 25.1 and 28.9 -> 18.6 and 23.0 s over the ingested table, the same Parquet tables;
-# on fine aggregations of 3M and 200k rows (bench.pipeline.report_inputs) a wash (37.5-48.7 s
-# either way). tests/pipeline/test_pipeline_tables_codegen.py holds it: a Spark that drops
+# their few rows never earned back: the tables take less time, over raw logs and over
+# the ingested table, the same Parquet tables, and fine aggregations of millions of
+# rows (bench.pipeline.report_inputs) take no longer (bench/PIPELINE.md, "The tables
+# interpreted, not compiled") tests/pipeline/test_pipeline_tables_codegen.py holds it: a Spark that drops
 # the setting fails it.
 TABLES_CONF = {"spark.sql.adaptive.enabled": "false",
                "spark.sql.autoBroadcastJoinThreshold": "-1",
@@ -101,40 +102,77 @@ def write_table(table: DataFrame, out: str, name: str) -> tuple[int, list[dict[s
     return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]
 
 
-def software_bars(usage: DataFrame) -> DataFrame:
-    """The software chart's bars: requests per client software, the busiest first."""
-    software = usage.groupBy("client_software_name", "client_software_version").agg(
-        F.sum("requests").alias("requests"))
-    return software.orderBy(F.desc("requests"), "client_software_name",
-                            "client_software_version").limit(CHART_BARS)
+def chart_apis(by_api: list[dict[str, Any]]) -> list[str]:
+    """The apis the charts over time draw on their own: the busiest and those with the
+    most failures (latency_by_api's first rows, busiest first)."""
+    busiest = [row["api"] for row in by_api[:CHART_LINES]]
+    failing = sorted((row for row in by_api if row["errors"]),
+                     key=lambda row: (-row["errors"], row["api"]))[:CHART_LINES]
+    return list(dict.fromkeys(busiest + [row["api"] for row in failing]))
 
 
-def latency_points(tables: dict[str, DataFrame], result: ReportResult) -> DataFrame:
-    """The latency chart's points: the busiest apis' buckets (bounded)."""
-    apis = [row["api"] for row in result.shown["latency_by_api"][:CHART_APIS]]
-    return tables["latency_over_time"].where(F.col("api").isin(apis)).orderBy("bucket", "api")
+def chart_series(tables: dict[str, DataFrame], by_api: list[dict[str, Any]]
+                 ) -> dict[str, DataFrame]:
+    """The charts' points, each bounded whatever the input (tables' rows already
+    aggregated): requests, failures and p95 per bucket of the chart_apis, the other
+    apis summed; lag per bucket of the groups with the largest lag; clients per
+    software version."""
+    over_time = tables["latency_over_time"]
+    apis = chart_apis(by_api)
+    named = over_time.where(F.col("api").isin(apis)).select(
+        "bucket", "api", "requests", "errors", "p95_ms")
+    other = over_time.where(~F.col("api").isin(apis)).groupBy("bucket").agg(
+        F.lit(OTHER_APIS).alias("api"), F.sum("requests").alias("requests"),
+        F.sum("errors").alias("errors"), F.lit(None).cast("double").alias("p95_ms"))
+    per_group = tables["consumer_topic_lag"].groupBy("bucket", "group_id").agg(
+        F.sum("total_lag").alias("lag"), F.max("group_known").alias("group_known"))
+    worst = per_group.groupBy("group_id").agg(F.max("lag").alias("_worst")).orderBy(
+        F.desc_nulls_last("_worst"), "group_id").limit(CHART_LINES)
+    software = tables["client_inventory"].groupBy(
+        "client_software_name", "client_software_version").agg(
+        F.count(F.lit(1)).alias("clients"), F.sum("requests").alias("requests"))
+    return {
+        "over_time": named.unionByName(other).orderBy("bucket", "api"),
+        "lag": per_group.join(worst, "group_id").select("bucket", "group_id", "group_known",
+                                                        "lag")
+        .orderBy("bucket", "group_id"),
+        "software": software.orderBy(F.desc("clients"), F.desc("requests"),
+                                     "client_software_name", "client_software_version")
+        .limit(CHART_BARS),
+    }
 
 
 def render_html(result: ReportResult) -> str:
     from pipeline import charts  # matplotlib: preload_charts imports it at start
 
-    apis = [row["api"] for row in result.shown["latency_by_api"][:CHART_APIS]]
-    chart_list = [
-        ("Service latency by api over time",
-         charts.latency_chart(result.series["latency_over_time"], apis, result.bucket_seconds)),
-        ("Requests by client software", charts.software_chart(result.series["software"])),
-    ]
-    tables = [
-        (name, result.shown[name], result.table_rows[name])
-        for name in TABLE_ORDER
-        if name != "latency_over_time"
-    ]
-    return html.render(summary_lines(result), chart_list, tables)
+    by_api = result.shown["latency_by_api"]
+    busiest = [row["api"] for row in by_api[:CHART_LINES]]
+    step = result.bucket_seconds
+    over_time = result.series["over_time"]
+    drawn = {
+        "requests": charts.requests_chart(over_time, busiest, step),
+        "errors": charts.errors_chart(over_time, step),
+        "percentiles": charts.percentiles_chart(by_api),
+        "latency": charts.latency_chart(over_time, busiest, step),
+        "topics": charts.topics_chart(result.shown["top_topics"]),
+        "lag": charts.lag_chart(result.series["lag"], step),
+        "software": charts.software_chart(result.series["software"]),
+    }
+    story = summary.story(result)
+    tables = [html.Table(name, SECTIONS[name], result.shown[name], result.table_rows[name])
+              for name in PAGE_ORDER]
+    inputs = ", ".join(result.inputs[:5]) + (
+        f" and {len(result.inputs) - 5:,} more" if len(result.inputs) > 5 else "")
+    footer = (f"kafkalens report over {inputs} ({plural(result.files, 'file')}). Times are UTC. "
+              "Each table is also a Parquet directory beside this page, with every row.")
+    page = html.Page(story.headline, story.traffic, story.attention, story.all_clear,
+                     [(CHARTS[name], svg) for name, svg in drawn.items()], tables, footer)
+    return html.render(page)
 
 
 def preload_charts() -> None:
-    """Imports matplotlib (~0.7 s of one core) in a thread while the JVM starts, when
-    the driver waits and one core is idle; render_html's import then finds it done."""
+    """Imports matplotlib (a large import) in a thread while the JVM starts, when the
+    driver waits and one core is idle; render_html's import then finds it done."""
 
     def load() -> None:
         with contextlib.suppress(Exception):  # render_html imports it again and says why
@@ -149,7 +187,8 @@ class ScanReadFailed(Exception):
         self.failure = failure
 
 
-def _scan(spark: SparkSession, parsed: DataFrame, fine: DataFrame | None = None
+def _scan(spark: SparkSession, parsed: DataFrame, phases: Phases,
+          fine: DataFrame | None = None
           ) -> tuple[DataFrame, Counts, int]:
     """The lines' one aggregation (fine.fine_rows), cached, the line counts and its
     number of rows: one pass that fills the cache and observes the counts as they
@@ -160,13 +199,15 @@ def _scan(spark: SparkSession, parsed: DataFrame, fine: DataFrame | None = None
     try:
         fine = fine_rows(parsed) if fine is None else fine
         # On disk only: the aggregation is small for most logs but as large as the input
-        # for logs of distinct bad lines (a row each), and built in the heap it made a
-        # 1g driver collect garbage for 12+ minutes on 3M of them (on disk: 159-314 s).
+        # for logs of distinct bad lines (a row each), and built in the heap it kept a 1g
+        # driver collecting garbage on millions of them (bench/PIPELINE.md, "One job
+        # per table").
         fine = fine.persist(StorageLevel.DISK_ONLY)
         seen = Observation("lines")
         # The cached plan adapts its shuffle (planned by persist); reading it back does
         # not need to: adaptive there, the cache was filled by a job of its own.
-        with session_conf(spark, {"spark.sql.adaptive.enabled": "false"}):
+        with session_conf(spark, {"spark.sql.adaptive.enabled": "false"}), \
+                phases.running(spark, "reading and aggregating"):
             fine.observe(seen, *count_columns()).write.format("noop").mode("overwrite").save()
         got = seen.get
         return fine, counts_of(got), int(got["rows"])
@@ -177,23 +218,38 @@ def _scan(spark: SparkSession, parsed: DataFrame, fine: DataFrame | None = None
         raise InputError(f"cannot read the inputs: {first_line(e)}") from e
 
 
-def _read_all(spark: SparkSession, inputs: list[str], skip_unreadable: bool
+def _input_size(logs: DataFrame) -> str:
+    """The input files' size, as Spark's file listing found it (no job), e.g. " (1.2
+    GB)"; empty if the plan does not say."""
+    try:
+        size = int(str(logs._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - only said, never needed
+        return ""
+    return f" ({human_bytes(size)})"
+
+
+def _read_all(spark: SparkSession, inputs: list[str], skip_unreadable: bool, phases: Phases
               ) -> tuple[list[str], dict[str, str], tuple[DataFrame, Counts, int]]:
     """The input files, those left out (file -> why) and the scan of the others. A
     file that cannot be read to its end stops the report (UnreadableFiles, every such
     file named) unless `skip_unreadable`; then the others are read again without it."""
     logs = read_logs(spark, expand_inputs(spark, inputs))
     files = [normal_path(path) for path in logs.inputFiles()]
+    phases.say(f"reading {len(files):,} input file{'' if len(files) == 1 else 's'}"
+               f"{_input_size(logs)} and aggregating their lines")
     try:
-        return files, {}, _scan(spark, parse_lines(logs))
+        return files, {}, _scan(spark, parse_lines(logs), phases)
     except ScanReadFailed as e:
+        phases.say(f"{e.failure.path} cannot be read to its end; looking for every such file")
         left_out = find_unreadable(spark, files, e.failure)
     if not skip_unreadable:
         raise UnreadableFiles(left_out)
     readable = [path for path in files if path not in left_out]
+    phases.say(f"reading the {len(readable):,} other files again, without the "
+               f"{len(left_out):,} that cannot be read")
     rest = read_logs(spark, readable, recursive=False) if readable else no_lines(spark)
     try:
-        return files, left_out, _scan(spark, parse_lines(rest))
+        return files, left_out, _scan(spark, parse_lines(rest), phases)
     except ScanReadFailed as e:  # a file that failed now, not before: say so, stop
         raise UnreadableFiles({**left_out, e.failure.path: e.failure.reason}) from e
 
@@ -229,15 +285,15 @@ def _tables(spark: SparkSession, fine: DataFrame, result: ReportResult, files: l
                 for names, written in zip(FAMILIES, done, strict=True):
                     for name, (total, rows) in zip(names, written, strict=True):
                         result.table_rows[name], result.shown[name] = total, rows
-            usage = built.shared[0]
-            result.series["software"] = _rows(software_bars(usage))
-            result.series["latency_over_time"] = _rows(latency_points(built.tables, result))
+                series = chart_series(built.tables, result.shown["latency_by_api"])
+                points = list(pool.map(_rows, series.values()))
+                result.series.update(zip(series, points, strict=True))
         finally:
             for df in built.shared:
                 df.unpersist()
 
 
-def _read_table(spark: SparkSession, table: str
+def _read_table(spark: SparkSession, table: str, phases: Phases
                 ) -> tuple[list[str], dict[str, str], tuple[DataFrame, Counts, int]]:
     """As _read_all, over a table `kafkalens ingest` wrote: its lines are parsed
     already; the files are those its lines came from and those the ingest left out."""
@@ -252,26 +308,37 @@ def _read_table(spark: SparkSession, table: str
     except (Py4JJavaError, PySparkException) as e:
         raise InputError(f"cannot read the table {table}: {first_line(e)}") from e
     left_out = unreadable_files(spark, table)
-    scanned = _scan(spark, rows, fine)
+    phases.say(f"reading the table {table} and aggregating its lines")
+    scanned = _scan(spark, rows, phases, fine)
     files = sorted(scanned[1].files_with_lines | set(left_out))
     return files, left_out, scanned
 
 
 def run_report(spark: SparkSession, inputs: list[str], out: str,
-               skip_unreadable: bool = False, table: str | None = None) -> ReportResult:
-    """The report over log files (`inputs`) or over an ingested table (`table`)."""
+               skip_unreadable: bool = False, table: str | None = None,
+               phases: Phases | None = None) -> ReportResult:
+    """The report over log files (`inputs`) or over an ingested table (`table`);
+    `phases` says what it is doing (pipeline.progress), silent by default."""
+    phases = phases or Phases()
     started = time.monotonic()
+    check_writable(spark, out)  # a Hadoop path's: a local one was checked before Spark
     files, left_out, (cached, line_counts, fine_rows_n) = (
-        _read_table(spark, table) if table else _read_all(spark, inputs, skip_unreadable))
+        _read_table(spark, table, phases) if table
+        else _read_all(spark, inputs, skip_unreadable, phases))
     result = ReportResult(out, [table] if table else inputs, line_counts, 0.0, files=len(files),
                           left_out=left_out)
     result.scan_seconds = time.monotonic() - started
     result.bucket_seconds = bucket_seconds(line_counts)
+    phases.say(f"{line_counts.lines:,} lines read ({line_counts.bad:,} bad) in "
+               f"{duration(result.scan_seconds)}; writing {len(TABLE_ORDER)} tables into {out}")
     try:
-        _tables(spark, cached, result, files, table_partitions(spark, fine_rows_n))
+        with phases.running(spark, "writing the tables"):
+            _tables(spark, cached, result, files, table_partitions(spark, fine_rows_n))
     finally:
         cached.unpersist()
     result.seconds = time.monotonic() - started
+    phases.say(f"tables written in {duration(result.seconds - result.scan_seconds)}; "
+               "writing report.html")
     write_text(spark, f"{out.rstrip('/')}/report.html", render_html(result))
     result.seconds = time.monotonic() - started
     return result

@@ -5,7 +5,7 @@ which lines happen to be present; an explicit schema also lets from_json flag a 
 whose field has the wrong type as corrupt instead of silently widening the column.
 Parsing is most of the report's cost and grows with the fields converted, so the schema
 holds only the fields the pipeline reads (a type error in another field is not noticed;
-the log's fields: README.md, "The request log").
+the log's fields: docs/request-log.md).
 """
 
 from __future__ import annotations

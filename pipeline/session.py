@@ -30,13 +30,13 @@ def local_driver_memory() -> str:
 
 
 # The driver's JVM. Locally it is also the executor: the tasks' code (Spark's JSON
-# parser, generated code) needs the C2 compiler (C1 alone tripled the scan's CPU at 5M
-# lines: README, "Speed"). The serial GC: one heap, no parallel GC threads competing
+# parser, generated code) needs the C2 compiler (C1 alone tripled the scan's CPU:
+# bench/PIPELINE.md, "A cluster's cached plan, and the local JVM's compilers"). The serial GC: one heap, no parallel GC threads competing
 # with the tasks. The web UI is not looked at by a batch job.
 # Every JVM that runs tasks compiles methods of any size: the scan's generated code
 # (read, explode, partial aggregation fused into one function) would otherwise run
-# interpreted once a method of it outgrew HotSpot's 8,000 bytes (one of 8,746 bytes
-# doubled the scan's CPU: bench/PIPELINE.md), which one more field can do.
+# interpreted once a method of it outgrew HotSpot's 8,000 bytes (bench/PIPELINE.md,
+# "The scan: one generated stage, every method compiled"), which one more field can do.
 COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 LOCAL_JAVA_OPTIONS = f"-XX:+UseSerialGC {COMPILE_HUGE_METHODS}"
 EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
@@ -51,12 +51,12 @@ SPARK_LOG_PROPERTY = "kafkalens.spark.log"  # log4j2.properties' level: off unle
 # the JVM then prints this on stderr, whatever else is configured: the driver's JVM is
 # started with its stderr through a pipe that drops this one line (relay_stderr).
 INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
-# A cluster's driver runs no tasks: C1 alone and the serial GC cut its CPU (README,
-# "Speed"). The executors keep the JVM's defaults: they run the tasks C2 pays off on.
+# A cluster's driver runs no tasks: C1 alone and the serial GC cut its CPU
+# (bench/PIPELINE.md, "A cluster's cached plan, and the local JVM's compilers"). The executors keep the JVM's defaults: they run the tasks C2 pays off on.
 CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # Class-data sharing: the JVM maps the classes a former run loaded from an archive
 # instead of loading and verifying them from Spark's jars again; the first run records
-# them, once (README, "Report": what it costs and saves). A JVM that finds the archive
+# them, once (bench/PIPELINE.md, "Class-data sharing's start-up times"). A JVM that finds the archive
 # stale (another classpath or JDK) or damaged ignores it, silently.
 _QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 CDS_ENV = "KAFKALENS_SPARK_CDS"  # "0": neither write nor use an archive
@@ -264,11 +264,13 @@ def build_session(app_name: str, master: str | None = None,
         _default(spark, conf, "spark.sql.shuffle.partitions", "8")
     # Spark keeps a cached plan's shuffle partitions as they are unless this is on: the
     # fine aggregation's cache then had 200 partitions of a few kB on a cluster, each
-    # scanned by every table (4,073 tasks for 1M lines: README, "Speed").
+    # scanned by every table (thousands of tasks: bench/PIPELINE.md, "A cluster's cached
+    # plan, and the local JVM's compilers").
     _default(spark, conf, "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
     # Spark packs small files into one task by their size on disk, but a rotated .gz
-    # holds ~19x more lines than its size says: opening a file now costs as much as a
-    # whole split, so each .gz is a task of its own (README, "Report").
+    # holds many times more lines than its size says: opening a file now costs as much
+    # as a whole split, so each .gz is a task of its own (bench/PIPELINE.md, "Split
+    # sizes and the cached plan's partitions").
     _default(spark, conf, "spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
     _default(spark, conf, "spark.sql.files.openCostInBytes", str(SPLIT_BYTES))
     # Timestamps in Parquet as INT64 microseconds (what the log has, and what every

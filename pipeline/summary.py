@@ -1,14 +1,25 @@
-"""The few lines the report prints to the console (and heads report.html with)."""
+"""The report's summary in plain words: what traffic, which clients, what is wrong. The
+terminal prints it (summary_lines) and report.html opens with it (story), from what
+the report collected: the line counts, each table's first rows and the charts' series.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.progress import duration, human_bytes
+from pipeline.progress import plural as _plural
+from pipeline.sections import software_label
 from pipeline.tables import Counts
 
 Row = dict[str, Any]
+# An api failing at least this share of its requests needs attention (protocol steps
+# such as MEMBER_ID_REQUIRED are never failures: pipeline/README.md).
+ERROR_RATE_ATTENTION = 0.01
+NAMED = 3  # apis, topics, software ... named in a sentence; the rest counted
 
 
 @dataclass
@@ -30,65 +41,179 @@ class ReportResult:
         return self.counts.lines / self.seconds if self.seconds > 0 else 0.0
 
 
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+@dataclass
+class Story:
+    """The summary: a headline, sentences on the traffic, and what needs attention (each
+    with the anchor of the section that says more), or what was checked and found
+    fine."""
+
+    headline: str
+    traffic: list[str]
+    attention: list[tuple[str, str]]  # (sentence, section anchor)
+    all_clear: str
+
+
+def when(t: dt.datetime | None) -> str:
+    """An aware time as UTC, to the second."""
+    return "-" if t is None else f"{t.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S}"
+
+
+def span(c: Counts) -> str:
+    """From when to when, UTC (the day once when both are on it), and how long."""
+    if c.first_ts is None or c.last_ts is None:
+        return "no line with a time"
+    first, last = when(c.first_ts), when(c.last_ts)
+    if first[:10] == last[:10]:
+        last = last[11:]
+    return f"from {first} to {last} UTC ({duration((c.last_ts - c.first_ts).total_seconds())})"
+
+
+def _share(part: int, whole: int) -> str:
+    share = part / whole if whole else 0.0
+    return f"{share:.0%}" if share >= 0.01 else "<1%"
+
+
+def _listed(items: list[str], total: int | None = None) -> str:
+    """a, b and c; a, b, c and 4 more (`total`: how many there are, if not `items`';
+    None: the first NAMED, the rest unsaid)."""
+    named = items[:NAMED]
+    rest = (len(named) if total is None else total) - len(named)
+    if rest > 0:
+        return ", ".join(named) + f" and {rest:,} more"
+    if len(named) <= 1:
+        return "".join(named)
+    return ", ".join(named[:-1]) + f" and {named[-1]}"
+
+
+def story(r: ReportResult) -> Story:
+    c = r.counts
+    read = r.files - len(r.left_out)
+    clients = r.table_rows.get("client_inventory", 0)
+    headline = (f"{_plural(c.requests, 'request')} from {_plural(clients, 'client')}, "
+                f"{span(c)}")
+    traffic = [_lines_sentence(r, read)]
+    apis = r.shown.get("latency_by_api", [])
+    if apis and c.requests:
+        busiest = [f"{a['api']} ({_share(a['requests'], c.requests)})" for a in apis]
+        rate = ""
+        if c.first_ts and c.last_ts and c.last_ts > c.first_ts:
+            per_second = c.requests / (c.last_ts - c.first_ts).total_seconds()
+            rate = f", {per_second:,.1f} a second on average"
+        traffic.append(f"Most requests were {_listed(busiest, len(busiest))}{rate}.")
+    software = r.series.get("software", [])
+    if software:
+        kinds = [f"{software_label(s['client_software_name'], s['client_software_version'])} "
+                 f"({_plural(s['clients'], 'client')})" for s in software]
+        traffic.append(f"Client software: {_listed(kinds, len(kinds))}.")
+    topics = r.shown.get("top_topics", [])
+    if topics:
+        named = [f"{t['topic']} ({human_bytes(t['total_bytes'] or 0)})" for t in topics]
+        traffic.append(f"{_plural(r.table_rows.get('top_topics', 0), 'topic')} carried "
+                       f"records; the busiest: {_listed(named, r.table_rows['top_topics'])}.")
+    traffic += _groups(r)
+    slow = sorted((a for a in apis if a["p99_ms"] is not None), key=lambda a: -a["p99_ms"])
+    if slow:
+        named = [f"{a['api']} {a['p99_ms']:,.1f} ms" for a in slow]
+        traffic.append("Slowest service latency (p99; long polls and rebalances apart): "
+                       f"{_listed(named)}.")
+    attention = [*_failing(apis), *_readiness(r), *_bad_lines(r), *_left_out(r)]
+    return Story(headline, traffic, attention, ALL_CLEAR)
+
+
+def _lines_sentence(r: ReportResult, read: int) -> str:
+    c = r.counts
+    parts = [f"{_plural(c.lines, 'line')} read from {_plural(read, 'file')}"]
+    if c.bad:
+        parts.append(f"{c.bad:,} of them bad")
+    others = c.connection_events + c.other_events
+    if others:
+        parts.append(f"{c.connection_events:,} connection events and {c.other_events:,} "
+                     "other lines beside the requests")
+    return "; ".join(parts) + "."
+
+
+def _groups(r: ReportResult) -> list[str]:
+    groups = r.table_rows.get("consumer_groups", 0)
+    if not groups:
+        return []
+    sentence = f"{_plural(groups, 'consumer group')}"
+    lag = r.shown.get("consumer_topic_lag", [])
+    if lag:
+        newest = [row for row in lag if row["bucket"] == lag[0]["bucket"]]
+        worst = max(newest, key=lambda row: row["total_lag"] or 0)
+        if worst["total_lag"]:
+            owner = "group" if worst["group_known"] else "client (in no group)"
+            sentence += (f"; the largest lag at the end: {owner} {worst['group_id']} on "
+                         f"{worst['topic']}, {_plural(worst['total_lag'], 'record')} behind")
+        else:
+            sentence += "; at the end every consumer had caught up"
+    return [sentence + "."]
+
+
+def _failing(apis: list[Row]) -> list[tuple[str, str]]:
+    failing = sorted((a for a in apis if a["error_rate"] and
+                      a["error_rate"] >= ERROR_RATE_ATTENTION),
+                     key=lambda a: (-a["error_rate"], a["api"]))
+    return [(f"{a['api']}: {a['error_rate']:.1%} of its {a['requests']:,} requests failed "
+             f"({a['errors']:,}).", "latency") for a in failing[:NAMED]] + (
+        [(f"{_plural(len(failing) - NAMED, 'more api')} failed "
+          f"{ERROR_RATE_ATTENTION:.0%} or more of their requests.", "latency")]
+        if len(failing) > NAMED else [])
+
+
+def _readiness(r: ReportResult) -> list[tuple[str, str]]:
+    total = r.table_rows.get("kafka4_readiness", 0)
+    if not total:
+        return []
+    rows = r.shown.get("kafka4_readiness", [])
+    by_software: dict[str, list[str]] = {}
+    for row in rows:
+        who = software_label(row["client_software_name"], row["client_software_version"])
+        if not row["client_software_name"] and row["client_id"]:
+            who = f"client {row['client_id']}"
+        used = f"{row['api']} v{row['api_version']}"
+        if used not in by_software.setdefault(who, []):
+            by_software[who].append(used)
+    named = [f"{who} ({', '.join(used)})" for who, used in by_software.items()]
+    clients = len({row["client_key"] for row in rows})
+    counted = f"{clients:,}" if total <= len(rows) else f"at least {clients:,}"
+    return [(f"{counted} client{'' if clients == 1 else 's'} use api versions that would "
+             f"be refused by Kafka 4.0: {_listed(named, len(named))}.", "kafka4")]
+
+
+def _bad_lines(r: ReportResult) -> list[tuple[str, str]]:
+    if not r.counts.bad:
+        return []
+    reasons: Counter[str] = Counter()
+    for row in r.shown.get("bad_lines", []):
+        if row["bad_lines"]:
+            reasons[row["reason"]] += row["bad_lines"]
+    why = ", ".join(f"{reason}: {n:,}" for reason, n in reasons.most_common(NAMED))
+    return [(f"{_plural(r.counts.bad, 'line')} could not be read ({why}).", "bad-lines")]
+
+
+def _left_out(r: ReportResult) -> list[tuple[str, str]]:
+    if not r.left_out:
+        return []
+    named = ", ".join(f"{path} ({why})" for path, why in sorted(r.left_out.items()))
+    return [(f"{_plural(len(r.left_out), 'input file')} LEFT OUT (their lines are not "
+             f"counted): {named}.", "files")]
+
+
+ALL_CLEAR = (f"Nothing needs attention: no api failed {ERROR_RATE_ATTENTION:.0%} or more "
+             "of its requests, every client is ready for Kafka 4.0, and every line of every "
+             "file was read.")
 
 
 def summary_lines(r: ReportResult) -> list[str]:
-    c = r.counts
-    lines = [
-        f"{c.lines:,} lines ({c.bad:,} bad) in {r.seconds:.1f} s "
-        f"({r.lines_per_second:,.0f} lines/s; reading {r.scan_seconds:.1f} s, tables "
-        f"{r.seconds - r.scan_seconds:.1f} s); {c.requests:,} requests, "
-        f"{c.connection_events:,} connection events, {c.other_events:,} other events",
-        _files(r),
-        f"time span: {_utc(c.first_ts)} .. {_utc(c.last_ts)} UTC",
-        f"clients: {r.table_rows.get('client_inventory', 0):,}; "
-        f"consumer groups: {r.table_rows.get('consumer_groups', 0):,}",
-    ]
-    lines.append(_readiness(r.shown.get("kafka4_readiness", []),
-                            r.table_rows.get("kafka4_readiness", 0)))
-    lines.append("top topics: " + (", ".join(
-        f"{t['topic']} ({_human_bytes(t['total_bytes'] or 0)})"
-        for t in r.shown.get("top_topics", [])[:3]) or "-"))
-    apis = r.shown.get("latency_by_api", [])
-    slow = sorted((a for a in apis if a["p99_ms"] is not None), key=lambda a: -a["p99_ms"])[:3]
-    lines.append("slowest p99 (service latency, long polls and rebalances apart): " + (
-        ", ".join(f"{a['api']} {a['p99_ms']:.1f} ms" for a in slow) or "-"))
-    failing = sorted((a for a in apis if a["errors"]),
-                     key=lambda a: (-(a["error_rate"] or 0), a["api"]))[:3]
-    lines.append("highest error rates (protocol steps such as MEMBER_ID_REQUIRED apart): " + (
-        ", ".join(f"{a['api']} {a['error_rate']:.2%}" for a in failing) or "-"))
+    """The summary as the terminal shows it (without the command's own heading)."""
+    s = story(r)
+    lines = [s.headline, *s.traffic]
+    if s.attention:
+        lines.append("Needs attention:")
+        lines += [f"- {sentence}" for sentence, _ in s.attention]
+    else:
+        lines.append(s.all_clear)
+    lines.append(f"Took {r.seconds:.1f} s ({r.lines_per_second:,.0f} lines/s; reading "
+                 f"{r.scan_seconds:.1f} s, tables {r.seconds - r.scan_seconds:.1f} s).")
     return lines
-
-
-def _utc(t: dt.datetime | None) -> str:
-    """An aware time as UTC, to the microsecond the log has (none: "-")."""
-    if t is None:
-        return "-"
-    return t.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
-
-
-def _files(r: ReportResult) -> str:
-    read = r.files - len(r.left_out)
-    line = f"input files: {read:,} read"
-    if r.left_out:
-        named = ", ".join(f"{path} ({why})" for path, why in sorted(r.left_out.items()))
-        line += f", {len(r.left_out):,} LEFT OUT (their lines are not counted): {named}"
-    return line
-
-
-def _readiness(rows: list[Row], total: int) -> str:
-    if not total:
-        return "Kafka 4.0 readiness: no client used a removed api version"
-    labels = [
-        f"{r['client_software_name'] or r['client_id'] or r['client_key']}"
-        f" {r['client_software_version'] or ''} {r['api']} v{r['api_version']}".replace("  ", " ")
-        for r in rows
-    ]
-    worst = ", ".join(list(dict.fromkeys(labels))[:3])  # one per software, not per instance
-    return f"Kafka 4.0 readiness: {total:,} client/api versions would be refused, e.g. {worst}"

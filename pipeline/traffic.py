@@ -32,7 +32,7 @@ def quantile(bins: Column, total: Column, q: float) -> Column:
     """
     # The rank is a column of the row, not an expression over `bins` inside the lambda:
     # there Spark evaluates it again for every bin, a histogram's square per quantile
-    # (4,000 histograms of 300 bins, six quantiles: 33-53 s that way, 1.1-1.4 s this).
+    # (bench/PIPELINE.md, "Where the time after the scan goes").
     rank = F.greatest(F.lit(1), F.ceil(total * F.lit(q)))
     start = F.struct(F.lit(0).cast("bigint").alias("cum"), F.lit(None).cast("double").alias("v"))
     return F.aggregate(bins, start, lambda acc, b: F.when(acc["cum"] >= rank, acc).otherwise(

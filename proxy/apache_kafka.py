@@ -36,7 +36,7 @@ DEFAULT_JVM_OPTS = (
     "-Xms256m",
     "-Xmx384m",
     "-XX:+UseSerialGC",
-    # C1 only: a test broker starts ~40 % sooner and its JIT does not compete with the
+    # C1 only: a test broker starts sooner and its JIT does not compete with the
     # clients for the machine's cores; throughput is not what the tests measure.
     "-XX:TieredStopAtLevel=1",
     "-XX:-UsePerfData",

@@ -267,7 +267,7 @@ def _decode_capture(handle: Any, args: argparse.Namespace) -> int:
 class Progress:
     """`decode kafka.pcap > out.jsonl` on a terminal: one line on stderr, rewritten
     twice a second, of how far it is (the file's share read, the exchanges so far and
-    their rate): at ~6,400 exchanges a second a large capture takes minutes. Only when
+    their rate): a large capture takes minutes (bench/README.md, "Decoding captures"). Only when
     stderr is a terminal and stdout is not (the lines would run into it)."""
 
     EVERY_SECONDS = 0.5

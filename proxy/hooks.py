@@ -113,7 +113,7 @@ class ConnectionInfo:
         `client_address`, the identity fields at the top), `opened` in RFC 3339 as the
         log's `ts`, `duration_s` so far. Until the next release also under the names
         /clients had before (`conn_id`, `client`, `opened_at` in epoch seconds, the
-        identity nested in `identity`), documented in the README as going."""
+        identity nested in `identity`), documented in docs/metrics.md as going."""
         address = f"{self.client_host}:{self.client_port}"
         now = time.time()
         fields = {

@@ -50,7 +50,7 @@ UNKNOWN = "unknown"
 OTHER = "other"
 MAX_LABEL_LENGTH = 64
 
-# 100 µs (a cached Metadata on loopback) to 30 s. Fetch long-polls up to the client's
+# Buckets from 0.1 ms (a cached Metadata on loopback) to 30 s. Fetch long-polls up to the client's
 # fetch.max.wait.ms (500 ms by default), JoinGroup waits out a rebalance: the buckets
 # around 0.5-1 s and above keep those distinguishable from genuinely slow requests.
 DURATION_BUCKETS = (
@@ -716,9 +716,10 @@ class Metrics:
 
     async def render_off_loop(self) -> bytes:
         """The exposition for the /metrics handler, rendered in a thread: with every
-        series a peer can create (measured: ~3,000 lines, 240 KB) formatting takes
-        tens of ms, and a thread hands the GIL back to the loop every few ms
-        (sys.getswitchinterval), so forwarding goes on meanwhile. The counts are
+        series a peer can create, formatting takes longer than the loop may stall
+        (tests/proxy/test_metrics_scrape.py holds its size and CPU), and a thread hands
+        the GIL back to the loop every few ms (sys.getswitchinterval), so forwarding
+        goes on meanwhile. The counts are
         flushed here first: only the loop's thread touches them. Scrapes that come
         while a rendering runs share it."""
         if self._rendering is None:

@@ -27,8 +27,8 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 def check_startup(config: Config, *, api_names: bool = True, ports: bool = False) -> None:
     """Every check. `api_names` False leaves those to the workers: the parent of
-    workers > 1 only supervises, and loading the codec's schema tables to check names
-    would cost it ~33 MB of RSS (measured). `ports` binds the listen addresses and
+    workers > 1 only supervises, and the names are checked where the frames are
+    decoded (the codec's schema tables' RSS: bench.proxy.choices). `ports` binds the listen addresses and
     releases them. (Files named by the config, such as certificates, were checked
     readable as it was parsed: proxy.config.readable_file.)"""
     check_supported(config)

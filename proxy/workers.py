@@ -47,7 +47,8 @@ TELEMETRY_FILE = "telemetry-{pid}.json"
 CLIENTS_WRITE_SECONDS = 1.0
 # A worker is a fresh interpreter (no inherited loop or locks), started as a plain
 # child process rather than with multiprocessing's "spawn": that also starts a
-# resource-tracker process, 13 MB of RSS that does nothing here. Like spawn, the
+# resource-tracker process, a whole interpreter's RSS that does nothing here
+# (bench.proxy.choices). Like spawn, the
 # child gets the parent's sys.path before it imports the project.
 _BOOTSTRAP = (
     "import pickle, sys; path, payload = pickle.load(sys.stdin.buffer); sys.path[:] = path; "
@@ -317,8 +318,9 @@ def serve_workers(config: Config, config_path: str | None = None) -> None:
 
 
 async def _parent(config: Config, metrics_dir: Path, config_path: str | None) -> None:
-    # Not proxy.runner: the parent forwards nothing, and the codec it would load costs
-    # ~28 MB of RSS in a process that only supervises, probes and merges metrics.
+    # Not proxy.runner: the parent forwards nothing; it only supervises, probes and
+    # merges metrics. (It holds the codec's schema tables all the same: proxy.metrics
+    # reads the api versions its labels allow from them; bench.proxy.choices.)
     from prometheus_client import PlatformCollector
 
     from proxy import announce

@@ -245,7 +245,8 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The compatibility rows the run recorded (support.compat) go to
-    tests/peers/build/compat.json; a README table that differs from them fails the run."""
+    tests/peers/build/compat.json; a table in docs/compatibility.md that differs from them
+    fails the run."""
     from support import compat
     from support.kafka import SKIPPED_FOR
 
@@ -258,7 +259,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         and exitstatus == pytest.ExitCode.OK
     )
     compat.write(compat.ROWS_PATH, complete)
-    problems = compat.check_readme(complete)
+    problems = compat.check_page(complete)
     session.config.stash[_COMPAT_PROBLEMS] = problems
     if problems and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -267,7 +268,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     problems = config.stash.get(_COMPAT_PROBLEMS, [])
     if problems:
-        terminalreporter.section("README.md's compatibility table is stale", sep="=", red=True)
+        terminalreporter.section("docs/compatibility.md's table is stale", sep="=", red=True)
         for problem in problems:
             terminalreporter.line(f"  {problem}")
         terminalreporter.line(

@@ -1,7 +1,10 @@
 """The least a Python proxy can do: relay bytes both ways, nothing else (uvloop).
 
 Not kafkalens: the `python-relay` arm, the floor for what a Python event loop costs
-per request and per GB on this machine, next to haproxy's floor in C.
+per request and per GB on this machine, next to haproxy's floor in C. Like haproxy (and
+kafkalens) it stops reading from one side while the other side's write buffer is full
+(asyncio's `pause_writing`), so a fast broker cannot fill its memory with a slow
+client's bytes.
 
     python -m bench.proxy.plain_relay --listen HOST:PORT --upstream HOST:PORT
 """
@@ -22,6 +25,7 @@ class Side(asyncio.Protocol):
         self.peer = peer
         self.transport: asyncio.Transport | None = None
         self.early: list[bytes] = []
+        self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -34,8 +38,18 @@ class Side(asyncio.Protocol):
             peer.transport.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
         if self.peer is not None and self.peer.transport is not None:
             self.peer.transport.close()
+
+    # This side's writes are the peer's bytes: while they wait, the peer is not read.
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
 
 
 def client_side(upstream: tuple[str, int]) -> Side:
@@ -43,11 +57,21 @@ def client_side(upstream: tuple[str, int]) -> Side:
 
     async def connect() -> None:
         loop = asyncio.get_running_loop()
-        _, broker = await loop.create_connection(lambda: Side(client), *upstream)
+        try:
+            _, broker = await loop.create_connection(lambda: Side(client), *upstream)
+        except OSError:
+            if client.transport is not None:
+                client.transport.close()
+            return
         client.peer = broker
+        if client.closed:  # the client left while the broker connection was opening
+            assert broker.transport is not None
+            broker.transport.close()
+            return
         for data in client.early:
             assert broker.transport is not None
             broker.transport.write(data)
+        client.early.clear()
 
     asyncio.get_running_loop().create_task(connect())
     return client

@@ -9,11 +9,14 @@ quiet or the busy minutes to itself. Workloads, in order:
 1. small: ApiVersions, Metadata (one topic), OffsetCommit, one at a time on one
    connection, blocks of 50 alternating with the same requests straight to the broker
    (`bench/proxy/latency.py`): added p50/p99 and the front's CPU per request.
-2. saturation: librdkafka produces N records of 1 KiB as fast as it can, then consumes
+2. session: a real client session (`bench/proxy/session.py`): a librdkafka producer at a
+   steady rate and a consumer in a classic group, bootstrap to close; the front's CPU
+   per request of that mix, the requests counted by the clients themselves.
+3. saturation: librdkafka produces N records of 1 KiB as fast as it can, then consumes
    them (`bench/proxy/throughput.py`); rounds, the best MB/s; the front's CPU per GB.
-3. fixed rate: the Java client and librdkafka at a rate every arm sustains and one near
+4. fixed rate: the Java client and librdkafka at a rate every arm sustains and one near
    the direct arm's limit (`bench/proxy/fixed_rate.py`): publish and end-to-end p50/p99/p99.9.
-4. idle: 1,000 and 10,000 connections, each after one ApiVersions, held open; the
+5. idle: 1,000 and 10,000 connections, each after one ApiVersions, held open; the
    front's RSS before and with them open, per connection.
 
 Writes results.jsonl, RESULTS.md and chart.png to `--out` (default bench/proxy/versus/).
@@ -39,7 +42,7 @@ from typing import Any
 from support import wire
 from support.procs import CpuWindow
 
-from bench.proxy import conns, fixed_rate, latency, throughput, versus_arms
+from bench.proxy import conns, fixed_rate, latency, session, throughput, versus_arms
 from bench.proxy.versus_arms import Bench, Front
 
 Row = dict[str, Any]
@@ -61,13 +64,19 @@ class Sizes:
     rate_seconds: float
     idle: tuple[int, ...]
     warm_records: int  # produced and consumed through each arm before anything is timed
+    session_seconds: float  # the client session's steady part, per arm
+    session_rate: float  # records/s its producer sends
+    rate_repeats: int  # fixed-rate runs per arm, rate and client, interleaved arm by arm
 
 
 PRESETS = {
-    "full": Sizes(5000, 500, 200_000, 2, 5000, 0.7, 15, 60, (1000, 10_000), 50_000),
-    "quick": Sizes(1000, 100, 20_000, 1, 2000, 0.5, 5, 10, (1000,), 10_000),
-    "tiny": Sizes(100, 20, 2000, 1, 500, 0.3, 2, 3, (50,), 0),
+    "full": Sizes(5000, 500, 200_000, 2, 5000, 0.7, 10, 20, (1000, 10_000), 50_000, 30, 1000, 5),
+    "quick": Sizes(1000, 100, 20_000, 1, 2000, 0.5, 5, 10, (1000,), 10_000, 10, 1000, 2),
+    "tiny": Sizes(100, 20, 2000, 1, 500, 0.3, 2, 3, (50,), 0, 3, 200, 1),
 }
+# The arms the fixed-rate latencies rank (the relays' and forwarding-only arms' CPU is
+# what they are there for).
+RATE_ARMS = ("direct", "haproxy", "kroxylicious", "kafka-proxy", "kafkalens")
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -75,10 +84,18 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--size", choices=sorted(PRESETS), default="full")
     p.add_argument("--arms", default=",".join(versus_arms.ARMS), help="comma-separated")
     p.add_argument("--clients", default=",".join(fixed_rate.CLIENTS), help="fixed-rate clients")
-    p.add_argument("--workloads", default="small,saturation,rate,idle")
+    p.add_argument("--workloads", default="small,session,saturation,rate,idle")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--kafka-version", default=_newest_kafka())
     p.add_argument("--no-pin", action="store_true", help="no taskset: every process anywhere")
+    p.add_argument(
+        "--placement",
+        choices=versus_arms.PLACEMENTS,
+        default="front-alone",
+        help="which cores the fronts, the broker and the clients share (bench/README.md)",
+    )
+    p.add_argument("--rate-arms", default=",".join(RATE_ARMS), help="arms of the fixed rates")
+    p.add_argument("--rate-repeats", type=int, help="fixed-rate runs per arm, rate and client")
     p.add_argument("--high-rate", type=float, help="records/s (default: from direct's saturation)")
     p.add_argument("--rate-seconds", type=float, help="steady seconds of each fixed-rate run")
     p.add_argument("--idle", help="idle connection counts, comma-separated (e.g. 1000,10000)")
@@ -103,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = PRESETS[args.size]
     if args.rate_seconds:
         sizes = replace(sizes, rate_seconds=args.rate_seconds)
+    if args.rate_repeats:
+        sizes = replace(sizes, rate_repeats=args.rate_repeats)
     if args.idle:
         sizes = replace(sizes, idle=tuple(int(n) for n in args.idle.split(",")))
     arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
@@ -112,25 +131,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: Path = args.out
     work = out / "work"
     run = _run_row(args, sizes)
-    pinning = None if args.no_pin else versus_arms.default_pinning()
+    pinning = None if args.no_pin else versus_arms.default_pinning(args.placement)
     run["pinning"] = pinning.describe() if pinning else "none"
     run["fd_limit"] = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     run["idle_counts"] = idle_counts(sizes)
     rows: list[Row] = []
     # The tiny run (the test's) creates one offsets partition, not Kafka's 50: on a loaded
     # 2-core machine creating 50 took ~20 s of a ~60 s run.
-    props = {"offsets.topic.num.partitions": "1"} if args.size == "tiny" else {}
+    # It also joins groups without Kafka's 3 s initial rebalance delay.
+    props = {}
+    if args.size == "tiny":
+        props = {"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
     with Bench(work, arms, pinning, args.kafka_version, broker_properties=props) as bench:
         for name, reason in bench.skipped.items():
             _say(name, f"skipped: {reason}")
         live = [bench.fronts[a] for a in arms if a in bench.fronts]
         run["arms"] = {f.name: f.notes for f in live}
         run["skipped"] = bench.skipped
+        rated = [f for f in live if f.name in args.rate_arms.split(",")]
         warm(live, sizes)
         steps: list[tuple[str, Callable[[], Iterator[Row]]]] = [
             ("small", lambda: small(bench, live, sizes)),
+            ("session", lambda: sessions(live, sizes)),
             ("saturation", lambda: saturation(live, sizes)),
-            ("rate", lambda: rates(bench, live, sizes, clients, args.high_rate)),
+            ("rate", lambda: rates(bench, rated, sizes, clients, args.high_rate)),
             ("idle", lambda: idle(live, sizes)),
         ]
         out.mkdir(parents=True, exist_ok=True)
@@ -147,11 +171,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _say(row["arm"], brief(row))
     _finish_run_row(run)
     shutil.rmtree(work / "kafka" / "node-1" / "data", ignore_errors=True)
+    from bench.proxy import versus_report
+
+    for row in rows:  # the logging arms' own count of the session, while their logs exist
+        if row["workload"] == "session" and row["arm"] in versus_report.KAFKALENS:
+            row["logged"] = logged_session_requests(work, row["arm"])
+            row["logged_total"] = sum(row["logged"].values())
     for log in work.glob("*-requests.log*"):
         run.setdefault("request_log_bytes", {})[log.name] = log.stat().st_size
         log.unlink()
-    from bench.proxy import versus_report
-
     versus_report.write_all(out, run, rows)
     (out / "rows.partial.jsonl").unlink()
     print(f"results in {out}/RESULTS.md", file=sys.stderr)
@@ -226,6 +254,56 @@ def _coordinator_ready(bench: Bench, group: str, timeout: float = 120.0) -> None
         if time.monotonic() > deadline:
             raise RuntimeError(f"no coordinator for {group} within {timeout:.0f}s")
         time.sleep(0.2)
+
+
+def sessions(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
+    """The client session on every arm: the front's CPU over the whole session, per
+    request the clients counted (`bench/proxy/session.py`)."""
+    for front in fronts:
+        topic = f"bench-session-{front.name}"
+        throughput.create_topic(front.bootstrap, topic)
+        window = CpuWindow(front.pid).start()
+        row: Row = {"kind": "workload", "workload": "session", "arm": front.name}
+        try:
+            result = session.run(
+                front.bootstrap,
+                topic,
+                f"kafkalens-bench-session-{front.name}",
+                sizes.session_seconds,
+                sizes.session_rate,
+            )
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            row["error"] = str(exc)[-500:]
+            yield row
+            continue
+        cpu = window.stop()
+        drop_topic(front.bootstrap, topic)
+        row.update(result)
+        row["cpu_s"] = None if cpu is None else round(cpu, 2)
+        row["cpu_system_s"] = None if window.system is None else round(window.system, 2)
+        yield row
+
+
+SESSION_MARK = b'"client_id":"' + session.CLIENT_ID.encode() + b'"'
+# a line per request sent: answered, sent without an answer due (acks=0), or left
+# unanswered when a side closed (a consumer's long-polling Fetch at its close)
+REQUEST_EVENTS = ("request", "request_no_response", "request_incomplete")
+
+
+def logged_session_requests(work: Path, arm: str) -> dict[str, int]:
+    """The session's requests as a kafkalens arm's request log has them (its rotated
+    files included), by api: beside the clients' own count, the truth it is checked
+    against. Empty for an arm with no request log (kafkalens-bare)."""
+    counts: dict[str, int] = {}
+    for path in sorted(work.glob(f"{arm}-requests.log*")):
+        with open(path, "rb") as f:
+            for line in f:
+                if SESSION_MARK not in line:
+                    continue
+                event = json.loads(line)
+                if event.get("event") in REQUEST_EVENTS:
+                    counts[event["api"]] = counts.get(event["api"], 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def saturation(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
@@ -305,34 +383,50 @@ def rates(
     for level in ("low", "high"):
         for client in clients:
             rate = sizes.low_rate if level == "low" else highs[client]
-            for front in rotations(fronts, turn):
-                topic = f"bench-rate-{client}-{level}-{front.name}"
-                throughput.create_topic(front.bootstrap, topic, RATE_PARTITIONS)
-                window = CpuWindow(front.pid).start()
-                row: Row = {"kind": "workload", "workload": "rate", "arm": front.name}
-                row.update(level=level, client=client, rate=rate)
-                try:
-                    result = fixed_rate.run(
-                        client,
-                        front.bootstrap,
-                        topic,
-                        rate,
-                        sizes.rate_warmup,
-                        sizes.rate_seconds,
-                        bench.kafka_version,
-                    )
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    row["error"] = str(exc)[-500:]
-                    yield row
-                    continue
-                cpu = window.stop()
-                drop_topic(front.bootstrap, topic)
-                row.update(result)
-                moved = (result["acked"] + result["received"]) * result["record_bytes"]
-                row["bytes"] = moved
-                row["cpu_s"] = None if cpu is None else round(cpu, 2)
-                yield row
-            turn += 1
+            for rep in range(sizes.rate_repeats):
+                yield from _rate_round(bench, fronts, sizes, client, level, rate, rep, turn)
+                turn += 1
+
+
+def _rate_round(
+    bench: Bench,
+    fronts: list[Front],
+    sizes: Sizes,
+    client: str,
+    level: str,
+    rate: float,
+    rep: int,
+    turn: int,
+) -> Iterator[Row]:
+    """One repetition: every arm in turn, the order rotated by `turn` (so each arm
+    runs in each place in turn), a fresh client process and topic each."""
+    for front in rotations(fronts, turn):
+        topic = f"bench-rate-{client}-{level}-{front.name}-{rep}"
+        throughput.create_topic(front.bootstrap, topic, RATE_PARTITIONS)
+        window = CpuWindow(front.pid).start()
+        row: Row = {"kind": "workload", "workload": "rate", "arm": front.name}
+        row.update(level=level, client=client, rate=rate, rep=rep)
+        try:
+            result = fixed_rate.run(
+                client,
+                front.bootstrap,
+                topic,
+                rate,
+                sizes.rate_warmup,
+                sizes.rate_seconds,
+                bench.kafka_version,
+            )
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            row["error"] = str(exc)[-500:]
+            yield row
+            continue
+        cpu = window.stop()
+        drop_topic(front.bootstrap, topic)
+        row.update(result)
+        moved = (result["acked"] + result["received"]) * result["record_bytes"]
+        row["bytes"] = moved
+        row["cpu_s"] = None if cpu is None else round(cpu, 2)
+        yield row
 
 
 def idle_counts(sizes: Sizes) -> tuple[int, ...]:
@@ -401,7 +495,7 @@ def _finish_run_row(run: Row) -> None:
 
 def brief(row: Row) -> str:
     keys: tuple[str, ...] = ("api", "client", "level", "rate", "mb_s", "p50_us", "p99_us")
-    keys += ("connections", "kb_per_connection", "cpu_s", "sustained", "error")
+    keys += ("requests_total", "connections", "kb_per_connection", "cpu_s", "sustained", "error")
     shown = " ".join(f"{k}={row[k]}" for k in keys if row.get(k) is not None)
     extra = ""
     if "publish" in row:

@@ -11,9 +11,9 @@ tansu's proxy) points at `CLIENT`.
 
 The broker runs with Apache Kafka's own defaults (`kafka-server-start.sh` /
 `kafka-run-class.sh`: a 1 GiB heap, G1 and its pause settings, C2), not the tests' small
-C1 broker. With `pin`, this process (so the broker and every client it starts) is put on
-the `rest` cores and each front on the `proxy` core (taskset): on a 2-core machine the
-arms then do not fight the load generators for the proxy's core.
+C1 broker. With a `Pinning`, the broker, the clients (this process and what it starts)
+and the fronts (taskset) each run on the cores its placement gives them
+(`PLACEMENTS`).
 
 Every front keeps its shipped defaults. What differs from them, for every front alike:
 connection limits set to what the descriptor limit allows (`connection_budget`: haproxy's
@@ -53,7 +53,16 @@ KROXYLICIOUS_NOTE = (
     " distribution, kroxylicious-app, is not served here at any version, and the runtime"
     f" not past {KROXYLICIOUS_VERSION}), port-per-broker gateway, no filters"
 )
-ARMS = ("direct", "haproxy", "kroxylicious", "tansu-proxy", "kafkalens", "kafkalens-detail")
+ARMS = (
+    "direct",
+    "haproxy",
+    "python-relay",
+    "kroxylicious",
+    "tansu-proxy",
+    "kafkalens-bare",
+    "kafkalens",
+    "kafkalens-detail",
+)
 # Apache Kafka's own JVM settings (kafka-server-start.sh: KAFKA_HEAP_OPTS;
 # kafka-run-class.sh: KAFKA_JVM_PERFORMANCE_OPTS).
 KAFKA_JVM_OPTS = (
@@ -121,28 +130,54 @@ virtualClusters:
 
 @dataclass(frozen=True)
 class Pinning:
-    """Cores for the fronts and for everything else (the broker, the clients)."""
+    """Cores for the fronts, the broker and the clients (this process and what it
+    starts), by `taskset` and this process's own affinity."""
 
-    proxy: frozenset[int]
-    rest: frozenset[int]
+    placement: str
+    fronts: frozenset[int]
+    broker: frozenset[int]
+    clients: frozenset[int]
 
     def prefix(self) -> list[str]:
-        return ["taskset", "-c", ",".join(map(str, sorted(self.proxy)))]
+        return ["taskset", "-c", _cores(self.fronts)]
 
     def describe(self) -> str:
-        return f"fronts on core {_cores(self.proxy)}, broker and clients on {_cores(self.rest)}"
+        roles = {"fronts": self.fronts, "broker": self.broker, "clients": self.clients}
+        by_cores: dict[frozenset[int], list[str]] = {}
+        for role, cores in roles.items():
+            by_cores.setdefault(cores, []).append(role)
+        parts = [f"{' and '.join(r)} on core {_cores(c)}" for c, r in by_cores.items()]
+        return f"{self.placement}: " + ", ".join(parts)
 
 
 def _cores(cores: frozenset[int]) -> str:
     return ",".join(map(str, sorted(cores)))
 
 
-def default_pinning() -> Pinning | None:
-    """The last core for the fronts, the others for the rest; None on one core."""
+# Where each process runs (on 2 cores, core 0 and core 1):
+# * front-alone: every front alone on the last core; the broker and the clients share
+#   the others. A front never waits for a client's CPU; direct's clients and broker
+#   share one core as the proxied arms' do.
+# * broker-alone: the broker alone on the first core; the clients and the fronts share
+#   the others, as a sidecar shares its machine with the applications beside it. A
+#   front's CPU is then taken from the clients' core, and the broker's JVM (its GC,
+#   its threads) is not disturbed by the clients'.
+PLACEMENTS = ("front-alone", "broker-alone")
+
+
+def default_pinning(placement: str = "front-alone") -> Pinning | None:
+    """Cores by `placement`; None on one core."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         return None
-    return Pinning(frozenset(cores[-1:]), frozenset(cores[:-1]))
+    first, last = frozenset(cores[:1]), frozenset(cores[-1:])
+    if placement == "front-alone":
+        rest = frozenset(cores[:-1])
+        return Pinning(placement, fronts=last, broker=rest, clients=rest)
+    if placement == "broker-alone":
+        rest = frozenset(cores[1:])
+        return Pinning(placement, fronts=rest, broker=first, clients=rest)
+    raise ValueError(f"unknown placement {placement!r}: one of {', '.join(PLACEMENTS)}")
 
 
 @dataclass
@@ -173,6 +208,9 @@ class Bench:
     kafka_version: str
     # added to (and winning over) the broker's properties below
     broker_properties: dict[str, str] = field(default_factory=dict)
+    # a front's command, wrapped before it is pinned (a tracer: bench/proxy/per_gb.py)
+    wrap: Callable[[Front, list[str]], list[str]] | None = None
+    start_fronts: bool = True  # False: the broker alone, fronts by `restart_front`
     kafka: KafkaCluster | None = None
     fronts: dict[str, Front] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -185,11 +223,14 @@ class Bench:
 
     def start(self) -> Bench:
         self.work.mkdir(parents=True, exist_ok=True)
-        if self.pinning is not None:
-            os.sched_setaffinity(0, self.pinning.rest)
         try:
+            # the broker inherits this process's cores when it starts, the clients later
+            if self.pinning is not None:
+                os.sched_setaffinity(0, self.pinning.broker)
             self._start_kafka()
-            for name in self.arms:
+            if self.pinning is not None:
+                os.sched_setaffinity(0, self.pinning.clients)
+            for name in self.arms if self.start_fronts else ():
                 self._start_front(name)
         except BaseException:  # __exit__ does not run when __enter__ raises
             self.stop()
@@ -268,6 +309,8 @@ class Bench:
         log = self.work / f"{name}.log"
         try:
             cmd, env = builder(self, front, own, log)
+            if self.wrap is not None:
+                cmd = self.wrap(front, cmd)
             if self.pinning is not None:
                 cmd = self.pinning.prefix() + cmd
             front.process = fronts.spawn(cmd, log, env)
@@ -283,6 +326,16 @@ class Bench:
         if self.pinning is not None:
             front.notes.append(self.pinning.describe())
         self.fronts[name] = front
+
+    def restart_front(self, name: str) -> Front | None:
+        """The arm's front stopped and started again on the same ports (with the
+        current `wrap`); None if it did not start (`skipped` says why)."""
+        old = self.fronts.pop(name, None)
+        if old is not None:
+            self._drop(old)
+        self.skipped.pop(name, None)
+        self._start_front(name)
+        return self.fronts.get(name)
 
     @staticmethod
     def _drop(front: Front) -> None:
@@ -359,10 +412,39 @@ def _kafkalens(detail: bool) -> Builder:
     return build
 
 
+def _kafkalens_bare(
+    bench: Bench, front: Front, broker: int, log: Path
+) -> tuple[list[str], dict[str, str]]:
+    """kafkalens's forwarding machinery with the no-op hooks (`bench/proxy/bare_proxy.py`):
+    framing, matching answers to requests, the limits; no decoding, request log,
+    per-request metrics or lag. The config is the kafkalens arm's."""
+    config = bench.work / f"{front.name}.yaml"
+    config.write_text(KAFKALENS_CONFIG.format(maxconn=connection_budget(), detail="false"))
+    metrics = f"{HOST}:{free_port(HOST)}"
+    front.notes.append("forwarding only: no decoding, request log, per-request metrics or lag")
+    cmd = [sys.executable, "-m", "bench.proxy.bare_proxy", "--config", str(config)]
+    cmd += ["--listen", front.bootstrap, "--upstream", f"{HOST}:{broker}", "--metrics", metrics]
+    return cmd, fronts.working_tree_env()
+
+
+def _python_relay(
+    bench: Bench, front: Front, broker: int, log: Path
+) -> tuple[list[str], dict[str, str]]:
+    """A uvloop relay of bytes in Python (`bench/proxy/plain_relay.py`): the floor of any
+    Python proxy on this machine."""
+    front.notes.append(f"a uvloop relay of bytes, nothing else; {python_note()}")
+    cmd = [sys.executable, "-m", "bench.proxy.plain_relay", "--listen", front.bootstrap]
+    return cmd + ["--upstream", f"{HOST}:{broker}"], fronts.working_tree_env()
+
+
 # Fronts that relay the broker's own Metadata: the broker must advertise them.
-ADVERTISED = frozenset({"haproxy", "kafkalens", "kafkalens-detail"})
+ADVERTISED = frozenset(
+    {"haproxy", "python-relay", "kafkalens-bare", "kafkalens", "kafkalens-detail"}
+)
 BUILDERS: dict[str, Builder] = {
     "haproxy": _haproxy,
+    "python-relay": _python_relay,
+    "kafkalens-bare": _kafkalens_bare,
     "kroxylicious": _kroxylicious,
     "tansu-proxy": _tansu_proxy,
     "kafkalens": _kafkalens(False),

@@ -334,8 +334,8 @@ class Limits:
         at_most=(2**28, "256 MiB: the kernel holds this much per socket"),
         doc="SO_SNDBUF and SO_RCVBUF of both sockets of a connection (the kernel doubles it):"
         " bounds the kernel's buffers as the proxy's own are bounded. 0: the kernel's"
-        " autotuned sizes (up to net.ipv4.tcp_wmem/tcp_rmem max, MBs per socket). 256 KiB"
-        " cost ~20 % more proxy CPU per GB on big frames than 1 MiB (bench.proxy.big_frames).",
+        " autotuned sizes (up to net.ipv4.tcp_wmem/tcp_rmem max, MBs per socket). What each"
+        " size costs on big frames: bench.proxy.big_frames.",
     )
 
     def _check(self, path: str) -> None:

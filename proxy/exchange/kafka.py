@@ -40,8 +40,8 @@ from proxy.hooks import ConnectionInfo, Pending
 
 # Plain ints named by ApiKey, here and in the observing modules: an int compared with
 # an IntEnum member misses CPython 3.11's int fast path. With the members themselves as
-# these constants, a proxied ApiVersions round trip took 449 instructions more
-# (bench.proxy.front_instructions, callgrind: 155,052 against 154,603).
+# these constants, a proxied round trip took more instructions (bench/PROFILE.md,
+# "Tried and not kept").
 PRODUCE = int(ApiKey.PRODUCE)
 REQUEST_MIN_HEAD = 8  # api key, api version, correlation id
 RESPONSE_MIN_HEAD = 6  # correlation id + the error code of a SaslHandshake v0 response

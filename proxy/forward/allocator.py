@@ -4,10 +4,9 @@ A Produce request or Fetch response the observer reads whole (~1 MB and ~4.6 MB 
 the benchmark) is joined from its chunks into one buffer, used and freed. glibc's
 default thresholds adapt to such sizes but keep trimming the heap's top as soon as
 the free space there passes twice the last large allocation, so the next frame
-faults the same pages in again (zeroed by the kernel): measured through the proxy
-with librdkafka, 54 minor faults per MB produced and 40 per MB consumed, and system
-CPU 0.75 -> 0.40 s/GB (produce) and 0.95 -> 0.50 s/GB (consume) once fixed
-thresholds stop it.
+faults the same pages in again (zeroed by the kernel): through the proxy with
+librdkafka, tens of minor faults per MB, and the system CPU per GB nearly halved once
+fixed thresholds stop it (bench/PROFILE.md, "Kept, and what it saved").
 
 Fixed thresholds: allocations up to 32 MiB come from the heap (glibc's largest
 allowed value), and up to 64 MiB of free space stays at the heap's top for the next

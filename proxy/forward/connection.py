@@ -61,9 +61,9 @@ if TYPE_CHECKING:
     from proxy.metrics import Metrics
 
 log = structlog.get_logger("kafkalens.proxy")
-# Clients whose broker is down reconnect at once (the proxy accepted them): measured,
-# two kafka-python clients made 450 such lines a second; counted in
-# kafkalens_upstream_failures_total, logged once per 10 s at most.
+# Clients whose broker is down reconnect at once (the proxy accepted them), each many
+# times a second: counted in kafkalens_upstream_failures_total, logged once per 10 s
+# at most.
 _upstream_unreachable_log = fdlimit.RateLimitedLog("upstream connect failed: client connection closed")
 
 HIGH_WATER = 1024 * 1024

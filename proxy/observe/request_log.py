@@ -12,9 +12,9 @@ write that failed (ENOSPC, EIO...); a run of failures is reported once when it s
 and once when it ends, with how many lines it cost. `close` writes what is queued.
 
 A line is rendered by orjson straight from the fields dict: this runs once per
-request on the event loop, and structlog's processor chain with the standard
-library's encoder cost ~20 us a line where this costs ~1 us. structlog still
-renders the proxy's own (operational) log.
+request on the event loop, and structlog's JSON renderer (the standard library's
+encoder) takes several times as long a line (bench.proxy.choices, "a request line
+rendered"). structlog still renders the proxy's own (operational) log.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ log = structlog.get_logger("kafkalens.request_log")
 FLUSH_INTERVAL = 0.5
 MAX_QUEUED_BYTES = 16 * 1024 * 1024
 # Waiting lines that wake the writer before its interval is up (or a quarter of the
-# queue's bound, if less). Each wake-up hands the GIL over: measured, 64 KiB doubled
-# the sink's CPU per line against 1 MiB (bench/proxy/request_log_cost.py).
+# queue's bound, if less). Each wake-up hands the GIL over, so the writer wakes for a
+# batch, not a line (64 KiB against 1 MiB: bench/README.md, "The request log's cost per
+# line").
 BUFFER_BYTES = 1024 * 1024
 WRITE_LINES = 4096  # the most one write call carries (rotation is checked between writes)
 PIPE_BUF = 4096

@@ -32,7 +32,7 @@ DEPLOY = ROOT / "deploy"
 COMPOSE_DIR = DEPLOY / "compose"
 K8S = DEPLOY / "kubernetes"
 CONFIG_PATH = "/etc/kafkalens/kafkalens.yaml"
-# The Apache Kafka releases the tests run (the README's compatibility table's columns).
+# The Apache Kafka releases the tests run (docs/compatibility.md's table's columns).
 KAFKA_VERSIONS = (ROOT / "tests" / "peers" / "kafka-versions").read_text().split()
 KAFKA_IMAGES = {f"apache/kafka:{version}" for version in KAFKA_VERSIONS}
 
@@ -558,13 +558,13 @@ def test_kafkalens_is_a_native_sidecar_of_the_broker(docs: list[dict[str, Any]])
 
 def test_examples_run_the_kafka_versions_the_compatibility_table_covers(docs: list[dict[str, Any]]) -> None:
     """Every broker image in deploy/ is an Apache Kafka release the tests ran against
-    (tests/peers/kafka-versions, the README's compatibility table's columns)."""
+    (tests/peers/kafka-versions, docs/compatibility.md's table's columns)."""
     _, _, broker = sidecar_pod(docs)
     images = {broker["image"], compose()["services"]["kafka"]["image"]}
     assert images <= KAFKA_IMAGES, images - KAFKA_IMAGES
-    readme = (ROOT / "README.md").read_text()
+    table = (ROOT / "docs" / "compatibility.md").read_text()
     for image in images:
-        assert f"Apache Kafka {image.rpartition(':')[2]}" in readme, image
+        assert f"Apache Kafka {image.rpartition(':')[2]}" in table, image
 
 
 @pytest.mark.parametrize("kind", ["StatefulSet", "Deployment"])
@@ -1193,3 +1193,12 @@ def test_the_deploy_readme_names_every_alert() -> None:
     readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
     missing = [rule["alert"] for rule in alert_rules() if f"`{rule['alert']}`" not in readme]
     assert not missing, f"deploy/README.md does not name {missing}"
+
+
+def test_the_alerts_page_has_a_row_for_every_alert_and_its_severity() -> None:
+    """docs/alerts.md: what fires each alert and what to do next, one row per rule of
+    deploy/prometheus/alerts.yml, its severity as the rule labels it; no row for an
+    alert that is gone."""
+    page = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(Kafkalens\w+)` \((\w+)\) \|", page, re.MULTILINE))
+    assert rows == {rule["alert"]: rule["labels"]["severity"] for rule in alert_rules()}

@@ -180,14 +180,14 @@ def test_a_fetch_names_brokers_or_the_quorum_leader_by_the_route_it_came_on() ->
     assert round_trip(1, 17, body, CONTROLLER)["node_endpoints"][0]["port"] == 9302
 
 
-def test_the_readmes_table_is_what_the_declarations_say() -> None:
-    """The README's gateway section lists every rewritten field and its port from the
-    same declarations the gateway reads (regenerate: python -m proxy.gateway.addresses)."""
+def test_the_gateway_pages_table_is_what_the_declarations_say() -> None:
+    """docs/gateway.md lists every rewritten field and its port from the same
+    declarations the gateway reads (regenerate: python -m proxy.gateway.addresses)."""
     from support.paths import REPO
 
     from proxy.gateway.addresses import TABLE_MARK, endpoint_table
 
-    readme = (REPO / "README.md").read_text()
-    start = readme.index(TABLE_MARK)
-    end = readme.index("\n\n", start) + 1
-    assert readme[start:end] == endpoint_table()
+    page = (REPO / "docs" / "gateway.md").read_text()
+    start = page.index(TABLE_MARK)
+    end = page.index("\n\n", start) + 1
+    assert page[start:end] == endpoint_table()

@@ -6,7 +6,7 @@ classic and a KIP-848 group, the share consumer (KIP-932) and the Admin client.
 Three places: a sidecar in front of one node at the newest and at the oldest Kafka
 version of tests/peers/kafka-versions (the client of the same version), and a gateway
 in front of the 3-node cluster (replication factor 3). Each test records its row of
-the README's compatibility table.
+docs/compatibility.md's table.
 """
 
 from __future__ import annotations

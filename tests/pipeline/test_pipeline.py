@@ -13,6 +13,7 @@ import datetime as dt
 import gzip
 import json
 import math
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -349,16 +350,19 @@ def test_input_files(spark: SparkSession, built: tuple) -> None:
 
 
 def test_html_report(built: tuple) -> None:
+    from pipeline.sections import CHARTS, PAGE_ORDER, SECTIONS
+
     _, _, out = built
     page = (out / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 2
+    assert page.count('<figure id="chart-') == len(CHARTS)
     for name in ("client_inventory", "kafka4_readiness", "top_topics", "consumer_groups"):
-        assert f"<h2>{name}</h2>" in page
+        assert f"<h2>{SECTIONS[name].title}</h2>" in page and f"<h2>{name}</h2>" not in page
     assert "kafka-python-2.0.2" in page and "cooperative-sticky" in page
     # Laptop width: every table scrolls in its own box and sorts by a click.
     assert page.count('<div class="scroll"><table class="sortable">') == len(TABLES_SHOWN)
+    assert page.count('class="empty"') == len(PAGE_ORDER) - len(TABLES_SHOWN)
     assert "overflow-x:auto" in page and 'addEventListener("click"' in page
-    assert "http://" not in page and "https://" not in page  # self-contained
+    assert not re.search(r"""(src|href|url)\s*[=(]\s*["']?(https?:)?//""", page)  # self-contained
 
 
 def test_counts_and_shown_rows_are_the_written_tables(spark: SparkSession, built: tuple) -> None:
@@ -409,11 +413,35 @@ def test_chart_lines_break_where_buckets_are_missing() -> None:
     assert with_gaps([(t0, 1.0), (t0 + minute, 2.0)], 60) == ([t0, t0 + minute], [1.0, 2.0])
 
 
+def test_a_chart_of_one_bucket_spans_minutes_and_counts_whole_records() -> None:
+    """The demo's short log: one minute of lag, all caught up. matplotlib alone would
+    span 2025-2029 around the one point and count 0.01 records behind."""
+    from pipeline.charts import lag_chart
+
+    t = dt.datetime(2026, 11, 29, 6, 59, tzinfo=dt.UTC)
+    svg = lag_chart([{"bucket": t, "group_id": "demo", "group_known": True, "lag": 0}], 60)
+    assert svg is not None
+
+    def ticks(axis: str) -> list[str]:
+        found = re.findall(rf'<g id="{axis}_\d+">.*?</text>', svg, re.S)
+        return [re.sub("<[^>]+>", "", text).strip() for text in found]
+
+    assert {"06:58", "06:59", "07:00"} <= set(ticks("xtick"))
+    assert not any(re.fullmatch(r"20\d\d", label) for label in ticks("xtick"))
+    assert ticks("ytick") == ["0", "1"]
+
+
 def test_html_escapes_client_strings() -> None:
+    from pipeline.sections import CHARTS, SECTIONS
+
     rows = [{"client_id": "<script>alert(1)</script>", "requests": 3}]
-    page = html.render(["a <b> summary"], [("chart", None)], [("clients", rows, 1)])
+    table = html.Table("client_inventory", SECTIONS["client_inventory"], rows, 1)
+    page = html.render(html.Page("a <b> summary", ["<i>topic</i>"], [("<u>x</u>", "clients")],
+                                 "", [(CHARTS["requests"], None)], [table], "<footer>"))
     assert "<script>alert" not in page and page.count("<script>") == 1  # the sort's own
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "a &lt;b&gt; summary" in page
+    for tag in ("i", "u", "footer"):
+        assert f"&lt;{tag}&gt;" in page
 
 
 def test_empty_input_gives_empty_report(spark: SparkSession, tmp_path: Path) -> None:
@@ -424,7 +452,8 @@ def test_empty_input_gives_empty_report(spark: SparkSession, tmp_path: Path) -> 
     assert result.table_rows.pop("input_files") == 1  # the empty file, with its 0 lines
     assert set(result.table_rows.values()) == {0}
     assert spark.read.parquet(str(tmp_path / "out" / "client_inventory")).count() == 0
-    assert "no data" in (tmp_path / "out" / "report.html").read_text()
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<figure" not in page and "Nothing needs attention" in page
 
 
 def test_cli_prints_summary(spark: SparkSession, tmp_path: Path,
@@ -433,7 +462,7 @@ def test_cli_prints_summary(spark: SparkSession, tmp_path: Path,
     (tmp_path / "requests.log").write_text("\n".join(lines) + "\n")
     assert report_main([str(tmp_path / "requests.log"), "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
-    assert "300 lines (0 bad)" in printed and "Kafka 4.0 readiness" in printed
+    assert "300 lines read from 1 file" in printed and "Kafka 4.0" in printed
     assert SparkSession.getActiveSession() is spark  # a shared session is left running
 
 

@@ -68,7 +68,7 @@ def driver(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comple
 
 
 def submit(cluster: SparkCluster, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """`spark-submit --master URL pipeline/cli.py ARGS`, as the README says to run a
+    """`spark-submit --master URL pipeline/cli.py ARGS`, as pipeline/README.md says to run a
     command on a cluster: the file run as a script (not the package), by Spark's own
     launcher, the driver in this Python and the executors in the cluster's bare one."""
     env = cluster.driver_env(local_env())

@@ -21,7 +21,7 @@ from support.paths import REPO as ROOT
 from support.synth import Synth, to_line
 
 from pipeline.cli import missing_extra, report_main
-from pipeline.read import InputError
+from pipeline.paths import PathError
 from pipeline.report import run_report
 
 
@@ -34,11 +34,11 @@ def _log(path: Path, n: int = 200) -> Path:
 def test_an_input_matching_nothing_fails_with_one_line(
         spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = _log(tmp_path / "logs" / "requests.log")
-    with pytest.raises(InputError, match=r"no file matches .*/nothing-\*\.log$"):
+    with pytest.raises(PathError, match=r"no file matches .*/nothing-\*\.log$"):
         run_report(spark, [str(good), str(tmp_path / "nothing-*.log")], str(tmp_path / "out"))
     code = report_main([str(tmp_path / "nothing-*.log"), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip()
-    assert code == 1
+    assert code == 2
     assert err.startswith("kafkalens report: no file matches") and "\n" not in err
     assert not (tmp_path / "out").exists()  # no empty report that reads as "all clear"
 
@@ -47,8 +47,9 @@ def test_an_input_of_an_unknown_filesystem_fails_with_one_line(
         spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = report_main(["nosuchfs://host/logs", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip()
-    assert code == 1 and err.startswith("kafkalens report: cannot list nosuchfs://host/logs")
-    assert "\n" not in err
+    said = err.splitlines()
+    assert code == 2 and said[-1].startswith("kafkalens report: cannot list nosuchfs://host/logs")
+    assert not [line for line in said if not line.startswith("kafkalens report: ")]
 
 
 def test_an_existing_empty_directory_is_a_valid_empty_report(
@@ -80,13 +81,14 @@ def test_the_terminal_shows_the_commands_own_lines_only(tmp_path: Path) -> None:
 
     stopped = report()
     assert stopped.returncode == 1 and stopped.stdout == "", stopped.stderr[-3000:]
-    [said] = stopped.stderr.splitlines()
+    *phases, said = stopped.stderr.splitlines()  # what it did, then why it stopped
+    assert phases and all(line.startswith("kafkalens report: ") for line in phases), phases
     assert said.startswith("kafkalens report: 1 input file cannot be read: file:/"), said
     assert "requests.log.1.gz (truncated: " in said and not (tmp_path / "out").exists()
     skipped = report("--skip-unreadable", "--spark-log", "warn")
     assert skipped.returncode == 0, skipped.stderr[-3000:]
     assert skipped.stdout.startswith("kafkalens report\n")
-    assert "1 LEFT OUT (their lines are not counted): file:/" in skipped.stdout
+    assert "1 input file LEFT OUT (their lines are not counted): file:/" in skipped.stdout
     assert " WARN " in skipped.stderr  # Spark's own log, asked for
     assert "incubator modules" not in stopped.stderr + skipped.stderr
 

@@ -136,8 +136,8 @@ def test_the_times_shown_are_the_logs_own_in_utc(runs: tuple, zone: str) -> None
     times = sorted(instant(e["ts"]) for e in events)
     counts = outputs[zone]["counts"]
     assert (counts.first_ts, counts.last_ts) == (times[0], times[-1])
-    span = f"time span: {times[0]:%Y-%m-%d %H:%M:%S.%f} .. {times[-1]:%Y-%m-%d %H:%M:%S.%f} UTC"
-    assert span in outputs[zone]["summary"]
+    span = f"from {times[0]:%Y-%m-%d %H:%M:%S} to {times[-1]:%H:%M:%S} UTC"
+    assert span in outputs[zone]["summary"][0]
     # The watch's watermark: the newest line's time less two minutes.
     watermark = f"watermark {times[-1] - dt.timedelta(minutes=2):%Y-%m-%d %H:%M:%S} UTC"
     said = outputs[zone]["watch_said"].splitlines()

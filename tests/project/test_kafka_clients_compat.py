@@ -1,6 +1,6 @@
-"""The README's compatibility table is made from the rows the tests record
-(support.compat): rendered, read back, and judged stale against a run's rows, the way
-the session's end judges it; and the README's own table is one it could have written."""
+"""The compatibility table (docs/compatibility.md) is made from the rows the tests
+record (support.compat): rendered, read back, and judged stale against a run's rows, the
+way the session's end judges it; and the page's own table is one it could have written."""
 
 from __future__ import annotations
 
@@ -86,9 +86,9 @@ def test_checking_records_a_pass_a_failure_and_no_skip() -> None:
         del compat.ROWS[before:]  # not rows of this run's matrix
 
 
-def test_the_command_rewrites_the_readme_from_a_runs_rows(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{compat.BEGIN}\nold\n{compat.END}\n\nafter\n")
+def test_the_command_rewrites_the_page_from_a_runs_rows(tmp_path: Path) -> None:
+    page = tmp_path / "compatibility.md"
+    page.write_text(f"# x\n\n{compat.BEGIN}\nold\n{compat.END}\n\nafter\n")
     rows = tmp_path / "compat.json"
     saved = list(compat.ROWS)
     compat.ROWS[:] = _rows()
@@ -98,25 +98,25 @@ def test_the_command_rewrites_the_readme_from_a_runs_rows(tmp_path: Path) -> Non
         compat.ROWS[:] = saved
     script = Path(compat.__file__)
     done = subprocess.run(
-        [sys.executable, str(script), "--rows", str(rows), "--readme", str(readme)],
+        [sys.executable, str(script), "--rows", str(rows), "--page", str(page)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    text = readme.read_text()
+    text = page.read_text()
     assert text.startswith("# x\n") and text.endswith("\nafter\n") and "old" not in text
-    assert compat.parse(compat.readme_table(text)) == compat.cells(_rows())
+    assert compat.parse(compat.page_table(text)) == compat.cells(_rows())
     # From part of the suite, the run's cells replace the table's, the others stay.
     partial = [Row(KAFKA_NEW, "franz-go", "1.18.0", "gateway", "KIP-848 consumer", True)]
-    compat.update_readme(partial, complete=False, readme=readme)
-    cells = compat.parse(compat.readme_table(readme.read_text()))
+    compat.update_page(partial, complete=False, page=page)
+    cells = compat.parse(compat.page_table(page.read_text()))
     assert cells == {**compat.cells(_rows()), **compat.cells(partial)}
 
 
-def test_the_readme_table_is_one_the_rows_make() -> None:
-    """The README's table reads back whole and renders to itself: nothing was edited
+def test_the_pages_table_is_one_the_rows_make() -> None:
+    """docs/compatibility.md's table reads back whole and renders to itself: nothing was edited
     into it by hand that rows could not have made."""
-    text = compat.README.read_text()
-    table = compat.readme_table(text)
+    text = compat.PAGE.read_text()
+    table = compat.page_table(text)
     cells = compat.parse(table)
-    assert cells, "the README's compatibility table is empty: run the suite, then the command"
+    assert cells, "docs/compatibility.md's table is empty: run the suite, then the command"
     assert table.strip() == compat.render(cells)

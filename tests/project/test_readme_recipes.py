@@ -1,5 +1,5 @@
-"""What the README tells an operator to run or open exists and does what it says, and
-leaves a checkout as clean as it was."""
+"""What the README and the guide's pages (docs/) tell an operator to run or open exists
+and does what it says, and leaves a checkout as clean as it was."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from support.readme import README, REPO, recipe
+from support.readme import README, REPO, USER_DOCS, page, recipe
 
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
@@ -37,25 +37,26 @@ def test_slowest_requests_are_sorted_as_numbers(tmp_path: Path) -> None:
 
 
 def test_the_deploy_paths_named_exist() -> None:
-    paths = set(re.findall(r"`(deploy/[^`\s]*)`", README))
+    paths = set(re.findall(r"`(deploy/[^`\s]*)`", USER_DOCS))
     assert {"deploy/prometheus/alerts.yml", "deploy/grafana/"} <= paths
     assert [p for p in sorted(paths) if not (REPO / p).exists()] == []
 
 
-# `section.key` (N) or `section.key`, N: a default the README states beside its key.
+# `section.key` (N) or `section.key`, N: a default the documents state beside its key.
 STATED_DEFAULT = re.compile(r"`([a-z0-9_]+(?:\.[a-z0-9_]+)+)`,?\s+\(?([0-9][0-9,.]*)(?:\s?(KiB|MiB|s)\b)?")
 UNITS = {"KiB": 1024, "MiB": 1024 * 1024, "s": 1, None: 1}
 NOT_DEFAULTS = {"metrics.allowed_hosts"}  # followed by the HTTP status it answers, 421
 
 
 def test_the_defaults_the_readme_states_are_the_configs() -> None:
-    """Every `section.key` (N) in the README is the built-in default, which
-    config/kafkalens.yaml documents (tests/proxy/test_config.py holds the two equal)."""
+    """Every `section.key` (N) in the README and the guide's pages is the built-in
+    default, which config/kafkalens.yaml documents (tests/proxy/test_config.py holds the
+    two equal); the reference page is written from the declarations themselves."""
     import dataclasses
 
     from proxy.features import SECTION_SCHEMAS
 
-    stated = [m for m in STATED_DEFAULT.finditer(README) if m[1] not in NOT_DEFAULTS]
+    stated = [m for m in STATED_DEFAULT.finditer(USER_DOCS) if m[1] not in NOT_DEFAULTS]
     assert len({m[1] for m in stated}) >= 15, [m[0] for m in stated]
     for match in stated:
         # the declaration's default (sections that are off by default, gateway, too)
@@ -63,7 +64,7 @@ def test_the_defaults_the_readme_states_are_the_configs() -> None:
         declared = {f.name: f for f in dataclasses.fields(SECTION_SCHEMAS[section])}
         value: object = declared[key].default
         number = float(match[2].rstrip(".,").replace(",", "")) * UNITS[match[3]]
-        assert value == number, f"README: {match[0]!r}; the default is {value}"
+        assert value == number, f"documents: {match[0]!r}; the default is {value}"
 
 
 def test_without_go_the_peers_install_leaves_the_go_programs_out(tmp_path: Path) -> None:
@@ -72,7 +73,7 @@ def test_without_go_the_peers_install_leaves_the_go_programs_out(tmp_path: Path)
     skip, tests/support/kafka.py's go_binary), where without it the install fails for
     want of `go`. Run on a copy of the script beside the Go module's files, its Java part
     left out too (KAFKALENS_PEERS_SKIP_JAVA=1), so that nothing is fetched or built."""
-    assert "`KAFKALENS_PEERS_SKIP_GO=1`" in README
+    assert "`KAFKALENS_PEERS_SKIP_GO=1`" in page("testing")
     peers = tmp_path / "peers"
     (peers / "go").mkdir(parents=True)
     for name in ("install", "kafka-versions", "go/go.mod", "go/go.sum"):

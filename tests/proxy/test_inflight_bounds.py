@@ -593,7 +593,7 @@ def test_no_descriptor_for_the_broker_connection_closes_the_client_and_counts() 
     """Run in a process of its own: the one descriptor left is the whole process's, and a
     thread an earlier test of the session left behind (a client reconnecting, a proxy's
     probe) takes it from the proxy now and then (the whole suite, tests in rooms, once
-    had the client closed by libuv, uncounted: README, "Known limits")."""
+    had the client closed by libuv, uncounted: docs/operations.md, "Known limits")."""
     if not Path("/proc/self/fd").exists():
         pytest.skip("needs /proc (Linux)")
     with multiprocessing.get_context("spawn").Pool(1) as pool:

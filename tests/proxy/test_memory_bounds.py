@@ -1,4 +1,4 @@
-"""Memory per connection is bounded whatever the peers do (README, "Limits").
+"""Memory per connection is bounded whatever the peers do (docs/operations.md, "Limits").
 
 `kafkalens proxy` runs in its own process with its real hooks and request log, in
 front of a broker serving Fetch responses as big as each request's max_bytes asks.
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow  # each test drives a proxy process through hundre
 FETCH = ApiKey.FETCH
 MB = 1_000_000
 SLOW_CONNECTIONS = 50
-PER_CONNECTION_BOUND = 2 * 1024 * 1024  # README: at most 2 MB of RSS per connection
+PER_CONNECTION_BOUND = 2 * 1024 * 1024  # docs/operations.md: at most 2 MB of RSS per connection
 HUGE_RESPONSE = 60 * 1024 * 1024
 HUGE_BOUND = 8 * 1024 * 1024  # one 60 MB response costs a few MB, not its size
 GOOD_CLIENT_WAIT = 1.0  # seconds the good client may wait for a round trip

@@ -15,8 +15,16 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from support.cli import children_of, http_get, http_status
 from support.own_log import own_log
-from support.proxy_harness import LOCAL, FakeBroker, api_versions_v0, read_frame, write_frame
+from support.proxy_harness import (
+    LOCAL,
+    FakeBroker,
+    api_versions_v0,
+    read_frame,
+    request_frame,
+    write_frame,
+)
 
+from codec import ApiKey
 from proxy.tansu import free_port
 
 
@@ -127,3 +135,49 @@ def test_with_workers_each_process_has_its_own_series(tmp_path: Path) -> None:
         assert ("process_resident_memory_bytes", frozenset()) not in got  # one series a process
         assert [labels for (name, labels) in got if name == "python_info"]
         proxy.stop()
+
+
+def test_top_of_a_proxy_with_workers_counts_every_workers_requests(tmp_path: Path) -> None:
+    """With `workers: 2`, /top is the whole proxy's: the api totals and the clients are the
+    sums over the workers, as the clients that sent the requests count them. (The kernel
+    spreads the 8 connections over both workers' SO_REUSEPORT listeners; all on one, a
+    1-in-128 chance, still has to give the same sums.)"""
+    sent = {f"w{n}": n + 1 for n in range(8)}  # client id -> requests it sends
+    with FakeBroker(answer) as broker:
+        port = free_port()
+        config = tmp_path / "k.yaml"
+        config.write_text(
+            f"workers: 2\nlisteners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{broker.address}'}}]\n"
+            f"metrics: {{listen: '{LOCAL}:0', clients_listen: '{LOCAL}:0'}}\n"
+            f"request_log: {{path: '{tmp_path / 'requests.log'}'}}\n"
+        )
+        with own_log(config) as proxy:
+            [started] = proxy.wait_message("kafkalens started", timeout=60)
+            clients_port = int(started["clients"].split(":")[2].split("/")[0])
+            socks = []
+            for client_id, count in sent.items():
+                sock = socket.create_connection((LOCAL, port), timeout=5)
+                socks.append(sock)
+                for corr in range(count):
+                    sock.sendall(request_frame(ApiKey.API_VERSIONS, 0, corr, client_id=client_id))
+                    read_frame(sock)
+            # each worker writes its connections every second: /top sees them all within a few
+            deadline = time.monotonic() + 10
+            while True:
+                top = json.loads(http_get(clients_port, "/top?limit=50"))
+                clients = {c["client_id"]: c for c in top["clients"]}
+                if set(clients) == set(sent) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            pids = {
+                Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().rsplit(" ", 1)[1]: pid
+                for pid in children_of(proxy.proc.pid)
+            }
+            assert sorted(pids) == ["0", "1"]
+            assert {c: clients[c]["requests_total"] for c in clients} == sent
+            assert top["connections"] == len(sent)
+            [api] = [row for row in top["apis"] if row["api"] == "ApiVersions"]
+            assert api["requests_total"] == top["requests_total"] == sum(sent.values())
+            for sock in socks:
+                sock.close()
+            proxy.stop()

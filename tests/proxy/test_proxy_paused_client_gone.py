@@ -9,7 +9,7 @@ its broker connection with it, and the requests it was still awaiting are logged
 `kafkalens_paused_clients_gone_total`). The server's once-a-second sweeper is stopped in
 these tests, so nothing else can be what noticed.
 
-The limit (README, Known limits): a FIN still queued on the client's own host behind more
+The limit (docs/operations.md, "Known limits"): a FIN still queued on the client's own host behind more
 bytes than the proxy's receive buffer takes never arrives while reading is paused; the
 connection then ends when the broker answers (the answer draws a reset from the closed
 socket) or at `limits.request_timeout_seconds`.

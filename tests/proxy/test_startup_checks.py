@@ -257,7 +257,7 @@ def test_flags_naming_a_bad_log_path_are_named(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_check_config_creates_no_folder_and_names_those_the_proxy_creates(tmp_path: Path) -> None:
-    """As the README says: check-config changes nothing and names each log folder that
+    """As docs/configuration.md says: check-config changes nothing and names each log folder that
     does not exist yet; kafkalens proxy creates them as it starts."""
     log = tmp_path / "var" / "log" / "kafkalens" / "requests.log"
     telemetry = tmp_path / "telemetry" / "telemetry.log"

@@ -3,7 +3,8 @@ tests/proxy/test_failures.py, tests/proxy/test_memory_bounds.py and the long soa
 (`python -m bench.proxy.soak`): `ProxyProcess` (the CLI as a user runs it, on fixed
 ports so it can be restarted in place), `Figures` (what /proc and /metrics say about
 it), the load loops (`ProducerLoop` records every record the broker acknowledged,
-`ConsumerLoop`, `SmallRequests`, all of them at once as `Load`) and `read_all`.
+`ConsumerLoop`, `SmallRequests`, all of them at once as `Load`; `GroupLoad`, the soak's
+mix with a consumer group in front of Apache Kafka) and `read_all`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class ProxyProcess:
     metrics_port: int = field(default_factory=free_port)
     clients_port: int = field(default_factory=free_port)  # /clients: loopback listener
     process: subprocess.Popen[bytes] | None = None
+    # put before the checkout on the process's path (a test's sitecustomize.py)
+    python_path: tuple[Path, ...] = ()
 
     @property
     def bootstrap(self) -> str:
@@ -86,7 +89,9 @@ class ProxyProcess:
     def start(self, timeout: float = 30.0) -> ProxyProcess:
         config = self.work / "kafkalens.yaml"
         config.write_text(self.config_text())
-        env = {**os.environ, "PYTHONPATH": str(REPO)}  # the checkout's code, whatever is installed
+        # the checkout's code, whatever is installed
+        path = os.pathsep.join(str(p) for p in (*self.python_path, REPO))
+        env = {**os.environ, "PYTHONPATH": path}
         cmd = [sys.executable, "-m", "proxy.cli", "proxy", "--config", str(config)]
         with open(self.work / "proxy.log", "ab") as out:
             self.process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=out)
@@ -417,3 +422,95 @@ class Load:
 
     def progress(self) -> str:
         return "  ".join(f"{name} {n}" for name, n in self.counts().items())
+
+
+class GroupConsumerLoop(Loop):
+    """A consumer in a classic group, subscribed to `topic`, as applications run one:
+    Fetch, a Heartbeat and an OffsetCommit (auto commit) every second, a Metadata every
+    second (`client_config`'s refresh interval)."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, tag: str) -> None:
+        super().__init__()
+        self.bootstrap, self.topic, self.group, self.tag = bootstrap, topic, group, tag
+        self.consumed = 0
+
+    def _run(self) -> None:
+        consumer = group_consumer(self.bootstrap, self.group, self.tag)
+        consumer.subscribe([self.topic])
+        try:
+            while not self.stopping:
+                msg = consumer.poll(0.2)
+                if msg is not None and not msg.error():
+                    self.consumed += 1
+        finally:
+            consumer.close()
+
+
+def group_consumer(bootstrap: str, group: str, tag: str) -> Consumer:
+    extra = {
+        "group.id": group,
+        "client.id": tag,
+        "enable.auto.commit": True,
+        "auto.commit.interval.ms": 1000,
+        "heartbeat.interval.ms": 1000,
+        "session.timeout.ms": 10000,
+        "auto.offset.reset": "earliest",
+    }
+    return Consumer(client_config(bootstrap, **extra))
+
+
+class GroupChurn(Loop):
+    """Every `period` seconds a new consumer joins the group, reads for `stay` seconds
+    and leaves: new connections, JoinGroup, SyncGroup, OffsetFetch, LeaveGroup, and a
+    rebalance of the steady members each time."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, period: float, stay: float):
+        super().__init__()
+        self.bootstrap, self.topic, self.group = bootstrap, topic, group
+        self.period, self.stay = period, stay
+        self.joins = 0
+
+    def _run(self) -> None:
+        while not self.stopping:
+            started = time.monotonic()
+            consumer = group_consumer(self.bootstrap, self.group, f"churn-{self.joins}")
+            consumer.subscribe([self.topic])
+            try:
+                while time.monotonic() < started + self.stay and not self.stopping:
+                    consumer.poll(0.2)
+            finally:
+                consumer.close()
+            self.joins += 1
+            self._stop.wait(max(0.0, started + self.period - time.monotonic()))
+
+
+@dataclass
+class GroupLoad(Load):
+    """The soak's mix in front of Apache Kafka: producers, a consumer group reading it
+    all back (Fetch, Heartbeat, OffsetCommit, Metadata), a member joining and leaving now
+    and then, and small requests on connections that come and go."""
+
+    group: str = "kafkalens-soak"
+
+    def start(
+        self, producers: int = 2, consumers: int = 2, small: int = 2, churn: float = 60.0
+    ) -> GroupLoad:
+        create_topic(self.bootstrap, self.topic, self.partitions)
+        host, port = self.bootstrap.rsplit(":", 1)
+        self.loops = [ProducerLoop(self.bootstrap, self.topic, f"p{i}") for i in range(producers)]
+        self.loops += [
+            GroupConsumerLoop(self.bootstrap, self.topic, self.group, f"c{i}")
+            for i in range(consumers)
+        ]
+        if churn:
+            self.loops.append(GroupChurn(self.bootstrap, self.topic, self.group, churn, churn / 3))
+        self.loops += [SmallRequests(host, int(port), self.topic) for _ in range(small)]
+        for loop in self.loops:
+            loop.start()
+        return self
+
+    def counts(self) -> dict[str, int]:
+        out = super().counts()
+        out["consumed"] = sum(x.consumed for x in self.loops if isinstance(x, GroupConsumerLoop))
+        out["joins"] = sum(x.joins for x in self.loops if isinstance(x, GroupChurn))
+        return out

@@ -51,7 +51,7 @@ LAG = Feature(
     section=LagConfig,
     default=LagConfig(),
     doc="Consumer lag and topic traffic from the Fetch, OffsetCommit and Produce the proxy"
-    ' forwards (README "Consumer lag and topic traffic"): the'
+    ' forwards (docs/lag.md): the'
     " kafkalens_consumer_lag_records, kafkalens_committed_lag_records,"
     " kafkalens_follower_lag_records and kafkalens_topic_* metrics, and the request log's"
     ' "positions" and "committed" fields.',

@@ -1,8 +1,9 @@
 """The lag tracker's tables as Prometheus gauges, with bounded cardinality.
 
 Published when the registry is collected, in the collecting thread (for /metrics a
-thread of its own: 100,000 tracked partitions take a few hundred ms to go through,
-which the event loop must not wait for), never per request. With worker processes
+thread of its own: going through a hundred thousand tracked partitions takes longer
+than the event loop may wait; tests/observe/test_lag.py holds the scrape's time), never
+per request. With worker processes
 nothing collects a worker's registry: a thread of its own publishes every second.
 The tables are read from copies made without releasing the GIL, so the loop goes on
 changing them meanwhile.

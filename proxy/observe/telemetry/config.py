@@ -112,7 +112,7 @@ class TelemetryConfig:
     )
     max_points_per_push: int = integer(
         default=2000,
-        at_most=(1_000_000, "a push's points are read on the event loop, ~20 us each"),
+        at_most=(1_000_000, "a push's points are read on the event loop"),
         doc="read of one push; more are counted",
     )
     max_attributes: int = integer(
