@@ -163,7 +163,14 @@ def _watch_parser() -> argparse.ArgumentParser:
                         "DIR/bad_lines (default %(default)s)")
     p.add_argument("--checkpoint", metavar="DIR", help="default: OUT/_checkpoint")
     p.add_argument("--watermark", default="2 minutes",
-                   help="how long after a window's end its lines may still arrive "
+                   help="how long after a window's end its lines may still arrive, "
+                        "behind each source's newest line (default %(default)s)")
+    p.add_argument("--max-skew", default="1 minute", metavar="DURATION",
+                   help="how far past its arrival a line's time may be; later times are "
+                        "clamped to it and counted (default %(default)s)")
+    p.add_argument("--idle-source", default="10 minutes", metavar="DURATION",
+                   help="a source (a directory of logs) whose newest lines arrived this "
+                        "long before another's stops holding windows open "
                         "(default %(default)s)")
     _following(p, 10.0, 2)
     _common(p)
@@ -173,31 +180,40 @@ def _watch_parser() -> argparse.ArgumentParser:
 def _ingest_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="kafkalens ingest",
-        description="Parse the request and telemetry logs once, into a Parquet table "
+        description="Parse the request and telemetry logs once, into a Delta Lake table "
                     "partitioned by time that `report --table` and `watch --table` read.",
     )
-    p.add_argument("logdir", metavar="LOGDIR",
+    p.add_argument("logdir", nargs="?", metavar="LOGDIR",
                    help="the directory request_log.path (and the telemetry log) write into")
     p.add_argument("--table", required=True, metavar="TABLE", help="the table's directory")
     p.add_argument("--checkpoint", metavar="DIR", help="default: TABLE/_checkpoint")
+    p.add_argument("--compact", action="store_true",
+                   help="compact the table's small files (OPTIMIZE) and delete the files "
+                        "it no longer needs (VACUUM), then stop; no LOGDIR")
     p.add_argument("--retention", metavar="DURATION",
-                   help="drop files from the table's log this long after they were written "
-                        "(Spark's form: '30d', '12h'; then delete them, e.g. by an object "
-                        "store's "
-                        "lifecycle rule); default: kept")
+                   help="with --compact: keep replaced files this long for readers of "
+                        "older versions (Spark's form: '7d', '12h'; default 7d)")
+    p.add_argument("--convert", action="store_true",
+                   help="make a table an older kafkalens ingested (Parquet files and "
+                        "_spark_metadata) a Delta table, in place, then stop; no LOGDIR")
     _following(p, 60.0, 8)
     _common(p)
     return p
 
 
-def _run(app: str, args: argparse.Namespace, job: Callable[[SparkSession], int]) -> int:
+def _run(app: str, args: argparse.Namespace, job: Callable[[SparkSession], int],
+         delta: bool = False) -> int:
     from pyspark.sql import SparkSession
 
-    from pipeline.session import build_session
+    from pipeline.session import DeltaMissing, build_session
 
     # Stop the session only if this call made it (tests and notebooks share one).
     owned = SparkSession.getActiveSession() is None
-    spark = build_session(app, args.master, spark_log=args.spark_log)
+    try:
+        spark = build_session(app, args.master, spark_log=args.spark_log, delta=delta)
+    except DeltaMissing as e:
+        print(f"{app.replace('-', ' ')}: {e}", file=sys.stderr)
+        return 2
     try:
         return job(spark)
     finally:
@@ -287,7 +303,7 @@ def report_main(argv: list[str]) -> int:
               f"section in {args.out})")
         return 0
 
-    return _run("kafkalens-report", args, job)
+    return _run("kafkalens-report", args, job, delta=bool(args.table))
 
 
 def watch_main(argv: list[str]) -> int:
@@ -306,7 +322,8 @@ def watch_main(argv: list[str]) -> int:
     options = WatchOptions(**{k: v for k, v in vars(args).items()
                               if k not in ("master", "spark_log")})
     try:
-        return _run("kafkalens-watch", args, lambda spark: run_watch(spark, options))
+        return _run("kafkalens-watch", args, lambda spark: run_watch(spark, options),
+                    delta=bool(args.table))
     except KeyboardInterrupt:  # before the watch's own handler (Spark starting) or after
         print("kafkalens watch: interrupted", file=sys.stderr)
         return 130
@@ -315,17 +332,29 @@ def watch_main(argv: list[str]) -> int:
 def ingest_main(argv: list[str]) -> int:
     if pipeline_missing():
         return 2
-    args = _ingest_parser().parse_args(argv)
+    parser = _ingest_parser()
+    args = parser.parse_args(argv)
+    if args.compact and args.convert:
+        parser.error("--compact or --convert, not both")
+    if bool(args.logdir) == (args.compact or args.convert):
+        parser.error("give LOGDIR to ingest, or --compact or --convert (without LOGDIR)")
     outputs = [(args.table, "--table"), (args.checkpoint, "--checkpoint"),
                (args.spool if args.use_spool else None, "--spool")]
-    if not paths_checked("ingest", lambda: _following_paths(args.logdir, None, outputs)):
+    if args.logdir and not paths_checked(
+            "ingest", lambda: _following_paths(args.logdir, None, outputs)):
         return 2
     from pipeline.ingest import IngestOptions, run_ingest
 
     options = IngestOptions(**{k: v for k, v in vars(args).items()
                                if k not in ("master", "spark_log")})
     try:
-        return _run("kafkalens-ingest", args, lambda spark: run_ingest(spark, options))
+        if options.convert:
+            from pipeline.convert import run_convert
+
+            return _run("kafkalens-ingest", args, lambda spark: run_convert(spark, options),
+                        delta=True)
+        return _run("kafkalens-ingest", args, lambda spark: run_ingest(spark, options),
+                    delta=True)
     except KeyboardInterrupt:
         print("kafkalens ingest: interrupted", file=sys.stderr)
         return 130

@@ -112,8 +112,9 @@ def fine_rows(parsed: DataFrame) -> DataFrame:
     return aggregate(keyed_parts(parsed))
 
 
-def keyed_parts(parsed: DataFrame) -> DataFrame:
-    """The rows the aggregation folds: a line's parts, each with its keys and values."""
+def keyed_parts(parsed: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
+    """The rows the aggregation folds: a line's parts, each with its keys and values
+    (and the columns `carry` names, as they are: the rollup's hour, rollup.py)."""
     good = F.col("bad_reason").isNull()
     is_request = good & F.col("event").isin(*REQUEST_EVENTS)
     refused = good & (F.col("event") == INCOMPLETE_EVENT) & (F.size(F.col("errors")) > 0)
@@ -158,7 +159,7 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
 
     counts = F.when(on("t"), F.element_at(F.map_values(F.col("per_topic")), index))
     return lines.select(
-        *map(key, KEYS), "ts", "members", "generation_id",
+        *map(key, KEYS), *carry, "ts", "members", "generation_id",
         F.when(on("p", "c", "m"), F.col("ts")).alias("_fleet_ts"),
         F.coalesce(position["lag"], committed["lag"]).alias("_lag"),
         F.coalesce(position["next_offset"], committed["offset"]).alias("_offset"),
@@ -171,9 +172,11 @@ def keyed_parts(parsed: DataFrame) -> DataFrame:
     )
 
 
-def aggregate(keyed: DataFrame) -> DataFrame:
-    """The aggregates of every part (PARTS says which mean something for which)."""
-    return keyed.groupBy(*KEYS).agg(
+def aggregate(keyed: DataFrame, by: tuple[str, ...] = ()) -> DataFrame:
+    """The aggregates of every part (PARTS says which mean something for which), per
+    key (and per the columns `by` names: the rollup's hour). Each is mergeable: rows
+    of the same key from disjoint sets of lines make the row of their union (merge)."""
+    return keyed.groupBy(*KEYS, *by).agg(
         F.count(F.lit(1)).alias("n"),
         F.sum("failed").alias("errors"),
         F.sum("expected").alias("expected_errors"),
@@ -190,6 +193,30 @@ def aggregate(keyed: DataFrame) -> DataFrame:
         F.max_by("_offset", "_fleet_ts").alias("latest_offset"),
         F.max_by("_hwm", "_fleet_ts").alias("latest_hwm"),
         F.max_by("_value", "_fleet_ts").alias("latest_value"),
+    )
+
+
+def merge(fine: DataFrame) -> DataFrame:
+    """Fine rows of the same key (from disjoint sets of lines: the rollup's hours and
+    the lines of the others) as the one row the aggregation makes of all those lines:
+    counts and sums added, the extremes of extremes, and the newest values of the row
+    seen last (`last_seen` is the newest `_fleet_ts` of a p, c or m row; the latest_*
+    of other rows are null)."""
+    newest = ("latest_lag", "latest_offset", "latest_hwm", "latest_value")
+    return fine.groupBy(*KEYS).agg(
+        F.sum("n").alias("n"),
+        F.sum("errors").alias("errors"),
+        F.sum("expected_errors").alias("expected_errors"),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
+        F.max("members").alias("members"),
+        F.max("generation_id").alias("generation_id"),
+        F.sum("lat_n").alias("lat_n"),
+        F.sum("lat_sum").alias("lat_sum"),
+        F.max("lat_max").alias("lat_max"),
+        *[F.sum(field).alias(field) for field in _COUNT_FIELDS],
+        F.max("max_lag").alias("max_lag"),
+        *[F.max_by(name, "last_seen").alias(name) for name in newest],
     )
 
 

@@ -9,6 +9,7 @@ batches, and never passes over a file it cannot read in silence (pipeline/README
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -26,7 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pipeline import fsio
 from pipeline.read import first_line, normal_path, parse_lines, read_failure
 from pipeline.schema import JSON_OPTIONS, LINE_SCHEMA
-from pipeline.spool import LEDGER, Spool, Unreadable
+from pipeline.spool import LEDGER, SUBDIR, Spool, Unreadable
 
 DEFAULT_PATTERN = "*.log.[0-9]*"  # rotated files: requests.log.1, requests.log.7.gz
 MAX_FILES_PER_TRIGGER = 2  # ~2 rotated files a batch keeps the watermark moving smoothly
@@ -35,6 +36,22 @@ STOP_PATIENCE_SECONDS = 60.0  # how long a stop waits for the running batch
 NOTICE_SECONDS = 30.0  # how often to say what is awaited while nothing arrives
 EXIT_UNREADABLE = 1
 EXIT_USAGE = 2
+
+
+_DURATION = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(?:(sec|second|min|minute|hour|day)s?|(s|m|h|d))\s*$", re.I)
+_UNIT = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
+         "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+
+
+def duration_seconds(text: str, option: str) -> float:
+    """A duration as seconds: "2 minutes", "10 seconds", "90s", "1 hour", "30d" (Spark's
+    form too). ValueError naming `option` if it is none."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{option}: {text!r} is not a number of seconds, minutes, hours or "
+                         "days (e.g. '2 minutes')")
+    return float(match.group(1)) * _UNIT[(match.group(2) or match.group(3)).lower()]
 
 
 class Followed(Protocol):
@@ -66,11 +83,12 @@ class Followed(Protocol):
 
 def original_file(file: Column, o: Followed) -> Column:
     """A staged file's path as the log directory named it when it was staged
-    (`<spool>/<hash>.requests.log.3.gz` -> `<logdir>/requests.log.3.gz`)."""
+    (`<spool>/<hash>.requests.log.3.gz` -> `<logdir>/requests.log.3.gz`,
+    `<spool>/<hash>.proxy-a~requests.log.1` -> `<logdir>/proxy-a/requests.log.1`)."""
     if not o.spooled:
         return file
     logdir = normal_path(Path(str(o.logdir)).resolve().as_posix())
-    name = F.regexp_extract(file, r"/[0-9a-f]{32}\.([^/]+)$", 1)
+    name = F.translate(F.regexp_extract(file, r"/[0-9a-f]{32}\.([^/]+)$", 1), SUBDIR, "/")
     return F.when(name != "", F.concat(F.lit(logdir.rstrip("/") + "/"), name)).otherwise(file)
 
 
@@ -262,7 +280,11 @@ def active_logs(o: Followed) -> list[str]:
         return []
     directory = Path(str(o.logdir))
     rotated = set(directory.glob(o.pattern))
-    return sorted(p.name for p in directory.iterdir()
+    # the folders the pattern reads (a pattern such as */*.log.[0-9]* reads a folder
+    # per proxy): their files, named as under the log directory
+    folders = {p.parent for p in rotated} | {directory}
+    return sorted(p.relative_to(directory).as_posix() for folder in folders
+                  for p in folder.iterdir()
                   if p.is_file() and p not in rotated and not p.name.startswith("."))
 
 

@@ -1,14 +1,18 @@
-"""`kafkalens ingest`: the JSON logs parsed once, into a Parquet table partitioned by
+"""`kafkalens ingest`: the JSON logs parsed once, into a Delta Lake table partitioned by
 time that `report --table` and `watch --table` read instead of the logs.
 
 A Structured Streaming query: Spark's JSON source over the rotated files (staged in a
 spool as `watch` stages them, follow.py), each line parsed as the report parses it
-(read.parse_lines), written by Spark's file sink as zstd Parquet partitioned by
-`kind` (`lines`, or `bad_lines`: a bad line with its file and reason, kept apart),
-`date` and `hour` (UTC, of the line's ts; of its file's modification time when the
-line has none). The sink's log (TABLE/_spark_metadata) and the checkpoint make every
-line land once, across crashes and restarts: read the table through Spark, which
-reads that log (pipeline/README.md, "Ingest").
+(read.parse_lines), written by Delta's streaming sink as zstd Parquet partitioned by
+`kind` (`lines`, or `bad_lines`: the quarantine, each bad line with its file and
+reason), `date` and `hour` (UTC, of the line's ts; of its file's modification time when
+the line has none). Delta's transaction log (TABLE/_delta_log) says which files make
+the table; a batch is one transaction, recorded with the query's id and the batch's
+number, so a batch Spark runs again after a crash is not written twice; every reader
+of the log (Spark, delta-rs and what reads through it: DuckDB, pyarrow, Trino ...)
+sees whole batches only. Small files are compacted by the ingest as they pile up
+(Delta's auto compaction) and by `--compact`, which also vacuums (pipeline/README.md,
+"Ingest").
 """
 
 from __future__ import annotations
@@ -32,16 +36,35 @@ from pipeline.session import session_conf
 from pipeline.spool import Unreadable
 
 PARTITIONS = ["kind", "date", "hour"]
-LINES, BAD_LINES = "lines", "bad_lines"  # the `kind` partitions
+LINES, BAD_LINES = "lines", "bad_lines"  # the `kind` partitions (bad_lines: the quarantine)
 UNREADABLE_FILES = "_unreadable_files.jsonl"  # files the ingest left out, and why
+DELTA_LOG = "_delta_log"
+OLD_SINK_LOG = "_spark_metadata"  # the Parquet table of an older kafkalens (--convert)
 # A batch run reads several rotated files per micro-batch: fewer, larger Parquet files.
 FILES_PER_TRIGGER = 8
 INTERVAL_SECONDS = 60.0
+COMPRESSION = "zstd"  # the table's Parquet files
 # A task's lines span a few partitions (kind, date, hour): a Parquet writer open for
 # each as its rows come, instead of Spark's default of sorting every row of the task
 # by partition before writing (up to this many open at once; more: it sorts).
-WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "16"}
-COMPRESSION = "zstd"  # the table's Parquet files
+# Auto compaction (the table's delta.autoOptimize.autoCompact): after a batch commits,
+# a partition it wrote to that holds at least this many files under Delta's small-file
+# size is compacted into fewer, in a transaction of its own (readers are not disturbed:
+# it changes no row, and `watch --table` skips it). Each micro-batch adds a file per
+# task to each partition its rows fall in, so a continuous ingest would otherwise add
+# thousands a day (the quarantine's among them: a few bad lines each).
+COMPACT_AFTER_FILES = 16
+WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "16",
+              "spark.sql.parquet.compression.codec": COMPRESSION,
+              "spark.databricks.delta.autoCompact.minNumFiles": str(COMPACT_AFTER_FILES)}
+TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
+# How long VACUUM keeps the files compaction replaced (for readers still on an older
+# version, and time travel), unless --retention says: Delta's own default.
+DEFAULT_RETENTION = "7d"
+
+
+class TableError(Exception):
+    """TABLE is not a table the ingest can write (one line for the user)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +81,8 @@ class IngestOptions:
     notice_every: float = follow.NOTICE_SECONDS
     skip_unreadable: bool = False
     retention: str | None = None
+    compact: bool = False
+    convert: bool = False
 
     @property
     def checkpoint_dir(self) -> str:
@@ -98,17 +123,55 @@ def table_schema(spark: SparkSession) -> StructType:
                        StructField("date", StringType()), StructField("hour", IntegerType())])
 
 
+def is_delta(spark: SparkSession, table: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, table))
+
+
+def _exists(spark: SparkSession, path: str) -> bool:
+    fs, hadoop_path = fsio.hadoop_file(spark, path)
+    return bool(fs.exists(hadoop_path))
+
+
 def read_table(spark: SparkSession, table: str) -> DataFrame:
-    """The ingested lines as parse_lines gives them (through the sink's log)."""
-    return spark.read.schema(table_schema(spark)).parquet(table).select(
-        *PARSED_FIELDS, *PARSED_EXTRA)
+    """The ingested lines as parse_lines gives them (the table's current version)."""
+    if not is_delta(spark, table):
+        raise TableError(_not_delta(spark, table))
+    return spark.read.format("delta").load(table).select(*PARSED_FIELDS, *PARSED_EXTRA)
 
 
 def table_stream(spark: SparkSession, table: str, max_files: int) -> DataFrame:
-    """The ingested lines as they are committed, streaming (Spark's file source reads
-    the sink's log: only whole batches)."""
-    return spark.readStream.schema(table_schema(spark)).option(
-        "maxFilesPerTrigger", max_files).parquet(table).select(*PARSED_FIELDS, *PARSED_EXTRA)
+    """The ingested lines as they are committed, streaming (Delta's source: whole
+    transactions, and none of compaction's, which change no row)."""
+    if not is_delta(spark, table):
+        raise TableError(_not_delta(spark, table))
+    return spark.readStream.format("delta").option("maxFilesPerTrigger", max_files).load(
+        table).select(*PARSED_FIELDS, *PARSED_EXTRA)
+
+
+def _not_delta(spark: SparkSession, table: str) -> str:
+    if _exists(spark, f"{table.rstrip('/')}/{OLD_SINK_LOG}"):
+        return (f"{table} is a table of an older kafkalens (Parquet files and Spark's sink "
+                f"log): convert it once, in place, with `kafkalens ingest --convert --table "
+                f"{table}`")
+    return f"{table} is not a table `kafkalens ingest` wrote (no {DELTA_LOG} there)"
+
+
+def create_table(spark: SparkSession, table: str) -> None:
+    """An empty table with the ingest's schema, partitions and properties (if none is
+    there); TableError if TABLE holds something else."""
+    from delta.tables import DeltaTable
+
+    if is_delta(spark, table):
+        return
+    if _exists(spark, f"{table.rstrip('/')}/{OLD_SINK_LOG}"):
+        raise TableError(_not_delta(spark, table))
+    builder = DeltaTable.createIfNotExists(spark).location(table).addColumns(
+        table_schema(spark)).partitionedBy(*PARTITIONS)
+    for key, value in TABLE_PROPERTIES.items():
+        builder = builder.property(key, value)
+    builder.execute()
 
 
 def unreadable_files(spark: SparkSession, table: str) -> dict[str, str]:
@@ -168,35 +231,107 @@ class Tally:
 
 def start(spark: SparkSession, o: IngestOptions) -> StreamingQuery:
     rows = table_rows(follow.parsed_stream(spark, o))
-    writer = rows.writeStream.format("parquet").option("compression", COMPRESSION).partitionBy(
-        *PARTITIONS).option("checkpointLocation", o.checkpoint_dir).option("path", o.table)
-    if o.retention:
-        writer = writer.option("retention", o.retention)
+    writer = rows.writeStream.format("delta").outputMode("append").partitionBy(
+        *PARTITIONS).option("checkpointLocation", o.checkpoint_dir)
     trigger: dict[str, Any] = ({"availableNow": True} if o.once
                                else {"processingTime": f"{o.interval} seconds"})
     # The query takes the session's settings as they are when it starts.
     with session_conf(spark, WRITE_CONF):
-        return writer.trigger(**trigger).queryName("kafkalens_ingest").start()
+        return writer.trigger(**trigger).queryName("kafkalens_ingest").start(o.table)
 
 
 def announce(o: IngestOptions) -> None:
     source = (f"rotated files matching {o.pattern} in {o.logdir}, staged in {o.spool_dir}"
               if o.spooled else f"files matching {o.pattern} in {o.logdir}")
     mode = "what is there now, then stop" if o.once else f"every {o.interval:g} s"
-    print(f"kafkalens ingest: reading {source} ({mode}); Parquet to {o.table} (checkpoint "
+    print(f"kafkalens ingest: reading {source} ({mode}); Delta table {o.table} (checkpoint "
           f"{o.checkpoint_dir})", file=sys.stderr, flush=True)
 
 
+def retention_hours(o: IngestOptions) -> int:
+    """--retention (default DEFAULT_RETENTION) in whole hours, as VACUUM takes it."""
+    text = o.retention or DEFAULT_RETENTION
+    return int(-(-follow.duration_seconds(text, "--retention") // 3600))
+
+
+def data_files(spark: SparkSession, table: str) -> int:
+    """The Parquet files under TABLE, in the log or not (what VACUUM may remove)."""
+    fs, root = fsio.hadoop_file(spark, table)
+    found = fs.listFiles(root, True)
+    count = 0
+    while found.hasNext():
+        path = found.next().getPath()
+        hidden = any(part.startswith(("_", ".")) for part in
+                     str(path.toUri().getPath())[len(str(root.toUri().getPath())):].split("/"))
+        count += str(path.getName()).endswith(".parquet") and not hidden
+    return count
+
+
+def compact(spark: SparkSession, o: IngestOptions) -> str:
+    """OPTIMIZE (small files of each partition into large ones), then VACUUM (files no
+    version within the retention needs); what it did, in a line."""
+    from delta.tables import DeltaTable
+
+    if not is_delta(spark, o.table):
+        raise TableError(_not_delta(spark, o.table))
+    table = DeltaTable.forPath(spark, o.table)
+    hours = retention_hours(o)
+    # VACUUM refuses a retention below the table's own (what readers of older versions
+    # rely on): the table's is set to --retention first, so that it is the bound.
+    table_retention = f"interval {hours} hours"
+    spark.sql(f"ALTER TABLE delta.`{o.table}` SET TBLPROPERTIES "
+              f"('delta.deletedFileRetentionDuration' = '{table_retention}')")
+    metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
+    before = data_files(spark, o.table)
+    with _retention_check(spark, hours):
+        table.vacuum(hours)
+    removed = before - data_files(spark, o.table)
+    return (f"compacted {metrics['numFilesRemoved']:,} files into {metrics['numFilesAdded']:,};"
+            f" vacuumed {removed:,} files replaced more than {o.retention or DEFAULT_RETENTION}"
+            f" ago")
+
+
+def _retention_check(spark: SparkSession, hours: int) -> Any:
+    """Delta refuses VACUUM below 7 days unless told the retention is meant (it is:
+    --retention, and the table's own set to it)."""
+    if hours >= 168:
+        return session_conf(spark, {})
+    return session_conf(spark, {"spark.databricks.delta.retentionDurationCheck.enabled":
+                                "false"})
+
+
 def run_ingest(spark: SparkSession, o: IngestOptions) -> int:
-    problem = follow.check(o)
-    if problem:
-        print(f"kafkalens ingest: {problem}", file=sys.stderr)
+    try:
+        if o.compact:
+            print(f"kafkalens ingest: {o.table}: {compact(spark, o)}", file=sys.stderr,
+                  flush=True)
+            print(f"kafkalens ingest: {rolled_up(spark, o.table)}", file=sys.stderr, flush=True)
+            return 0
+        problem = follow.check(o)
+        if problem:
+            print(f"kafkalens ingest: {problem}", file=sys.stderr)
+            return follow.EXIT_USAGE
+        retention_hours(o)
+        create_table(spark, o.table)
+    except (TableError, ValueError) as e:
+        print(f"kafkalens ingest: {e}", file=sys.stderr)
         return follow.EXIT_USAGE
     announce(o)
     tally = Tally(o.table)
     code = follow.follow(spark, o, "ingest", lambda: start(spark, o),
                          lambda found: record_unreadable(spark, o, found), progress=tally.add)
     if code == 0 and o.once:
+        print(f"kafkalens ingest: {rolled_up(spark, o.table)}", file=sys.stderr, flush=True)
         print(tally.done(o), file=sys.stderr, flush=True)
     return code
 
+
+def rolled_up(spark: SparkSession, table: str) -> str:
+    """The rollup of the closed hours brought up to date (rollup.py), in a line."""
+    from pipeline.rollup import update
+
+    hours, rows = update(spark, table)
+    if not hours:
+        return "rollup: every closed hour rolled up already"
+    return (f"rollup: {follow.counted(hours, 'closed hour')} ({rows:,} rows) rolled up into "
+            f"{table.rstrip('/')}/_rollup")

@@ -187,15 +187,17 @@ class ScanReadFailed(Exception):
         self.failure = failure
 
 
-def _scan(spark: SparkSession, parsed: DataFrame, phases: Phases
+def _scan(spark: SparkSession, parsed: DataFrame, phases: Phases,
+          fine: DataFrame | None = None
           ) -> tuple[DataFrame, Counts, int]:
     """The lines' one aggregation (fine.fine_rows), cached, the line counts and its
     number of rows: one pass that fills the cache and observes the counts as they
     pass (no count job), the only job that reads the files. A file it cannot read to
     its end raises ScanReadFailed (naming it); another failure is an InputError: one
-    line for the user, not a Java stack."""
+    line for the user, not a Java stack. `fine`: the aggregation made otherwise (an
+    ingested table's, from its rollup and its lines: rollup.py)."""
     try:
-        fine = fine_rows(parsed)
+        fine = fine_rows(parsed) if fine is None else fine
         # On disk only: the aggregation is small for most logs but as large as the input
         # for logs of distinct bad lines (a row each), and built in the heap it kept a 1g
         # driver collecting garbage on millions of them (bench/PIPELINE.md, "One job
@@ -295,15 +297,19 @@ def _read_table(spark: SparkSession, table: str, phases: Phases
                 ) -> tuple[list[str], dict[str, str], tuple[DataFrame, Counts, int]]:
     """As _read_all, over a table `kafkalens ingest` wrote: its lines are parsed
     already; the files are those its lines came from and those the ingest left out."""
-    from pipeline.ingest import read_table, unreadable_files
+    from pipeline.ingest import TableError, read_table, unreadable_files
+    from pipeline.rollup import fine_of_table
 
     try:
         rows = read_table(spark, table)
+        fine, _ = fine_of_table(spark, table)
+    except TableError as e:
+        raise InputError(str(e)) from e
     except (Py4JJavaError, PySparkException) as e:
         raise InputError(f"cannot read the table {table}: {first_line(e)}") from e
     left_out = unreadable_files(spark, table)
     phases.say(f"reading the table {table} and aggregating its lines")
-    scanned = _scan(spark, rows, phases)
+    scanned = _scan(spark, rows, phases, fine)
     files = sorted(scanned[1].files_with_lines | set(left_out))
     return files, left_out, scanned
 

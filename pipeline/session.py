@@ -63,15 +63,17 @@ CDS_ENV = "KAFKALENS_SPARK_CDS"  # "0": neither write nor use an archive
 _PROMOTE_AFTER_S = 60  # an archive being written is this young at most
 
 
-def cds_archive(cache: Path | None = None) -> Path:
+def cds_archive(cache: Path | None = None, delta: bool = False) -> Path:
     """Where the archive of this Spark and JDK lives (their paths in its name: an
-    upgrade gets a new one)."""
+    upgrade gets a new one; with Delta's jars, another)."""
     import pyspark
 
     home = os.environ.get("JAVA_HOME")
     java = (shutil.which("java", path=os.path.join(home, "bin")) if home else None) or \
         shutil.which("java") or "java"
     key = f"{pyspark.__file__}|{pyspark.__version__}|{os.path.realpath(java)}"
+    if delta:
+        key += f"|{delta_package()}"
     base = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "kafkalens" / f"spark-cds-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
@@ -100,6 +102,70 @@ def cds_options(archive: Path, now: float | None = None) -> str:
     if not os.access(archive.parent, os.W_OK):
         return ""
     return f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.tmp {_QUIET_CDS}"
+
+
+# The ingested table is a Delta Lake table (pipeline/ingest.py). Delta's Spark jars
+# are matched to the PySpark that runs (their artifact names carry Spark's major and
+# minor version; `delta-spark` from PyPI pins the PySpark it supports, pyproject.toml),
+# and fetched by Spark from Maven Central at the first start that needs them (cached
+# in ~/.ivy2.5.2 from then on). Only the commands that read or write the table start
+# with them (`report` over logs does not need them).
+DELTA_CONF = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+              "spark.sql.catalog.spark_catalog":
+              "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
+# Delta's own dependencies that Spark ships already (its classes are loaded first
+# anyway): not fetched, half of the download.
+DELTA_EXCLUDES = ",".join([
+    "com.fasterxml.jackson.core:jackson-annotations", "com.fasterxml.jackson.core:jackson-core",
+    "com.fasterxml.jackson.core:jackson-databind", "com.github.luben:zstd-jni",
+    "com.google.code.findbugs:jsr305", "commons-pool:commons-pool", "io.airlift:aircompressor",
+    "org.apache.hadoop:hadoop-client-api", "org.apache.hadoop:hadoop-client-runtime",
+    "org.apache.logging.log4j:log4j-api", "org.apache.logging.log4j:log4j-core",
+    "org.apache.logging.log4j:log4j-slf4j2-impl", "org.apache.parquet:parquet-column",
+    "org.apache.parquet:parquet-common", "org.apache.parquet:parquet-encoding",
+    "org.apache.parquet:parquet-format-structures", "org.apache.parquet:parquet-hadoop",
+    "org.apache.parquet:parquet-jackson", "org.locationtech.jts:jts-core",
+    "org.roaringbitmap:RoaringBitmap", "org.slf4j:slf4j-api", "org.xerial.snappy:snappy-java",
+])
+
+
+class DeltaMissing(RuntimeError):
+    """The session runs without Delta's classes (a running session started without
+    them, or spark-submit without --packages): one line for the user."""
+
+
+def delta_package() -> str:
+    """The Maven coordinate of Delta's Spark jar for this PySpark and delta-spark."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import pyspark
+
+    try:
+        delta = version("delta-spark")
+    except PackageNotFoundError as e:
+        raise DeltaMissing("the table needs delta-spark: pip install -e '.[pipeline]' "
+                           "(or 'kafkalens[pipeline]')") from e
+    spark = ".".join(pyspark.__version__.split(".")[:2])
+    return f"io.delta:delta-spark_{spark}_2.13:{delta}"
+
+
+def check_delta(spark: SparkSession) -> None:
+    """Raises DeltaMissing unless this session can read and write Delta tables."""
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    if "DeltaSparkSessionExtension" in extensions:
+        try:
+            spark._jvm.java.lang.Class.forName(  # type: ignore[union-attr]
+                "io.delta.tables.DeltaTable", True,
+                spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())  # type: ignore[union-attr]
+            return
+        except Exception:  # noqa: BLE001 - the jar is not there: say how to add it
+            pass
+    raise DeltaMissing(
+        f"this Spark session cannot read or write Delta tables: start it with --packages "
+        f"{delta_package()} --conf spark.sql.extensions={DELTA_CONF['spark.sql.extensions']}"
+        f" --conf spark.sql.catalog.spark_catalog="
+        f"{DELTA_CONF['spark.sql.catalog.spark_catalog']} (kafkalens sets these itself "
+        "when it starts Spark)")
 
 
 def _user_conf_keys() -> str:
@@ -134,9 +200,11 @@ def _launch_jvm(conf: SparkConf) -> None:
 
 
 def build_session(app_name: str, master: str | None = None,
-                  spark_log: str | None = None) -> SparkSession:
+                  spark_log: str | None = None, delta: bool = False) -> SparkSession:
     """The session (started now unless one runs already). `spark_log`: the level from
-    which Spark's own log is shown (off by default: log4j2.properties)."""
+    which Spark's own log is shown (off by default: log4j2.properties). `delta`: with
+    Delta Lake (the ingested table), its jars fetched at start; raises DeltaMissing if
+    the running session cannot have them."""
     builder = SparkSession.builder.appName(app_name)
     # local[*], unless spark-submit launched us: it starts the JVM first and hands PySpark
     # its gateway port; forcing a master here would override its --master.
@@ -151,17 +219,23 @@ def build_session(app_name: str, master: str | None = None,
         # The report runs no Python on the executors; should anything start a
         # Python worker locally, it gets this interpreter, not the first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if launching and delta:
+        for key, value in DELTA_CONF.items():
+            builder = builder.config(key, value)
     if launching and not os.environ.get("PYSPARK_GATEWAY_PORT"):
         # This process starts the driver's JVM (spark-submit's is running already):
         # local, or a cluster's driver.
         configured = _user_conf_keys()
+        if delta and "delta-spark" not in configured:
+            builder = builder.config("spark.jars.packages", delta_package()).config(
+                "spark.jars.excludes", DELTA_EXCLUDES)
         java = LOCAL_JAVA_OPTIONS if local else CLUSTER_DRIVER_JAVA_OPTIONS
         if "log4j" not in configured:
             java += f" -Dlog4j2.configurationFile={LOG4J2_FILE}"
             java += f" -D{SPARK_LOG_PROPERTY}={spark_log or 'off'}"
         driver_conf = {**(LOCAL_CONF if local else {}), **QUIET_CONF,
                        "spark.driver.extraJavaOptions":
-                       f"{java} {cds_options(cds_archive())}".strip()}
+                       f"{java} {cds_options(cds_archive(delta=delta))}".strip()}
         for key, value in driver_conf.items():
             if key not in configured and "driver-java-options" not in configured:
                 builder = builder.config(key, value)
@@ -180,6 +254,8 @@ def build_session(app_name: str, master: str | None = None,
     # Log timestamps are UTC; so are windows, buckets and the tables written.
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     spark = builder.getOrCreate()
+    if delta:
+        check_delta(spark)
     if launching and spark_log in ("info", "debug"):  # below the root's warn
         spark.sparkContext.setLogLevel(spark_log.upper())
     conf = spark.sparkContext.getConf()
@@ -197,6 +273,15 @@ def build_session(app_name: str, master: str | None = None,
     # sizes and the cached plan's partitions").
     _default(spark, conf, "spark.sql.files.maxPartitionBytes", str(SPLIT_BYTES))
     _default(spark, conf, "spark.sql.files.openCostInBytes", str(SPLIT_BYTES))
+    # Timestamps in Parquet as INT64 microseconds (what the log has, and what every
+    # reader knows), not Spark's default INT96, which Parquet deprecated.
+    _default(spark, conf, "spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    if delta and (spark.sparkContext.master or "").startswith("local"):
+        # A Delta snapshot's log is replayed in 50 partitions and VACUUM lists files in
+        # 10,000 tasks by default: cluster sizes, seconds of task overhead on one machine.
+        _default(spark, conf, "spark.databricks.delta.snapshotPartitions", "2")
+        _default(spark, conf, "spark.sql.sources.parallelPartitionDiscovery.parallelism",
+                 "8")
     return spark
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+SUBDIR = "~"  # a staged name's stand-in for `/` (unreserved in a URI: Spark keeps it)
 LEDGER = "_ledger.txt"  # Spark's file source skips names starting with "_" and "."
 UNREADABLE = "_unreadable.txt"
 SETTLE_SECONDS = 2.0  # a file written to this recently may still be being compressed
@@ -120,7 +121,7 @@ class Spool:
     def _stage(self, source: Path, f: BinaryIO, fingerprint: str) -> bool:
         """Stage the open file `f` (opened at `source`); False if `source` now names
         another file (rotated meanwhile): the next pass stages it under its own name."""
-        temporary = self.spool / f".{fingerprint}.{source.name}.tmp"
+        temporary = self.spool / f".{fingerprint}.{self.staged_name(source)}.tmp"
         opened = os.fstat(f.fileno())
         try:
             os.link(source, temporary)
@@ -136,8 +137,26 @@ class Spool:
                 temporary.unlink()
                 return False
         self._record(fingerprint)
-        temporary.rename(self.spool / f"{fingerprint}.{source.name}")
+        temporary.rename(self.spool / f"{fingerprint}.{self.staged_name(source)}")
         return True
+
+    def fingerprint(self, source: Path, first: bytes) -> str:
+        """A file's fingerprint: its first line's hash, with its subdirectory's when
+        it is in one (two proxies' files may begin alike)."""
+        folder = source.parent.relative_to(self.logdir).as_posix() \
+            if source.parent != self.logdir else ""
+        return hashlib.sha256((f"{folder}/".encode() if folder else b"") + first
+                              ).hexdigest()[:32]
+
+    def staged_name(self, source: Path) -> str:
+        """`source`'s path under the log directory, a subdirectory's `/` written as
+        SUBDIR (a pattern such as `*/*.log.[0-9]*` reads a directory per proxy: the
+        tables' `file`, and the watch's sources, keep the subdirectory)."""
+        try:
+            relative = source.relative_to(self.logdir)
+        except ValueError:
+            return source.name
+        return SUBDIR.join(relative.parts)
 
     def _recover(self, ledger: dict[str, float]) -> None:
         for temporary in self.spool.glob(".*.tmp"):
@@ -204,7 +223,7 @@ class Spool:
                             self._give_up(source, stat, "truncated: the gzip stream is cut "
                                           "short", known)
                         continue  # else maybe still being compressed
-                    fingerprint = hashlib.sha256(first_line(f, gz)).hexdigest()[:32]
+                    fingerprint = self.fingerprint(source, first_line(f, gz))
                     if fingerprint in ledger:
                         continue
                     if not self._stage(source, f, fingerprint):

@@ -9,16 +9,23 @@ with the report's definitions (semantics.py) and estimator (traffic.quantile). T
 windows still open are kept with the newest event time seen as state under the
 checkpoint, a version per batch: a batch Spark runs again after a crash reads the
 state its predecessor left and writes the same files under the same names, so every
-line counts once. A window is final once the watermark (the newest event time seen,
-minus --watermark) passes its end; a line of a window already final is counted as
-dropped (late), per file, never folded in silently.
+line counts once.
+
+The watermark is kept per source (the directory a file came from: a proxy's log
+directory): the source's newest event time minus --watermark. A window is final once
+the watermark of the slowest live source passes its end (a source is live while its
+newest lines arrived within --idle-source of the newest any source brought), and the
+watermark never moves back. A line's time is clamped to its arrival (the batch's
+time, which Spark keeps for a batch it runs again) plus --max-skew, so a proxy whose
+clock runs ahead cannot close windows early. A clamped line is counted, per file; a
+line of a window already final is counted as dropped (late), per file; neither is
+passed over in silence.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +48,8 @@ from pipeline.traffic import latency_stats
 from pipeline.utc import from_micros, micros
 
 DEFAULT_WATERMARK = "2 minutes"
+DEFAULT_MAX_SKEW = "1 minute"  # a line's time at most this far past its arrival
+DEFAULT_IDLE_SOURCE = "10 minutes"  # a source silent this long stops holding windows
 WINDOW_SECONDS = 60
 STATE_VERSIONS_KEPT = 3
 SHOWN_KEYS = 8  # per window and dimension on the console (the busiest)
@@ -63,6 +72,8 @@ class WatchOptions:
     once: bool = False
     interval: float = 10.0
     watermark: str = DEFAULT_WATERMARK
+    max_skew: str = DEFAULT_MAX_SKEW
+    idle_source: str = DEFAULT_IDLE_SOURCE
     max_files_per_trigger: int = follow.MAX_FILES_PER_TRIGGER
     notice_every: float = follow.NOTICE_SECONDS
     table: str | None = None  # an ingested table instead of LOGDIR (pipeline/ingest.py)
@@ -85,31 +96,34 @@ class WatchOptions:
         return self.table
 
 
-_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:(sec|second|min|minute|hour|day)s?|(s|m|h|d))\s*$",
-                    re.I)
-_UNIT = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600,
-         "hour": 3600, "d": 86400, "day": 86400}
+def delay_seconds(text: str, option: str = "--watermark") -> float:
+    """`--watermark` (or `option`) as seconds: "2 minutes", "10 seconds", "90s", "1 hour"."""
+    return follow.duration_seconds(text, option)
 
 
-def delay_seconds(text: str) -> float:
-    """`--watermark` as seconds: "2 minutes", "10 seconds", "90s", "1 hour"."""
-    match = _DELAY.match(text)
-    if not match:
-        raise ValueError(f"--watermark: {text!r} is not a number of seconds, minutes, "
-                         "hours or days (e.g. '2 minutes')")
-    return float(match.group(1)) * _UNIT[(match.group(2) or match.group(3)).lower()]
+def source_of(file: str) -> str:
+    """The source a file's lines come from: its directory (a proxy's log directory)."""
+    return file.rsplit("/", 1)[0] if "/" in file else ""
 
 
-def per_line(parsed: DataFrame) -> DataFrame:
+def per_line(parsed: DataFrame, max_skew: float = 60.0) -> DataFrame:
     """What the watch needs of each parsed line (read.parse_lines' columns), with the
     report's definitions: a request's api name, failure, waiting by design, latency
-    bin; its one-minute window."""
+    bin; its time clamped to its arrival plus `max_skew` seconds (`clamped`: it was)
+    and its one-minute window."""
     api = semantics.api_name(F.col("api"), F.col("api_key"))
     failure = semantics.failed(F.col("errors"), api)
     request = F.col("bad_reason").isNull() & F.col("event").isin(*REQUEST_EVENTS)
+    # In a streaming query current_timestamp() is the batch's time, kept in the offset
+    # log: a batch run again after a crash clamps as it did.
+    latest = F.timestamp_micros(F.unix_micros(F.current_timestamp()) + int(max_skew * 1e6))
+    clamped = F.col("bad_reason").isNull() & (F.col("ts") > latest)
+    ts = F.when(clamped, latest).otherwise(F.col("ts"))
     return parsed.select(
-        "ts", "file", "bad_reason", "line", request.alias("request"),
-        F.date_trunc("minute", "ts").alias("window_start"),
+        ts.alias("ts"), "file", "bad_reason", "line", request.alias("request"),
+        F.coalesce(clamped, F.lit(False)).alias("clamped"),
+        micros(F.current_timestamp()).alias("arrival"),
+        F.date_trunc("minute", ts).alias("window_start"),
         api.alias("api"), "client_software_name", "client_software_version",
         failure.alias("failed"),
         semantics.expected_only(F.col("errors"), failure).alias("expected"),
@@ -166,17 +180,54 @@ def window_table(rows: DataFrame, dimension: str) -> DataFrame:
 
 
 @dataclass
+class Source:
+    """A source's newest (clamped) event time and the arrival of its newest batch,
+    epoch seconds."""
+
+    max_ts: float
+    arrival: float | None  # None: a state written before sources were kept
+
+
+@dataclass
+class Watermark:
+    """The watermark a batch leaves: the slowest live source's, never moving back."""
+
+    value: float | None
+    slowest: str | None = None
+    live: int = 0
+    idle: int = 0
+
+
+def watermark_of(sources: dict[str, Source], before: float | None, delay: float,
+                 idle: float) -> Watermark:
+    """The slowest live source's newest time minus `delay`, or `before` if that is
+    later. Live: its newest lines arrived within `idle` of the newest any source
+    brought (a source of unknown arrival counts as idle once others have one)."""
+    arrivals = [s.arrival for s in sources.values() if s.arrival is not None]
+    newest = max(arrivals, default=None)
+    live = {name: s for name, s in sources.items()
+            if newest is None or (s.arrival is not None and s.arrival >= newest - idle)}
+    mark = Watermark(before, None, len(live), len(sources) - len(live))
+    if live:
+        slowest = min(live, key=lambda name: (live[name].max_ts, name))
+        value = live[slowest].max_ts - delay
+        if before is None or value > before:
+            mark.value, mark.slowest = value, slowest
+        else:
+            mark.slowest = slowest
+    return mark
+
+
+@dataclass
 class WindowState:
-    """The open windows' histogram rows and the newest event time seen, as batch
-    `batch` left them (under CHECKPOINT/kafkalens_windows: N.parquet, then N.json,
-    which marks the version whole)."""
+    """The open windows' histogram rows, each source's newest event time and arrival,
+    and the watermark, as batch `batch` left them (under CHECKPOINT/kafkalens_windows:
+    N.parquet, then N.json, which marks the version whole)."""
 
     batch: int
-    max_ts: float | None  # epoch seconds
+    sources: dict[str, Source]
+    watermark: float | None  # epoch seconds
     bins: DataFrame | None
-
-    def watermark(self, delay: float) -> float | None:
-        return None if self.max_ts is None else self.max_ts - delay
 
 
 class WindowStore:
@@ -188,23 +239,32 @@ class WindowStore:
         return sorted(int(n[:-5]) for n in fsio.list_names(self.spark, self.root)
                       if n.endswith(".json") and n[:-5].isdigit())
 
-    def before(self, batch: int) -> WindowState:
-        """The state the batch before `batch` left (none: empty)."""
+    def before(self, batch: int, delay: float) -> WindowState:
+        """The state the batch before `batch` left (none: empty); `delay`: --watermark,
+        for a state an older watch left (its newest time, no watermark)."""
         older = [v for v in self._versions() if v < batch]
         if not older:
-            return WindowState(-1, None, None)
+            return WindowState(-1, {}, None, None)
         version = older[-1]
         meta = json.loads(fsio.read_text(self.spark, f"{self.root}/{version}.json"))
         bins = (self.spark.read.parquet(f"{self.root}/{version}.parquet")
                 if meta["open_bins"] else None)
-        return WindowState(version, meta["max_ts"], bins)
+        if "sources" not in meta:  # one watermark for all, as an older watch kept it
+            sources = ({} if meta["max_ts"] is None
+                       else {"(all, before sources were kept)": Source(meta["max_ts"], None)})
+            legacy = None if meta["max_ts"] is None else meta["max_ts"] - delay
+            return WindowState(version, sources, legacy, bins)
+        return WindowState(version, {k: Source(**v) for k, v in meta["sources"].items()},
+                           meta["watermark"], bins)
 
-    def save(self, batch: int, max_ts: float | None, open_bins: DataFrame,
-             open_windows: int) -> None:
+    def save(self, batch: int, sources: dict[str, Source], watermark: float | None,
+             open_bins: DataFrame, open_windows: int) -> None:
         if open_windows:
             open_bins.coalesce(1).write.mode("overwrite").parquet(
                 f"{self.root}/{batch}.parquet")
-        meta = {"max_ts": max_ts, "open_bins": open_windows}
+        meta = {"sources": {k: vars(v) for k, v in sorted(sources.items())},
+                "watermark": watermark, "open_bins": open_windows,
+                "max_ts": max((s.max_ts for s in sources.values()), default=None)}
         fsio.write_text(self.spark, f"{self.root}/{batch}.json", json.dumps(meta))
         for version in self._versions()[:-STATE_VERSIONS_KEPT]:
             fsio.delete(self.spark, f"{self.root}/{version}.parquet")
@@ -249,7 +309,11 @@ class BatchSummary:
     lines: int = 0
     bad: int = 0
     late: int = 0
+    clamped: int = 0
     watermark: float | None = None
+    slowest: str | None = None  # the source that holds the watermark
+    live: int = 0
+    idle: int = 0
     final: list[dict[str, Any]] = field(default_factory=list)  # by_api/by_software rows
     provisional: list[dict[str, Any]] = field(default_factory=list)
 
@@ -261,6 +325,7 @@ class Batches:
     def __init__(self, spark: SparkSession, o: WatchOptions) -> None:
         self.o = o
         self.delay = delay_seconds(o.watermark)
+        self.idle = delay_seconds(o.idle_source, "--idle-source")
         self.store = WindowStore(spark, o.checkpoint_dir)
         self.last: BatchSummary | None = None
         self.provisional_from: float | None = None  # the oldest open window's start
@@ -277,8 +342,8 @@ class Batches:
         """Spark jobs: the files' accounting (collected: a row per file), the windows'
         rows (collected: the busiest SHOWN_KEYS of each), then at once the writes of
         input_files, bad_lines, the final windows and the new state."""
-        before = self.store.before(batch_id)
-        watermark = before.watermark(self.delay)
+        before = self.store.before(batch_id, self.delay)
+        watermark = before.watermark
         window_end = F.unix_seconds("window_start") + WINDOW_SECONDS
         late = (F.col("request") & (window_end <= F.lit(watermark))
                 if watermark is not None else F.lit(False))
@@ -287,17 +352,28 @@ class Batches:
             F.count(F.lit(1)).alias("lines"),
             F.count("bad_reason").alias("bad_lines"),
             F.sum(F.col("late").cast("long")).alias("late_lines"),
+            F.sum(F.col("clamped").cast("long")).alias("clamped_lines"),
             # epoch micros: a timestamp would reach the driver in its local zone (utc.py)
             micros(F.max(F.when(F.col("bad_reason").isNull(), F.col("ts")))).alias("max_ts"),
+            F.max("arrival").alias("arrival"),
         ).persist()
         accounted = files.collect()  # a row per file of the batch
         summary = BatchSummary(batch_id, len(accounted), sum(r["lines"] for r in accounted),
                                sum(r["bad_lines"] for r in accounted),
-                               sum(r["late_lines"] or 0 for r in accounted))
-        newest = [t for t in (before.max_ts, *(_epoch(from_micros(r["max_ts"]))
-                                               for r in accounted)) if t is not None]
-        max_ts = max(newest, default=None)
-        summary.watermark = None if max_ts is None else max_ts - self.delay
+                               sum(r["late_lines"] or 0 for r in accounted),
+                               sum(r["clamped_lines"] or 0 for r in accounted))
+        sources = dict(before.sources)
+        for row in accounted:
+            newest = _epoch(from_micros(row["max_ts"]))
+            if newest is None:
+                continue  # only bad lines: no time to go by
+            name, arrival = source_of(row["file"]), row["arrival"] / 1e6
+            known = sources.get(name)
+            sources[name] = Source(newest, arrival) if known is None else Source(
+                max(known.max_ts, newest), max(known.arrival or arrival, arrival))
+        mark = watermark_of(sources, watermark, self.delay, self.idle)
+        summary.watermark, summary.slowest = mark.value, mark.slowest
+        summary.live, summary.idle = mark.live, mark.idle
         cut = F.lit(summary.watermark if summary.watermark is not None else float("-inf"))
         new_bins = _bins(marked.where(F.col("request") & ~F.col("late")))
         merged = merge_bins(new_bins if before.bins is None
@@ -311,7 +387,7 @@ class Batches:
             writes: list[Callable[[], None]] = []
             if summary.lines:
                 writes.append(lambda: write_batch(files.select(
-                    "file", "lines", "bad_lines", "late_lines",
+                    "file", "lines", "bad_lines", "late_lines", "clamped_lines",
                     F.lit("read").alias("status"), F.lit(None).cast("string").alias("reason"),
                     _batch(batch_id)), self.o.out, "input_files", batch_id))
             if summary.bad:
@@ -324,7 +400,8 @@ class Batches:
                         batch_id, "window_date"))
             open_windows = len({r["window_start"] for r in summary.provisional})
             open_bins = merged.where(~F.col("final")).drop("final")
-            writes.append(lambda: self.store.save(batch_id, max_ts, open_bins, open_windows))
+            writes.append(lambda: self.store.save(batch_id, sources, summary.watermark,
+                                                  open_bins, open_windows))
             with ThreadPoolExecutor(len(writes)) as pool:
                 for done in [pool.submit(w) for w in writes]:
                     done.result()
@@ -380,11 +457,18 @@ def _shown(rows: DataFrame) -> list[dict[str, Any]]:
 
 
 def _print(s: BatchSummary, o: WatchOptions, delay: float) -> None:
+    clamped = (f", {s.clamped:,} dated past their arrival + --max-skew {o.max_skew}: "
+               f"clamped") if s.clamped else ""
     late = (f", {s.late:,} of windows already final: dropped (late by more than "
             f"--watermark {o.watermark})") if s.late else ""
     files = follow.counted(s.files, "file")
+    held = ""
+    if s.slowest is not None and s.live + s.idle > 1:  # which of several holds it
+        idle = f", {s.idle} idle" if s.idle else ""
+        held = (f" (slowest of {follow.counted(s.live, 'live source')}{idle}: "
+                f"{s.slowest or '.'})")
     print(f"kafkalens watch: batch {s.batch}: {s.lines:,} lines from {files} ({s.bad:,} "
-          f"bad{late}); watermark {_clock(s.watermark)}", flush=True)
+          f"bad{clamped}{late}); watermark {_clock(s.watermark)}{held}", flush=True)
     for label, rows in (("final", s.final), ("provisional", s.provisional)):
         for r in rows:  # window_rows' rows
             p99 = "-" if r["p99_ms"] is None else f"{r['p99_ms']:.1f}"
@@ -392,12 +476,14 @@ def _print(s: BatchSummary, o: WatchOptions, delay: float) -> None:
                   f"{r['key']:40.40} {r['requests']:>8} req {r['errors']:>5} err "
                   f"{r['waiting_requests']:>5} waiting  p99 {p99} ms", flush=True)
     if s.provisional:
-        print(f"  (provisional: still filling; final and written to {o.out} once the "
-              f"newest line is {o.watermark} past the window's end)", flush=True)
+        print(f"  (provisional: still filling; final and written to {o.out} once every "
+              f"live source's newest line is {o.watermark} past the window's end)",
+              flush=True)
 
 
 def start(spark: SparkSession, o: WatchOptions, batches: Batches) -> StreamingQuery:
-    writer = per_line(lines_stream(spark, o)).writeStream.foreachBatch(batches)
+    lines = per_line(lines_stream(spark, o), delay_seconds(o.max_skew, "--max-skew"))
+    writer = lines.writeStream.foreachBatch(batches)
     writer = writer.option("checkpointLocation", o.checkpoint_dir)
     trigger = {"availableNow": True} if o.once else {"processingTime": f"{o.interval} seconds"}
     return writer.trigger(**trigger).queryName("kafkalens_watch").start()
@@ -411,19 +497,20 @@ def announce(o: WatchOptions) -> None:
     else:
         source = f"files matching {o.pattern} in {o.logdir}"
     print(f"kafkalens watch: reading {source}; one-minute windows, final once the newest "
-          f"line is {o.watermark} past their end, to {o.out} (checkpoint "
-          f"{o.checkpoint_dir})", file=sys.stderr, flush=True)
+          f"line of every live source (directory) is {o.watermark} past their end, to "
+          f"{o.out} (checkpoint {o.checkpoint_dir})", file=sys.stderr, flush=True)
 
 
 def record_unreadable(spark: SparkSession, o: WatchOptions, found: list[Unreadable]) -> None:
     """Files the spool will not stage, in OUT/input_files (status `left out`)."""
-    rows = [(str(u.path), None, None, None, "left out", u.reason, None) for u in found]
+    rows = [(str(u.path), None, None, None, None, "left out", u.reason, None)
+            for u in found]
     df = literal_rows(spark, INPUT_FILES_SCHEMA, rows)
     write_batch(df, o.out, "input_files", f"unreadable-{time.time_ns()}")
 
 
 INPUT_FILES_SCHEMA = ("file string, lines bigint, bad_lines bigint, late_lines bigint, "
-                      "status string, reason string, batch_id bigint")
+                      "clamped_lines bigint, status string, reason string, batch_id bigint")
 
 
 def held_back(o: WatchOptions, batches: Batches) -> str:
@@ -438,10 +525,19 @@ def held_back(o: WatchOptions, batches: Batches) -> str:
 def run_watch(spark: SparkSession, o: WatchOptions) -> int:
     try:
         delay_seconds(o.watermark)
+        delay_seconds(o.max_skew, "--max-skew")
+        delay_seconds(o.idle_source, "--idle-source")
     except ValueError as e:
         print(f"kafkalens watch: {e}", file=sys.stderr)
         return follow.EXIT_USAGE
     problem = follow.check(o)
+    if o.table is not None and not problem:
+        from pipeline.ingest import TableError, read_table
+
+        try:
+            read_table(spark, o.table)
+        except TableError as e:
+            problem = str(e)
     if problem:
         print(f"kafkalens watch: {problem}", file=sys.stderr)
         return follow.EXIT_USAGE

@@ -173,7 +173,7 @@ def spark() -> Iterator[Any]:
     anyway: build_session's getOrCreate would hand each module the same one)."""
     from pipeline.session import build_session  # pyspark only where a test asks for it
 
-    session = build_session("kafkalens-tests", "local[2]")
+    session = build_session("kafkalens-tests", "local[2]", delta=True)  # the ingest's table
     session.conf.set("spark.sql.shuffle.partitions", "2")
     session.conf.set("spark.sql.codegen.wholeStage", "false")  # tiny data: compiling costs more
     session.sparkContext.setLogLevel("ERROR")

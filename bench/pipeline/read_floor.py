@@ -39,17 +39,18 @@ def main() -> int:
     args = p.parse_args()
     if (args.logs is None) == (args.table is None) or (args.rewrite and not args.table):
         p.error("give LOGS or --table TABLE (--rewrite needs --table)")
-    spark = build_session("kafkalens-read-floor", args.master)
+    spark = build_session("kafkalens-read-floor", args.master, delta=args.table is not None)
     if args.table is None:
         read_logs(spark, [args.logs]).write.format("noop").mode("overwrite").save()
     elif args.rewrite is None:
         ingest.read_table(spark, args.table).write.format("noop").mode("overwrite").save()
     else:
-        # The table's own rows, partition columns included (they are what is written).
-        rows = spark.read.schema(ingest.table_schema(spark)).parquet(args.table)
+        # The table's own rows, partition columns included (they are what is written),
+        # written as the ingest writes them: a Delta table.
+        rows = spark.read.format("delta").load(args.table)
         with session_conf(spark, ingest.WRITE_CONF):
-            rows.write.mode("overwrite").option("compression", ingest.COMPRESSION).partitionBy(
-                *ingest.PARTITIONS).parquet(args.rewrite)
+            rows.write.format("delta").mode("overwrite").partitionBy(
+                *ingest.PARTITIONS).save(args.rewrite)
     spark.stop()
     return 0
 

@@ -6,6 +6,8 @@ splits over a cluster's executors.
     .venv/bin/python -m bench.pipeline.speed              # every run, side by side
     .venv/bin/python -m bench.pipeline.speed --runs read-5M local-5M
     .venv/bin/python -m bench.pipeline.speed --lines 200000     # a quick dry run
+    .venv/bin/python -m bench.pipeline.speed --rate 100 --runs read-5M ingest-5M table-5M
+                                      # the table's side over 7 hours of logs (rollup)
     .venv/bin/python -m bench.pipeline.speed --runs local-1M \
         --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=/tmp/ev   # an arm
 
@@ -35,7 +37,7 @@ the project's packages unless --executor-python driver.
 Goals (pipeline/README.md, "Speed"): the report over raw logs at most 1.4x the
 floor's time at 5M lines; the work after the scan (the report's own "tables" figure:
 from the scan's end to report.html written) under 8 s at any size; the ingest at
-least 0.8x the floor's lines/s; the report over the ingested table at least 300,000
+least 0.55x the floor's lines/s; the report over the ingested table at least 300,000
 lines/s; driver memory that does not grow with the input.
 
 Input: support.synth logs (tests/support/synth.py) (~660 bytes a line) written as the proxy rotates them:
@@ -88,28 +90,34 @@ RUNS: dict[str, tuple[int, str | int]] = {  # name -> (millions of lines, "local
 }
 GOAL_FLOOR_RATIO = 1.4  # the report's time at most this many times the floor's
 GOAL_AFTER_SCAN_S = 8.0
-GOAL_INGEST_RATIO = 0.8  # the ingest's lines/s at least this share of the floor's
+GOAL_INGEST_RATIO = 0.55  # the ingest's lines/s at least this share of the floor's
 GOAL_TABLE_LINES_PER_S = 300_000
 WORKER_MEMORY = "2g"
 EXECUTOR_MEMORY = "1536m"
 
 
-def _generate_part(args: tuple[Path, int, int]) -> None:
-    directory, lines, seed = args
+def _generate_part(args: tuple[Path, int, int, float]) -> None:
+    directory, lines, seed, rate = args
     # Fetch lines carry positions, OffsetCommits committed offsets (#21); some lines
     # are followers' fetches and client telemetry (#20), as a fleet's logs hold.
-    synth = Synth(seed=seed, rate=2000.0, bad_every=100_003, other_every=5003,
+    synth = Synth(seed=seed, rate=rate, bad_every=100_003, other_every=5003,
                   follower_every=499, telemetry_every=211)
     write_rotated(directory, (to_line(e) for e in synth.events(lines)), LINES_PER_FILE, gz=True)
 
 
-def generate(root: Path, lines: int) -> Path:
-    target = root / f"{lines}"
+RATE = 2000.0  # lines a second in each proxy's log: 5M lines span 21 minutes
+
+
+def generate(root: Path, lines: int, rate: float = RATE) -> Path:
+    """`lines` synthetic lines in two proxies' logs, `rate` lines a second in each (a
+    lower rate spreads them over more hours: the table's hourly rollup needs closed
+    hours)."""
+    target = root / (f"{lines}" if rate == RATE else f"{lines}-rate{rate:g}")
     done = target / ".complete"
     if done.exists():
         return target
     parts = [
-        (target / f"proxy-{i}", lines // GENERATORS + (i < lines % GENERATORS), 100 + i)
+        (target / f"proxy-{i}", lines // GENERATORS + (i < lines % GENERATORS), 100 + i, rate)
         for i in range(GENERATORS)
     ]
     started = time.monotonic()
@@ -274,7 +282,7 @@ def run_one(name: str, lines: int, logs: Path, work: Path, executor_python: str,
         shutil.rmtree(table, ignore_errors=True)
         return measure(name, lines, ingest_cmd(logs, table), with_conf(base_env(), conf))
     if where in ("table", "table-read", "rewrite"):
-        if not (table / "_spark_metadata").exists():
+        if not (table / "_delta_log").exists():
             raise SystemExit(f"{name}: no table at {table}: run ingest-5M first")
         floor = [sys.executable, "-m", "bench.pipeline.read_floor", "--table", str(table),
                  "--master", "local[*]"]
@@ -392,6 +400,10 @@ def main() -> int:
     p.add_argument("--lines", type=int, default=1_000_000, metavar="N",
                    help="lines in a '1M' input (default %(default)s); '5M' is 5x that")
     p.add_argument("--dir", type=Path, default=Path("/tmp/kafkalens-bench"))
+    p.add_argument("--rate", type=float, default=RATE, metavar="LINES_PER_S",
+                   help="each proxy's lines a second in the generated logs (default "
+                        "%(default)g: 5M lines span 21 minutes; 100: 7 hours, so the "
+                        "table's rollup has closed hours)")
     p.add_argument("--executor-python", choices=("bare", "driver"), default="bare",
                    help="the cluster executors' Python: a bare venv (default; the report "
                         "must need none) or the driver's, for a report that still does")
@@ -404,7 +416,7 @@ def main() -> int:
     runs = []
     for name in args.runs:
         lines = args.lines * RUNS[name][0]
-        logs = generate(args.dir, lines)
+        logs = generate(args.dir, lines, args.rate)
         run = run_one(name, lines, logs, args.dir, args.executor_python, args.conf)
         runs.append(run)
         after = "" if run.tables_seconds is None else f" ({run.tables_seconds:.1f} s after the scan)"

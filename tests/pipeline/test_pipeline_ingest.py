@@ -1,10 +1,14 @@
-"""`kafkalens ingest`: the logs parsed once into a Parquet table partitioned by time.
+"""`kafkalens ingest`: the logs parsed once into a Delta table partitioned by time.
 
 Killed (SIGKILL) after its first micro-batch and run again, it holds every line of
-every rotated file exactly once (counted per file against the files themselves); the
-report and the watch over the table give the tables they give over the logs; bad lines
-are kept apart with their file and reason. The same kill and restart on a standalone
-cluster: tests/pipeline/test_pipeline_cluster.py.
+every rotated file exactly once (counted per file against the files themselves), as
+Spark reads it and as a reader that is not Spark reads it (delta-rs, from PyPI, hands
+the log's current files to DuckDB as Arrow); the report and the watch over the table
+give the tables they give over the logs; bad lines are kept apart with their file and
+reason; small files are compacted as they pile up and by --compact, which also
+vacuums; a table an older kafkalens wrote (Parquet and Spark's sink log) converts in
+place and the ingest goes on from its checkpoint. The same kill and restart on a
+standalone cluster: tests/pipeline/test_pipeline_cluster.py.
 """
 
 from __future__ import annotations
@@ -14,19 +18,30 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from support.ingest_run import (
+    active_files,
+    duckdb_lines_per_file,
     ingest_args,
+    is_hidden,
     kill_after_first_batch,
     lines_per_file,
+    old_format_ingest,
+    operation,
     rotated_logs,
     run_to_the_end,
 )
+from support.logs import age_like_proxy
 from support.parquet_tables import tables
+from support.synth import Synth, to_line, write_rotated
 
-from pipeline.ingest import IngestOptions, run_ingest
+from pipeline import ingest, rollup
+from pipeline.convert import run_convert
+from pipeline.ingest import IngestOptions, read_table, run_ingest
+from pipeline.read import PARSED_FIELDS
 from pipeline.report import run_report
 from pipeline.watch import WatchOptions, run_watch
 
@@ -39,8 +54,10 @@ def test_killed_mid_run_and_restarted_every_line_once(
     args = ingest_args(logs, table, "--master", "local[2]")
     kill_after_first_batch(args, env, table, tmp_path, len(want))
     before = lines_per_file(spark, table)  # what the killed run committed
+    assert duckdb_lines_per_file(table) == before  # its cut batch's files in no version
     said = run_to_the_end(args, env, tmp_path)
     assert lines_per_file(spark, table) == want, said[-3000:]
+    assert duckdb_lines_per_file(table) == want
     assert "telemetry.log.1" in want
     # The restart says it wrote the lines the killed run had not committed, no more.
     rest = f"{sum(want.values()) - sum(before.values()):,} lines in "
@@ -61,17 +78,24 @@ def test_the_table_is_partitioned_by_time_and_keeps_bad_lines_apart(
         spark: SparkSession, ingested: tuple) -> None:
     logs, table, want = ingested
     assert lines_per_file(spark, table) == want
-    data = [p for p in table.rglob("*.parquet") if not p.name.startswith(".")]
+    assert duckdb_lines_per_file(table) == want
+    data = active_files(table)
     assert data and all(p.name.endswith(".zstd.parquet") for p in data)
     layout = {p.relative_to(table).parent.as_posix() for p in data}
     assert layout == {"kind=lines/date=2025-03-01/hour=12",
                       "kind=bad_lines/date=2025-03-01/hour=12"}, layout
-    bad = spark.read.parquet(str(table)).where(F.col("kind") == "bad_lines")
+    bad = read_table(spark, str(table)).where(F.col("bad_reason").isNotNull())
     rows = bad.select("file", "bad_reason", "line").collect()
     assert rows and all(r["bad_reason"] and r["line"] and r["file"].startswith(
         f"file:{logs}/requests.log.") for r in rows)
-    assert spark.read.parquet(str(table)).where(
-        (F.col("kind") == "lines") & F.col("bad_reason").isNotNull()).count() == 0
+    kinds = spark.read.format("delta").load(str(table)).groupBy(
+        "kind", F.col("bad_reason").isNull().alias("good")).count().collect()
+    assert {(r["kind"], r["good"]) for r in kinds} == {("lines", True), ("bad_lines", False)}
+    # Timestamps as INT64 microseconds (the log's precision), not INT96.
+    ts = pq.ParquetFile(data[0]).schema.column(PARSED_FIELDS.index("ts"))
+    assert (ts.name, ts.physical_type, str(ts.logical_type)) == (
+        "ts", "INT64", "Timestamp(isAdjustedToUTC=true, timeUnit=microseconds, "
+        "is_from_converted_type=false, force_set_converted_type=false)")
 
 
 def test_the_report_over_the_table_is_the_report_over_the_logs(
@@ -129,30 +153,45 @@ def test_the_ingest_says_what_it_wrote_and_what_waits_for_rotation(
     assert lines_per_file(spark, table) == want
 
 
-def test_retention_drops_old_files_from_the_table(spark: SparkSession, tmp_path: Path) -> None:
-    """--retention: the sink's log stops listing files that long after they were
-    written, when it compacts (every third batch here: of the four batches, the files
-    of the first three were written more than 1 ms before the third compacted), so they
-    can be deleted and the table still reads (`spark.read.parquet` reads what the log
-    lists)."""
-    from pipeline.session import session_conf
-
+def test_small_files_are_compacted_as_they_pile_up_and_by_compact(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A batch per rotated file adds files to the same hour's partitions; once a
+    partition holds COMPACT_AFTER_FILES (3 here) the ingest compacts it (Delta's auto
+    compaction). --compact then leaves a file per partition and, with --retention 0h,
+    deletes the replaced files (VACUUM); every line is still there once, for Spark and
+    for DuckDB, and the ingest goes on from its checkpoint afterwards."""
     logs, table = tmp_path / "logs", tmp_path / "table"
-    want = rotated_logs(logs, files=3, lines_per_file=100, seed=3)
-    options = IngestOptions(str(logs), str(table), once=True, max_files_per_trigger=1,
-                            retention="1ms")
-    with session_conf(spark, {"spark.sql.streaming.fileSink.log.compactInterval": "3"}):
-        assert run_ingest(spark, options) == 0
-    assert len(want) == 4  # four rotated files, a batch each
-    kept = lines_per_file(spark, table)
-    assert len(kept) == 1 and kept.items() <= want.items(), (kept, want)
-    listed = {Path(p.split(":", 1)[1]) for p in
-              spark.read.parquet(str(table)).inputFiles()}
-    data = {p for p in table.rglob("*.parquet") if not p.name.startswith(".")}
-    assert listed < data
-    for old in data - listed:
-        old.unlink()
-    assert lines_per_file(spark, table) == kept
+    want = rotated_logs(logs, files=8, lines_per_file=60, seed=3)
+    monkeypatch.setitem(ingest.WRITE_CONF, "spark.databricks.delta.autoCompact.minNumFiles", "3")
+    once = IngestOptions(str(logs), str(table), once=True, max_files_per_trigger=1)
+    assert run_ingest(spark, once) == 0
+    operations = Counter(operation(c) for c in sorted((table / "_delta_log").glob("*.json")))
+    assert operations["STREAMING UPDATE"] == len(want) == 9 and operations["OPTIMIZE"] >= 1
+    per_partition = Counter(p.parent for p in active_files(table))
+    assert max(per_partition.values()) < 3, per_partition
+    assert lines_per_file(spark, table) == want
+
+    on_disk = {p for p in table.rglob("*.parquet") if not is_hidden(table, p)}
+    assert len(on_disk) > len(active_files(table))  # the replaced ones, kept for readers
+    compact = IngestOptions(None, str(table), compact=True, retention="0h")
+    capsys.readouterr()
+    assert run_ingest(spark, compact) == 0
+    said, rolled = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(rf"kafkalens ingest: {table}: compacted \d+ files into \d+; vacuumed "
+                        r"\d+ files replaced more than 0h ago", said), said
+    assert rolled.startswith("kafkalens ingest: rollup: "), rolled
+    assert set(Counter(p.parent for p in active_files(table)).values()) == {1}
+    assert {p for p in table.rglob("*.parquet") if not is_hidden(table, p)} == set(
+        active_files(table))
+    assert lines_per_file(spark, table) == want
+    assert duckdb_lines_per_file(table) == want
+    # More requests logs rotate (the names shift; the spool knows files by content).
+    now = rotated_logs(logs, files=2, lines_per_file=60, seed=4)
+    assert run_ingest(spark, once) == 0
+    requests = sum(n for name, n in now.items() if name.startswith("requests.log."))
+    assert requests > sum(n for name, n in want.items() if name.startswith("requests.log."))
+    assert sum(lines_per_file(spark, table).values()) == requests + want["telemetry.log.1"]
 
 
 def test_a_rotated_file_that_cannot_be_read_stops_the_ingest_or_is_named_in_the_report(
@@ -185,3 +224,88 @@ def test_a_rotated_file_that_cannot_be_read_stops_the_ingest_or_is_named_in_the_
     assert files[f"file:{misnamed}"] == ("left out", "not gzip data, though its name says .gz")
     assert {f for f, (status, _) in files.items() if status == "read"} == {
         f"file:{logs}/{name}" for name in want}
+
+
+def test_a_table_of_the_older_format_converts_in_place_and_the_ingest_goes_on(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table an older kafkalens ingested (Parquet files listed by Spark's sink log),
+    left as a killed run leaves it (its last batch logged by the sink, not recorded by
+    the checkpoint): the ingest refuses it and names the command; `--convert` makes it
+    a Delta table in place (its files, none copied), leaving that batch out, and the
+    ingest then goes on: every line once, for Spark and for DuckDB."""
+    logs, table = tmp_path / "logs", tmp_path / "table"
+    want = rotated_logs(logs, files=4, lines_per_file=80, seed=9)
+    o = IngestOptions(str(logs), str(table), once=True, max_files_per_trigger=1)
+    assert old_format_ingest(spark, o) == 0
+    commits = table / "_checkpoint" / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    for done in commits.glob(f"*{last}*"):
+        done.unlink()
+    old_files = {p for p in table.rglob("*.parquet") if not is_hidden(table, p)}
+
+    capsys.readouterr()
+    assert run_ingest(spark, o) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"kafkalens ingest: {table} is a table of an older kafkalens (Parquet files and "
+        f"Spark's sink log): convert it once, in place, with `kafkalens ingest --convert "
+        f"--table {table}`")
+    assert run_convert(spark, IngestOptions(None, str(table), convert=True)) == 0
+    said = capsys.readouterr().err.strip()
+    assert re.fullmatch(
+        rf"kafkalens ingest: {table} is a Delta table now \(\d+ files, none copied; the old "
+        rf"sink's log kept as _spark_metadata.converted\); batch {last} \(written, not "
+        r"recorded by the checkpoint: a killed run\) left out, the next run writes it again",
+        said), said
+    assert set(active_files(table)) < old_files  # the same files, but the cut batch's
+    assert run_ingest(spark, o) == 0
+    assert lines_per_file(spark, table) == want
+    assert duckdb_lines_per_file(table) == want
+    assert run_convert(spark, IngestOptions(None, str(table), convert=True)) == 0
+    assert "is a Delta table already" in capsys.readouterr().err
+
+
+def test_the_rollup_of_closed_hours_gives_the_reports_the_lines_give(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Logs over three hours: the --once run rolls up the two closed ones (the newest
+    may still fill), and the report over the table, from the rollup and the newest
+    hour's lines, is the report over the logs table for table. A later file with lines
+    of a rolled-up hour makes that hour's rollup stale: the report reads its lines
+    until the next run rolls it up again; compaction and VACUUM leave the rollup whole."""
+    logs, table = tmp_path / "logs", tmp_path / "table"
+    synth = Synth(seed=11, rate=0.12, bad_every=53, telemetry_every=7)
+    write_rotated(logs, map(to_line, synth.events(1250)), 250)  # the last 250 not rotated
+    age_like_proxy(logs)
+
+    def same_report(name: str) -> int:
+        raw = run_report(spark, [str(logs / "*.log.[0-9]*")], str(tmp_path / f"raw-{name}"))
+        over = run_report(spark, [], str(tmp_path / name), table=str(table))
+        assert over.counts == raw.counts and over.table_rows == raw.table_rows
+        assert tables(tmp_path / name) == tables(tmp_path / f"raw-{name}")
+        return rollup.fine_of_table(spark, str(table))[1]  # the rows the rollup stood for
+
+    capsys.readouterr()
+    assert run_ingest(spark, IngestOptions(str(logs), str(table), once=True)) == 0
+    said = capsys.readouterr().err
+    assert re.search(r"rollup: \d+ closed hours \([\d,]+ rows\) rolled up into ", said), said
+    hours = rollup.rolled_hours(spark, str(table))
+    lines = rollup.hour_counts(rollup.table_version(spark, str(table)))
+    newest = max((d, h) for k, d, h in lines if k == "lines")
+    assert set(hours) == {hour for hour in lines if (hour[1], hour[2]) < newest}
+    assert {("lines", "2025-03-01", 12), ("lines", "2025-03-01", 13)} <= set(hours)
+    stood_for = same_report("rolled")
+    assert stood_for == sum(hours.values()) > 0
+
+    # A file rotated late brings lines of 12:30 into the rolled-up hour 12.
+    late = Synth(seed=12, start="2025-03-01T12:30:00", rate=1.0)
+    (logs / "late.log.1").write_text("".join(to_line(e) + "\n" for e in late.events(40)))
+    age_like_proxy(logs, "late.log*")
+    monkeypatch.setattr(rollup, "update", lambda spark, table: (0, 0))
+    assert run_ingest(spark, IngestOptions(str(logs), str(table), once=True)) == 0
+    assert same_report("stale") == stood_for - hours[("lines", "2025-03-01", 12)]
+    monkeypatch.undo()
+    assert rollup.update(spark, str(table)) == (1, hours[("lines", "2025-03-01", 12)] + 40)
+    assert same_report("again") == stood_for + 40
+
+    assert run_ingest(spark, IngestOptions(None, str(table), compact=True, retention="0h")) == 0
+    assert same_report("compacted") == stood_for + 40

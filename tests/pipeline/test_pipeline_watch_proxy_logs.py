@@ -95,8 +95,11 @@ def test_watch_over_the_proxys_own_log(
     settled = time.time() - 10
     os.utime(logs / "requests.log.2", (settled - 5, settled - 5))
     os.utime(logs / "requests.log.1", (settled, settled))
+    # The marker is dated 5 minutes ahead of the traffic, so ahead of its arrival:
+    # --max-skew lets it through unclamped (by default it would be clamped to its
+    # arrival plus a minute, and the traffic's windows stay open).
     assert run_watch(spark, WatchOptions(str(logs), out=str(out), once=True,
-                                         max_files_per_trigger=1)) == 0
+                                         max_files_per_trigger=1, max_skew="10 minutes")) == 0
 
     table = spark.read.parquet(str(out / "by_api")).select(
         F.date_format("window_start", "yyyy-MM-dd HH:mm").alias("start"), "*").collect()

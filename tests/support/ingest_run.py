@@ -5,6 +5,7 @@ file sink's log must make harmless. Used on local[*] and on a standalone cluster
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import signal
 import subprocess
@@ -52,9 +53,47 @@ def lines_per_file(spark: Any, table: Path) -> Counter:
     return Counter({r["file"].rsplit("/", 1)[1]: r["count"] for r in rows})
 
 
+def active_files(table: Path) -> list[Path]:
+    """The data files of the Delta table's current version, as its log says (delta-rs:
+    no Spark)."""
+    from deltalake import DeltaTable
+
+    return sorted(Path(uri.removeprefix("file://")) for uri in DeltaTable(str(table)).file_uris())
+
+
+def duckdb_lines_per_file(table: Path) -> Counter:
+    """The table's lines per file name as DuckDB counts them: delta-rs (from PyPI) reads
+    the Delta log and hands its current files to DuckDB as an Arrow dataset (DuckDB's
+    own delta extension is a download this network does not reach)."""
+    import duckdb
+    from deltalake import DeltaTable
+
+    lines = DeltaTable(str(table)).to_pyarrow_dataset()  # noqa: F841 - DuckDB reads it by name
+    rows = duckdb.sql("select file, count(*) from lines group by file").fetchall()
+    return Counter({file.rsplit("/", 1)[1]: count for file, count in rows})
+
+
+def operation(commit: Path) -> str | None:
+    """The operation a Delta log commit recorded (STREAMING UPDATE, OPTIMIZE ...)."""
+    for line in commit.read_text().splitlines():
+        info = json.loads(line).get("commitInfo")
+        if info:
+            return str(info.get("operation"))
+    return None
+
+
+def is_hidden(table: Path, path: Path) -> bool:
+    """Under one of the table's own directories (_delta_log, _checkpoint, _spool ...)."""
+    return any(part.startswith(("_", ".")) for part in path.relative_to(table).parts)
+
+
 def committed_batches(table: Path) -> int:
-    log = table / "_spark_metadata"
-    return len([p for p in log.iterdir() if p.name.split(".")[0].isdigit()]) if log.exists() else 0
+    """The ingest's batches committed to the Delta table (its log's commits after the
+    one that created the table; compactions, which rewrite no line, not counted)."""
+    log = table / "_delta_log"
+    if not log.exists():
+        return 0
+    return sum(operation(commit) == "STREAMING UPDATE" for commit in log.glob("*.json"))
 
 
 def ingest_args(logs: Path, table: Path, *extra: str) -> list[str]:
@@ -90,3 +129,21 @@ def run_to_the_end(args: list[str], env: dict[str, str], cwd: Path) -> str:
                           timeout=RUN_TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stderr
+
+
+def old_format_ingest(spark: Any, o: Any) -> int:
+    """`kafkalens ingest` as an older kafkalens ran it: the same lines, written by
+    Spark's Parquet file sink (its log `_spark_metadata`, INT96 timestamps), not Delta:
+    the table `--convert` takes."""
+    from pipeline import follow, ingest
+    from pipeline.session import session_conf
+
+    def start() -> Any:
+        rows = ingest.table_rows(follow.parsed_stream(spark, o))
+        writer = rows.writeStream.format("parquet").option("compression", "zstd").partitionBy(
+            *ingest.PARTITIONS).option("checkpointLocation", o.checkpoint_dir).option(
+            "path", o.table)
+        with session_conf(spark, {"spark.sql.parquet.outputTimestampType": "INT96"}):
+            return writer.trigger(availableNow=True).start()
+
+    return follow.follow(spark, o, "ingest", start, lambda found: None)

@@ -36,3 +36,13 @@ def tables(out: Path) -> dict[str, list[tuple[Any, ...]]]:
              if p.is_dir() and not p.name.startswith(("_", "."))}
     assert found, f"no tables in {out}"
     return found
+
+
+def delta_rows(table: Path) -> list[tuple[Any, ...]]:
+    """A Delta table's rows (its current version, as delta-rs reads its log), sorted,
+    as `rows` gives them."""
+    from deltalake import DeltaTable
+
+    out = [tuple(sorted((k, comparable(v)) for k, v in row.items()))
+           for row in DeltaTable(str(table)).to_pyarrow_table().to_pylist()]
+    return sorted(out, key=repr)
