@@ -102,13 +102,30 @@ def worker_entry(payload: bytes) -> None:
     from proxy.console import configure_logging
     from proxy.forward.fdlimit import raise_open_file_limit
 
-    index, ready_fd, config = pickle.loads(payload)
+    index, ready_fd, config, parent = pickle.loads(payload)
     # Ctrl-C reaches the whole process group: workers stop on the parent's SIGTERM only
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop_with_parent(parent)
     name_process(f"kafkalens: worker {index}")
     configure_logging(config.log, worker=index)
     raise_open_file_limit()
     uvloop.run(_worker(index, config, ReadyPipe(ready_fd)))
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stop_with_parent(parent: int) -> None:
+    """A worker whose parent is gone (SIGKILL, the OOM killer) would serve on unsupervised,
+    on a port that a proxy started again shares with it (SO_REUSEPORT): the kernel sends it
+    SIGTERM when the parent dies (prctl's PR_SET_PDEATHSIG), so it drains and stops as on
+    the parent's own SIGTERM. A parent already gone before that took effect: the same."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -192,7 +209,7 @@ class WorkerPool:
         self._ready: asyncio.StreamReader | None = None
 
     def spawn(self, index: int) -> None:
-        payload = pickle.dumps((index, self._ready_write, self.config))
+        payload = pickle.dumps((index, self._ready_write, self.config, os.getpid()))
         process = subprocess.Popen(
             [sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, pass_fds=(self._ready_write,)
         )

@@ -181,3 +181,31 @@ def test_top_of_a_proxy_with_workers_counts_every_workers_requests(tmp_path: Pat
             for sock in socks:
                 sock.close()
             proxy.stop()
+
+
+def test_workers_stop_when_their_parent_is_killed(tmp_path: Path) -> None:
+    """SIGKILL (or the OOM killer) to the parent: its workers do not serve on unsupervised;
+    they stop, and their port is free again."""
+    port = free_port()
+    config = tmp_path / "k.yaml"
+    config.write_text(
+        f"workers: 2\nlisteners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{LOCAL}:1'}}]\n"
+        f"metrics: {{listen: '{LOCAL}:0'}}\nrequest_log: {{path: '{tmp_path / 'r.log'}'}}\n"
+    )
+    with own_log(config) as proxy:
+        proxy.wait_message("kafkalens started", timeout=60)
+        workers = children_of(proxy.proc.pid)
+        assert len(workers) == 2
+        proxy.proc.kill()
+        proxy.proc.wait()
+        deadline = time.monotonic() + 15
+        while any(Path(f"/proc/{pid}").exists() and b"zombie" not in Path(f"/proc/{pid}/status").read_bytes().lower()
+                  for pid in workers) and time.monotonic() < deadline:  # fmt: skip
+            time.sleep(0.1)
+        alive = [pid for pid in workers if Path(f"/proc/{pid}").exists()
+                 and b"zombie" not in Path(f"/proc/{pid}/status").read_bytes().lower()]  # fmt: skip
+        for pid in alive:  # leave nothing behind, whatever the verdict
+            os.kill(pid, 9)
+        assert alive == [], "workers outlived their killed parent"
+        with socket.socket() as probe:
+            assert probe.connect_ex((LOCAL, port)) != 0  # nobody listens there any more
