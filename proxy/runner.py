@@ -150,7 +150,8 @@ async def serve(
     """Run until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reopens the log.
     Says so in the proxy's own log (proxy/announce.py)."""
     stop = stop_signal()  # before the listeners open
-    running = await start_proxy(config)
+    # the probe's first verdict comes after the start line, which says what it probes
+    running = await start_proxy(config, probe_now=False)
     freeze_startup_objects()
     keep_large_buffers()
     reopen_logs_on_sighup(running.server.hooks)
@@ -165,6 +166,7 @@ async def serve(
         open_file_limit=fdlimit.soft_limit(),
     )
     server.announced = True
+    running.probe.start()
     if on_ready is not None:
         on_ready(running)
     await stop.wait()

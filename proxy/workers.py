@@ -380,7 +380,6 @@ async def _parent(config: Config, metrics_dir: Path, config_path: str | None) ->
         stopped.cancel()
     reachability = UpstreamReachability()
     probe = UpstreamProbe.of(config, lambda: configured_upstreams(config), reachability)
-    probe.start()
 
     def ready() -> tuple[bool, str]:
         if not pool.alive():
@@ -412,6 +411,7 @@ async def _parent(config: Config, metrics_dir: Path, config_path: str | None) ->
         max_connections=fdlimit.size_max_connections(config.limits.max_connections, quiet=True),
         open_file_limit=fdlimit.soft_limit(),
     )
+    probe.start()  # its first verdict after the start line, which says what it probes
     on_reopen_signal(pool.reopen_logs)
     await stop.wait()
     supervisor.cancel()

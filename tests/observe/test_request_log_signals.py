@@ -37,23 +37,35 @@ def proxy_process(
 ) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
     """`kafkalens proxy` with its request log at tmp_path/requests.log; killed at the end
     if the test left it running."""
-    port, metrics_port = free_port(), free_port()
+    # the metrics port is the kernel's pick, read from the start line: a port picked
+    # here and bound later was once taken meanwhile (by a client's ephemeral port)
+    port = free_port()
     config = tmp_path / "k.yaml"
     config.write_text(
         f"workers: {workers}\n"
         f"listeners: [{{name: main, listen: '{LOCAL}:{port}', upstream: '{upstream}'}}]\n"
-        f"metrics: {{listen: '{LOCAL}:{metrics_port}'}}\n"
+        f"metrics: {{listen: '{LOCAL}:0'}}\n"
         f"request_log: {{path: '{tmp_path / 'requests.log'}', flush_interval_seconds: {flush}}}\n"
     )
+    own_log = tmp_path / "stderr.log"  # the proxy's own log, JSON
     proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "proxy", "--config", str(config)],
+        [sys.executable, "-m", "proxy.cli", "proxy", "--config", str(config), "--log-format", "json"],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "stderr.log", "wb"),  # noqa: SIM115 - the child's
+        stderr=open(own_log, "wb"),  # noqa: SIM115 - the child's
     )
     try:
-        assert wait_for_port(LOCAL, metrics_port, 60), (tmp_path / "stderr.log").read_text()
+        metrics_port = 0
+        deadline = time.monotonic() + 60
+        while not metrics_port and time.monotonic() < deadline and proc.poll() is None:
+            for line in own_log.read_text().splitlines():
+                entry = json.loads(line) if line.startswith("{") else {}
+                if entry.get("msg") == "kafkalens started":
+                    metrics_port = int(entry["metrics"].rsplit(":", 1)[1].split("/")[0])
+            time.sleep(0.1)
+        assert metrics_port, own_log.read_text()
+        assert wait_for_port(LOCAL, metrics_port, 10)
         assert wait_for_port(LOCAL, port, 10)
         yield proc, port, metrics_port
     finally:

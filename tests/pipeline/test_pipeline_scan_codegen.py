@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import pyspark
 import pytest
 from pyspark.sql import SparkSession
 from support.synth import Synth, to_line, write_rotated
@@ -71,6 +72,14 @@ def subtrees(spark: SparkSession, df: Any) -> list[tuple[int, list[str], list[st
     return found
 
 
+@pytest.mark.xfail(
+    condition=pyspark.__version__.startswith("4.2."),
+    strict=True,
+    reason="Spark 4.2 (PySpark pinned to it for delta-spark 4.4) leaves Generate explode and its"
+    " Project out of whole-stage code generation: the scan's stage ends at the parsed lines' Project,"
+    " the explode runs interpreted before the partial aggregation's stage (the report's scan cost"
+    " under 4.2 is not measured yet: bench.pipeline.speed)",
+)
 def test_scan_to_partial_aggregation_is_one_compiled_stage(whole_stage: SparkSession,
                                                            logs: str) -> None:
     spark = whole_stage

@@ -70,6 +70,7 @@ def test_the_reports_aggregation_is_cached_on_disk_not_in_the_heap(
     report keeps it on disk only: none of its blocks in memory, all on disk."""
     from support.synth import Synth, to_line
 
+    from pipeline.progress import Phases
     from pipeline.read import parse_lines, read_logs
     from pipeline.report import _scan
 
@@ -82,7 +83,7 @@ def test_the_reports_aggregation_is_cached_on_disk_not_in_the_heap(
         return {i.id(): i for i in infos if i.numCachedPartitions() > 0}
 
     before = cached()
-    fine, counts, rows = _scan(spark, parse_lines(read_logs(spark, [str(logs)])))
+    fine, counts, rows = _scan(spark, parse_lines(read_logs(spark, [str(logs)])), Phases())
     try:
         assert counts.bad == 500 and rows > 500  # a row per distinct bad line, at least
         (info,) = [info for rdd, info in cached().items() if rdd not in before]
