@@ -30,6 +30,13 @@ from typing import Any
 
 MAX_FRAME_BYTES = 2048
 MAX_ENTRIES = 2048
+# ApiVersions answers are kept decoded, whole, and a broker's answer changes with its
+# finalized_features_epoch, which follows the metadata log: KRaft appends to it at least
+# every metadata.max.idle.interval.ms (500 ms by default), so each broker's answer is new
+# twice a second and found again only within that half second. A few entries per broker
+# hold every hit there is; MAX_ENTRIES of them made the proxy's memory grow for a quarter
+# of an hour (bench/README.md, Soak).
+API_VERSIONS_ENTRIES = 64
 _API = struct.Struct(">hh")
 _VERSION = struct.Struct(">h")
 
@@ -60,10 +67,11 @@ def version_key(version: int, frame: memoryview) -> bytes | None:
 class FrameMemo:
     """A bounded map from a frame's key (above) to its entry."""
 
-    __slots__ = ("_entries", "hits", "misses")
+    __slots__ = ("_entries", "max_entries", "hits", "misses")
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self._entries: dict[bytes, Any] = {}
+        self.max_entries = max_entries
         self.hits = 0
         self.misses = 0
 
@@ -77,7 +85,7 @@ class FrameMemo:
 
     def put(self, key: bytes, value: Any) -> None:
         entries = self._entries
-        if len(entries) >= MAX_ENTRIES:
+        if len(entries) >= self.max_entries:
             # Traffic that does not repeat: start again rather than track recency on
             # every hit (a full memo is at most ~4 MiB of keys). The same dict object:
             # the C path holds it.

@@ -46,6 +46,7 @@ from proxy.observe.identity import GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY, 
 from proxy.observe.instance_join import InstanceJoins
 from proxy.observe.joining import Joining
 from proxy.observe.memo import (
+    API_VERSIONS_ENTRIES,
     CapEntry,
     FrameMemo,
     RequestEntry,
@@ -165,7 +166,7 @@ class ObservingHooks(Hooks):
         # memo.RequestEntry, memo.ResponseEntry (skimmed answers), memo.CapEntry
         self.request_memo = FrameMemo()
         self.response_memo = FrameMemo()
-        self.api_versions_memo = FrameMemo()
+        self.api_versions_memo = FrameMemo(API_VERSIONS_ENTRIES)
         # False: every line rendered from its dict (request_line.py), as a line that is not
         # the usual one is; the tests compare the two ways
         self.prerendered = True

@@ -108,12 +108,6 @@ def steady(apache_kafka: SharedKafka, tmp_path_factory: pytest.TempPathFactory) 
     return soak(apache_kafka, tmp_path_factory.mktemp("soak"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the ApiVersions memo keeps a decoded Apache Kafka 4.x answer (~28 KB) for each"
-    " finalized_features_epoch, which moves twice a second: +189 MB/hour until its 2,048"
-    " entries are full (bench/README.md, Soak)",
-)
 def test_rss_and_open_files_flat_under_a_steady_mix(steady: Soaked) -> None:
     counts, seen, report = steady.counts, steady.seen, steady.report
     assert counts["acked"] > 30_000 and counts["consumed"] > 30_000, report
