@@ -27,10 +27,10 @@ from typing import Any
 
 from codec import ApiKey, HeaderPolicy, Request, Response, encode_request, encode_response
 from proxy.hooks import ConnectionInfo, Hooks, Pending
+from support.replay import sessions
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "tests" / "data" / "surface"
-GOLDEN = REPO / "tests" / "data" / "golden"
 VOLATILE = ("ts", "latency_ms", "duration_s")
 # Samples whose values depend on the clock or the machine, not on the traffic.
 TIMED = ("kafkalens_request_duration_seconds_bucket", "kafkalens_request_duration_seconds_sum")
@@ -208,35 +208,6 @@ def masked(line: str) -> str:
     return json.dumps(fields, sort_keys=False)
 
 
-def golden_sessions() -> dict[str, list[tuple[int, int, bytes, bytes | None]]]:
-    """Each captured client's exchanges in the order it sent its requests: (api key,
-    version, request body from the api key on, response from the correlation id on)."""
-    index = json.loads((GOLDEN / "index.json").read_text())
-    sent: dict[str, list[dict[str, Any]]] = {}
-    answers: dict[tuple[str, int], bytes] = {}
-    latest: dict[tuple[str, int], int] = {}
-    for frame in index["frames"]:
-        client, corr = frame["client"], frame["correlation_id"]
-        if frame["direction"] == "req":
-            made = sent.setdefault(client, [])
-            latest[(client, corr)] = len(made)
-            made.append(frame)
-        elif (client, corr) in latest:
-            answers[(client, latest.pop((client, corr)))] = (GOLDEN / frame["file"]).read_bytes()
-    return {
-        client: [
-            (
-                f["api_key"],
-                f["api_version"],
-                (GOLDEN / f["file"]).read_bytes(),
-                answers.get((client, n)),
-            )
-            for n, f in enumerate(frames)
-        ]
-        for client, frames in sent.items()
-    }
-
-
 # Every observing feature on: telemetry observed, lag, share groups, KIP-1313 logged.
 FEATURES_ON: dict[str, Any] = {
     "request_log": {"record_detail": True},
@@ -249,10 +220,10 @@ FEATURES_ON: dict[str, Any] = {
 def golden_replay(tmp: Path) -> tuple[list[str], str]:
     """The request log's lines and the metrics after every golden session, twice."""
     replay = Replay(FEATURES_ON, tmp, "golden")
-    for client, exchanges in sorted(golden_sessions().items()):
+    for client, exchanges in sorted(sessions().items()):
         for round_ in (1, 2):
-            for api_key, version, request, response in exchanges:
-                replay.frames(f"{client}#{round_}", api_key, version, request, response)
+            for e in exchanges:
+                replay.frames(f"{client}#{round_}", e.api_key, e.api_version, e.request, e.response)
     lines = replay.close()
     return lines, metrics_text(replay.metrics)
 
