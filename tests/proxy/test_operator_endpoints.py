@@ -4,6 +4,7 @@ series per process with `workers: N`), /clients named as the request log names t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -198,12 +199,16 @@ def test_workers_stop_when_their_parent_is_killed(tmp_path: Path) -> None:
         assert len(workers) == 2
         proxy.proc.kill()
         proxy.proc.wait()
+
+        def running(pid: int) -> bool:  # gone, or a zombie nobody reaped: not running
+            with contextlib.suppress(OSError):
+                return b"zombie" not in Path(f"/proc/{pid}/status").read_bytes().lower()
+            return False
+
         deadline = time.monotonic() + 15
-        while any(Path(f"/proc/{pid}").exists() and b"zombie" not in Path(f"/proc/{pid}/status").read_bytes().lower()
-                  for pid in workers) and time.monotonic() < deadline:  # fmt: skip
+        while any(map(running, workers)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        alive = [pid for pid in workers if Path(f"/proc/{pid}").exists()
-                 and b"zombie" not in Path(f"/proc/{pid}/status").read_bytes().lower()]  # fmt: skip
+        alive = [pid for pid in workers if running(pid)]
         for pid in alive:  # leave nothing behind, whatever the verdict
             os.kill(pid, 9)
         assert alive == [], "workers outlived their killed parent"
