@@ -22,7 +22,7 @@ import pytest
 from support.observed import ObservedProxy, eventually
 from support.proxy_harness import LOCAL, read_frame, write_frame
 from support.sasl_broker import PlainBroker
-from support.tls import OPENSSL_EXT, issue, openssl
+from support.tls import OPENSSL_EXT, issue, make_ca
 
 from codec import ApiKey, Request, encode_request
 from proxy.features import Config, parse_config
@@ -33,11 +33,7 @@ METRIC = "kafkalens_client_security_connections"
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("certs")
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl(
-        "req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-        "-subj", "/CN=kafkalens test CA", cwd=d,
-    )  # fmt: skip
+    make_ca(d)
     issue(d, "server", "/CN=localhost", OPENSSL_EXT)
     return d
 

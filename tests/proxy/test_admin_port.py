@@ -21,7 +21,7 @@ import pytest
 from support.hostile import eventually
 from support.observed import ObservedProxy
 from support.proxy_harness import LOCAL, FakeBroker, echo_broker
-from support.tls import issue, openssl
+from support.tls import issue, make_ca
 
 from proxy.config import ConfigError
 from proxy.features import Config, parse_config
@@ -385,11 +385,7 @@ def test_clients_off_is_counted(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("admin-certs")
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl(
-        "req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-        "-subj", "/CN=kafkalens admin test CA", cwd=d,
-    )  # fmt: skip
+    make_ca(d, "/CN=kafkalens admin test CA")
     issue(d, "server", "/CN=localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1")
     return d
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 from support.proxy_harness import LOCAL, ProxyThread, api_versions_v0, correlation_id, read_frame
-from support.tls import OPENSSL_EXT, issue, openssl
+from support.tls import OPENSSL_EXT, issue, make_ca
 
 from proxy.features import Config, parse_config
 from proxy.tansu import free_port
@@ -27,11 +27,7 @@ from proxy.tansu import free_port
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("certs")
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl(
-        "req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-        "-subj", "/CN=kafkalens test CA", cwd=d,
-    )  # fmt: skip
+    make_ca(d)
     issue(d, "server", "/CN=localhost", OPENSSL_EXT)
     issue(d, "client", "/O=kafkalens/CN=test-client")
     issue(d, "proxy", "/CN=inner-proxy")

@@ -33,7 +33,8 @@ from support.proxy_harness import (
     is_closed,
     read_frame,
 )
-from support.tls import OPENSSL_EXT, issue, openssl
+from support.tls import OPENSSL_EXT, issue
+from support.tls import make_ca as ca_files
 
 from proxy.config import ConfigError
 from proxy.features import Config, parse_config
@@ -48,11 +49,7 @@ WEAK_CIPHERS = "DEFAULT:@SECLEVEL=0"  # lets this OpenSSL offer TLS 1.0/1.1 at a
 
 def make_ca(d: Path, name: str) -> Path:
     d.mkdir()
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl(
-        "req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-        "-subj", f"/CN={name}", cwd=d,
-    )  # fmt: skip
+    ca_files(d, f"/CN={name}")
     return d
 
 

@@ -12,9 +12,18 @@ def openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
+KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+
+
+def make_ca(cwd: Path, subject: str = "/CN=kafkalens test CA") -> None:
+    """ca.key and ca.crt in `cwd`, valid two days."""
+    openssl(
+        "req", "-x509", *KEY, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", subject, cwd=cwd
+    )  # fmt: skip
+
+
 def issue(cwd: Path, name: str, subject: str, ext: str | None = None) -> None:
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=cwd)
+    openssl("req", *KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=cwd)
     extra = ["-extfile", "ext.cnf"] if ext else []
     if ext:
         (cwd / "ext.cnf").write_text(ext + "\n")
