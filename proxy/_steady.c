@@ -14,8 +14,11 @@
  * write, each exchange is counted (in `Counters`, which proxy/metrics.py adds to the
  * Prometheus series at each scrape), and each answered request's line is put together
  * from the pieces its entries and its connection rendered (observe/request_line.py's
- * `compose`, byte for byte) and appended to the request log's queue (LineSink).
- * Anything else (a first-seen frame, an error, a frame a link of the chain reads, a cut
+ * `compose`, byte for byte) and appended to the request log's queue (LineSink). A
+ * request of an api whose links read it without changing its fields (the hooks' steady
+ * apis: the lag link's OffsetCommit) gets a chain.Token the C path makes, handed to each
+ * such link's `request`; its answer to the asking link's `answered`.
+ * Anything else (a first-seen frame, an error, a frame another link reads, a cut
  * frame, a Produce, a full in-flight table, an identity that may change...) goes to
  * the Python path with the whole read, untouched: nothing of the read has been done
  * when the C path declines it (it checks every frame first, then acts).
@@ -230,8 +233,8 @@ typedef struct {
     PyTypeObject *pending_type, *request_entry_type, *response_entry_type, *cap_entry_type;
     PyTypeObject *state_type, *info_type, *splitter_type, *exchange_type, *sink_type, *token_type;
     struct { Py_ssize_t correlation_id, api_key, api_version, started, request_size, token, reply, rewritten; } pending;
-    struct { Py_ssize_t api, head, fragment, mask, overlap, linked; } req;
-    struct { Py_ssize_t decode_error, ask, asked_by, entry; } token;
+    struct { Py_ssize_t api, head, fragment, mask, overlap, linked, request, fields; } req;
+    struct { Py_ssize_t api, correlation_id, fields, decode_error, ask, asked_by, entry; } token;
     struct { Py_ssize_t fields, fragment, mask, errors; } resp;
     struct { Py_ssize_t tail, ranges, fragment, mask, errors; } cap;
     struct { Py_ssize_t requests, quiet, log_fields, identity_fragment, line_head, broker_ranges; } state;
@@ -240,12 +243,25 @@ typedef struct {
     struct { Py_ssize_t raw_sasl, raw_replies_due, before_auth, max_in_flight, max_frame_before_auth, pending; } exchange;
     struct { Py_ssize_t lines, queued, full_at, wake_at, refusing; } sink;
     PyObject *request_memo, *response_memo, *cap_memo; /* dicts */
+    /* The last key each memo answered, per api key (the cap memo's: [API_VERSIONS]):
+     * a frame with the same bytes is looked up with it, its hash computed once (a bytes
+     * object keeps it). Hashing a fresh key of an ApiVersions answer's ~500 bytes was
+     * the most of what its pair cost over a Metadata's (bench/PROFILE.md). Only keys
+     * the memo holds too are kept: at most 2 x MAX_API of at most MEMO_MAX_FRAME bytes. */
+    PyObject *request_keys[MAX_API], *response_keys[MAX_API], *cap_key;
     PyObject *hooks;     /* its broker_ranges, for an ApiVersions answer */
     PyObject *sink_obj;  /* the LineSink, or None: no request log */
     PyObject *sink_msg;  /* sink.msg: a line the queue's fast append does not take */
-    PyObject *str_broker_ranges, *str_whole, *str_answered, *str_errors;
+    PyObject *str_broker_ranges, *str_whole, *str_answered, *str_errors, *str_request;
     PyObject *render_fields; /* (fields) -> (JSON object, mask): request_line.answer_json */
-    PyObject *link_request;  /* (info, state, pending, entry): a linked request's token and links */
+    /* the last fields render_fields rendered (kept alive: no other dict has its identity)
+     * and what it made of them: a link's `answered` that returns the dict it returned
+     * before has not changed it (chain.py), so it is not rendered again */
+    PyObject *rendered_fields, *rendered_piece;
+    long long rendered_mask;
+    /* per api key the C path may take with links (link_ok): the links whose `request`
+     * reads it, in the chain's order (a tuple; ObservingHooks._request_links) */
+    PyObject *request_links[MAX_API];
     PyObject *link_answer;   /* (info, pending, token, state, latency, size, fields, None, True): an
                               * answer a link read observed (counted, its errors, logged) when the C
                               * path does not finish it: ObservingHooks.responded */
@@ -254,7 +270,7 @@ typedef struct {
     /* per api key: 1 if the C path may take it (never memoised, answered whole...: 0) */
     unsigned char request_ok[MAX_API], response_ok[MAX_API], auth[MAX_API];
     /* per api key: a link reads it, and the C path may take it, the link's part done by
-     * the hooks (link_request, link_answer) */
+     * the C path (the token made, each link's `request` called) and the hooks (link_answer) */
     unsigned char link_ok[MAX_API];
     /* per api key: its lines are always written (1), never (0), or sampled (2: Python) */
     unsigned char log_mode[MAX_API];
@@ -307,23 +323,23 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         "pending", "request_entry", "response_entry", "cap_entry", "state", "info", "splitter",
         "exchange", "sink_type", "request_memo", "response_memo", "cap_memo", "hooks", "sink",
         "counters", "clash", "request_apis", "response_apis", "auth_apis", "log_always",
-        "log_never", "api_versions_plain", "token", "link_apis", "link_request", "link_answer",
+        "log_never", "api_versions_plain", "token", "link_apis", "request_links", "link_answer",
         "render_fields", NULL};
     PyObject *pending, *request_entry, *response_entry, *cap_entry, *state, *info, *splitter, *exchange,
         *sink_type, *request_memo, *response_memo, *cap_memo, *hooks, *sink, *counters, *request_apis,
-        *response_apis, *auth_apis, *log_always, *log_never, *token, *link_apis, *link_request, *link_answer,
+        *response_apis, *auth_apis, *log_always, *log_never, *token, *link_apis, *request_links, *link_answer,
         *render_fields;
     long long clash;
     int plain;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOOOOOOOOO!O!O!OOO!LOOOOOpOOOOO", names, &pending, &request_entry, &response_entry,
+            args, kwds, "OOOOOOOOOO!O!O!OOO!LOOOOOpOOO!OO", names, &pending, &request_entry, &response_entry,
             &cap_entry, &state, &info, &splitter, &exchange, &sink_type, &PyDict_Type, &request_memo,
             &PyDict_Type, &response_memo, &PyDict_Type, &cap_memo, &hooks, &sink, &CountersType, &counters,
             &clash, &request_apis, &response_apis, &auth_apis, &log_always, &log_never, &plain, &token,
-            &link_apis, &link_request, &link_answer, &render_fields))
+            &link_apis, &PyDict_Type, &request_links, &link_answer, &render_fields))
         return NULL;
-    if (!PyCallable_Check(link_request) || !PyCallable_Check(link_answer) || !PyCallable_Check(render_fields)) {
-        PyErr_SetString(PyExc_TypeError, "steady: link_request and link_answer must be callables");
+    if (!PyCallable_Check(link_answer) || !PyCallable_Check(render_fields)) {
+        PyErr_SetString(PyExc_TypeError, "steady: link_answer and render_fields must be callables");
         return NULL;
     }
     PlanObject *self = (PlanObject *)type->tp_alloc(type, 0);
@@ -349,7 +365,9 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     FIND(pending_type, pending, reply) FIND(pending_type, pending, rewritten)
     FIND(request_entry_type, req, api) FIND(request_entry_type, req, head) FIND(request_entry_type, req, fragment)
     FIND(request_entry_type, req, mask) FIND(request_entry_type, req, overlap)
-    FIND(request_entry_type, req, linked)
+    FIND(request_entry_type, req, linked) FIND(request_entry_type, req, request)
+    FIND(request_entry_type, req, fields)
+    FIND(token_type, token, api) FIND(token_type, token, correlation_id) FIND(token_type, token, fields)
     FIND(token_type, token, decode_error) FIND(token_type, token, ask) FIND(token_type, token, asked_by)
     FIND(token_type, token, entry)
     FIND(response_entry_type, resp, fields) FIND(response_entry_type, resp, fragment)
@@ -391,10 +409,18 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if ((self->str_broker_ranges = PyUnicode_InternFromString("broker_ranges")) == NULL
         || (self->str_whole = PyUnicode_InternFromString("whole")) == NULL
         || (self->str_answered = PyUnicode_InternFromString("answered")) == NULL
-        || (self->str_errors = PyUnicode_InternFromString("errors")) == NULL)
+        || (self->str_errors = PyUnicode_InternFromString("errors")) == NULL
+        || (self->str_request = PyUnicode_InternFromString("request")) == NULL)
         goto fail;
+    /* The C path makes a linked request's Token itself (link_request), filling the seven
+     * slots found above: a Token with any other slot, a __dict__ or weak references would
+     * be left half made. */
+    if (self->token_type->tp_basicsize != (Py_ssize_t)(sizeof(PyObject) + 7 * sizeof(PyObject *))
+        || self->token_type->tp_dictoffset != 0 || self->token_type->tp_weaklistoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "steady: token must have exactly the slots the C path fills");
+        goto fail;
+    }
     self->render_fields = Py_NewRef(render_fields);
-    self->link_request = Py_NewRef(link_request);
     self->link_answer = Py_NewRef(link_answer);
     self->counters = (CountersObject *)Py_NewRef(counters);
     self->observe = 1;
@@ -406,6 +432,22 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     memset(self->log_mode, 2, sizeof(self->log_mode));
     if (api_flags(log_always, self->log_mode, 1) < 0 || api_flags(log_never, self->log_mode, 0) < 0)
         goto fail;
+    for (int k = 0; k < MAX_API; k++) {
+        if (!self->link_ok[k])
+            continue;
+        PyObject *key = PyLong_FromLong(k);
+        if (key == NULL)
+            goto fail;
+        PyObject *links = PyDict_GetItemWithError(request_links, key);
+        Py_DECREF(key);
+        if (links == NULL && PyErr_Occurred())
+            goto fail;
+        if (links == NULL || !PyTuple_CheckExact(links)) {  /* the C path leaves it to Python */
+            self->link_ok[k] = 0;
+            continue;
+        }
+        self->request_links[k] = Py_NewRef(links);
+    }
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
@@ -473,12 +515,20 @@ static int plan_traverse(PlanObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->exchange_type);
     Py_VISIT(self->sink_type);
     Py_VISIT(self->token_type);
-    Py_VISIT(self->link_request);
+    for (int k = 0; k < MAX_API; k++)
+        Py_VISIT(self->request_links[k]);
     Py_VISIT(self->link_answer);
     Py_VISIT(self->render_fields);
+    Py_VISIT(self->rendered_fields);
+    Py_VISIT(self->rendered_piece);
     Py_VISIT(self->request_memo);
     Py_VISIT(self->response_memo);
     Py_VISIT(self->cap_memo);
+    for (int k = 0; k < MAX_API; k++) {
+        Py_VISIT(self->request_keys[k]);
+        Py_VISIT(self->response_keys[k]);
+    }
+    Py_VISIT(self->cap_key);
     Py_VISIT(self->hooks);
     Py_VISIT(self->sink_obj);
     Py_VISIT(self->sink_msg);
@@ -497,15 +547,24 @@ static int plan_clear(PlanObject *self) {
     Py_CLEAR(self->exchange_type);
     Py_CLEAR(self->sink_type);
     Py_CLEAR(self->token_type);
-    Py_CLEAR(self->link_request);
+    for (int k = 0; k < MAX_API; k++)
+        Py_CLEAR(self->request_links[k]);
     Py_CLEAR(self->link_answer);
     Py_CLEAR(self->str_whole);
     Py_CLEAR(self->str_answered);
     Py_CLEAR(self->str_errors);
+    Py_CLEAR(self->str_request);
     Py_CLEAR(self->render_fields);
+    Py_CLEAR(self->rendered_fields);
+    Py_CLEAR(self->rendered_piece);
     Py_CLEAR(self->request_memo);
     Py_CLEAR(self->response_memo);
     Py_CLEAR(self->cap_memo);
+    for (int k = 0; k < MAX_API; k++) {
+        Py_CLEAR(self->request_keys[k]);
+        Py_CLEAR(self->response_keys[k]);
+    }
+    Py_CLEAR(self->cap_key);
     Py_CLEAR(self->hooks);
     Py_CLEAR(self->sink_obj);
     Py_CLEAR(self->sink_msg);
@@ -672,16 +731,38 @@ static void drop_request_frames(RequestFrame *frames, int count) {
     }
 }
 
-/* The memo entry of a request frame (a new reference), or NULL (Python's). */
-static PyObject *request_entry(PlanObject *p, PyObject *state, const unsigned char *body, Py_ssize_t size) {
-    PyObject *key = PyBytes_FromStringAndSize(NULL, size - 4);
+/* `memo`'s value (borrowed) for the key `head` + `rest` (`head_len` <= 4 bytes), or NULL
+ * (an error set, or none). `*last` is the last key of its kind `memo` answered: when
+ * the same bytes come again it is the key looked up (its hash kept), else a new one,
+ * kept in its place if `memo` knows it. The same value either way: the same bytes. */
+static PyObject *memo_get(PyObject *memo, PyObject **last, const char *head, Py_ssize_t head_len,
+                          const unsigned char *rest, Py_ssize_t rest_len) {
+    PyObject *key = *last;
+    if (key != NULL && PyBytes_GET_SIZE(key) == head_len + rest_len
+        && memcmp(PyBytes_AS_STRING(key), head, (size_t)head_len) == 0
+        && memcmp(PyBytes_AS_STRING(key) + head_len, rest, (size_t)rest_len) == 0) {
+        PyObject *found = PyDict_GetItemWithError(memo, key);
+        if (found == NULL)
+            Py_CLEAR(*last);  /* gone from the memo: not kept */
+        return found;
+    }
+    key = PyBytes_FromStringAndSize(NULL, head_len + rest_len);
     if (key == NULL)
         return NULL;
-    char *k = PyBytes_AS_STRING(key);
-    memcpy(k, body, 4);
-    memcpy(k + 4, body + 8, (size_t)(size - 8));
-    PyObject *entry = PyDict_GetItemWithError(p->request_memo, key);
-    Py_DECREF(key);
+    memcpy(PyBytes_AS_STRING(key), head, (size_t)head_len);
+    memcpy(PyBytes_AS_STRING(key) + head_len, rest, (size_t)rest_len);
+    PyObject *found = PyDict_GetItemWithError(memo, key);
+    if (found != NULL)
+        Py_XSETREF(*last, key);
+    else
+        Py_DECREF(key);
+    return found;
+}
+
+/* The memo entry of a request frame (a new reference), or NULL (Python's). */
+static PyObject *request_entry(PlanObject *p, PyObject *state, const unsigned char *body, Py_ssize_t size) {
+    /* the key: the frame but its correlation id (memo.request_key) */
+    PyObject *entry = memo_get(p->request_memo, &p->request_keys[be16(body)], (const char *)body, 4, body + 8, size - 8);
     if (entry == NULL || Py_TYPE(entry) != p->request_entry_type)
         return NULL;
     PyObject *fragment = SLOT(entry, p->req.fragment), *head = SLOT(entry, p->req.head);
@@ -689,6 +770,9 @@ static PyObject *request_entry(PlanObject *p, PyObject *state, const unsigned ch
     if (fragment == NULL || !PyBytes_CheckExact(fragment) || head == NULL || !PyBytes_CheckExact(head)
         || (linked != Py_False && (linked != Py_True || !p->link_ok[be16(body)])))
         return NULL;
+    if (linked == Py_True && (SLOT(entry, p->req.api) == NULL || SLOT(entry, p->req.request) == NULL
+                              || SLOT(entry, p->req.fields) == NULL))
+        return NULL;  /* what link_request makes its token of */
     PyObject *quiet = SLOT(state, p->state.quiet);
     if (quiet == NULL || !PySet_CheckExact(quiet))
         return NULL;
@@ -696,6 +780,50 @@ static PyObject *request_entry(PlanObject *p, PyObject *state, const unsigned ch
     if (known != 1)
         return NULL;
     return Py_NewRef(entry);
+}
+
+/* A memoised request that links read, forwarded and counted: its token (a chain.Token
+ * of its entry's fields) on its Pending, and each link naming its api handed it, as
+ * ObservingHooks.steady_link_request does; the token then refers to the entry (its
+ * links leave its fields as they are: the apis of link_ok are the hooks' steady ones). */
+static int link_request(CoreObject *self, RequestFrame *f) {
+    PlanObject *p = self->plan;
+    PyObject *entry = f->entry, *pending = f->pending;
+    PyObject *api = SLOT(entry, p->req.api), *fields = SLOT(entry, p->req.fields);
+    PyObject *request = SLOT(entry, p->req.request), *corr = SLOT(pending, p->pending.correlation_id);
+    PyObject *links = p->request_links[f->api_key];
+    if (api == NULL || fields == NULL || request == NULL || corr == NULL || links == NULL) {
+        PyErr_SetString(PyExc_TypeError, "steady: a linked request's entry lost its slots");
+        return -1;
+    }
+    PyTypeObject *tt = p->token_type;
+    PyObject *token = tt->tp_alloc(tt, 0);
+    if (token == NULL)
+        return -1;
+    SLOT(token, p->token.api) = Py_NewRef(api);
+    SLOT(token, p->token.correlation_id) = Py_NewRef(corr);
+    SLOT(token, p->token.fields) = Py_NewRef(fields);
+    SLOT(token, p->token.decode_error) = Py_NewRef(Py_None);
+    SLOT(token, p->token.ask) = Py_NewRef(Py_None);
+    SLOT(token, p->token.asked_by) = Py_NewRef(Py_None);
+    SLOT(token, p->token.entry) = Py_NewRef(Py_None);
+    set_slot(pending, p->pending.token, token);
+    Py_INCREF(links);
+    Py_INCREF(request);
+    int err = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(links) && !err; i++) {
+        PyObject *args[6] = {PyTuple_GET_ITEM(links, i), self->info, self->state, token, request, Py_None};
+        PyObject *r = PyObject_VectorcallMethod(p->str_request, args, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL)
+            err = 1;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(request);
+    Py_DECREF(links);
+    if (!err)
+        set_slot(token, p->token.entry, entry);
+    Py_DECREF(token);
+    return err ? -1 : 0;
 }
 
 static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
@@ -785,7 +913,7 @@ static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
         SLOT(pending, p->pending.api_version) = version;
         SLOT(pending, p->pending.started) = Py_NewRef(started);
         SLOT(pending, p->pending.request_size) = size;
-        /* a linked request's token is made by link_request, once forwarded */
+        /* a linked request's token is made by link_request, once forwarded and counted */
         SLOT(pending, p->pending.token) = Py_NewRef(frames[i].linked || !frames[i].entry ? Py_None : frames[i].entry);
         SLOT(pending, p->pending.reply) = Py_NewRef(Py_None);
         SLOT(pending, p->pending.rewritten) = Py_NewRef(Py_None);
@@ -834,13 +962,8 @@ static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
             if (err)
                 goto fail;
         }
-        if (frames[i].linked) {
-            PyObject *args[4] = {self->info, state, frames[i].pending, frames[i].entry};
-            PyObject *done = PyObject_Vectorcall(p->link_request, args, 4, NULL);
-            if (done == NULL)
-                goto fail;
-            Py_DECREF(done);
-        }
+        if (frames[i].linked && link_request(self, &frames[i]) < 0)
+            goto fail;
     }
     drop_request_frames(frames, count);
     Py_RETURN_NONE;
@@ -910,6 +1033,14 @@ static int composable(PlanObject *p, PyObject *state, PyObject *token, long long
     return 1;
 }
 
+/* The response memo's value (borrowed) for frame `f`: its key is the api key and version
+ * and the frame but its correlation id (memo.response_key). */
+static PyObject *response_memo_get(PlanObject *p, ResponseFrame *f) {
+    char k[4] = {(char)((f->api_key >> 8) & 0xff), (char)(f->api_key & 0xff), (char)((f->api_version >> 8) & 0xff),
+                 (char)(f->api_version & 0xff)};
+    return memo_get(p->response_memo, &p->response_keys[f->api_key], k, 4, f->body + 4, f->size - 4);
+}
+
 /* The answer's entry (a new reference) for frame `f`, or NULL: Python's. */
 static PyObject *response_entry(CoreObject *self, ResponseFrame *f) {
     PlanObject *p = self->plan;
@@ -919,15 +1050,8 @@ static PyObject *response_entry(CoreObject *self, ResponseFrame *f) {
     if (f->api_key == API_VERSIONS) {
         if (!p->api_versions_plain || f->api_version < -32768 || f->api_version > 32767)
             return NULL;
-        PyObject *key = PyBytes_FromStringAndSize(NULL, size - 2);
-        if (key == NULL)
-            return NULL;
-        char *k = PyBytes_AS_STRING(key);
-        k[0] = (char)((f->api_version >> 8) & 0xff);
-        k[1] = (char)(f->api_version & 0xff);
-        memcpy(k + 2, body + 4, (size_t)(size - 4));
-        PyObject *cap = PyDict_GetItemWithError(p->cap_memo, key);
-        Py_DECREF(key);
+        char k[2] = {(char)((f->api_version >> 8) & 0xff), (char)(f->api_version & 0xff)};
+        PyObject *cap = memo_get(p->cap_memo, &p->cap_key, k, 2, body + 4, size - 4);
         if (cap == NULL || Py_TYPE(cap) != p->cap_entry_type)
             return NULL;
         PyObject *fragment = SLOT(cap, p->cap.fragment), *tail = SLOT(cap, p->cap.tail);
@@ -962,17 +1086,7 @@ static PyObject *response_entry(CoreObject *self, ResponseFrame *f) {
     }
     if (f->api_version < -32768 || f->api_version > 32767)
         return NULL;
-    PyObject *key = PyBytes_FromStringAndSize(NULL, size);
-    if (key == NULL)
-        return NULL;
-    char *k = PyBytes_AS_STRING(key);
-    k[0] = (char)((f->api_key >> 8) & 0xff);
-    k[1] = (char)(f->api_key & 0xff);
-    k[2] = (char)((f->api_version >> 8) & 0xff);
-    k[3] = (char)(f->api_version & 0xff);
-    memcpy(k + 4, body + 4, (size_t)(size - 4));
-    PyObject *entry = PyDict_GetItemWithError(p->response_memo, key);
-    Py_DECREF(key);
+    PyObject *entry = response_memo_get(p, f);
     if (entry == NULL || Py_TYPE(entry) != p->response_entry_type)
         return NULL;
     PyObject *fragment = SLOT(entry, p->resp.fragment);
@@ -1012,32 +1126,16 @@ static int linked_answer_ok(CoreObject *self, ResponseFrame *f) {
         return 0;
     if (ask == Py_None)
         return 1;
-    PyObject *whole = PyObject_GetAttr(ask, p->str_whole);
-    if (whole == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int skimmed = whole == Py_False;
-    Py_DECREF(whole);
-    return skimmed;
+    /* `whole` is a class attribute of every ask (chain.py): looked up on its class alone,
+     * a borrowed reference, no instance attribute machinery (anything but False: Python's) */
+    return _PyType_Lookup(Py_TYPE(ask), p->str_whole) == Py_False;
 }
 
 /* A linked answer's memoised skimmed fields (a new reference to its ResponseEntry), or NULL. */
 static PyObject *linked_entry(PlanObject *p, ResponseFrame *f) {
     if (f->api_key == API_VERSIONS || f->api_version < -32768 || f->api_version > 32767)
         return NULL;
-    Py_ssize_t size = f->size;
-    PyObject *key = PyBytes_FromStringAndSize(NULL, size);
-    if (key == NULL)
-        return NULL;
-    char *k = PyBytes_AS_STRING(key);
-    k[0] = (char)((f->api_key >> 8) & 0xff);
-    k[1] = (char)(f->api_key & 0xff);
-    k[2] = (char)((f->api_version >> 8) & 0xff);
-    k[3] = (char)(f->api_version & 0xff);
-    memcpy(k + 4, f->body + 4, (size_t)(size - 4));
-    PyObject *entry = PyDict_GetItemWithError(p->response_memo, key);
-    Py_DECREF(key);
+    PyObject *entry = response_memo_get(p, f);
     if (entry == NULL || Py_TYPE(entry) != p->response_entry_type)
         return NULL;
     return Py_NewRef(entry);
@@ -1253,7 +1351,10 @@ static int linked_answer(CoreObject *self, ResponseFrame *f, double latency) {
             PyObject *piece = NULL;
             long long mask = 0;
             int ok = 1;
-            if (own) {
+            if (own && fields == p->rendered_fields) {  /* the dict rendered last, unchanged */
+                piece = Py_NewRef(p->rendered_piece);
+                mask = p->rendered_mask;
+            } else if (own) {
                 PyObject *pair = PyObject_CallOneArg(p->render_fields, fields);
                 if (pair == NULL) {
                     Py_DECREF(fields);
@@ -1266,6 +1367,11 @@ static int linked_answer(CoreObject *self, ResponseFrame *f, double latency) {
                     if (mask == -1 && PyErr_Occurred()) {
                         PyErr_Clear();
                         ok = 0;
+                    } else {
+                        Py_INCREF(fields);
+                        Py_XSETREF(p->rendered_fields, fields);
+                        Py_XSETREF(p->rendered_piece, Py_NewRef(piece));
+                        p->rendered_mask = mask;
                     }
                 }
                 Py_DECREF(pair);

@@ -268,11 +268,12 @@ class SteadyParts:
     state_of: Any  # ConnectionInfo -> the state the hooks keep for it
     hooks: Any  # the hooks whose `broker_ranges` an ApiVersions answer sets
     counters: Any  # their metrics' steady_counters (proxy/metrics.py), where the C path counts
-    token: type  # the token of a request a link reads (chain.Token: its decode_error and ask slots)
+    token: type  # the token of a request a link reads (chain.Token: the C path makes them, slot by slot)
     # Requests a link reads that the C path may take all the same (the link's part done
-    # by the hooks: link_request once forwarded, link_answer once its answer is)
+    # by the C path: each link's `request` once forwarded, as steady_link_request; and by
+    # the hooks: link_answer once its answer is)
     link_apis: frozenset[int]
-    link_request: Any  # (info, state, pending, entry): makes pending.token and runs the links
+    request_links: dict[int, tuple[Any, ...]]  # of link_apis: the links whose `request` reads each
     # (info, pending, token, state, latency, size, fields, None, True): observes an
     # answer a link read that it does not finish itself (ObservingHooks.responded)
     link_answer: Any

@@ -200,7 +200,7 @@ class ProxyContext:
                 counters=parts.counters, clash=parts.clash, request_apis=parts.request_apis,
                 response_apis=parts.response_apis, auth_apis=sasl.AUTH_APIS, log_always=parts.log_always,
                 log_never=parts.log_never, api_versions_plain=parts.api_versions_plain, token=parts.token,
-                link_apis=parts.link_apis, link_request=parts.link_request, link_answer=parts.link_answer,
+                link_apis=parts.link_apis, request_links=parts.request_links, link_answer=parts.link_answer,
                 render_fields=parts.render_fields,
             )  # fmt: skip
             self.steady_state_of = parts.state_of

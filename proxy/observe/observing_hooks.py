@@ -218,7 +218,8 @@ class ObservingHooks(Hooks):
             request_apis=requests, response_apis=responses, log_always=always, log_never=never,
             api_versions_plain=self._plain_api_versions, state_of=lambda info: self.states.get(info.conn_id),
             hooks=self, counters=counters, token=Token, link_apis=linked & requests,
-            link_request=self.steady_link_request, link_answer=self.responded,
+            request_links={k: links for k, links in self._request_links.items() if k in linked & requests},
+            link_answer=self.responded,
             render_fields=answer_json,
         )  # fmt: skip
 
@@ -464,8 +465,8 @@ class ObservingHooks(Hooks):
 
     def steady_link_request(self, info: ConnectionInfo, state: ConnState, pending: Pending, entry: RequestEntry) -> None:
         """A memoised request that links read: its token (the entry's fields), and the
-        links that name its api. (The C path calls it too, once it forwarded and counted
-        such a request.)"""
+        links that name its api. (The C path does the same in C, once it forwarded and
+        counted such a request: proxy/_steady.c's link_request.)"""
         pending.token = token = Token(entry.api, pending.correlation_id, entry.fields)
         api_key = pending.api_key
         for link in self._request_links.get(api_key, _NO_LINKS):

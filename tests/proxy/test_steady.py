@@ -8,10 +8,12 @@ took most reads."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import socket
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +68,12 @@ TIMED = ("kafkalens_request_duration_seconds_bucket", "kafkalens_request_duratio
 
 def run(
     tmp_path: Path, active: bool, monkeypatch: pytest.MonkeyPatch, script: list[Exchange] | None = None,
-    rounds: tuple[int, ...] = (3, 1),
+    rounds: tuple[int, ...] = (3, 1), between: Callable[[Any], object] | None = None,
 ) -> tuple[list[bytes], dict[Any, float], int]:
     """`script` (the captured sessions, by default) through a proxy, `rounds` times on
     each of its connections, the C path on or off: the log's lines, the request metrics,
-    and how many reads the C path took."""
+    and how many reads the C path took. `between(hooks)` runs on the proxy's loop after
+    each round but the last, once its connections closed."""
     monkeypatch.setattr(steady, "ACTIVE", active)
     if script is None:
         script = [exchange for _, exchanges in sorted(sessions().items()) for exchange in exchanges]
@@ -91,8 +94,11 @@ def run(
     proxied = dataclasses.replace(proxy_config(f"127.0.0.1:{broker.port}"), request_log=config.request_log)
     try:
         with ProxyThread(proxied, hooks) as px:
-            for times in rounds:
+            for n, times in enumerate(rounds):
                 send_session(px.port, script, rounds=times)
+                if between is not None and n < len(rounds) - 1:
+                    assert px.wait_until(lambda: not px.server.clients())
+                    px.call(functools.partial(between, hooks))
             assert px.wait_until(lambda: not px.server.clients())
             text = metrics.render().decode()
     finally:
@@ -142,6 +148,28 @@ def test_repeated_small_requests_are_the_c_paths_lag_link_and_all(
     assert taken >= 2 * len(script) * (20 - 3)
     commits = [json.loads(line) for line in c_lines if b'"api":"OffsetCommit"' in line]
     assert len(commits) == 20 and all(line["committed"][0]["offset"] == 42 for line in commits)
+
+
+@needs_c
+def test_memos_emptied_under_the_c_path_send_their_frames_to_the_python_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full memo starts again empty (memo.FrameMemo.put): the keys the C path kept of
+    its last hits (proxy/_steady.c's memo_get) then find nothing, the reads go to the
+    Python path, which memoises them again, and the C path takes them once more; every
+    line and metric stays the Python path's."""
+
+    def empty_memos(hooks: Any) -> None:
+        for memo in (hooks.request_memo, hooks.response_memo, hooks.api_versions_memo):
+            memo._entries.clear()
+
+    script = small_requests()
+    c_lines, c_metrics, taken = run(tmp_path, True, monkeypatch, script, rounds=(8, 8), between=empty_memos)
+    py_lines, py_metrics, _ = run(tmp_path, False, monkeypatch, script, rounds=(8, 8), between=empty_memos)
+    assert c_lines == py_lines
+    assert c_metrics == py_metrics
+    # both rounds: memoised, then quiet and rendered, then the C path's
+    assert taken >= 2 * 2 * len(script) * (8 - 3), taken
 
 
 @needs_c

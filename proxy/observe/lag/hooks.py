@@ -74,10 +74,23 @@ class LagLink(Observer):
         """`partition_stats`: a Produce request's RecordStats by (topic, partition), when
         its fields were made with them (see request_fields)."""
         api_key = request.api_key
-        ask: Any = None
         if api_key in self.member_apis:
-            ask = self._member_request(info, state, token, request)
-        elif api_key == PRODUCE:
+            # A group member's request (GROUP_APIS), what the C path hands the link most:
+            # its client noted as a member of the group it names (once per connection
+            # while its identity and the group stay: `LagConnState.member`), and an
+            # OffsetCommit's offsets asked about.
+            group = token.fields.get("group_id")
+            if group:
+                noted = (state.identity_key, group)
+                kept: LagConnState = state.kept[self]
+                if kept.member != noted and self.lag.member(state.identity, info.client_host, group):
+                    kept.member = noted
+                if api_key == OFFSET_COMMIT:
+                    token.ask = self.lag.commit_ask(request.body, group)
+                    token.asked_by = self
+            return
+        ask: Any = None
+        if api_key == PRODUCE:
             stats = token.fields.get("record_stats")
             if stats:
                 self._traffic(info, state, stats, "produce")
@@ -94,21 +107,6 @@ class LagLink(Observer):
         if ask is not None:
             token.ask = ask
             token.asked_by = self
-
-    def _member_request(self, info: ConnectionInfo, state: ConnState, token: Token, request: Any) -> Any:
-        """A group member's request (GROUP_APIS): its client noted as a member of the group
-        it names (once per connection while its identity and the group stay:
-        `LagConnState.member`), and an OffsetCommit's offsets asked about."""
-        group = token.fields.get("group_id")
-        if not group:
-            return None
-        noted = (state.identity_key, group)
-        kept: LagConnState = state.kept[self]
-        if kept.member != noted and self.lag.member(state.identity, info.client_host, group):
-            kept.member = noted
-        if request.api_key == OFFSET_COMMIT:
-            return self.lag.commit_ask(request.body, group)
-        return None
 
     def answered(
         self, info: ConnectionInfo, state: ConnState | None, token: Token, response: Response | None,
