@@ -17,6 +17,10 @@ Replaying a frame repeats it byte for byte, which the observer memoises
 (proxy/observe/memo.py): "all hooks, log on" is the cost of such a repeat, "first seen" that
 of a frame the process has not met before (the memo never answers).
 
+`--small` replays instead the Produce and Fetch a client at a low rate sends: a few
+records per batch, librdkafka's largest Produce pair and largest Fetch answer in its
+captured session (tests/data/golden; no broker started).
+
 `--instructions` counts instead of timing: the same captured pairs replayed through all
 the hooks (log on, lag on), repeated and first seen, by bench/proxy/hooks_replay.py under
 callgrind, user-space instructions per pair. With KAFKALENS_BASELINE_TREE set to
@@ -24,6 +28,7 @@ another checkout (as for bench.proxy.run's kafkalens-baseline) it replays throug
 checkout's proxy/ too, in the same run, and prints both and the change:
 
     KAFKALENS_BASELINE_TREE=../baseline .venv/bin/python -m bench.proxy.hooks_cost --instructions
+    .venv/bin/python -m bench.proxy.hooks_cost --small --instructions
 """
 
 from __future__ import annotations
@@ -82,6 +87,31 @@ def capture(records: int = 5000, partitions: int = 1000) -> dict[str, Pair]:
         "ApiVersions v3": _ours(pairs, API_VERSIONS)[0],
         "Metadata v12, 1 topic": _ours(pairs, 3)[0],
         f"Metadata v12, {partitions:,} partitions": _ours(pairs, 3)[-1],
+    }
+
+
+def capture_small() -> dict[str, Pair]:
+    """librdkafka's (confluent-kafka's) largest Produce pair and largest Fetch answer of its
+    captured session (tests/data/golden, in front of tansu): a few records per batch, the
+    traffic a producer and a consumer at a low fixed rate make. No broker needed."""
+    import struct
+
+    from support.replay import sessions
+
+    def pair(exchange: Any) -> Pair:
+        corr = struct.unpack_from(">i", exchange.request, 4)[0]
+        key, version = exchange.api_key, exchange.api_version
+        return (
+            Frame(0, 0, "request", key, version, corr, exchange.request),
+            Frame(1, 0, "response", key, version, corr, exchange.response),
+        )
+
+    session = [e for e in sessions()["confluent-kafka"] if e.response is not None]
+    produce = max((e for e in session if e.api_key == ApiKey.PRODUCE), key=lambda e: len(e.request))
+    fetch = max((e for e in session if e.api_key == ApiKey.FETCH), key=lambda e: len(e.response or b""))
+    return {
+        f"Produce v{produce.api_version}, librdkafka, small batch": pair(produce),
+        f"Fetch v{fetch.api_version}, librdkafka, small batches": pair(fetch),
     }
 
 
@@ -196,7 +226,7 @@ def make_hooks(sample_rate: float, memo: bool = True, lag: bool = True) -> tuple
     hooks = build_hooks(config, metrics)
     if not memo:
         for name in ("request_memo", "response_memo", "api_versions_memo"):
-            setattr(hooks, name, FirstSeen(getattr(hooks, name).skip))
+            setattr(hooks, name, FirstSeen(getattr(hooks, name).max_entries))
     info = ConnectionInfo("bench-1", "plaintext", HOST, 50000, "127.0.0.1:9092")
     info.metrics = metrics.connection_opened("plaintext")
     hooks.connection_opened(info)
@@ -434,9 +464,13 @@ def main() -> None:
         "--instructions", action="store_true",
         help="count instructions per pair under callgrind (this tree, and KAFKALENS_BASELINE_TREE's) instead of timing",
     )
+    parser.add_argument(
+        "--small", action="store_true",
+        help="librdkafka's captured Produce and Fetch of a few records per batch instead of the default cases",
+    )
     parser.add_argument("--calls", type=int, default=500, help="counted pairs per case (--instructions)")
     args = parser.parse_args()
-    cases = capture()
+    cases = capture_small() if args.small else capture()
     if args.share:
         cases.update(capture_share())
     if args.instructions:
