@@ -245,9 +245,10 @@ typedef struct {
     PyObject *request_memo, *response_memo, *cap_memo; /* dicts */
     /* The last key each memo answered, per api key (the cap memo's: [API_VERSIONS]):
      * a frame with the same bytes is looked up with it, its hash computed once (a bytes
-     * object keeps it). Hashing a fresh key of an ApiVersions answer's ~500 bytes was
-     * the most of what its pair cost over a Metadata's (bench/PROFILE.md). Only keys
-     * the memo holds too are kept: at most 2 x MAX_API of at most MEMO_MAX_FRAME bytes. */
+     * object keeps it): making and hashing fresh keys on every pair (an ApiVersions answer's is ~500
+     * bytes) was a good part of a small pair's cost (bench/PROFILE.md, "Instructions per
+     * small request/response pair"). Only keys the memo holds too are kept: at most
+     * 2 x MAX_API + 1 of at most MEMO_MAX_FRAME bytes. */
     PyObject *request_keys[MAX_API], *response_keys[MAX_API], *cap_key;
     PyObject *hooks;     /* its broker_ranges, for an ApiVersions answer */
     PyObject *sink_obj;  /* the LineSink, or None: no request log */
