@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
 
 from pipeline import fsio
 from pipeline.read import first_line, normal_path, parse_lines, read_failure
@@ -92,10 +93,12 @@ def original_file(file: Column, o: Followed) -> Column:
     return F.when(name != "", F.concat(F.lit(logdir.rstrip("/") + "/"), name)).otherwise(file)
 
 
-def raw_stream(spark: SparkSession, o: Followed) -> DataFrame:
+def raw_stream(spark: SparkSession, o: Followed, schema: StructType = LINE_SCHEMA
+               ) -> DataFrame:
     """read.read_logs' columns (and `file_mtime`), streaming: the staged files, or the
-    files matching the pattern (--no-spool)."""
-    reader = spark.readStream.schema(LINE_SCHEMA).options(**JSON_OPTIONS).option(
+    files matching the pattern (--no-spool); read with `schema` (the ingest's may hold
+    new fields: evolve.py)."""
+    reader = spark.readStream.schema(schema).options(**JSON_OPTIONS).option(
         "maxFilesPerTrigger", o.max_files_per_trigger)
     if o.spooled:
         # Staged files are hard links or copies: delete them once committed.
@@ -110,9 +113,16 @@ def raw_stream(spark: SparkSession, o: Followed) -> DataFrame:
         F.col("_metadata.file_modification_time").alias("file_mtime"))
 
 
-def parsed_stream(spark: SparkSession, o: Followed) -> DataFrame:
-    """read.parse_lines' columns and `file_mtime`, streaming."""
-    return parse_lines(raw_stream(spark, o), keep=("file_mtime",))
+def parsed_stream(spark: SparkSession, o: Followed, schema: StructType | None = None
+                  ) -> DataFrame:
+    """read.parse_lines' columns and `file_mtime`, streaming. With `schema` (the
+    ingest's), its fields beyond LINE_SCHEMA's are kept too, and a field of another
+    type is kept as text (`retyped`, evolve.py)."""
+    if schema is None:
+        return parse_lines(raw_stream(spark, o), keep=("file_mtime",))
+    extra = [name for name in schema.fieldNames() if name not in LINE_SCHEMA.fieldNames()]
+    return parse_lines(raw_stream(spark, o, schema), keep=("file_mtime", *extra),
+                       retype=schema)
 
 
 class Stop:
@@ -239,11 +249,15 @@ def follow(spark: SparkSession, o: Followed, command: str,
            start: Callable[[], StreamingQuery],
            left_out: Callable[[list[Unreadable]], None],
            held_back: Callable[[], str] = lambda: "",
-           progress: Callable[[list[dict[str, Any]]], None] = lambda reports: None) -> int:
+           progress: Callable[[list[dict[str, Any]]], None] = lambda reports: None,
+           restart_if: Callable[[], bool] = lambda: False) -> int:
     """Runs the query `start` makes until it ends (--once), fails, or a stop is asked,
     staging rotated files every --interval seconds. A file the spool will not stage
     stops it (exit 1) unless --skip-unreadable, which reports it (`left_out`). Each of
-    the query's progress reports is given to `progress` once, the last batch's too."""
+    the query's progress reports is given to `progress` once, the last batch's too.
+    When `restart_if` says so before files are staged (the ingest: rotated files bring
+    new fields), the query is stopped between batches and `start` makes it again
+    (from its checkpoint) once they are."""
     spool = Spool(Path(str(o.logdir)), Path(o.spool_dir), o.pattern) if o.spooled else None
     with stop_on_signals(command) as stop:
         if spool and not _collect(o, spool, command, left_out):
@@ -253,14 +267,31 @@ def follow(spark: SparkSession, o: Followed, command: str,
         collected = time.monotonic()
         try:
             while not stop.requested and not query.awaitTermination(POLL_SECONDS):
-                if spool and time.monotonic() - collected >= o.interval:
-                    if not _collect(o, spool, command, left_out):
+                if time.monotonic() - collected >= o.interval:
+                    # Asked before staging, so that what is staged next is read by
+                    # the query started again.
+                    restart = restart_if()
+                    if restart:
+                        stop_between_batches(query)
+                        progress(waiting.update(query.recentProgress, busy=True))
+                        query.awaitTermination()  # raises if it failed
+                    if spool and not _collect(o, spool, command, left_out):
                         stop_between_batches(query)
                         return EXIT_UNREADABLE
                     collected = time.monotonic()
+                    if restart:
+                        query = start()
+                        continue
                 recent = progress_since(query, waiting.last_batch)
                 progress(waiting.update(recent, bool(query.status.get("isTriggerActive"))))
         except Exception as e:  # noqa: BLE001 - the query failed: one line, not a stack
+            if _table_widened(e, o):
+                # The ingest added columns (evolve.py): Delta's source stops at the new
+                # schema and reads on once started again, from its checkpoint.
+                print(f"kafkalens {command}: the table {o.table_source} has new columns; "
+                      "reading on", file=sys.stderr, flush=True)
+                return follow(spark, o, command, start, left_out, held_back, progress,
+                              restart_if)
             return _failed(e, o, command)
         if query.isActive:
             stop_between_batches(query)
@@ -316,6 +347,12 @@ def _collect(o: Followed, spool: Spool, command: str,
     left_out(spool.unreadable)  # recorded first: a crash between names them again
     spool.leave_out(spool.unreadable)
     return True
+
+
+def _table_widened(error: BaseException, o: Followed) -> bool:
+    """The query over an ingested table stopped because the table's schema changed
+    (Delta's DELTA_SCHEMA_CHANGED conditions): the ingest stored a new field."""
+    return o.table_source is not None and "DELTA_SCHEMA_CHANGED" in str(error)
 
 
 def _failed(error: BaseException, o: Followed, command: str) -> int:

@@ -17,12 +17,15 @@ sees whole batches only. Small files are compacted by the ingest as they pile up
 
 from __future__ import annotations
 
+import glob
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,6 +33,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from pipeline import follow, fsio
+from pipeline.evolve import RETYPED, Evolution, described
 from pipeline.read import PARSED_EXTRA, PARSED_FIELDS, normal_path, parse_lines
 from pipeline.schema import LINE_SCHEMA
 from pipeline.session import session_conf
@@ -101,12 +105,14 @@ class IngestOptions:
         return None
 
 
-def table_rows(parsed: DataFrame) -> DataFrame:
+def table_rows(parsed: DataFrame, extra: list[str] | None = None) -> DataFrame:
     """parse_lines' columns (with `file_mtime`) as the table holds them: the partition
-    columns added, `file_mtime` dropped."""
+    columns added, `file_mtime` dropped; with `extra` (the new fields, evolve.py),
+    `retyped` and those fields too."""
     when = F.coalesce(F.col("ts"), F.col("file_mtime"))
+    evolved = [] if extra is None else [RETYPED, *extra]
     return parsed.select(
-        *PARSED_FIELDS, *PARSED_EXTRA,
+        *PARSED_FIELDS, *PARSED_EXTRA, *evolved,
         F.when(F.col("bad_reason").isNull(), F.lit(LINES)).otherwise(F.lit(BAD_LINES))
         .alias("kind"),
         F.date_format(when, "yyyy-MM-dd").alias("date"),
@@ -114,11 +120,12 @@ def table_rows(parsed: DataFrame) -> DataFrame:
 
 
 def table_schema(spark: SparkSession) -> StructType:
-    """The table's schema: parse_lines' columns, then the partition columns."""
+    """The table's schema: parse_lines' columns (`retyped` among them), then the
+    partition columns (new fields come after them: evolve.py)."""
     empty = spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name)
                                     for f in LINE_SCHEMA.fields],
                                   F.lit(None).cast("string").alias("file"))
-    parsed = parse_lines(empty).schema
+    parsed = parse_lines(empty, retype=LINE_SCHEMA).schema
     return StructType([*parsed.fields, StructField("kind", StringType()),
                        StructField("date", StringType()), StructField("hour", IntegerType())])
 
@@ -229,10 +236,56 @@ class Tally:
         return f"kafkalens ingest: done: {wrote}{follow.not_read_yet(o)}"
 
 
-def start(spark: SparkSession, o: IngestOptions) -> StreamingQuery:
-    rows = table_rows(follow.parsed_stream(spark, o))
+def evolution(spark: SparkSession, table: str) -> Evolution:
+    """The read schema's state: the table's columns, those beyond the ingest's own
+    being new fields stored before."""
+    own = table_schema(spark)
+    columns = spark.read.format("delta").load(table).schema
+    names = {name.lower() for name in own.fieldNames()}
+    stored = StructType([f for f in columns.fields if f.name.lower() not in names])
+    return Evolution(own.fieldNames(), stored)
+
+
+def waiting_files(o: IngestOptions) -> list[Path]:
+    """The files the query may read next, where the driver can sample them: LOGDIR's
+    rotated files (when local) and the spool's staged ones."""
+    rotated: list[Path] = []
+    if o.logdir is not None and fsio.is_local(o.logdir):
+        # LOGDIR may be a glob of directories (--no-spool 'logs/*'), as Spark reads it
+        for found in sorted(glob.glob(o.logdir.removeprefix("file:"))):
+            folder = Path(found)
+            if folder.is_dir():
+                rotated += sorted(p for p in folder.glob(o.pattern) if p.is_file())
+    spool = Path(o.spool_dir)
+    if not o.spooled or not spool.is_dir():
+        return rotated
+    return rotated + sorted(p for p in spool.iterdir() if p.is_file()
+                            and not p.name.startswith(("_", ".")))
+
+
+def widened(o: IngestOptions, evolving: Evolution) -> bool:
+    """True when files waiting to be read hold fields the read schema lacks (the
+    query then starts again with them)."""
+    return evolving.sample(waiting_files(o))
+
+
+def start(spark: SparkSession, o: IngestOptions, evolving: Evolution) -> StreamingQuery:
+    evolving.sample(waiting_files(o))
+    added, left = evolving.widen()
+    if added:
+        print(f"kafkalens ingest: log fields the schema does not read, stored as new "
+              f"columns of {o.table}: {described(added)}", file=sys.stderr, flush=True)
+    if left:
+        print("kafkalens ingest: log fields not stored (a column name cannot hold a "
+              "space or any of , ; { } ( ) = . `): " + ", ".join(repr(n) for n in left),
+              file=sys.stderr, flush=True)
+    schema = evolving.schema
+    rows = table_rows(follow.parsed_stream(spark, o, schema), evolving.names)
+    # mergeSchema: a new field's column is added to the table by the batch that first
+    # writes it (Delta's schema evolution, on this query's writes only).
     writer = rows.writeStream.format("delta").outputMode("append").partitionBy(
-        *PARTITIONS).option("checkpointLocation", o.checkpoint_dir)
+        *PARTITIONS).option("checkpointLocation", o.checkpoint_dir).option(
+        "mergeSchema", "true")
     trigger: dict[str, Any] = ({"availableNow": True} if o.once
                                else {"processingTime": f"{o.interval} seconds"})
     # The query takes the session's settings as they are when it starts.
@@ -318,12 +371,66 @@ def run_ingest(spark: SparkSession, o: IngestOptions) -> int:
         return follow.EXIT_USAGE
     announce(o)
     tally = Tally(o.table)
-    code = follow.follow(spark, o, "ingest", lambda: start(spark, o),
-                         lambda found: record_unreadable(spark, o, found), progress=tally.add)
+    evolving = evolution(spark, o.table)
+    retyped = Retyped(o.table, table_version(spark, o.table))
+
+    def progress(reports: list[dict[str, Any]]) -> None:
+        tally.add(reports)
+        if not o.once and any(r.get("numInputRows") for r in reports):
+            retyped.say(spark)
+
+    code = follow.follow(spark, o, "ingest", lambda: start(spark, o, evolving),
+                         lambda found: record_unreadable(spark, o, found), progress=progress,
+                         restart_if=lambda: not o.once and widened(o, evolving))
     if code == 0 and o.once:
+        retyped.say(spark)
         print(f"kafkalens ingest: {rolled_up(spark, o.table)}", file=sys.stderr, flush=True)
         print(tally.done(o), file=sys.stderr, flush=True)
     return code
+
+
+def table_version(spark: SparkSession, table: str) -> int:
+    """The table's newest version: its log's newest commit."""
+    names = fsio.list_names(spark, f"{table.rstrip('/')}/{DELTA_LOG}")
+    versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+    return max(versions, default=-1)
+
+
+@dataclass
+class Retyped:
+    """Counts the ingest's retyped values (evolve.py), per field, in the files its own
+    commits since `since` added (the driver reads their log entries; Spark reads only
+    the `retyped` column of those files: mostly nulls, a few milliseconds a file)."""
+
+    table: str
+    since: int
+
+    def count(self, spark: SparkSession) -> Counter:
+        root = self.table.rstrip("/")
+        newest = table_version(spark, self.table)
+        files: list[str] = []
+        for version in range(self.since + 1, newest + 1):
+            entries = [json.loads(line) for line in fsio.read_text(
+                spark, f"{root}/{DELTA_LOG}/{version:020d}.json").splitlines() if line]
+            files += [f"{root}/{unquote(e['add']['path'])}" for e in entries
+                      if "add" in e and e["add"].get("dataChange", True)]
+        self.since = newest
+        if not files:
+            return Counter()
+        rows = (spark.read.schema(f"`{RETYPED}` map<string,string>").parquet(*files)
+                .where(F.col(RETYPED).isNotNull())
+                .select(F.explode(F.map_keys(RETYPED)).alias("field"))
+                .groupBy("field").count().collect())
+        return Counter({r["field"]: r["count"] for r in rows})
+
+    def say(self, spark: SparkSession) -> None:
+        counts = self.count(spark)
+        if counts:
+            fields = ", ".join(f"{field} {follow.counted(n, 'line')}"
+                               for field, n in sorted(counts.items()))
+            print(f"kafkalens ingest: fields of another type than the schema's, kept as "
+                  f"text in the `{RETYPED}` column (the typed column null): {fields}",
+                  file=sys.stderr, flush=True)
 
 
 def rolled_up(spark: SparkSession, table: str) -> str:

@@ -18,8 +18,9 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
 
+from pipeline.evolve import RETYPED
 from pipeline.fsio import first_line, hadoop_file
 from pipeline.paths import PathError
 from pipeline.schema import CORRUPT, JSON_OPTIONS, KNOWN_EVENTS, LINE_SCHEMA
@@ -232,10 +233,14 @@ def _valid_ts(text: Column) -> Column:
             & F.substring(text, 11, 1).isin("T", " "))
 
 
-def bad_reason(j: Column, ts: Column) -> Column:
+def bad_reason(j: Column, ts: Column, retyped: Column | None = None) -> Column:
     """Why a parsed line is bad, or null when it is good (or of an event we ignore).
-    `ts` is the line's timestamp as read (null when absent or invalid)."""
+    `ts` is the line's timestamp as read (null when absent or invalid); `retyped` the
+    line's fields of another type (parse_lines' `retype`): a line with such fields and
+    no other fault is good."""
     corrupt = j[CORRUPT].isNotNull()
+    if retyped is not None:
+        corrupt = corrupt & retyped.isNull()
     unparsed = corrupt & j["event"].isNull()
     return (
         F.when(unparsed & F.ltrim(j[CORRUPT]).startswith("["), F.lit(BadReason.NOT_AN_OBJECT))
@@ -252,13 +257,67 @@ def bad_reason(j: Column, ts: Column) -> Column:
 PARSED_FIELDS = [name for name in LINE_SCHEMA.fieldNames() if name not in (CORRUPT, "record_stats")]
 PARSED_EXTRA = ["per_topic", "bad_reason", "line", "file"]
 _PARSED_TS = "_parsed_ts"  # the timestamp as read, before it takes the name `ts`
+_AS_TEXT = "_as_text"  # a corrupt line's fields, each as text (retyped_fields)
+_INVALID = "_invalid"  # from_json's corrupt column: the text is not JSON at all
+_TEXT_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _INVALID}
+_NESTED = (ArrayType, MapType, StructType)
 
 
-def parse_lines(logs: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+def retype_candidates(schema: StructType) -> list[StructField]:
+    """The fields of a read schema whose value can have another type than the schema's
+    (a string field takes any value: Spark's reader keeps its JSON text)."""
+    return [f for f in schema.fields
+            if f.name != CORRUPT and not isinstance(f.dataType, StringType)]
+
+
+def _as_text(schema: StructType) -> Column:
+    """A corrupt line's candidate fields, each as the text Spark reads into a string
+    (a string's characters, any other value's JSON text), and `_invalid` when the
+    line is no JSON object at all (cut short, say)."""
+    text = StructType([*(StructField(f.name, StringType()) for f in retype_candidates(schema)),
+                       StructField(_INVALID, StringType())])
+    return F.from_json(F.col(CORRUPT), text, _TEXT_OPTIONS)
+
+
+def _mismatched(field: StructField, typed: Column, text: Column) -> Column:
+    """The line has a value for `field` that is not of its type: Spark's reader left
+    the column null, or (a nested type: the reader nulls only the nested value that
+    did not fit) the value's text does not parse as the type."""
+    wrong = text.isNotNull() & typed.isNull()
+    if isinstance(field.dataType, _NESTED):
+        wrapped = StructType([StructField("v", field.dataType), StructField(_INVALID, StringType())])
+        reparsed = F.from_json(F.concat(F.lit('{"v":'), text, F.lit("}")), wrapped, _TEXT_OPTIONS)
+        wrong = wrong | (text.isNotNull() & reparsed[_INVALID].isNotNull())
+    return wrong
+
+
+def retyped_fields(schema: StructType) -> Column:
+    """The fields of a line whose value has another type than `schema` says: field ->
+    the value's text, or null (a line that is not corrupt, or is not JSON). Reads the
+    `_as_text` column (computed only for corrupt lines of the known events)."""
+    text = F.col(_AS_TEXT)
+    pairs: list[Column] = []
+    for field in retype_candidates(schema):
+        pairs += [F.lit(field.name),
+                  F.when(_mismatched(field, F.col(field.name), text[field.name]),
+                         text[field.name])]
+    found = F.map_filter(F.create_map(*pairs), lambda _, v: v.isNotNull())
+    # A branch's value is computed only on the lines it takes: the map is never built
+    # for a line that is not corrupt (parse_lines then turns an empty one to null).
+    return F.when(text.isNotNull() & text[_INVALID].isNull(), found)
+
+
+def parse_lines(logs: DataFrame, keep: Sequence[str] = (),
+                retype: StructType | None = None) -> DataFrame:
     """The report's fields of each line (read_logs), `ts` as a timestamp (UTC; an
     offset converted), plus `bad_reason`, `line` (a bad line's first characters: the
     text Spark could not parse, else the fields it read), `file`, and the columns of
-    `logs` named in `keep`."""
+    `logs` named in `keep`.
+
+    With `retype` (the schema `logs` was read with: the ingest's), a line of a known
+    event whose field has another type than the schema's is a line, not a bad line:
+    that field's column is null and `retyped` (a column after `file`) maps the field
+    to its value's text (evolve.py)."""
     # In steps, each value computed once: written as one select, the timestamp's cast
     # was made three times a line and the reason twice (in `bad_reason` and in `line`'s
     # condition); Spark keeps the steps apart rather than repeat a cast (CollapseProject).
@@ -267,15 +326,36 @@ def parse_lines(logs: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     ts_text = F.col("ts")
     timed = logs.select("*", F.when(_valid_ts(ts_text), ts_text.try_cast("timestamp"))
                         .alias(_PARSED_TS))
-    reason = bad_reason(F.struct(*LINE_SCHEMA.fieldNames()), F.col(_PARSED_TS))
+    retyped: Column | None = None
+    added: list[str] = []
+    if retype is not None:
+        # Only a corrupt line of a known event with a valid ts is read again.
+        again = (F.col(CORRUPT).isNotNull() & F.col("event").isin(*KNOWN_EVENTS)
+                 & F.col(_PARSED_TS).isNotNull())
+        timed = timed.select("*", F.when(again, _as_text(retype)).alias(_AS_TEXT))
+        timed = timed.select("*", retyped_fields(retype).alias("_retyped_all"))
+        timed = timed.select("*", F.when(F.size("_retyped_all") > 0, F.col("_retyped_all"))
+                             .alias(RETYPED))
+        retyped = F.col(RETYPED)
+        added = [RETYPED]
+    reason = bad_reason(F.struct(*LINE_SCHEMA.fieldNames()), F.col(_PARSED_TS), retyped)
     checked = timed.select("*", reason.alias("bad_reason"))
-    read = [name for name in PARSED_FIELDS if name != "ts"]
+    read = [_typed(name, retyped).alias(name) for name in PARSED_FIELDS if name != "ts"]
     text = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*PARSED_FIELDS)))
+    per_topic = _typed("record_stats", retyped)["per_topic"]
     return checked.select(
         F.col(_PARSED_TS).alias("ts"), *read,
-        F.col("record_stats")["per_topic"].alias("per_topic"),
+        per_topic.alias("per_topic"),
         "bad_reason",
         F.when(F.col("bad_reason").isNotNull(), F.substring(text, 1, SAMPLE_CHARS))
         .alias("line"),
-        F.col("file"), *keep,
-    ).select(*PARSED_FIELDS, *PARSED_EXTRA, *keep)
+        F.col("file"), *added, *keep,
+    ).select(*PARSED_FIELDS, *PARSED_EXTRA, *added, *keep)
+
+
+def _typed(name: str, retyped: Column | None) -> Column:
+    """A field's column; null on a line where it is retyped (a nested value Spark's
+    reader kept in part)."""
+    if retyped is None or not isinstance(LINE_SCHEMA[name].dataType, _NESTED):
+        return F.col(name)
+    return F.when(retyped[name].isNull(), F.col(name))

@@ -34,9 +34,9 @@ The standalone cluster is a real one, started from the pyspark package's own scr
 own work directory; torn down after its run); its executors run a bare Python without
 the project's packages unless --executor-python driver.
 
-Goals (pipeline/README.md, "Speed"): the report over raw logs at most 1.4x the
+Goals (pipeline/README.md, "Speed"): the report over raw logs at most 1.7x the
 floor's time at 5M lines; the work after the scan (the report's own "tables" figure:
-from the scan's end to report.html written) under 8 s at any size; the ingest at
+from the scan's end to report.html written) at most 6 s at any size; the ingest at
 least 0.55x the floor's lines/s; the report over the ingested table at least 300,000
 lines/s; driver memory that does not grow with the input.
 
@@ -88,8 +88,8 @@ RUNS: dict[str, tuple[int, str | int]] = {  # name -> (millions of lines, "local
     "local-1M": (1, "local"),
     "cluster2-5M": (5, 2),
 }
-GOAL_FLOOR_RATIO = 1.4  # the report's time at most this many times the floor's
-GOAL_AFTER_SCAN_S = 8.0
+GOAL_FLOOR_RATIO = 1.7  # the report's time at most this many times the floor's
+GOAL_AFTER_SCAN_S = 6.0  # at most
 GOAL_INGEST_RATIO = 0.55  # the ingest's lines/s at least this share of the floor's
 GOAL_TABLE_LINES_PER_S = 300_000
 WORKER_MEMORY = "2g"
@@ -344,8 +344,8 @@ def summary(runs: list[Run]) -> list[str]:
     if after:
         worst = max(t for _, t in after)
         lines.append("work after the scan: " + ", ".join(f"{n} {t:.1f} s" for n, t in after)
-                     + f" (goal under {GOAL_AFTER_SCAN_S:g} s: "
-                     f"{verdict(worst < GOAL_AFTER_SCAN_S)})")
+                     + f" (goal at most {GOAL_AFTER_SCAN_S:g} s: "
+                     f"{verdict(worst <= GOAL_AFTER_SCAN_S)})")
     if floor and "ingest-5M" in by:
         ratio = by["ingest-5M"].lines_per_s / floor.lines_per_s
         lines.append(f"ingest, 5M: {by['ingest-5M'].lines_per_s:,.0f} lines/s = {ratio:.2f}x "
