@@ -42,7 +42,15 @@ from typing import Any
 from support import wire
 from support.procs import CpuWindow
 
-from bench.proxy import conns, fixed_rate, latency, session, throughput, versus_arms
+from bench.proxy import (
+    conns,
+    fixed_rate,
+    latency,
+    session,
+    throughput,
+    versus_arms,
+    versus_report,
+)
 from bench.proxy.versus_arms import Bench, Front
 
 Row = dict[str, Any]
@@ -80,7 +88,9 @@ RATE_ARMS = ("direct", "haproxy", "kroxylicious", "kafka-proxy", "kafkalens")
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.proxy.versus", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m bench.proxy.versus", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--size", choices=sorted(PRESETS), default="full")
     p.add_argument("--arms", default=",".join(versus_arms.ARMS), help="comma-separated")
     p.add_argument("--clients", default=",".join(fixed_rate.CLIENTS), help="fixed-rate clients")
@@ -164,6 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if name not in workloads:
                     continue
                 for row in step():
+                    if row["workload"] == "session" and row["arm"] in versus_report.KAFKALENS:
+                        # counted now: the later workloads write hundreds of MB into the
+                        # same log, and its rotation (100 MB x 5) drops the session's lines
+                        row["logged"] = settled_session_count(work, row["arm"])
+                        row["logged_total"] = sum(row["logged"].values())
                     rows.append(row)
                     # as they come: a run that fails later keeps what it measured
                     partial.write(json.dumps(row) + "\n")
@@ -171,12 +186,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _say(row["arm"], brief(row))
     _finish_run_row(run)
     shutil.rmtree(work / "kafka" / "node-1" / "data", ignore_errors=True)
-    from bench.proxy import versus_report
-
-    for row in rows:  # the logging arms' own count of the session, while their logs exist
-        if row["workload"] == "session" and row["arm"] in versus_report.KAFKALENS:
-            row["logged"] = logged_session_requests(work, row["arm"])
-            row["logged_total"] = sum(row["logged"].values())
     for log in work.glob("*-requests.log*"):
         run.setdefault("request_log_bytes", {})[log.name] = log.stat().st_size
         log.unlink()
@@ -288,6 +297,21 @@ SESSION_MARK = b'"client_id":"' + session.CLIENT_ID.encode() + b'"'
 # a line per request sent: answered, sent without an answer due (acks=0), or left
 # unanswered when a side closed (a consumer's long-polling Fetch at its close)
 REQUEST_EVENTS = ("request", "request_no_response", "request_incomplete")
+
+
+def settled_session_count(work: Path, arm: str, timeout: float = 10.0) -> dict[str, int]:
+    """`logged_session_requests` once two looks a second apart agree: the request log
+    writes its queue out every flush_interval (0.5 s by default), so the session's last
+    lines may still be queued when its clients have closed."""
+    deadline = time.monotonic() + timeout
+    counts = logged_session_requests(work, arm)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        again = logged_session_requests(work, arm)
+        if again == counts:
+            break
+        counts = again
+    return counts
 
 
 def logged_session_requests(work: Path, arm: str) -> dict[str, int]:
