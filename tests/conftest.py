@@ -2,7 +2,7 @@
 Apache Kafka (one node per session for each version, a 3-node cluster on demand); and the
 tiers: each test's markers (what it needs beyond Python: `broker`, `java`, `go`, `spark`,
 or `slow`), set here from its room and its fixtures, and `fast` for every test that
-needs none of them (`python -m pytest -m fast` is the developer's loop).
+needs none of them (`python -m pytest -m fast -n 2` is the developer's loop).
 
 `tests/` is on sys.path (pytest's rootdir-relative insertion for this conftest), so
 helpers import as `support.*`.
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import examples
 from support.kafka import NEWEST, OLDEST, SharedKafka, kafka_cluster, shared_kafka
 from support.mock_cluster import mock_cluster as _mock_cluster
 from support.needs import declared, needs
@@ -55,6 +56,12 @@ def _fixture_functions(item: pytest.Item) -> list[object]:
     if info is None:
         return []
     return [d.func for defs in info.name2fixturedefs.values() for d in defs]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before any test module is imported: the fast tier runs fewer Hypothesis examples
+    # (support.examples), the whole suite every one.
+    examples.choose(config, NEEDS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -258,11 +265,40 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         and not session.shouldstop
         and exitstatus == pytest.ExitCode.OK
     )
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        # a pytest-xdist worker ran part of the tests: it hands its rows to the
+        # controller (pytest_testnodedown), which writes and judges them all at once
+        workeroutput[_WORKER_ROWS] = {"rows": compat.dump(), "complete": complete}
+        return
+    if _Workers.reports:
+        complete = all(_Workers.reports) and exitstatus == pytest.ExitCode.OK
     compat.write(compat.ROWS_PATH, complete)
     problems = compat.check_page(complete)
     session.config.stash[_COMPAT_PROBLEMS] = problems
     if problems and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_WORKER_ROWS = "kafkalens_compat_rows"
+
+
+class _Workers:
+    """Under pytest-xdist (`-n 2`), whether each worker's share of the run was complete."""
+
+    reports: list[bool] = []
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: only its controller calls it
+def pytest_testnodedown(node: Any, error: object) -> None:
+    from support import compat
+
+    output = getattr(node, "workeroutput", {}).get(_WORKER_ROWS)
+    if output is None:  # a worker that crashed before its session ended
+        _Workers.reports.append(False)
+        return
+    compat.load(output["rows"])
+    _Workers.reports.append(bool(output["complete"]))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

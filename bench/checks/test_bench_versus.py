@@ -198,6 +198,8 @@ def test_every_arm_answers_small_requests(tiny_run: tuple[Path, list[dict[str, A
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.broker  # the same tiny run: it starts Apache Kafka and Kroxylicious
+@pytest.mark.java
 def test_the_client_session_is_counted_and_logged(
     tiny_run: tuple[Path, list[dict[str, Any]]],
 ) -> None:

@@ -8,6 +8,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from codec import ApiKey
 from codec.frame_cutter import (
@@ -36,7 +37,7 @@ def delivered(events: list[Event]) -> bytes:
 
 
 @pytest.mark.slow
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     data=st.binary(min_size=1, max_size=400),
     cuts=st.lists(st.integers(0, 400), max_size=20),
@@ -115,7 +116,7 @@ def cut(cutter: FrameCutter, chunks: list[bytes]) -> list[CutEvent]:
     return out + cutter.finish(1.0)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=8), cuts=st.lists(st.integers(0, 3000)))
 def test_frames_come_out_whole_however_the_stream_is_cut(sizes: list[int], cuts: list[int]) -> None:
     stream = b"".join(request(i, size) for i, size in enumerate(sizes))

@@ -41,6 +41,7 @@ from support.codec_frames import (
     stages,
 )
 from support.codec_strategies import plain, struct_value
+from support.examples import examples
 from support.matrix import CASES
 from support.paths import REPO
 
@@ -182,7 +183,7 @@ def test_every_truncation_and_byte_flip(frame: bytes, kind: str, api_key: int, v
 
 
 @needs_accel
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=mutated())
 def test_mutated_frames(case: tuple[str, bytes, int, int]) -> None:
     kind, frame, api_key, version = case

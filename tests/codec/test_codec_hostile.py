@@ -19,6 +19,7 @@ from support.codec_frames import (
     metadata_v0_request,
     mutated,
 )
+from support.examples import examples
 
 from codec import (
     ApiKey,
@@ -127,14 +128,14 @@ def test_librdkafka_metadata_v12_request_with_trailing_bytes() -> None:
     assert encode_request(request) == frame
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=mutated())
 def test_mutated_frames_raise_only_decode_error(case: tuple[str, bytes, int, int]) -> None:
     direction, frame, api_key, version = case
     assert_only_decode_error(decoder_for(direction, api_key, version), frame)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(frame=st.binary(max_size=64), api_key=st.integers(-1, 95), version=st.integers(-1, 20))
 def test_random_bytes_raise_only_decode_error(frame: bytes, api_key: int, version: int) -> None:
     assert_only_decode_error(decode_request, frame)

@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from codec.connect_protocol import (
     CONNECTOR_TASK,
@@ -240,7 +241,7 @@ def test_bad_lengths_are_refused_before_allocating(
     assert message in str(_decode_error(decode, data))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(data=st.binary(max_size=200))
 def test_any_bytes_give_a_dict_or_decode_error(data: bytes) -> None:
     for decode in (decode_connect_metadata, decode_connect_assignment):
@@ -250,7 +251,7 @@ def test_any_bytes_give_a_dict_or_decode_error(data: bytes) -> None:
             assert exc.direction == "connect"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_mutated_valid_messages_give_a_dict_or_decode_error(data: st.DataObject) -> None:
     version = data.draw(st.integers(0, 2))

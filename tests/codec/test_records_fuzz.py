@@ -8,13 +8,14 @@ import struct
 import cramjam
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.records_oracle import CODECS, MIXED, build_legacy, build_v2, make_specs, wrap_v2
 
 from codec.errors import DecodeError
 from codec.records import decompress, iter_batches, iter_records, summarize
 
 FUZZ = settings(
-    max_examples=250,
+    max_examples=examples(250),
     deadline=None,
     database=None,  # no .hypothesis/ left in the repository
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

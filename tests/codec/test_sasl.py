@@ -8,6 +8,7 @@ import json
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from codec.sasl import MAX_PRINCIPAL_CHARS, sasl_principal
 
@@ -186,14 +187,14 @@ _names = st.text(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(mechanism=st.sampled_from(MECHANISMS), token=st.binary(max_size=300))
 def test_any_bytes_give_a_safe_name_or_none(mechanism: str, token: bytes) -> None:
     result = sasl_principal(mechanism, token)
     assert result is None or (len(result) <= MAX_PRINCIPAL_CHARS and result.isprintable())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(authzid=st.one_of(st.just(""), _names), authcid=_names)
 def test_plain_never_returns_the_password(authzid: str, authcid: str) -> None:
     assume(not any(form in authcid for form in _forms(PASSWORD.encode())))
@@ -215,7 +216,7 @@ def _mutate(token: bytes, data: st.DataObject) -> bytes:
 
 
 @pytest.mark.slow
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(data=st.data())
 def test_mutated_secret_bearing_tokens_never_leak(data: st.DataObject) -> None:
     cases = [

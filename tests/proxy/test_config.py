@@ -10,6 +10,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.paths import REPO
 
 from proxy.config import Address, ConfigError, Overrides, readable_file
@@ -573,7 +574,7 @@ _DOCUMENTS = st.recursive(
 
 
 @pytest.mark.slow
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(_KEYS), _DOCUMENTS, max_size=5))
 def test_any_document_is_a_config_or_a_config_error(document: dict[str, object]) -> None:
     try:

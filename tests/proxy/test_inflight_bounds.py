@@ -32,6 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import ck_client
 from support.clients import make_records, sort_records
+from support.examples import examples
 from support.framing import MODES, Recorder, collect_into, frame, split
 from support.hostile import (
     MIB,
@@ -116,7 +117,7 @@ class Pauser(Recorder):
         return super().frame_started(head, size)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     bodies=st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=10),
     modes=st.lists(st.sampled_from(MODES), min_size=10, max_size=10),

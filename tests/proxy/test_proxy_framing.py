@@ -6,6 +6,7 @@ import struct
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.framing import MODES, Recorder, collect_into, frame, split
 
 from proxy.forward.framing import (
@@ -55,7 +56,7 @@ def expected_output(bodies: list[bytes], modes: list[int]) -> bytes:
 bodies_st = st.lists(st.binary(min_size=0, max_size=40), min_size=1, max_size=8)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     bodies=bodies_st,
     mode_picks=st.lists(st.sampled_from(MODES), min_size=8, max_size=8),
@@ -76,7 +77,7 @@ def test_any_chunking_same_frames_and_output(
     assert handler.completed == kept
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(bodies=bodies_st, mode_picks=st.lists(st.sampled_from(MODES), min_size=8, max_size=8))
 def test_one_frame_per_chunk_same_frames_and_output(
     bodies: list[bytes], mode_picks: list[int]
@@ -196,7 +197,7 @@ class Observer(Recorder):
             self._open = None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6),
     cuts=st.lists(st.integers(0, 2000), max_size=12),

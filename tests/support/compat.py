@@ -214,8 +214,18 @@ def write(path: Path = ROWS_PATH, complete: bool = False) -> None:
     if not ROWS:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"complete": complete, "rows": [asdict(row) for row in ROWS]}
+    data = {"complete": complete, "rows": dump()}
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+
+
+def dump() -> list[dict[str, object]]:
+    """The rows this process recorded, as plain data (a pytest-xdist worker's share)."""
+    return [asdict(row) for row in ROWS]
+
+
+def load(rows: list[dict[str, object]]) -> None:
+    """Adds rows another process recorded (dump's) to this one's."""
+    ROWS.extend(Row(**row) for row in rows)  # type: ignore[arg-type]
 
 
 def read(path: Path = ROWS_PATH) -> tuple[list[Row], bool]:
