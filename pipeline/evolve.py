@@ -136,14 +136,18 @@ class Evolution:
         self.skipped: set[str] = set()  # names no column can take, said once
         self.pending: dict[str, set[str]] = {}
 
-    def known(self, name: str) -> bool:
-        lower = name.lower()
-        return (lower in self.reserved or lower in {n.lower() for n in self.extra}
-                or lower in {n.lower() for n in LINE_SCHEMA.fieldNames()})
+    def known_names(self) -> set[str]:
+        """Every name a log field may not add (lower case: Spark's names are not case
+        sensitive)."""
+        return (self.reserved | {n.lower() for n in self.extra}
+                | {n.lower() for n in LINE_SCHEMA.fieldNames()})
 
     def sample(self, files: Iterable[Path]) -> bool:
-        """Samples the files not sampled before; True when they hold new fields (taken
-        by `widen`)."""
+        """Samples the files not sampled before, of all those waiting to be read
+        (`files`); True when they hold new fields (taken by `widen`). What it remembers
+        is the files waiting now: as many as wait, however long an ingest runs."""
+        known = self.known_names()
+        waiting: set[tuple[int, int, int, int]] = set()
         for path in files:
             try:
                 stat = path.stat()
@@ -151,12 +155,13 @@ class Evolution:
                 continue  # read and deleted meanwhile, or rotated away
             # A rotated file changes names (requests.log.1 becomes .2): known by inode.
             seen = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            waiting.add(seen)
             if seen in self.sampled:
                 continue
-            self.sampled.add(seen)
             for key, kinds in sample_keys(path).items():
-                if not self.known(key):
+                if key.lower() not in known:
                     self.pending.setdefault(key, set()).update(kinds)
+        self.sampled = waiting
         return bool(self.pending)
 
     def widen(self) -> tuple[dict[str, DataType], list[str]]:

@@ -218,6 +218,28 @@ def test_new_fields_are_found_in_a_sample_with_their_types(tmp_path: Path) -> No
     assert not evolution.sample([path])  # sampled once, its fields known now
 
 
+def test_the_sampled_files_remembered_are_those_still_waiting(tmp_path: Path) -> None:
+    """A continuous ingest samples every rotated file for months: what it remembers of
+    them is bounded by the files waiting, not by all it ever saw."""
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"requests.log.{i}"
+        path.write_text(json.dumps(_request(i, **{f"f{i}": i})) + "\n")
+        paths.append(path)
+    evolution = Evolution(["file", "kind"], StructType())
+    assert evolution.sample(paths)
+    assert sorted(evolution.widen()[0]) == ["f0", "f1", "f2"]
+    assert len(evolution.sampled) == 3
+    paths[0].unlink()
+    paths[1].unlink()  # read and gone
+    assert not evolution.sample(paths[2:])  # still known: not sampled again
+    assert len(evolution.sampled) == 1
+    later = tmp_path / "requests.log.9"
+    later.write_text(json.dumps(_request(9, f9=9)) + "\n")
+    assert evolution.sample([paths[2], later]) and list(evolution.widen()[0]) == ["f9"]
+    assert len(evolution.sampled) == 2
+
+
 def test_a_watch_over_the_table_reads_on_when_the_ingest_adds_a_column(
         spark: SparkSession, tmp_path: Path) -> None:
     """Delta's streaming source stops at a schema change; `watch --table` starts its
