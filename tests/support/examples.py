@@ -8,7 +8,7 @@ keeps every example.
 tests/conftest.py calls `choose(config)` before any test module is imported (the
 decorators above run at import), so the count is fixed for the whole session, in each
 pytest-xdist worker alike. CI's run draws from the same strategies at least as many
-examples as the fast tier does, so the fast tier finds less, never something CI cannot."""
+examples as the fast tier does: the fast tier is the smaller sample, not another test."""
 
 from __future__ import annotations
 
