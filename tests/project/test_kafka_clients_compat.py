@@ -4,6 +4,7 @@ way the session's end judges it; and the page's own table is one it could have w
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,21 @@ def test_checking_records_a_pass_a_failure_and_no_skip() -> None:
         assert [(r.feature, r.passed) for r in compat.ROWS[before:]] == [("passes", True), ("fails", False)]
     finally:
         del compat.ROWS[before:]  # not rows of this run's matrix
+
+
+def test_a_workers_rows_reach_the_controller_as_they_were_recorded() -> None:
+    """Under pytest-xdist each worker hands its rows over as plain data (`dump`, through
+    the worker's output, which must be JSON-like) and the controller adds them (`load`):
+    the table is then made from every worker's rows, each as recorded."""
+    before = len(compat.ROWS)
+    try:
+        compat.ROWS.extend(_rows())
+        handed = json.loads(json.dumps(compat.dump()[before:]))  # what crosses processes
+        del compat.ROWS[before:]
+        compat.load(handed)
+        assert compat.ROWS[before:] == _rows()
+    finally:
+        del compat.ROWS[before:]
 
 
 def test_the_command_rewrites_the_page_from_a_runs_rows(tmp_path: Path) -> None:
