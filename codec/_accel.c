@@ -10,6 +10,10 @@
  * buffer that is not a 1-D byte memoryview, positions out of it, a budget that is not a
  * list holding an int) go to the fallbacks, the Python interpreter, unchanged.
  *
+ * summarize_records(buf, allow_partial_tail, max_bytes) is codec/records/stats.py's
+ * summarize (without CRC checks): the record batches' headers walked and totalled in C,
+ * further down ("Record batch headers").
+ *
  * The numbers of kinds, framings and entities come from codec/generated/kinds.h, which
  * `python -m codec.generate` writes from codec/kinds.py; codec/accel.py checks NUMBERS
  * against codec.kinds at import.
@@ -1492,6 +1496,385 @@ static PyTypeObject DecoderType = {
     .tp_new = decoder_new,
 };
 
+/* ------------------------------------------------------------------------------------
+ * Record batch headers: codec/records/stats.py's summarize
+ *
+ * summarize_records(buf, allow_partial_tail, max_bytes) walks the entries of a records
+ * field as codec/records/framing.py's iter_batches does (v2 batches, and legacy magic
+ * 0/1 messages) and counts each header as stats.py's add_batch does, without CRC checks
+ * (verify_crc=True stays in Python): it returns the RecordStats that summarize returns,
+ * or raises the DecodeError it raises (the records error factory's, same message and
+ * offset), checking the same bounds in the same order. It returns NotImplemented for a
+ * call it does not take, and summarize then runs the Python path: a buffer that is not
+ * contiguous bytes, a max_bytes that is not an int of 64 bits, an offset past int64
+ * (base offset plus last delta, which Python's ints carry on).
+ *
+ * The header layouts are codec/records/batch.py's and legacy.py's struct formats:
+ * RECORD_LAYOUT exports the offsets and widths read here, and codec/accel.py refuses an
+ * extension whose RECORD_LAYOUT is not the one the Python modules describe.
+ *
+ * Memory safety: an entry is read only once its length field says it lies inside the
+ * buffer (size - pos - LOG_OVERHEAD >= length, compared before adding), and a field only
+ * when the entry is long enough to hold it (v2: length >= V2_HEADER_SIZE - LOG_OVERHEAD;
+ * legacy: length >= LEGACY_MIN_SIZE[magic], which covers the timestamp of magic 1).
+ * The buffer is held (PyObject_GetBuffer) for the whole walk, and released before any
+ * Python code runs.
+ * ------------------------------------------------------------------------------------ */
+
+#define LOG_OVERHEAD 12           /* offset int64, length int32 */
+#define MAGIC_OFFSET 16
+#define PREFIX (MAGIC_OFFSET + 1) /* up to the magic byte: the shortest entry */
+#define V2_HEADER_SIZE 61
+#define MIN_RECORD_SIZE 7         /* the shortest v2 record */
+#define N_CODECS 5                /* batch.py's COMPRESSION_NAMES */
+#define LEGACY_CODECS 4           /* none, gzip, snappy, lz4: zstd came with v2 */
+#define ATTR_TIMESTAMP_TYPE 0x08
+#define ATTR_TRANSACTIONAL 0x10
+#define ATTR_CONTROL 0x20
+#define ATTR_DELETE_HORIZON 0x40
+
+/* v2 header fields: offset into the entry, struct format character (batch.py's _V2). */
+#define V2_BASE_OFFSET 0
+#define V2_BATCH_LENGTH 8
+#define V2_PARTITION_LEADER_EPOCH 12
+#define V2_MAGIC 16
+#define V2_CRC 17
+#define V2_ATTRIBUTES 21
+#define V2_LAST_OFFSET_DELTA 23
+#define V2_BASE_TIMESTAMP 27
+#define V2_MAX_TIMESTAMP 35
+#define V2_PRODUCER_ID 43
+#define V2_PRODUCER_EPOCH 51
+#define V2_BASE_SEQUENCE 53
+#define V2_RECORD_COUNT 57
+/* legacy message fields (legacy.py's _V0 and _V1) */
+#define LEGACY_OFFSET 0
+#define LEGACY_SIZE 8
+#define LEGACY_CRC 12
+#define LEGACY_MAGIC 16
+#define LEGACY_ATTRIBUTES 17
+#define LEGACY_TIMESTAMP 18       /* magic 1 only */
+#define LEGACY_MIN_SIZE_0 14     /* crc to value length, by magic */
+#define LEGACY_MIN_SIZE_1 22
+static const int64_t legacy_min_size[2] = {LEGACY_MIN_SIZE_0, LEGACY_MIN_SIZE_1};
+
+/* What codec/accel.py gives once: RecordStats, the records error factory, the names. */
+static PyObject *stats_class, *records_error, *compression_names[N_CODECS];
+
+static inline uint64_t be64(const uint8_t *s)
+{
+    return (uint64_t)be32(s) << 32 | be32(s + 4);
+}
+
+typedef struct {
+    int64_t batches, records, unknown_count_batches, bytes, control_batches;
+    int64_t producer_id, producer_epoch, min_timestamp, max_timestamp, next_offset;
+    int transactional;
+    int ncodecs;
+    int codecs[N_CODECS];         /* the compressions seen, in first-seen order */
+} Totals;
+
+/* A failure: DecodeError(message, offset) from the factory, or NotImplemented (0). */
+typedef struct {
+    char message[160];
+    int64_t offset;
+    int give_up;                  /* a call not taken: the Python path runs */
+} Failure;
+
+#define FAIL(f, pos, ...) (snprintf((f)->message, sizeof (f)->message, __VA_ARGS__), (f)->offset = (pos), -1)
+
+/* Python's // for a positive divisor. */
+static inline int64_t floor_div(int64_t a, int64_t b)
+{
+    return a / b - (a % b != 0 && a < 0);
+}
+
+static void add_codec(Totals *t, int codec)
+{
+    int i;
+    for (i = 0; i < t->ncodecs; i++)
+        if (t->codecs[i] == codec)
+            return;
+    t->codecs[t->ncodecs++] = codec;
+}
+
+/* add_batch's step for what the two header kinds have in common. */
+static int add_entry(Totals *t, Failure *f, int64_t length, int magic, int attributes, int64_t base_offset,
+                     int64_t last_delta, int64_t base_ts, int64_t max_ts, int64_t count)
+{
+    int use_max = magic >= 1 && (attributes & ATTR_TIMESTAMP_TYPE);
+    /* A compressed legacy wrapper states no last delta (-1): its own offset is its last. */
+    int64_t first, step = (last_delta > 0 ? last_delta : 0) + 1;
+    if (magic >= 2)
+        use_max = use_max || (attributes & ATTR_DELETE_HORIZON);
+    /* One past the last offset: Python's ints never overflow; past int64 Python runs. */
+    if (base_offset > INT64_MAX - step) {
+        f->give_up = 1;
+        return -1;
+    }
+    t->batches += 1;
+    t->bytes += length + LOG_OVERHEAD;
+    add_codec(t, attributes & 0x07);
+    if (count < 0)
+        t->unknown_count_batches += 1;
+    else
+        t->records += count;
+    if (magic >= 2 && (attributes & ATTR_CONTROL))
+        t->control_batches += 1;
+    if (magic >= 2 && (attributes & ATTR_TRANSACTIONAL))
+        t->transactional = 1;
+    first = use_max ? max_ts : base_ts;
+    if (first >= 0 && (t->min_timestamp < 0 || first < t->min_timestamp))
+        t->min_timestamp = first;
+    if (max_ts >= 0 && max_ts > t->max_timestamp)
+        t->max_timestamp = max_ts;
+    if (base_offset + step > t->next_offset)
+        t->next_offset = base_offset + step;
+    return 0;
+}
+
+/* batch.py's read_v2_header and _check_v2, then add_batch. */
+static int add_v2(Totals *t, Failure *f, const uint8_t *s, int64_t pos, int64_t length, int64_t max_bytes)
+{
+    int attributes, codec;
+    int64_t count, room, producer_id;
+    if (length < V2_HEADER_SIZE - LOG_OVERHEAD)
+        return FAIL(f, pos, "record batch length %lld shorter than its header", (long long)length);
+    attributes = (int16_t)be16(s + V2_ATTRIBUTES);
+    count = (int32_t)be32(s + V2_RECORD_COUNT);
+    codec = attributes & 0x07;
+    if (codec >= N_CODECS)
+        return FAIL(f, pos, "unknown compression id %d", codec);
+    if (count < 0)
+        return FAIL(f, pos, "negative record count %lld", (long long)count);
+    room = codec == 0 ? length + LOG_OVERHEAD - V2_HEADER_SIZE : max_bytes;
+    if (count > floor_div(room, MIN_RECORD_SIZE))
+        return FAIL(f, pos, "record count %lld does not fit in %lld bytes", (long long)count, (long long)room);
+    producer_id = (int64_t)be64(s + V2_PRODUCER_ID);
+    if (t->producer_id == -1 && producer_id != -1) {
+        t->producer_id = producer_id;
+        t->producer_epoch = (int16_t)be16(s + V2_PRODUCER_EPOCH);
+    }
+    return add_entry(t, f, length, 2, attributes, (int64_t)be64(s + V2_BASE_OFFSET),
+                     (int32_t)be32(s + V2_LAST_OFFSET_DELTA), (int64_t)be64(s + V2_BASE_TIMESTAMP),
+                     (int64_t)be64(s + V2_MAX_TIMESTAMP), count);
+}
+
+/* legacy.py's read_legacy_header, then add_batch. */
+static int add_legacy(Totals *t, Failure *f, const uint8_t *s, int64_t pos, int64_t length)
+{
+    int magic = s[LEGACY_MAGIC], attributes, compressed;
+    int64_t timestamp;
+    if (length < legacy_min_size[0])
+        return FAIL(f, pos, "legacy message size %lld too small", (long long)length);
+    if (magic > 1 || length < legacy_min_size[magic])
+        return FAIL(f, pos, "legacy message of magic %d and size %lld", magic, (long long)length);
+    attributes = (int8_t)s[LEGACY_ATTRIBUTES];
+    if ((attributes & 0x07) >= LEGACY_CODECS)
+        return FAIL(f, pos, "legacy message with compression id %d", attributes & 0x07);
+    timestamp = magic == 0 ? -1 : (int64_t)be64(s + LEGACY_TIMESTAMP);
+    /* A compressed wrapper's count and last offset are unknown until decompressed. */
+    compressed = (attributes & 0x07) != 0;
+    return add_entry(t, f, length, magic, attributes, (int64_t)be64(s + LEGACY_OFFSET), compressed ? -1 : 0,
+                     timestamp, timestamp, compressed ? -1 : 1);
+}
+
+/* framing.py's iter_batches over b[0:size], each entry counted in t. */
+static int walk_records(Totals *t, Failure *f, const uint8_t *b, int64_t size, int partial_tail, int64_t max_bytes)
+{
+    int64_t pos = 0, length;
+    int magic, status;
+    while (pos < size) {
+        if (size - pos < LOG_OVERHEAD)
+            return partial_tail ? 0 : FAIL(f, pos, "records end inside a batch");
+        length = (int32_t)be32(b + pos + V2_BATCH_LENGTH);
+        /* No entry is shorter than magic plus what precedes it: corruption, never a cut. */
+        if (length < PREFIX - LOG_OVERHEAD)
+            return FAIL(f, pos, "record batch length %lld invalid", (long long)length);
+        if (size - pos - LOG_OVERHEAD < length)
+            return partial_tail ? 0 : FAIL(f, pos, "records end inside a batch");
+        magic = b[pos + MAGIC_OFFSET];
+        if (magic == 2)
+            status = add_v2(t, f, b + pos, pos, length, max_bytes);
+        else if (magic < 2)
+            status = add_legacy(t, f, b + pos, pos, length);
+        else
+            status = FAIL(f, pos, "unknown record magic %d", magic);
+        if (status < 0)
+            return -1;
+        pos += LOG_OVERHEAD + length;
+    }
+    return 0;
+}
+
+static COLD PyObject *raise_records_error(const Failure *f)
+{
+    PyObject *error = PyObject_CallFunction(records_error, "sL", f->message, (long long)f->offset);
+    if (error != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+        Py_DECREF(error);
+    }
+    return NULL;
+}
+
+static PyObject *stats_of(const Totals *t, int64_t size)
+{
+    PyObject *args[13] = {NULL}, *result = NULL, *codecs;
+    int64_t ints[13] = {
+        t->batches, t->records, t->unknown_count_batches, t->bytes, size - t->bytes, 0,
+        t->producer_id, t->producer_epoch, 0, t->control_batches, t->min_timestamp, t->max_timestamp, t->next_offset,
+    };
+    int i, ok = 1;
+    if ((codecs = PySet_New(NULL)) == NULL)
+        return NULL;
+    for (i = 0; i < t->ncodecs; i++)
+        if (PySet_Add(codecs, compression_names[t->codecs[i]]) < 0)
+            ok = 0;
+    for (i = 0; ok && i < 13; i++) {
+        if (i == 5)
+            args[i] = Py_NewRef(codecs);
+        else if (i == 8)
+            args[i] = PyBool_FromLong(t->transactional);
+        else if ((args[i] = PyLong_FromLongLong(ints[i])) == NULL)
+            ok = 0;
+    }
+    if (ok)
+        result = PyObject_Vectorcall(stats_class, args, 13, NULL);
+    for (i = 0; i < 13; i++)
+        Py_XDECREF(args[i]);
+    Py_DECREF(codecs);
+    return result;
+}
+
+/* summarize_records(buf, allow_partial_tail, max_bytes) -> RecordStats | NotImplemented */
+static PyObject *summarize_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t size;
+    Totals t = {0};
+    Failure f = {{0}, 0, 0};
+    long long max_bytes;
+    int overflow, partial_tail, status;
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "summarize_records(buf, allow_partial_tail, max_bytes)");
+        return NULL;
+    }
+    if (stats_class == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "codec._accel.configure_records was not called");
+        return NULL;
+    }
+    if ((partial_tail = PyObject_IsTrue(args[1])) < 0)
+        return NULL;
+    if (!PyLong_CheckExact(args[2]))
+        Py_RETURN_NOTIMPLEMENTED;
+    max_bytes = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (overflow || (max_bytes == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();  /* not contiguous bytes: the Python path says what is wrong */
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    t.producer_id = t.producer_epoch = t.min_timestamp = t.max_timestamp = t.next_offset = -1;
+    size = view.len;
+    status = walk_records(&t, &f, (const uint8_t *)view.buf, size, partial_tail, max_bytes);
+    PyBuffer_Release(&view);
+    if (status < 0)
+        return f.give_up ? Py_NewRef(Py_NotImplemented) : raise_records_error(&f);
+    return stats_of(&t, size);
+}
+
+/* RECORD_STATS_FIELDS: the order stats_of passes RecordStats its fields in. */
+static PyObject *record_stats_fields(void)
+{
+    return Py_BuildValue("(sssssssssssss)", "batches", "records", "unknown_count_batches", "bytes",
+                         "truncated_bytes", "compressions", "producer_id", "producer_epoch", "transactional",
+                         "control_batches", "min_timestamp", "max_timestamp", "next_offset");
+}
+
+/* configure_records(RecordStats, error, compression_names): codec/records' own, once. */
+static PyObject *configure_records(PyObject *module, PyObject *args)
+{
+    PyObject *cls, *error, *names;
+    Py_ssize_t i;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOO!:configure_records", &cls, &error, &PyTuple_Type, &names))
+        return NULL;
+    if (!PyCallable_Check(cls) || !PyCallable_Check(error) || PyTuple_GET_SIZE(names) != N_CODECS) {
+        PyErr_SetString(PyExc_TypeError, "configure_records(RecordStats, error, five compression names)");
+        return NULL;
+    }
+    for (i = 0; i < N_CODECS; i++)
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(names, i))) {
+            PyErr_SetString(PyExc_TypeError, "compression names are str");
+            return NULL;
+        }
+    for (i = 0; i < N_CODECS; i++)
+        Py_XSETREF(compression_names[i], Py_NewRef(PyTuple_GET_ITEM(names, i)));
+    Py_XSETREF(records_error, Py_NewRef(error));
+    Py_XSETREF(stats_class, Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
+/* RECORD_LAYOUT: {name: (offset, struct format character)} of the fields read above and
+ * {name: value} of the constants, as codec/records describes them (see codec/accel.py). */
+static PyObject *record_layout(void)
+{
+    static const struct { const char *name; int offset; const char *format; } fields[] = {
+        {"v2.base_offset", V2_BASE_OFFSET, "q"},
+        {"v2.batch_length", V2_BATCH_LENGTH, "i"},
+        {"v2.partition_leader_epoch", V2_PARTITION_LEADER_EPOCH, "i"},
+        {"v2.magic", V2_MAGIC, "b"},
+        {"v2.crc", V2_CRC, "I"},
+        {"v2.attributes", V2_ATTRIBUTES, "h"},
+        {"v2.last_offset_delta", V2_LAST_OFFSET_DELTA, "i"},
+        {"v2.base_timestamp", V2_BASE_TIMESTAMP, "q"},
+        {"v2.max_timestamp", V2_MAX_TIMESTAMP, "q"},
+        {"v2.producer_id", V2_PRODUCER_ID, "q"},
+        {"v2.producer_epoch", V2_PRODUCER_EPOCH, "h"},
+        {"v2.base_sequence", V2_BASE_SEQUENCE, "i"},
+        {"v2.record_count", V2_RECORD_COUNT, "i"},
+        {"legacy.offset", LEGACY_OFFSET, "q"},
+        {"legacy.size", LEGACY_SIZE, "i"},
+        {"legacy.crc", LEGACY_CRC, "I"},
+        {"legacy.magic", LEGACY_MAGIC, "b"},
+        {"legacy.attributes", LEGACY_ATTRIBUTES, "b"},
+        {"legacy.timestamp", LEGACY_TIMESTAMP, "q"},
+    };
+    static const struct { const char *name; long value; } constants[] = {
+        {"LOG_OVERHEAD", LOG_OVERHEAD},
+        {"MAGIC_OFFSET", MAGIC_OFFSET},
+        {"V2_HEADER_SIZE", V2_HEADER_SIZE},
+        {"MIN_RECORD_SIZE", MIN_RECORD_SIZE},
+        {"COMPRESSIONS", N_CODECS},
+        {"LEGACY_COMPRESSIONS", LEGACY_CODECS},
+        {"LEGACY_MIN_SIZE_0", LEGACY_MIN_SIZE_0},
+        {"LEGACY_MIN_SIZE_1", LEGACY_MIN_SIZE_1},
+        {"TIMESTAMP_TYPE", ATTR_TIMESTAMP_TYPE},
+        {"TRANSACTIONAL", ATTR_TRANSACTIONAL},
+        {"CONTROL", ATTR_CONTROL},
+        {"DELETE_HORIZON", ATTR_DELETE_HORIZON},
+    };
+    PyObject *table = PyDict_New(), *value;
+    size_t i;
+    int status = table == NULL ? -1 : 0;
+    for (i = 0; status == 0 && i < sizeof fields / sizeof fields[0]; i++) {
+        value = Py_BuildValue("(is)", fields[i].offset, fields[i].format);
+        status = value == NULL ? -1 : PyDict_SetItemString(table, fields[i].name, value);
+        Py_XDECREF(value);
+    }
+    for (i = 0; status == 0 && i < sizeof constants / sizeof constants[0]; i++) {
+        value = PyLong_FromLong(constants[i].value);
+        status = value == NULL ? -1 : PyDict_SetItemString(table, constants[i].name, value);
+        Py_XDECREF(value);
+    }
+    if (status < 0)
+        Py_CLEAR(table);
+    return table;
+}
+
 /* configure(short, invalid, uuid_of, max_unknown_tags): codec.wire's, once. */
 static PyObject *configure(PyObject *module, PyObject *args)
 {
@@ -1522,6 +1905,11 @@ static PyObject *configure(PyObject *module, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure(short, invalid, uuid_of, max_unknown_tags): codec.wire's, before any Decoder."},
+    {"configure_records", configure_records, METH_VARARGS,
+     "configure_records(RecordStats, error, compression_names): codec.records', before summarize_records."},
+    {"summarize_records", (PyCFunction)(void (*)(void))summarize_records, METH_FASTCALL,
+     "summarize_records(buf, allow_partial_tail, max_bytes) -> RecordStats | NotImplemented: "
+     "codec.records.stats.summarize without CRC checks."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1556,20 +1944,29 @@ static PyObject *numbers(void)
 
 PyMODINIT_FUNC PyInit__accel(void)
 {
-    PyObject *module, *table;
+    PyObject *module, *table, *layout, *fields;
     long i;
     for (i = SMALL_MIN; i <= SMALL_MAX; i++)
         if (small_ints[i - SMALL_MIN] == NULL && (small_ints[i - SMALL_MIN] = PyLong_FromLong(i)) == NULL)
             return NULL;
     if (PyType_Ready(&DecoderType) < 0 || (module = PyModule_Create(&accel_module)) == NULL)
         return NULL;
-    if ((table = numbers()) == NULL || PyModule_AddObjectRef(module, "NUMBERS", table) < 0
+    table = numbers();
+    layout = record_layout();
+    fields = record_stats_fields();
+    if (table == NULL || layout == NULL || fields == NULL || PyModule_AddObjectRef(module, "NUMBERS", table) < 0
+        || PyModule_AddObjectRef(module, "RECORD_LAYOUT", layout) < 0
+        || PyModule_AddObjectRef(module, "RECORD_STATS_FIELDS", fields) < 0
         || PyModule_AddObjectRef(module, "Decoder", (PyObject *)&DecoderType) < 0
         || PyModule_AddIntConstant(module, "DIRECT_DICT", DIRECT_DICT) < 0) {
         Py_XDECREF(table);
+        Py_XDECREF(layout);
+        Py_XDECREF(fields);
         Py_DECREF(module);
         return NULL;
     }
     Py_DECREF(table);
+    Py_DECREF(layout);
+    Py_DECREF(fields);
     return module;
 }

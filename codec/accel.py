@@ -7,11 +7,18 @@ the extension was built (setup.py builds it where a C compiler and the Python he
 are) and the environment variable KAFKALENS_PURE_CODEC is unset or empty (`ACTIVE`);
 else the Python interpreter's, which gives the same results and is slower (see the
 README's codec paragraph and bench/codec/decode.py).
+
+`records_summarizer(...)` is the C walk of a records field's batch headers, which
+codec/records/stats.py's summarize runs when ACTIVE: `summarize(buf, allow_partial_tail,
+max_bytes)` gives the RecordStats the Python walk gives, or raises the same DecodeError,
+or returns NotImplemented for a call it does not take (then the Python walk runs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable
 from functools import cache, partial
 from typing import Any, Protocol
 
@@ -39,6 +46,27 @@ def check_numbers(built: dict[str, dict[str, int]]) -> None:
 if _accel is not None:
     check_numbers(_accel.NUMBERS)
     _accel.configure(wire.short, wire.invalid, wire.uuid_of, wire.MAX_UNKNOWN_TAGS)
+
+
+def records_summarizer(
+    record_stats: type, error: Callable[..., Exception], compression_names: tuple[str, ...],
+    layout: dict[str, tuple[int, str] | int],
+) -> Callable[[Any, bool, int], Any] | None:
+    """The C summarize of codec/records/stats.py (None where the extension is not built),
+    given the RecordStats class, the records error factory and the compression names it
+    returns and raises. `layout`: the header fields and constants codec/records describes
+    (codec.records.batch.layout() and legacy.layout()); an extension that reads others,
+    or passes RecordStats its fields in another order, is refused as one built from other
+    sources (ImportError)."""
+    if _accel is None:
+        return None
+    if layout != _accel.RECORD_LAYOUT:
+        raise ImportError("codec._accel reads record batch headers at other offsets than codec/records: rebuild it")
+    names = tuple(field.name for field in dataclasses.fields(record_stats))
+    if names != _accel.RECORD_STATS_FIELDS:
+        raise ImportError(f"codec._accel builds RecordStats{_accel.RECORD_STATS_FIELDS}, not {names}: rebuild it")
+    _accel.configure_records(record_stats, error, compression_names)
+    return _accel.summarize_records
 
 
 class Decoder(Protocol):

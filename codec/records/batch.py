@@ -17,6 +17,12 @@ LOG_OVERHEAD = 12
 MAGIC_OFFSET = 16
 
 _V2 = struct.Struct(">qiibIhiqqqhii")
+# _V2's fields in wire order: BatchHeader's after `position`.
+V2_FIELDS = (
+    "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+    "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+    "base_sequence", "record_count",
+)  # fmt: skip
 V2_HEADER_SIZE = _V2.size
 # The CRC covers attributes to the end of the batch.
 _V2_CRC_START = 21
@@ -92,6 +98,34 @@ class BatchHeader:
     @property
     def end(self) -> int:
         return self.position + self.batch_length + LOG_OVERHEAD
+
+
+def field_offsets(packer: struct.Struct, names: tuple[str, ...], prefix: str) -> dict[str, tuple[int, str]]:
+    """{prefix + name: (offset, format character)} of a big-endian struct's fields."""
+    formats = packer.format.removeprefix(">")
+    if len(formats) != len(names) or not formats.isalpha():
+        raise ValueError(f"{packer.format} does not name one field a character as {names}")
+    return {
+        prefix + name: (struct.calcsize(">" + formats[:at]), char)
+        for at, (name, char) in enumerate(zip(names, formats, strict=True))
+    }
+
+
+def layout() -> dict[str, tuple[int, str] | int]:
+    """What the C walk of these headers (codec/_accel.c's summarize_records) reads, as
+    this module describes it: codec/accel.py compares it with the extension's own."""
+    return {
+        **field_offsets(_V2, V2_FIELDS, "v2."),
+        "LOG_OVERHEAD": LOG_OVERHEAD,
+        "MAGIC_OFFSET": MAGIC_OFFSET,
+        "V2_HEADER_SIZE": V2_HEADER_SIZE,
+        "MIN_RECORD_SIZE": MIN_RECORD_SIZE,
+        "COMPRESSIONS": len(COMPRESSION_NAMES),
+        "TIMESTAMP_TYPE": _TIMESTAMP_TYPE,
+        "TRANSACTIONAL": _TRANSACTIONAL,
+        "CONTROL": _CONTROL,
+        "DELETE_HORIZON": _DELETE_HORIZON,
+    }
 
 
 def read_v2_header(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from codec.records.batch import LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader
+from codec.records.batch import LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader, field_offsets
 from codec.records.common import error
 
 _V0 = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
@@ -18,6 +18,21 @@ _KEY_AT = (_V0.size, _V1.size)
 _CODECS = 4
 
 Message = tuple[BatchHeader, memoryview | None, memoryview | None]
+
+
+def layout() -> dict[str, tuple[int, str] | int]:
+    """What the C walk of legacy headers (codec/_accel.c's summarize_records) reads, as
+    this module describes it (magic 0's fields are magic 1's but the timestamp)."""
+    names = ("offset", "size", "crc", "magic", "attributes", "timestamp")
+    v1 = field_offsets(_V1, names, "legacy.")
+    if field_offsets(_V0, names[:-1], "legacy.").items() - v1.items():
+        raise ValueError("magic 0's fields are not magic 1's first ones")
+    return {
+        **v1,
+        "LEGACY_COMPRESSIONS": _CODECS,
+        "LEGACY_MIN_SIZE_0": _MIN_SIZE[0],
+        "LEGACY_MIN_SIZE_1": _MIN_SIZE[1],
+    }
 
 
 def read_legacy_header(view: memoryview, pos: int, size: int, *, verify_crc: bool) -> BatchHeader:
