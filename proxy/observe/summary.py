@@ -250,53 +250,66 @@ def _record_stats(
     partial_tail: bool,
     partition_stats: dict[tuple[str, int], Any] | None = None,
 ) -> dict[str, Any]:
-    """`partition_stats`, if given, gets each partition's RecordStats by (topic, index)."""
-    total: dict[str, Any] = {
-        "batches": 0, "records": 0, "bytes": 0, "compression": set(), "producer_id": None,
-        "producer_epoch": None, "transactional": False, "control_batches": 0, "per_topic": {},
-    }
+    """`partition_stats`, if given, gets each partition's RecordStats by (topic, index).
+
+    Sums kept in locals and written once: a dict update per field and partition cost
+    more than the headers' walk in C (bench/PROFILE.md, "Produce and Fetch of a few
+    records")."""
+    limit = options.max_string_length
+    per_topic: dict[str, dict[str, int]] = {}
+    batches = records_total = size = control = 0
+    compressions: set[str] = set()
+    producer_id = producer_epoch = None
+    transactional = False
+    detail = options.record_detail
     header_keys: dict[str, None] = {}
     header_values: dict[str, list[str]] = {}
     budget = [MAX_DETAIL_RECORDS]
     for topic in topics:
-        name = clean(topic_ids.name(topic), options.max_string_length)
-        per = total["per_topic"].setdefault(name, {"batches": 0, "records": 0, "bytes": 0})
+        name = clean(topic_ids.name(topic), limit)
+        per = per_topic.get(name)
+        if per is None:
+            per = per_topic[name] = {"batches": 0, "records": 0, "bytes": 0}
         for partition in topic.get(partitions_key) or ():
             records = partition.get("records")
             if not records:
                 continue
-            if isinstance(records, StreamedRecords):  # a frame decoded as it streamed past
+            if records.__class__ is StreamedRecords:  # a frame decoded as it streamed past
                 stats, records = records.stats, records.detail
             else:
                 stats = summarize(records, allow_partial_tail=partial_tail, max_bytes=options.decompression_limit)
             if partition_stats is not None:  # a Fetch response's partition_index, a Produce's index
-                index = partition.get("partition_index", partition.get("index"))
-                partition_stats[(name, index)] = stats
-            _add_stats(total, per, stats)
-            if options.record_detail and records:
+                index = partition.get("partition_index")
+                partition_stats[(name, partition.get("index") if index is None else index)] = stats
+            n_batches, n_records, n_bytes = stats.batches, stats.records, stats.bytes
+            batches += n_batches
+            records_total += n_records
+            size += n_bytes
+            per["batches"] += n_batches
+            per["records"] += n_records
+            per["bytes"] += n_bytes
+            if stats.compressions:
+                compressions |= stats.compressions
+            control += stats.control_batches
+            transactional = transactional or stats.transactional
+            if producer_id is None and stats.producer_id != -1:
+                producer_id, producer_epoch = stats.producer_id, stats.producer_epoch
+            if detail and records:
                 _collect_headers(records, options, header_keys, header_values, partial_tail, budget)
-    if not total["per_topic"]:
+    if not per_topic:
         return {}
-    total["compression"] = sorted(total["compression"])
-    if options.record_detail:
-        total["header_keys"] = [clean(k, options.max_string_length) for k in header_keys]
+    total: dict[str, Any] = {
+        "batches": batches, "records": records_total, "bytes": size, "compression": sorted(compressions),
+        "producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": transactional,
+        "control_batches": control, "per_topic": per_topic,
+    }  # fmt: skip
+    if detail:
+        total["header_keys"] = [clean(k, limit) for k in header_keys]
         if budget[0] <= 0:
             total["header_keys_from_first_records"] = MAX_DETAIL_RECORDS
         if header_values:
             total["header_values"] = header_values
     return total
-
-
-def _add_stats(total: dict[str, Any], per: dict[str, Any], stats: Any) -> None:
-    for key in ("batches", "records", "bytes"):
-        total[key] += getattr(stats, key)
-        per[key] += getattr(stats, key)
-    total["compression"].update(stats.compressions)
-    total["control_batches"] += stats.control_batches
-    total["transactional"] = total["transactional"] or stats.transactional
-    if total["producer_id"] is None and stats.producer_id != -1:
-        total["producer_id"] = stats.producer_id
-        total["producer_epoch"] = stats.producer_epoch
 
 
 def _collect_headers(
