@@ -8,6 +8,9 @@ are) and the environment variable KAFKALENS_PURE_CODEC is unset or empty (`ACTIV
 else the Python interpreter's, which gives the same results and is slower (see the
 README's codec paragraph and bench/codec/decode.py).
 
+`c_collector(node)` is codec/entities.py's collector of an entities node tree run in C
+(the same dict of distinct values), which entities.collector gives when ACTIVE.
+
 `records_summarizer(...)` is the C walk of a records field's batch headers, which
 codec/records/stats.py's summarize runs when ACTIVE: `summarize(buf, allow_partial_tail,
 max_bytes)` gives the RecordStats the Python walk gives, or raises the same DecodeError,
@@ -46,6 +49,14 @@ def check_numbers(built: dict[str, dict[str, int]]) -> None:
 if _accel is not None:
     check_numbers(_accel.NUMBERS)
     _accel.configure(wire.short, wire.invalid, wire.uuid_of, wire.MAX_UNKNOWN_TAGS)
+
+
+def c_collector(node: Any) -> Callable[[dict[str, Any]], dict[str, list[Any]]]:
+    """The C collector of an entities._Node tree (see codec/entities.py)."""
+    if _accel is None:
+        raise RuntimeError("codec._accel is not built")
+    built: Callable[[dict[str, Any]], dict[str, list[Any]]] = _accel.Collector(node)
+    return built
 
 
 def records_summarizer(

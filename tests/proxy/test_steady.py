@@ -1,9 +1,10 @@
 """The C steady-state path (proxy/_steady.c) does what the Python path does: real
 clients' captured sessions (tests/data/golden) proxied to a broker answering with the
 captured answers, once with the C path and once without (KAFKALENS_PURE_CODEC's
-setting, `proxy.steady.ACTIVE`), give the same request log lines byte for byte (but
-for times, latencies and the peers' ports) and the same request metrics; and the C path
-took most reads."""
+setting: `proxy.steady.ACTIVE`, the record batch headers read and the entities of a
+decoded body collected in C or in Python), give the same request log lines byte
+for byte (but for times, latencies and the peers' ports) and the same request metrics;
+and the C path took most reads."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ from support.replay import (
     small_requests,
 )
 
+from codec import accel
+from codec.entities import collector
+from codec.records import stats as record_stats
 from proxy import steady
 from proxy.config import Overrides
 from proxy.features import build_hooks, load_config
@@ -73,8 +77,13 @@ def run(
     """`script` (the captured sessions, by default) through a proxy, `rounds` times on
     each of its connections, the C path on or off: the log's lines, the request metrics,
     and how many reads the C path took. `between(hooks)` runs on the proxy's loop after
-    each round but the last, once its connections closed."""
+    each round but the last, once its connections closed. Off, the record batches'
+    headers are read and the topics, groups and error codes collected in Python too
+    (codec.records.stats, codec.entities), as KAFKALENS_PURE_CODEC does."""
     monkeypatch.setattr(steady, "ACTIVE", active)
+    monkeypatch.setattr(record_stats, "_ACTIVE_C", record_stats.C_SUMMARIZE if active else None)
+    monkeypatch.setattr(accel, "ACTIVE", accel.ACTIVE and active)
+    collector.cache_clear()  # made again under this ACTIVE (and after this run: see below)
     if script is None:
         script = [exchange for _, exchanges in sorted(sessions().items()) for exchange in exchanges]
     broker = ScriptedBroker(script)
@@ -103,6 +112,7 @@ def run(
             text = metrics.render().decode()
     finally:
         broker.close()
+        collector.cache_clear()
     hooks.close()
     assert not broker.errors
     samples = {
@@ -125,6 +135,8 @@ def test_the_c_path_makes_the_python_paths_lines_and_metrics(tmp_path: Path, mon
     for made, expected in zip(c_lines, py_lines, strict=True):
         assert made == expected
     assert c_metrics == py_metrics
+    with_stats = {json.loads(line)["api"] for line in c_lines if b'"record_stats"' in line}
+    assert {"Produce", "Fetch"} <= with_stats
     requests = sum(b'"event":"request"' in line for line in c_lines)
     # each request and each answer is a read; the second and later rounds' memoised
     # exchanges (of apis no link reads) are the C path's
