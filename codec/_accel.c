@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>  /* T_OBJECT_EX, READONLY: RecordStats' slots (configure_records) */
 
 #include "generated/kinds.h"
 
@@ -1854,6 +1855,13 @@ static const int64_t legacy_min_size[2] = {LEGACY_MIN_SIZE_0, LEGACY_MIN_SIZE_1}
 
 /* What codec/accel.py gives once: RecordStats, the records error factory, the names. */
 static PyObject *stats_class, *records_error, *compression_names[N_CODECS];
+#define N_STATS 13
+/* Where each RecordStats field lives in an instance (its __slots__ member), when the
+ * class is a plain slotted one (see configure_records): then a RecordStats is made by
+ * allocating it and filling its slots, as its dataclass __init__ would, at a tenth of
+ * the cost of calling the class; else (0) the class is called. */
+static Py_ssize_t stats_offsets[N_STATS];
+static int stats_direct;
 
 static inline uint64_t be64(const uint8_t *s)
 {
@@ -2011,10 +2019,17 @@ static COLD PyObject *raise_records_error(const Failure *f)
     return NULL;
 }
 
+static inline PyObject *int_of_ll(int64_t value)
+{
+    if (value >= SMALL_MIN && value <= SMALL_MAX)
+        return Py_NewRef(small_ints[value - SMALL_MIN]);
+    return PyLong_FromLongLong(value);
+}
+
 static PyObject *stats_of(const Totals *t, int64_t size)
 {
-    PyObject *args[13] = {NULL}, *result = NULL, *codecs;
-    int64_t ints[13] = {
+    PyObject *args[N_STATS] = {NULL}, *result = NULL, *codecs;
+    int64_t ints[N_STATS] = {
         t->batches, t->records, t->unknown_count_batches, t->bytes, size - t->bytes, 0,
         t->producer_id, t->producer_epoch, 0, t->control_batches, t->min_timestamp, t->max_timestamp, t->next_offset,
     };
@@ -2024,17 +2039,25 @@ static PyObject *stats_of(const Totals *t, int64_t size)
     for (i = 0; i < t->ncodecs; i++)
         if (PySet_Add(codecs, compression_names[t->codecs[i]]) < 0)
             ok = 0;
-    for (i = 0; ok && i < 13; i++) {
+    for (i = 0; ok && i < N_STATS; i++) {
         if (i == 5)
             args[i] = Py_NewRef(codecs);
         else if (i == 8)
             args[i] = PyBool_FromLong(t->transactional);
-        else if ((args[i] = PyLong_FromLongLong(ints[i])) == NULL)
+        else if ((args[i] = int_of_ll(ints[i])) == NULL)
             ok = 0;
     }
-    if (ok)
-        result = PyObject_Vectorcall(stats_class, args, 13, NULL);
-    for (i = 0; i < 13; i++)
+    if (ok && stats_direct) {
+        PyTypeObject *type = (PyTypeObject *)stats_class;
+        if ((result = type->tp_alloc(type, 0)) != NULL)
+            for (i = 0; i < N_STATS; i++) {  /* the slots take the references */
+                *(PyObject **)((char *)result + stats_offsets[i]) = args[i];
+                args[i] = NULL;
+            }
+    } else if (ok) {
+        result = PyObject_Vectorcall(stats_class, args, N_STATS, NULL);
+    }
+    for (i = 0; i < N_STATS; i++)
         Py_XDECREF(args[i]);
     Py_DECREF(codecs);
     return result;
@@ -2088,13 +2111,47 @@ static PyObject *record_stats_fields(void)
                          "control_batches", "min_timestamp", "max_timestamp", "next_offset");
 }
 
-/* configure_records(RecordStats, error, compression_names): codec/records' own, once. */
+/* 1 when a RecordStats can be made by filling its slots: `direct` (codec/accel.py found
+ * the class's __new__ object's own and no __post_init__: its __init__ only assigns),
+ * a heap type whose instances are made by the generic allocator, and every field a
+ * __slots__ member holding an object (its offset then stored); 0 otherwise. */
+static int direct_stats(PyObject *cls, int direct)
+{
+    PyObject *fields, *descr;
+    PyTypeObject *type = (PyTypeObject *)cls;
+    int i, ok = direct && PyType_Check(cls) && type->tp_alloc == PyType_GenericAlloc
+                && (type->tp_flags & Py_TPFLAGS_HEAPTYPE);
+    if (!ok)
+        return 0;
+    if ((fields = record_stats_fields()) == NULL)
+        return -1;
+    for (i = 0; ok && i < N_STATS; i++) {
+        if ((descr = PyObject_GetAttr(cls, PyTuple_GET_ITEM(fields, i))) == NULL) {
+            Py_DECREF(fields);
+            return -1;
+        }
+        if (Py_TYPE(descr) == &PyMemberDescr_Type) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            ok = member->type == T_OBJECT_EX && !(member->flags & READONLY) && member->offset > 0
+                 && (size_t)member->offset + sizeof(PyObject *) <= (size_t)type->tp_basicsize;
+            stats_offsets[i] = member->offset;
+        } else {
+            ok = 0;
+        }
+        Py_DECREF(descr);
+    }
+    Py_DECREF(fields);
+    return ok;
+}
+
+/* configure_records(RecordStats, error, compression_names, direct): codec/records' own, once. */
 static PyObject *configure_records(PyObject *module, PyObject *args)
 {
     PyObject *cls, *error, *names;
     Py_ssize_t i;
+    int direct;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OOO!:configure_records", &cls, &error, &PyTuple_Type, &names))
+    if (!PyArg_ParseTuple(args, "OOO!p:configure_records", &cls, &error, &PyTuple_Type, &names, &direct))
         return NULL;
     if (!PyCallable_Check(cls) || !PyCallable_Check(error) || PyTuple_GET_SIZE(names) != N_CODECS) {
         PyErr_SetString(PyExc_TypeError, "configure_records(RecordStats, error, five compression names)");
@@ -2109,7 +2166,9 @@ static PyObject *configure_records(PyObject *module, PyObject *args)
         Py_XSETREF(compression_names[i], Py_NewRef(PyTuple_GET_ITEM(names, i)));
     Py_XSETREF(records_error, Py_NewRef(error));
     Py_XSETREF(stats_class, Py_NewRef(cls));
-    Py_RETURN_NONE;
+    if ((stats_direct = direct_stats(cls, direct)) < 0)
+        return NULL;
+    return PyBool_FromLong(stats_direct);  /* whether it fills slots itself */
 }
 
 /* RECORD_LAYOUT: {name: (offset, struct format character)} of the fields read above and
@@ -2200,7 +2259,7 @@ static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure(short, invalid, uuid_of, max_unknown_tags): codec.wire's, before any Decoder."},
     {"configure_records", configure_records, METH_VARARGS,
-     "configure_records(RecordStats, error, compression_names): codec.records', before summarize_records."},
+     "configure_records(RecordStats, error, compression_names, direct): codec.records', before summarize_records."},
     {"summarize_records", (PyCFunction)(void (*)(void))summarize_records, METH_FASTCALL,
      "summarize_records(buf, allow_partial_tail, max_bytes) -> RecordStats | NotImplemented: "
      "codec.records.stats.summarize without CRC checks."},

@@ -16,7 +16,9 @@ def configure(short: Callable[..., Any], invalid: Callable[..., Any], uuid_of: C
 RECORD_LAYOUT: dict[str, tuple[int, str] | int]
 RECORD_STATS_FIELDS: tuple[str, ...]
 
-def configure_records(record_stats: Callable[..., Any], error: Callable[..., Any], compression_names: tuple[str, ...]) -> None: ...
+def configure_records(
+    record_stats: Callable[..., Any], error: Callable[..., Any], compression_names: tuple[str, ...], direct: bool
+) -> bool: ...
 def summarize_records(buf: Any, allow_partial_tail: bool, max_bytes: int) -> Any: ...
 
 class Collector:

@@ -59,6 +59,10 @@ def c_collector(node: Any) -> Callable[[dict[str, Any]], dict[str, list[Any]]]:
     return built
 
 
+# Whether the C summarize makes a RecordStats by filling its slots (records_summarizer).
+records_direct = False
+
+
 def records_summarizer(
     record_stats: type, error: Callable[..., Exception], compression_names: tuple[str, ...],
     layout: dict[str, tuple[int, str] | int],
@@ -76,7 +80,15 @@ def records_summarizer(
     names = tuple(field.name for field in dataclasses.fields(record_stats))
     if names != _accel.RECORD_STATS_FIELDS:
         raise ImportError(f"codec._accel builds RecordStats{_accel.RECORD_STATS_FIELDS}, not {names}: rebuild it")
-    _accel.configure_records(record_stats, error, compression_names)
+    # A dataclass whose __init__ only assigns its fields (no __post_init__, no field left
+    # out of it) and object's __new__: the C fills a new instance's slots itself.
+    params = getattr(record_stats, "__dataclass_params__", None)
+    direct = (
+        params is not None and params.init and all(f.init for f in dataclasses.fields(record_stats))
+        and not hasattr(record_stats, "__post_init__") and record_stats.__new__ is object.__new__
+    )  # fmt: skip
+    global records_direct
+    records_direct = _accel.configure_records(record_stats, error, compression_names, direct)
     return _accel.summarize_records
 
 

@@ -102,6 +102,29 @@ def test_the_c_reads_the_layout_codec_records_describes() -> None:
     assert (stats._ACTIVE_C is not None) == accel.ACTIVE
 
 
+def test_record_stats_are_made_by_filling_their_slots_unless_the_class_does_more() -> None:
+    """The C fills a RecordStats' slots itself (what the other tests compare); a class
+    whose __init__ does more than assign is called instead."""
+    assert accel.records_direct
+    assert stats.C_SUMMARIZE is not None
+
+    @dataclasses.dataclass(slots=True)
+    class Checked(RecordStats):
+        def __post_init__(self) -> None:
+            self.batches += 1000
+
+    described = {**batch.layout(), **legacy.layout()}
+    try:
+        assert accel.records_summarizer(Checked, error, COMPRESSION_NAMES, described) is stats.C_SUMMARIZE
+        assert not accel.records_direct
+        made = stats.C_SUMMARIZE(MIXED, False, DEFAULT_MAX_BYTES)
+        assert type(made) is Checked and made.batches == 1000 + stats.summarize_python(MIXED).batches
+    finally:
+        accel.records_summarizer(RecordStats, error, COMPRESSION_NAMES, described)
+    assert accel.records_direct
+    assert type(stats.C_SUMMARIZE(MIXED, False, DEFAULT_MAX_BYTES)) is RecordStats
+
+
 def test_an_extension_reading_other_offsets_is_refused() -> None:
     described = {**batch.layout(), **legacy.layout()}
     moved = {**described, "v2.record_count": (58, "i")}
