@@ -7,7 +7,7 @@ that relays bytes unchanged (haproxy, kafkalens in sidecar mode) gets a listener
 own that advertises the front's address, so every connection a client opens after
 bootstrap crosses that front, as in a deployment where the broker advertises its proxy.
 A front that rewrites broker addresses itself (Kroxylicious's port-per-broker gateway,
-tansu's proxy) points at `CLIENT`.
+kafka-proxy's bootstrap mapping, tansu's proxy) points at `CLIENT`.
 
 The broker runs with Apache Kafka's own defaults (`kafka-server-start.sh` /
 `kafka-run-class.sh`: a 1 GiB heap, G1 and its pause settings, C2), not the tests' small
@@ -58,11 +58,15 @@ ARMS = (
     "haproxy",
     "python-relay",
     "kroxylicious",
+    "kafka-proxy",
     "tansu-proxy",
     "kafkalens-bare",
     "kafkalens",
     "kafkalens-detail",
 )
+# grepplabs/kafka-proxy, built from its source at this tag by bench/peers/install (the Go
+# module proxy refuses the module at every version; its dependencies are vendored).
+KAFKA_PROXY_VERSION = "v0.4.3"
 # Apache Kafka's own JVM settings (kafka-server-start.sh: KAFKA_HEAP_OPTS;
 # kafka-run-class.sh: KAFKA_JVM_PERFORMANCE_OPTS).
 KAFKA_JVM_OPTS = (
@@ -380,6 +384,25 @@ def _kroxylicious(bench: Bench, front: Front, broker: int, log: Path) -> tuple[l
     return [java, "-XX:+UseG1GC", "-cp", classpath, "KroxyliciousMain", str(config)], None
 
 
+def _kafka_proxy(bench: Bench, front: Front, broker: int, log: Path) -> tuple[list[str], None]:
+    binary = PEERS / "kafka-proxy" / "kafka-proxy"
+    if not binary.exists():
+        raise ArmSkipped(
+            "kafka-proxy is not installed: run `bash bench/peers/install` where its source"
+            " can be cloned (bench/README.md, KAFKA_PROXY_GIT)"
+        )
+    front.notes.append(
+        f"kafka-proxy {KAFKA_PROXY_VERSION} (grepplabs, built from its source with its vendored"
+        " modules), its defaults; listeners on loopback, its HTTP endpoints off"
+    )
+    # One mapping, the broker's advertised address to the front's: Metadata and
+    # FindCoordinator answers are rewritten to it. Listeners on loopback (its default is
+    # 0.0.0.0), and no HTTP server (health and metrics, 0.0.0.0:9080 by default): the
+    # other fronts run none either.
+    cmd = [str(binary), "server", "--bootstrap-server-mapping", f"{HOST}:{broker},{front.bootstrap}"]
+    return cmd + ["--default-listener-ip", HOST, "--http-disable"], None
+
+
 def _tansu_proxy(bench: Bench, front: Front, broker: int, log: Path) -> tuple[list[str], None]:
     from proxy.tansu import tansu_binary
 
@@ -446,6 +469,7 @@ BUILDERS: dict[str, Builder] = {
     "python-relay": _python_relay,
     "kafkalens-bare": _kafkalens_bare,
     "kroxylicious": _kroxylicious,
+    "kafka-proxy": _kafka_proxy,
     "tansu-proxy": _tansu_proxy,
     "kafkalens": _kafkalens(False),
     "kafkalens-detail": _kafkalens(True),
