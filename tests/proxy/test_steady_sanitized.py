@@ -38,6 +38,7 @@ TESTS = [
     "tests/codec/test_codec_golden.py",
     "tests/codec/test_codec_hostile.py",
     "tests/codec/test_records_accel.py",
+    "tests/codec/test_entities_accel.py",
     "tests/codec/test_records_hostile.py",
     "tests/proxy/test_hostile_client.py",
     "tests/proxy/test_hostile_broker.py",
