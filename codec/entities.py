@@ -91,9 +91,8 @@ def collector(message_name: str, version: int, pure: bool = False) -> Collector:
     """A function: decoded body -> {category: distinct values in first-seen order}.
 
     Run in C (codec/_accel.c's Collector) when the codec runs C (accel.ACTIVE) and not
-    `pure`: the same dict, for 4,500-4,800 instructions a call (its lookup here
-    included) where the Python walk takes 12,000-14,000, on a small Produce request or
-    its answer (callgrind)."""
+    `pure`: the same dict, fewer instructions (bench/PROFILE.md, "Produce and Fetch
+    of a few records")."""
     try:
         root = _node(layout(message_name, version))
     except KeyError:
