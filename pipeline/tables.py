@@ -160,13 +160,17 @@ def build_tables(fine: DataFrame, bucket: int, files: list[str], counts: Counts,
     the input files listed, `left_out` those not read (file -> why). Tables that share
     a grain come from one aggregation, cached: the connections' usage (four tables), the
     latency histograms (two), the partitions' lag (three)."""
-    usage = clients.connection_usage(clients.groups_of(fine)).persist(
-        StorageLevel.MEMORY_AND_DISK)
-    by_api, over_time = traffic.latency_tables(part(fine, "l"), bucket)
-    consumer, replication = fleet.lag_tables(fine, bucket)
-    shared = [df.persist(StorageLevel.MEMORY_AND_DISK)
-              for df in (usage, by_api, over_time, consumer, replication)]
-    usage, by_api, over_time, consumer, replication = shared
+    shared: list[DataFrame] = []
+
+    def share(df: DataFrame) -> DataFrame:
+        shared.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return shared[-1]
+
+    usage = share(clients.connection_usage(clients.groups_of(fine)))
+    # Each pair of tables selects from one aggregation, cached (the first table of the
+    # pair to be written fills it): caching the tables instead left it computed twice.
+    by_api, over_time = traffic.latency_tables(part(fine, "l"), bucket, share)
+    consumer, replication = fleet.lag_tables(fine, bucket, share)
     tables = {
         "client_inventory": clients.client_inventory(usage),
         "api_usage": clients.api_usage(usage),
