@@ -7,7 +7,7 @@ that relays bytes unchanged (haproxy, kafkalens in sidecar mode) gets a listener
 own that advertises the front's address, so every connection a client opens after
 bootstrap crosses that front, as in a deployment where the broker advertises its proxy.
 A front that rewrites broker addresses itself (Kroxylicious's port-per-broker gateway,
-tansu's proxy) points at `CLIENT`.
+kafka-proxy's bootstrap mapping, tansu's proxy) points at `CLIENT`.
 
 The broker runs with Apache Kafka's own defaults (`kafka-server-start.sh` /
 `kafka-run-class.sh`: a 1 GiB heap, G1 and its pause settings, C2), not the tests' small
@@ -58,11 +58,19 @@ ARMS = (
     "haproxy",
     "python-relay",
     "kroxylicious",
+    "kroxylicious-0.23",
+    "kafka-proxy",
     "tansu-proxy",
     "kafkalens-bare",
     "kafkalens",
     "kafkalens-detail",
 )
+# Built from its source by bench/peers/install (bench/README.md): its runtime is not on
+# Maven Central past 0.12.0. Needs Java 21+ (the JDK the install found, named in JAVA).
+KROXYLICIOUS_SOURCE_VERSION = "0.23.0"
+# grepplabs/kafka-proxy, built from its source at this tag by bench/peers/install (the Go
+# module proxy refuses the module at every version; its dependencies are vendored).
+KAFKA_PROXY_VERSION = "v0.4.3"
 # Apache Kafka's own JVM settings (kafka-server-start.sh: KAFKA_HEAP_OPTS;
 # kafka-run-class.sh: KAFKA_JVM_PERFORMANCE_OPTS).
 KAFKA_JVM_OPTS = (
@@ -380,6 +388,61 @@ def _kroxylicious(bench: Bench, front: Front, broker: int, log: Path) -> tuple[l
     return [java, "-XX:+UseG1GC", "-cp", classpath, "KroxyliciousMain", str(config)], None
 
 
+def _kroxylicious_source(
+    bench: Bench, front: Front, broker: int, log: Path
+) -> tuple[list[str], None]:
+    libs = PEERS / f"kroxylicious-{KROXYLICIOUS_SOURCE_VERSION}"
+    launcher = PEERS / f"kroxylicious-launcher-{KROXYLICIOUS_SOURCE_VERSION}"
+    if not (launcher / "KroxyliciousMain.class").exists():
+        raise ArmSkipped(
+            f"Kroxylicious {KROXYLICIOUS_SOURCE_VERSION} is not built: run `bash bench/peers/install`"
+            " where its source can be cloned and a JDK 21+ is installed (bench/README.md,"
+            " KROXYLICIOUS_GIT)"
+        )
+    java = (libs / "JAVA").read_text().strip()
+    config = bench.work / f"{front.name}.yaml"
+    config.write_text(
+        KROXYLICIOUS_CONFIG.format(
+            broker=f"{HOST}:{broker}", host=HOST, front=front.port, node_port=free_port(HOST)
+        )
+    )
+    front.notes.append(
+        f"Kroxylicious {KROXYLICIOUS_SOURCE_VERSION} built from its source (its runtime and the"
+        " launcher, as for 0.12.0), port-per-broker gateway, no filters;"
+        f" {_java_version(java)}, JVM defaults with -XX:+UseG1GC"
+    )
+    classpath = f"{libs}/*{os.pathsep}{launcher}"
+    return [java, "-XX:+UseG1GC", "-cp", classpath, "KroxyliciousMain", str(config)], None
+
+
+def _java_version(java: str) -> str:
+    """`java -version`'s first line (it writes to stderr)."""
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "java version unknown"
+    return (done.stderr or done.stdout or "java version unknown").splitlines()[0]
+
+
+def _kafka_proxy(bench: Bench, front: Front, broker: int, log: Path) -> tuple[list[str], None]:
+    binary = PEERS / "kafka-proxy" / "kafka-proxy"
+    if not binary.exists():
+        raise ArmSkipped(
+            "kafka-proxy is not installed: run `bash bench/peers/install` where its source"
+            " can be cloned (bench/README.md, KAFKA_PROXY_GIT)"
+        )
+    front.notes.append(
+        f"kafka-proxy {KAFKA_PROXY_VERSION} (grepplabs, built from its source with its vendored"
+        " modules), its defaults; listeners on loopback, its HTTP endpoints off"
+    )
+    # One mapping, the broker's advertised address to the front's: Metadata and
+    # FindCoordinator answers are rewritten to it. Listeners on loopback (its default is
+    # 0.0.0.0), and no HTTP server (health and metrics, 0.0.0.0:9080 by default): the
+    # other fronts run none either.
+    cmd = [str(binary), "server", "--bootstrap-server-mapping", f"{HOST}:{broker},{front.bootstrap}"]
+    return cmd + ["--default-listener-ip", HOST, "--http-disable"], None
+
+
 def _tansu_proxy(bench: Bench, front: Front, broker: int, log: Path) -> tuple[list[str], None]:
     from proxy.tansu import tansu_binary
 
@@ -446,6 +509,8 @@ BUILDERS: dict[str, Builder] = {
     "python-relay": _python_relay,
     "kafkalens-bare": _kafkalens_bare,
     "kroxylicious": _kroxylicious,
+    "kroxylicious-0.23": _kroxylicious_source,
+    "kafka-proxy": _kafka_proxy,
     "tansu-proxy": _tansu_proxy,
     "kafkalens": _kafkalens(False),
     "kafkalens-detail": _kafkalens(True),

@@ -20,10 +20,6 @@ from bench.proxy.mdfmt import fmt, table
 Row = dict[str, Any]
 SMALL_APIS = ("ApiVersions", "Metadata", "OffsetCommit")
 KAFKALENS = ("kafkalens", "kafkalens-detail")
-KAFKA_PROXY_NOTE = (
-    "kafka-proxy (grepplabs) not measured: the Go module proxy refuses"
-    " github.com/grepplabs/kafka-proxy at every version"
-)
 
 
 def _workloads(rows: list[Row], arm: str, workload: str) -> list[Row]:
@@ -290,7 +286,6 @@ def markdown(run: Row, rows: list[Row], summaries: list[Row], judged: list[Row])
         f"* Load before: `{run['uptime_start']}`",
         f"* Load after: `{run['uptime_end']}`",
         f"* {run['python']}; {run['java']}; librdkafka {run['librdkafka']}.",
-        f"* {KAFKA_PROXY_NOTE}.",
     ]
     counts = run.get("idle_counts")
     if counts and list(counts) != list(run["sizes"]["idle"]):
