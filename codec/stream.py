@@ -135,8 +135,8 @@ class _Input:
 _PACKERS = {kind: struct.Struct(">" + code) for kind, code in FORMATS.items()}
 # Enum members read once: a read through the enum class costs many times a plain
 # constant's (bench.proxy.choices, "enum member read").
-_BOOL, _UUID, _STRING, _RECORDS, _STRUCT, _ARRAY = (
-    Kind.BOOL, Kind.UUID, Kind.STRING, Kind.RECORDS, Kind.STRUCT, Kind.ARRAY
+_BOOL, _UUID, _STRING, _BYTES, _RECORDS, _STRUCT, _ARRAY = (
+    Kind.BOOL, Kind.UUID, Kind.STRING, Kind.BYTES, Kind.RECORDS, Kind.STRUCT, Kind.ARRAY
 )
 _COMPACT, _INT16_FRAMING = Framing.COMPACT, Framing.INT16
 # Array elements that hold no records field, decoded whole by the interpreter when they
@@ -284,9 +284,34 @@ class FrameStream:
     def _struct(self, struct: Struct, end: int) -> Step:
         out = dict.fromkeys(struct.template)  # the decoded dict's key order, tagged ones in place
         for field in struct.fields:
-            out[field.name] = yield from self._field(field, end)
+            # What lies in the piece (most fields, and the lengths and counts before the
+            # others) is read in line: each walker step is a generator made and run
+            # (bench/PROFILE.md, "Kept, and what it saved").
+            kind = field.kind
+            if kind < _UUID or _STRING <= kind <= _BYTES:
+                value = self._now(field, end)
+                if value is _MISSING:
+                    value = yield from self._field(field, end)
+            elif kind == _ARRAY:
+                value = yield from self._array(field, end)
+            elif kind == _RECORDS and (length := self._length_now(field, end)) is not None:
+                if self._in.offset + length > end:
+                    raise wire.short(self._in.offset, "bytes")
+                value = yield from self._records(length)
+            else:
+                value = yield from self._field(field, end)
+            out[field.name] = value
         if struct.flexible:  # tagged fields exist in flexible versions only
-            yield from self._tags(struct, out, end)
+            inp = self._in
+            if (
+                not struct.tagged
+                and not inp.carry
+                and inp.pos < min(len(inp.view), end - inp.base)
+                and not inp.view[inp.pos]
+            ):
+                inp.pos += 1  # the usual case: none, and none known
+            else:
+                yield from self._tags(struct, out, end)
         return out
 
     def _tags(self, struct: Struct, out: dict[str, Any], end: int) -> Step:
@@ -330,6 +355,68 @@ class FrameStream:
         if explicit:
             out["_explicit_tags"] = explicit
 
+    def _length_now(self, field: Field, end: int) -> int | None:
+        """A length or count that lies whole in the piece and is not negative (then
+        consumed), else None with nothing consumed: `_length` takes it."""
+        inp = self._in
+        if inp.carry:
+            return None
+        view, at = inp.view, inp.pos
+        stop = min(len(view), end - inp.base)
+        framing = field.framing
+        if framing == _COMPACT:
+            length = shift = 0
+            while True:
+                if at >= stop or shift > 28:
+                    return None
+                byte = view[at]
+                at += 1
+                length |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+            length -= 1
+        elif framing == _INT16_FRAMING:
+            if at + 2 > stop:
+                return None
+            length = wire.INT16.unpack_from(view, at)[0]
+            at += 2
+        else:
+            if at + 4 > stop:
+                return None
+            length = wire.INT32.unpack_from(view, at)[0]
+            at += 4
+        if length < 0:
+            return None
+        inp.pos = at
+        return length
+
+    def _now(self, field: Field, end: int) -> Any:
+        """A number, or a string or bytes field not null, if it lies whole in the piece
+        (then consumed; what `_field` gives), else _MISSING with nothing consumed:
+        `_field` takes it, across pieces, and raises for bad input where it would have."""
+        inp = self._in
+        if inp.carry:
+            return _MISSING
+        view, pos = inp.view, inp.pos
+        kind = field.kind
+        if kind <= _BOOL:
+            after = pos + field.size
+            if after > min(len(view), end - inp.base):
+                return _MISSING
+            inp.pos = after
+            return _PACKERS[kind].unpack_from(view, pos)[0]
+        length = self._length_now(field, end)
+        if length is None:
+            return _MISSING
+        at = inp.pos
+        if length > self.limits.max_field_bytes or at + length > min(len(view), end - inp.base):
+            inp.pos = pos
+            return _MISSING
+        inp.pos = at + length
+        raw = view[at : at + length]
+        return raw.tobytes().decode() if kind == _STRING else raw.tobytes()
+
     def _field(self, field: Field, end: int) -> Step:
         kind = field.kind
         if kind <= _BOOL:
@@ -365,7 +452,9 @@ class FrameStream:
 
     def _array(self, field: Field, end: int) -> Step:
         inp = self._in
-        count = yield from self._length(field, end)
+        count = self._length_now(field, end)
+        if count is None:
+            count = yield from self._length(field, end)
         if count < 0:
             if field.nullable:
                 return None
@@ -391,7 +480,11 @@ class FrameStream:
                 self._budget -= 1
             item = _MISSING if whole is None else self._whole_element(whole, end)
             if item is _MISSING:
-                item = yield from self._field(element, end)
+                if element.kind == _STRUCT and not element.nullable:
+                    assert element.struct is not None
+                    item = yield from self._struct(element.struct, end)
+                else:
+                    item = yield from self._field(element, end)
             if keep:
                 items.append(item)
             else:

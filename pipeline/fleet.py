@@ -10,6 +10,8 @@ wins). All are derived from the fine aggregation's `p`, `c`, `m` and `t` rows
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -37,7 +39,9 @@ def _lag_stats(position: str) -> list[Column]:
     ]
 
 
-def lag_tables(fine: DataFrame, bucket_seconds: int) -> tuple[DataFrame, DataFrame]:
+def lag_tables(fine: DataFrame, bucket_seconds: int,
+               share: Callable[[DataFrame], DataFrame] = lambda df: df
+               ) -> tuple[DataFrame, DataFrame]:
     """consumer_lag and replication_lag from one aggregation of fine.fine_rows' `p`
     rows (GROUPING SETS: a consumer's rows by its group, a follower's by its replica
     id), each table selecting its rows.
@@ -46,7 +50,8 @@ def lag_tables(fine: DataFrame, bucket_seconds: int) -> tuple[DataFrame, DataFra
     topic and partition: the latest and largest lag, position and high watermark
     (README). replication_lag, per time bucket, follower (replica id), topic and
     partition: the follower's lag behind the leader's high watermark, from its Fetch
-    lines (never counted as a consumer)."""
+    lines (never counted as a consumer). `share` is given the aggregation both select
+    from (to cache it: each table's query would otherwise compute it again)."""
     rows = bucketed(part(fine, "p"), bucket_seconds)
     follower = F.col("replica_id").isNotNull()
     client = F.coalesce("client_instance_id", "client_id")
@@ -55,12 +60,12 @@ def lag_tables(fine: DataFrame, bucket_seconds: int) -> tuple[DataFrame, DataFra
         "*", F.when(~follower, F.coalesce(group, client)).alias("group_id"),
         F.when(~follower, group.isNotNull()).alias("group_known"),
         F.when(~follower, client).alias("client"))
-    lag = rows.groupingSets(
+    lag = share(rows.groupingSets(
         [["bucket", "group_id", "group_known", "topic", "partition"],
          ["bucket", "replica_id", "topic", "partition"]],
         "bucket", "group_id", "group_known", "replica_id", "topic", "partition",
     ).agg(*_lag_stats("position"), F.array_sort(F.collect_set("client")).alias("consumers"),
-          F.grouping("replica_id").alias("_by_group"))
+          F.grouping("replica_id").alias("_by_group")))
     # A follower's rows in the groups' set, a consumer's in the followers': none of theirs.
     by_group = F.col("_by_group") == 1
     consumer = lag.where(by_group & F.col("group_known").isNotNull()).select(

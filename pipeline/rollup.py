@@ -13,9 +13,24 @@ rows in that hour (a count that reads the partition columns only), so lines that
 an hour after its rollup (a proxy whose file rotated late) are never missed: that hour
 is aggregated from its lines until the next rollup makes it again. Compaction changes
 files, not rows: a rolled hour stays valid through it.
+
+The minute rows (the `l` and `p` parts: latency histograms and Fetch positions per
+minute) are most of a rollup: per minute, api and latency bin, ~1,900 rows a minute
+for the benchmark's logs (bench/PIPELINE.md). The report needs them only at its time
+buckets' size, which grows with the span of the table's lines (tables.BUCKET_MINUTES:
+each size divides the next) and never shrinks as lines are added: so each hour is
+rolled up with its minute rows folded into slots of the bucket size the table's span
+already calls for (`grain`, seconds; a lower bound of the span from the hours holding
+lines), every later report's bucket a multiple of it. A report uses a rolled hour only
+if its grain divides that report's bucket (a table whose lines were deleted, its span
+shorter since, has that hour read from its lines): the same tables as from the lines.
+An hour keeps the grain it was rolled up at (`rm -r TABLE/_rollup` remakes them all at
+the current one).
 """
 
 from __future__ import annotations
+
+import datetime as dt
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -23,10 +38,12 @@ from pyspark.sql import functions as F
 from pipeline import fsio
 from pipeline.fine import aggregate, fine_rows, keyed_parts, merge
 from pipeline.read import PARSED_EXTRA, PARSED_FIELDS
+from pipeline.tables import span_bucket_seconds
 
 ROLLUP = "_rollup"  # under TABLE: Delta's VACUUM leaves folders starting with "_"
 HOUR = ("kind", "date", "hour")  # the table's partition columns (ingest.PARTITIONS)
 Hour = tuple[str, str, int]
+MINUTE = 60  # the grain of an hour a rollup of an older kafkalens made (no `grain`)
 
 
 def path_of(table: str) -> str:
@@ -60,14 +77,35 @@ def hour_counts(rows: DataFrame) -> dict[Hour, int]:
 
 def rolled_hours(spark: SparkSession, table: str) -> dict[Hour, int]:
     """The hours rolled up, with the rows each was made from."""
+    return {hour: lines_at for hour, (lines_at, _) in _rolled(spark, table).items()}
+
+
+def _rolled(spark: SparkSession, table: str) -> dict[Hour, tuple[int, int]]:
+    """The hours rolled up, with the rows each was made from and its grain."""
     path = path_of(table)
     # Not DeltaTable.isDeltaTable: for a folder inside the table with no log of its
     # own, Delta finds the table above and refuses `_rollup` as a partition path.
     fs, log = fsio.hadoop_file(spark, f"{path}/_delta_log")
     if not fs.exists(log):
         return {}
-    rows = spark.read.format("delta").load(path).select(*HOUR, "lines_at").distinct()
-    return {(r["kind"], r["date"], int(r["hour"])): int(r["lines_at"]) for r in rows.collect()}
+    rollup = spark.read.format("delta").load(path)
+    grain = F.col("grain") if "grain" in rollup.columns else F.lit(None)
+    rows = rollup.select(*HOUR, "lines_at", grain.cast("long").alias("grain")).distinct()
+    return {(r["kind"], r["date"], int(r["hour"])): (int(r["lines_at"]), int(r["grain"] or MINUTE))
+            for r in rows.collect()}
+
+
+def grain(counts: dict[Hour, int]) -> int:
+    """The bucket size (seconds) of a report over a table whose hours hold `counts`, at
+    the least: that of the span from the end of the oldest hour holding lines to the
+    start of the newest (every line of an hour is inside it), which only grows as lines
+    are added."""
+    hours = [dt.datetime.fromisoformat(str(d)).replace(hour=h)
+             for k, d, h in counts if k == "lines"]
+    if not hours:
+        return MINUTE
+    span = (max(hours) - min(hours)).total_seconds() - 3600
+    return span_bucket_seconds(max(0.0, span))
 
 
 def closed(counts: dict[Hour, int]) -> dict[Hour, int]:
@@ -82,17 +120,27 @@ def update(spark: SparkSession, table: str) -> tuple[int, int]:
     """Rolls up the closed hours not rolled up yet, or holding other rows since; returns
     how many hours and rows it rolled up."""
     rows = table_version(spark, table)
-    rolled = rolled_hours(spark, table)
-    todo = {hour: n for hour, n in closed(hour_counts(rows)).items() if rolled.get(hour) != n}
+    rolled = _rolled(spark, table)
+    counts = hour_counts(rows)
+    todo = {hour: n for hour, n in closed(counts).items()
+            if rolled.get(hour, (None,))[0] != n}
     if not todo:
         return 0, 0
     keys = [_key(hour) for hour in sorted(todo)]
     lines_at = F.create_map(*[F.lit(v) for hour, n in sorted(todo.items())
                               for v in (_key(hour), n)])
     chosen = rows.where(_hour_key().isin(keys))
-    fine = aggregate(keyed_parts(chosen, HOUR), HOUR).withColumn(
-        "lines_at", F.element_at(lines_at, _hour_key()).cast("long"))
-    writer = fine.coalesce(1).write.format("delta").partitionBy(*HOUR)
+    size = grain(counts)
+    keyed = keyed_parts(chosen, HOUR)
+    epoch = F.unix_seconds("minute")
+    keyed = keyed.withColumn("minute", F.timestamp_seconds(epoch - epoch % size))
+    fine = aggregate(keyed, HOUR).withColumn(
+        "lines_at", F.element_at(lines_at, _hour_key()).cast("long")).withColumn(
+        "grain", F.lit(size).cast("long"))
+    # mergeSchema: a rollup an older kafkalens made has no `grain` column (its hours'
+    # rows are at the minute, read as MINUTE).
+    writer = fine.coalesce(1).write.format("delta").partitionBy(*HOUR).option(
+        "mergeSchema", "true")
     if rolled:
         listed = ", ".join(f"'{k}'" for k in keys)
         writer = writer.mode("overwrite").option(
@@ -108,9 +156,13 @@ def fine_of_table(spark: SparkSession, table: str) -> tuple[DataFrame, int]:
     them all), from the rollup where it holds an hour as it is, from the lines
     elsewhere; and how many rows the rollup stood for."""
     rows = table_version(spark, table)
-    rolled = rolled_hours(spark, table)
+    rolled = _rolled(spark, table)
     if rolled:
-        fresh = sorted(hour for hour, n in hour_counts(rows).items() if rolled.get(hour) == n)
+        counts = hour_counts(rows)
+        # A grain at most the report's bucket divides it (tables.BUCKET_MINUTES).
+        size = grain(counts)
+        fresh = sorted(hour for hour, n in counts.items()
+                       if hour in rolled and rolled[hour][0] == n and rolled[hour][1] <= size)
     else:
         fresh = []
     lines = rows.select(*PARSED_FIELDS, *PARSED_EXTRA)
@@ -121,4 +173,4 @@ def fine_of_table(spark: SparkSession, table: str) -> tuple[DataFrame, int]:
     of_lines = fine_rows(rest)
     partial = spark.read.format("delta").load(path_of(table)).where(
         _hour_key().isin(keys)).select(*of_lines.columns)
-    return merge(of_lines.unionByName(partial)), sum(rolled[hour] for hour in fresh)
+    return merge(of_lines.unionByName(partial)), sum(rolled[hour][0] for hour in fresh)

@@ -124,12 +124,39 @@ def literal_rows(spark: Any, ddl: str, rows: list[tuple[Any, ...]]) -> DataFrame
     return spark.range(1).select(F.inline(F.array(*structs)))
 
 
-def bucket_seconds(c: Counts, points: int = 120) -> int:
-    """A whole number of minutes giving at most about `points` buckets over the span."""
+# The time buckets' sizes, in minutes: each divides the next (and from 1 to 60 each
+# divides the hour, from an hour to a day the day), so rows folded into buckets of one
+# size fold exactly into buckets of any larger size. The hourly rollup keeps its
+# minute rows at the largest size a report over its table can still need (rollup.py),
+# which the report's bucket is then a multiple of; past a day, whole days, doubling.
+BUCKET_MINUTES = (1, 2, 6, 12, 60, 120, 360, 720, 1440)
+POINTS = 120
+
+
+def ladder_seconds(at_least: float) -> int:
+    """The smallest bucket size of the ladder (BUCKET_MINUTES, then days doubling), in
+    seconds, that is at least `at_least` seconds."""
+    for minutes in BUCKET_MINUTES:
+        if minutes * 60 >= at_least:
+            return minutes * 60
+    size = BUCKET_MINUTES[-1] * 60
+    while size < at_least:
+        size *= 2
+    return size
+
+
+def span_bucket_seconds(span: float, points: int = POINTS) -> int:
+    """The bucket size for a span of `span` seconds: the ladder's smallest giving at
+    most `points` buckets over it (one minute at the least). It never shrinks as the
+    span grows."""
+    return ladder_seconds(max(60.0, span / points))
+
+
+def bucket_seconds(c: Counts, points: int = POINTS) -> int:
+    """The bucket size for the lines' span (span_bucket_seconds)."""
     if c.first_ts is None or c.last_ts is None:
         return 60
-    span = (c.last_ts - c.first_ts).total_seconds()
-    return max(1, int(span // (60 * points)) + 1) * 60
+    return span_bucket_seconds((c.last_ts - c.first_ts).total_seconds(), points)
 
 
 # Tables written one after another by one worker (tables.FAMILIES' order), because
@@ -160,13 +187,17 @@ def build_tables(fine: DataFrame, bucket: int, files: list[str], counts: Counts,
     the input files listed, `left_out` those not read (file -> why). Tables that share
     a grain come from one aggregation, cached: the connections' usage (four tables), the
     latency histograms (two), the partitions' lag (three)."""
-    usage = clients.connection_usage(clients.groups_of(fine)).persist(
-        StorageLevel.MEMORY_AND_DISK)
-    by_api, over_time = traffic.latency_tables(part(fine, "l"), bucket)
-    consumer, replication = fleet.lag_tables(fine, bucket)
-    shared = [df.persist(StorageLevel.MEMORY_AND_DISK)
-              for df in (usage, by_api, over_time, consumer, replication)]
-    usage, by_api, over_time, consumer, replication = shared
+    shared: list[DataFrame] = []
+
+    def share(df: DataFrame) -> DataFrame:
+        shared.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return shared[-1]
+
+    usage = share(clients.connection_usage(clients.groups_of(fine)))
+    # Each pair of tables selects from one aggregation, cached (the first table of the
+    # pair to be written fills it): caching the tables instead left it computed twice.
+    by_api, over_time = traffic.latency_tables(part(fine, "l"), bucket, share)
+    consumer, replication = fleet.lag_tables(fine, bucket, share)
     tables = {
         "client_inventory": clients.client_inventory(usage),
         "api_usage": clients.api_usage(usage),

@@ -8,6 +8,8 @@ numbers mean for Kafka").
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -80,7 +82,9 @@ def latency_stats(latency: DataFrame, keys: list[str], quantiles: tuple[float, .
           for q in waiting])
 
 
-def latency_tables(latency: DataFrame, bucket_seconds: int) -> tuple[DataFrame, DataFrame]:
+def latency_tables(latency: DataFrame, bucket_seconds: int,
+                   share: Callable[[DataFrame], DataFrame] = lambda df: df
+                   ) -> tuple[DataFrame, DataFrame]:
     """latency_by_api and latency_over_time from one aggregation of `latency`
     (fine.fine_rows' `l` part): the histograms per api and per time bucket and api
     (GROUPING SETS), read by `latency_stats`; both tables select their rows from it.
@@ -88,16 +92,17 @@ def latency_tables(latency: DataFrame, bucket_seconds: int) -> tuple[DataFrame, 
     latency_by_api, per api: requests (acks=0 Produce counted, without latency),
     failures, service latency percentiles, and the latency of requests that wait by
     design apart. latency_over_time, per api and time bucket (whole minutes): the series
-    behind the latency chart."""
+    behind the latency chart. `share` is given the aggregation both select from (to
+    cache it: each table's query would otherwise compute it again)."""
     rows = bucketed(latency, bucket_seconds)
     bins = rows.groupingSets(
         [["api", "api_key", "waits", "lat_bin"], ["bucket", "api", "waits", "lat_bin"]],
         "bucket", "api", "api_key", "waits", "lat_bin",
     ).agg(*sums("n", "errors", "expected_errors", "lat_n", "lat_sum"),
           F.max("lat_max").alias("lat_max"), (F.grouping("bucket") == 0).alias("over_time"))
-    stats = latency_stats(bins,
-                          ["over_time", "bucket", "api", "api_key"], QUANTILES,
-                          (0.5, 0.95, 0.99), binned=True)
+    stats = share(latency_stats(bins,
+                                ["over_time", "bucket", "api", "api_key"], QUANTILES,
+                                (0.5, 0.95, 0.99), binned=True))
     by_api = stats.where(~F.col("over_time")).select(
         "api", "api_key", *OUTCOMES,
         *[f"p{round(q * 100)}_ms" for q in QUANTILES], "avg_ms", "max_ms",

@@ -5,7 +5,9 @@ One broker and the fronts of `bench.proxy.versus` (`bench/proxy/versus_arms.py`;
 haproxy, python-relay, kafkalens-bare and kafkalens), each pinned to the last core as
 there. Through each front in turn librdkafka produces `--records` records of 1 KiB as
 fast as it can (`bench/proxy/throughput.py`), then consumes them: two windows, *produce* and
-*consume*, with idle seconds around each. Per MB of record values moved (10^6 bytes):
+*consume*, with idle seconds around each, after `--warmup` records produced and consumed
+unmeasured (a front's first megabytes grow its heap and fill its caches: counted, they
+read as a per-MB cost). Per MB of record values moved (10^6 bytes):
 
 * pass 1, `perf stat` (in-kernel counters, a few percent of overhead): the front's CPU
   (task-clock), context switches, page faults, every system call and each of the ones
@@ -22,8 +24,12 @@ fast as it can (`bench/proxy/throughput.py`), then consumes them: two windows, *
   which no libc probe sees.
 
 Without perf (or with `--tool strace`), `strace -f -c` counts each front's system calls
-instead, over both windows and the front's start (strace slows a front several times
-over, so its counts are per MB at that speed; no bytes).
+instead, over both windows and the front's start, with no warm-up (strace slows a front
+several times over, so its counts are per MB at that speed; no bytes).
+
+`--arms` takes `kafkalens-baseline` and `kafkalens-bare-baseline` too: the kafkalens and
+kafkalens-bare arms on another checkout's code (KAFKALENS_BASELINE_TREE=DIR, its C
+extensions built in place), so a change is counted before and after in one run.
 
 Writes `per-gb.md` and `per-gb.jsonl` to `--out` (default bench/proxy/versus/) and prints
 the table. Needs root or perf_event_paranoid <= 1 for the tracepoints, and Debian's
@@ -31,6 +37,8 @@ the table. Needs root or perf_event_paranoid <= 1 for the tracepoints, and Debia
 
     .venv/bin/python -m bench.proxy.per_gb
     .venv/bin/python -m bench.proxy.per_gb --arms haproxy,kafkalens --records 20000
+    KAFKALENS_BASELINE_TREE=../baseline .venv/bin/python -m bench.proxy.per_gb \
+        --arms haproxy,python-relay,kafkalens-bare-baseline,kafkalens-bare,kafkalens-baseline,kafkalens
 """
 
 from __future__ import annotations
@@ -100,6 +108,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.proxy.per_gb", description=__doc__.split("\n")[0])
     p.add_argument("--arms", default=",".join(DEFAULT_ARMS), help="comma-separated")
     p.add_argument("--records", type=int, default=100_000, help="records of 1 KiB each way")
+    p.add_argument(
+        "--warmup", type=int, default=20_000, help="records each way through a front before its windows"
+    )
     p.add_argument("--tool", choices=("auto", "perf", "strace"), default="auto")
     p.add_argument("--copy-from", type=int, default=512, help="copies this size or more")
     p.add_argument("--no-pin", action="store_true")
@@ -310,10 +321,16 @@ def strace_counts(path: Path) -> dict[str, int]:
 # --- the run --------------------------------------------------------------------------
 
 
+def warm_up(front: Front, records: int) -> None:
+    """Records produced and consumed through a newly started front, not measured."""
+    if records:
+        transfer(front, records, -1)
+
+
 def transfer(front: Front, records: int, n: int) -> dict[str, tuple[float, float, int]]:
     """Produce then consume through `front`, idle around each: {window: (begin, end,
     bytes moved)}."""
-    topic = f"bench-per-gb-{front.name}-{n}"
+    topic = f"bench-per-gb-{front.name}-{n if n >= 0 else 'warm'}"
     throughput.create_topic(front.bootstrap, topic)
     out: dict[str, tuple[float, float, int]] = {}
     for name in ("produce", "consume"):
@@ -335,7 +352,7 @@ def per_mb(value: float, moved: int) -> float:
     return value / (moved / 1e6)
 
 
-def run_perf(bench: Bench, arms: list[str], records: int, copy_from: int) -> list[Row]:
+def run_perf(bench: Bench, arms: list[str], records: int, copy_from: int, warmup: int = 0) -> list[Row]:
     rows: list[Row] = []
     counting = Tracer(bench.work, "stat", stat_events())
     bench.wrap = counting
@@ -345,6 +362,7 @@ def run_perf(bench: Bench, arms: list[str], records: int, copy_from: int) -> lis
         if front is None:
             _say(name, f"skipped: {bench.skipped.get(name)}")
             continue
+        warm_up(front, warmup)
         cpu = CpuWindow(front.pid).start()
         windows[name] = transfer(front, records, 0)
         cpu.stop()
@@ -366,6 +384,7 @@ def run_perf(bench: Bench, arms: list[str], records: int, copy_from: int) -> lis
             front = bench.restart_front(name)
             if front is None:
                 continue
+            warm_up(front, warmup)
             spans_moved = transfer(front, records, 1)
             recording.traced[name].stop()
             bench.fronts.pop(name)
@@ -449,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the broker alone first; each front starts under its tracer, one at a time
     with Bench(work, tuple(arms), pinning, args.kafka_version, start_fronts=False) as bench:
         if tool == "perf":
-            rows = run_perf(bench, arms, args.records, args.copy_from)
+            rows = run_perf(bench, arms, args.records, args.copy_from, args.warmup)
         else:
             rows = run_strace(bench, arms, args.records)
     shutil.rmtree(work, ignore_errors=True)
@@ -458,6 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": "python -m bench.proxy.per_gb " + " ".join(sys.argv[1:] if argv is None else argv),
         "tool": tool,
         "records": args.records,
+        "warmup": args.warmup if tool == "perf" else 0,
         "pinning": pinning.describe() if pinning else "none",
         "kafka": args.kafka_version,
         "commit": _commit(),
@@ -490,7 +510,8 @@ def markdown(run: Row, rows: list[Row]) -> str:
         "# Per MB moved: system calls and copies, front by front",
         "",
         f"`{run['command']}` at commit {run['commit']} ({run['tool']};"
-        f" {run['records']:,} records of 1 KiB each way; {run['pinning']}; load average"
+        f" {run['records']:,} records of 1 KiB each way after {run.get('warmup', 0):,} unmeasured;"
+        f" {run['pinning']}; load average"
         f" {run['loadavg'][0]} at the end; {run['took_seconds'] / 60:.0f} minutes).",
         "",
         "Per MB of record values moved (10^6 bytes). *read/write MB*: bytes the front's"

@@ -37,7 +37,7 @@ from pathlib import Path
 from support import wire
 
 from bench.proxy import fronts
-from bench.proxy.arms import ArmSkipped, kafkalens_command
+from bench.proxy.arms import BASELINE_TREE, ArmSkipped, kafkalens_command
 from proxy.apache_kafka import KafkaCluster, KafkaNode
 from proxy.tansu import free_port, wait_for_port
 
@@ -453,7 +453,7 @@ def _tansu_proxy(bench: Bench, front: Front, broker: int, log: Path) -> tuple[li
     return cmd + ["--origin-url", f"tcp://{HOST}:{broker}"], None
 
 
-def _kafkalens(detail: bool) -> Builder:
+def _kafkalens(detail: bool, baseline: bool = False) -> Builder:
     def build(
         bench: Bench, front: Front, broker: int, log: Path
     ) -> tuple[list[str], dict[str, str]]:
@@ -467,12 +467,31 @@ def _kafkalens(detail: bool) -> Builder:
             f"sidecar, request log {request_log.name} (every request), metrics {metrics},"
             f" lag on{', record_detail: true' if detail else ''}"
         )
-        cmd = [kafkalens_command(), "proxy", "--config", str(config)]
+        if baseline:
+            env = _baseline_env(front)
+            cmd = [sys.executable, "-P", "-m", "proxy.cli", "proxy", "--config", str(config)]
+        else:
+            env = fronts.working_tree_env()
+            cmd = [kafkalens_command(), "proxy", "--config", str(config)]
         cmd += ["--listen", front.bootstrap, "--upstream", f"{HOST}:{broker}"]
         cmd += ["--metrics", metrics, "--request-log", str(request_log)]
-        return cmd, fronts.working_tree_env()
+        return cmd, env
 
     return build
+
+
+def _baseline_env(front: Front) -> dict[str, str]:
+    """The environment that runs another checkout's proxy/ (KAFKALENS_BASELINE_TREE, as for
+    `bench.proxy.run`'s baseline arms), its C extensions built in place: a change measured
+    before and after against the same broker in the same run."""
+    tree = os.environ.get(BASELINE_TREE)
+    if not tree or not (Path(tree) / "proxy" / "cli.py").exists():
+        raise ArmSkipped(f"set {BASELINE_TREE} to a checkout of the code to compare with")
+    head = subprocess.run(
+        ["git", "-C", tree, "log", "-1", "--format=%h %s"], capture_output=True, text=True
+    ).stdout.strip()
+    front.notes.append(f"baseline code from {tree} ({head or 'not a git checkout'})")
+    return dict(os.environ, PYTHONPATH=tree)
 
 
 def _kafkalens_bare(
@@ -490,6 +509,18 @@ def _kafkalens_bare(
     return cmd, fronts.working_tree_env()
 
 
+def _kafkalens_bare_baseline(
+    bench: Bench, front: Front, broker: int, log: Path
+) -> tuple[list[str], dict[str, str]]:
+    """kafkalens-bare on the baseline checkout (its bench.proxy.bare_proxy and proxy/, this
+    tree's bench after them on the path): a change to the forwarding, before and after
+    in one run."""
+    cmd, _ = _kafkalens_bare(bench, front, broker, log)
+    env = _baseline_env(front)
+    env["PYTHONPATH"] += os.pathsep + str(REPO)
+    return [cmd[0], "-P", *cmd[1:]], env
+
+
 def _python_relay(
     bench: Bench, front: Front, broker: int, log: Path
 ) -> tuple[list[str], dict[str, str]]:
@@ -500,9 +531,12 @@ def _python_relay(
     return cmd + ["--upstream", f"{HOST}:{broker}"], fronts.working_tree_env()
 
 
+# Not in ARMS (the default set): another checkout's code, KAFKALENS_BASELINE_TREE=DIR
+# (bench/proxy/arms.py), for a change measured before and after in one run.
+BASELINE_ARMS = ("kafkalens-baseline", "kafkalens-bare-baseline")
 # Fronts that relay the broker's own Metadata: the broker must advertise them.
 ADVERTISED = frozenset(
-    {"haproxy", "python-relay", "kafkalens-bare", "kafkalens", "kafkalens-detail"}
+    {"haproxy", "python-relay", "kafkalens-bare", "kafkalens", "kafkalens-detail", *BASELINE_ARMS}
 )
 BUILDERS: dict[str, Builder] = {
     "haproxy": _haproxy,
@@ -514,6 +548,8 @@ BUILDERS: dict[str, Builder] = {
     "tansu-proxy": _tansu_proxy,
     "kafkalens": _kafkalens(False),
     "kafkalens-detail": _kafkalens(True),
+    "kafkalens-baseline": _kafkalens(False, baseline=True),
+    "kafkalens-bare-baseline": _kafkalens_bare_baseline,
 }
 START_SECONDS = 60.0
 

@@ -43,6 +43,7 @@ from pipeline.convert import run_convert
 from pipeline.ingest import IngestOptions, read_table, run_ingest
 from pipeline.read import PARSED_FIELDS
 from pipeline.report import run_report
+from pipeline.tables import ladder_seconds, span_bucket_seconds
 from pipeline.watch import WatchOptions, run_watch
 
 
@@ -264,16 +265,30 @@ def test_a_table_of_the_older_format_converts_in_place_and_the_ingest_goes_on(
     assert "is a Delta table already" in capsys.readouterr().err
 
 
+def test_bucket_sizes_divide_the_larger_ones_and_grow_with_the_span() -> None:
+    """What the rollup's grain rests on: a size of the ladder divides every larger one,
+    and the bucket for a longer span is never smaller (at most about 120 buckets)."""
+    sizes = [ladder_seconds(m * 60) for m in range(1, 6000)]
+    assert all(b % a == 0 for a, b in zip(sizes, sizes[1:], strict=False))
+    spans = range(0, 90 * 86400, 997)
+    buckets = [span_bucket_seconds(s) for s in spans]
+    assert buckets == sorted(buckets) and buckets[0] == 60
+    assert all(s / b <= 120 for s, b in zip(spans, buckets, strict=True))
+    assert 3600 % span_bucket_seconds(7 * 3600) == 0
+
+
 def test_the_rollup_of_closed_hours_gives_the_reports_the_lines_give(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Logs over three hours: the --once run rolls up the two closed ones (the newest
-    may still fill), and the report over the table, from the rollup and the newest
-    hour's lines, is the report over the logs table for table. A later file with lines
-    of a rolled-up hour makes that hour's rollup stale: the report reads its lines
-    until the next run rolls it up again; compaction and VACUUM leave the rollup whole."""
+    """Logs over seven hours: the --once run rolls up the six closed ones (the newest
+    may still fill), their minute rows folded into 6-minute slots (the span already
+    calls for buckets of 6 minutes), and the report over the table, from the rollup
+    and the newest hour's lines, is the report over the logs table for table. A later
+    file with lines of a rolled-up hour makes that hour's rollup stale: the report reads
+    its lines until the next run rolls it up again; compaction and VACUUM leave the
+    rollup whole."""
     logs, table = tmp_path / "logs", tmp_path / "table"
-    synth = Synth(seed=11, rate=0.12, bad_every=53, telemetry_every=7)
+    synth = Synth(seed=11, rate=0.04, bad_every=53, telemetry_every=7, follower_every=5)
     write_rotated(logs, map(to_line, synth.events(1250)), 250)  # the last 250 not rotated
     age_like_proxy(logs)
 
@@ -292,7 +307,12 @@ def test_the_rollup_of_closed_hours_gives_the_reports_the_lines_give(
     lines = rollup.hour_counts(rollup.table_version(spark, str(table)))
     newest = max((d, h) for k, d, h in lines if k == "lines")
     assert set(hours) == {hour for hour in lines if (hour[1], hour[2]) < newest}
-    assert {("lines", "2025-03-01", 12), ("lines", "2025-03-01", 13)} <= set(hours)
+    assert {("lines", "2025-03-01", 12), ("lines", "2025-03-01", 17)} <= set(hours)
+    slots = spark.read.format("delta").load(rollup.path_of(str(table))).where(
+        F.col("part").isin("l", "p")).select(
+        "part", "grain", (F.unix_seconds("minute") % 360).alias("off")).distinct().collect()
+    assert {r["part"] for r in slots} == {"l", "p"}
+    assert {(r["grain"], r["off"]) for r in slots} == {(360, 0)}
     stood_for = same_report("rolled")
     assert stood_for == sum(hours.values()) > 0
 
