@@ -329,3 +329,29 @@ def test_the_rollup_of_closed_hours_gives_the_reports_the_lines_give(
 
     assert run_ingest(spark, IngestOptions(None, str(table), compact=True, retention="0h")) == 0
     assert same_report("compacted") == stood_for + 40
+
+    # A rollup an older kafkalens made: every hour's minute rows kept at the minute, no
+    # `grain` column. The report uses its hours (a minute divides every bucket), and the
+    # next rollup adds a newly closed hour, with its grain, beside them (mergeSchema).
+    path = rollup.path_of(str(table))
+    monkeypatch.setattr(rollup, "grain", lambda counts: rollup.MINUTE)
+    assert rollup.update(spark, str(table)) == (0, 0)  # every closed hour rolled up already
+    spark.read.format("delta").load(path).limit(0).write.format("delta").mode("overwrite").save(
+        path)  # emptied: update rolls every closed hour up again, at the minute
+    assert rollup.rolled_hours(spark, str(table)) == {}
+    assert rollup.update(spark, str(table))[0] == len(hours)
+    monkeypatch.undo()
+    older = spark.read.format("delta").load(path).drop("grain")
+    older.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(
+        *rollup.HOUR).save(path)
+    assert "grain" not in spark.read.format("delta").load(path).columns
+    assert same_report("older") == stood_for + 40
+    assert newest[1] < 23
+    later = Synth(seed=13, start=f"{newest[0]}T{newest[1] + 1:02d}:10:00", rate=1.0)
+    (logs / "later.log.1").write_text("".join(to_line(e) + "\n" for e in later.events(40)))
+    age_like_proxy(logs, "later.log*")
+    assert run_ingest(spark, IngestOptions(str(logs), str(table), once=True)) == 0
+    grains = {r["grain"] for r in spark.read.format("delta").load(path).select("grain")
+              .distinct().collect()}
+    assert None in grains and len(grains) == 2, grains  # the older hours' and the new one's
+    assert same_report("mixed") > stood_for + 40
