@@ -153,7 +153,7 @@ def _kafkalens(
     workers: int, log: bool, baseline: bool = False, telemetry: str = "", lag: bool = True, pure: bool = False
 ) -> FrontBuilder:
     def build(launch: Launch) -> subprocess.Popen[bytes]:
-        env = _baseline_env(launch) if baseline else fronts.working_tree_env()
+        env = baseline_env(launch.notes) if baseline else fronts.working_tree_env()
         if pure:
             env = dict(env or os.environ, KAFKALENS_PURE_CODEC="1")
             launch.notes.append("KAFKALENS_PURE_CODEC=1: no C")
@@ -174,14 +174,17 @@ def _kafkalens(
     return build
 
 
-def _baseline_env(launch: Launch) -> dict[str, str]:
+def baseline_env(notes: list[str]) -> dict[str, str]:
+    """The environment that runs another checkout's proxy/ (KAFKALENS_BASELINE_TREE), its C
+    extensions built in place: a change measured before and after against the same broker
+    in the same run. Says which code in `notes`."""
     tree = os.environ.get(BASELINE_TREE)
     if not tree or not (Path(tree) / "proxy" / "cli.py").exists():
         raise ArmSkipped(f"set {BASELINE_TREE} to a checkout of the code to compare with")
     head = subprocess.run(
         ["git", "-C", tree, "log", "-1", "--format=%h %s"], capture_output=True, text=True
     ).stdout.strip()
-    launch.notes.append(f"baseline code from {tree} ({head or 'not a git checkout'})")
+    notes.append(f"baseline code from {tree} ({head or 'not a git checkout'})")
     env = dict(os.environ)
     env["PYTHONPATH"] = tree
     return env
@@ -206,7 +209,7 @@ def _bare_pure(launch: Launch) -> subprocess.Popen[bytes]:
 def _bare_baseline(launch: Launch) -> subprocess.Popen[bytes]:
     """The bare machinery of the baseline checkout (bench.proxy.bare_proxy from this tree on
     top of the baseline's proxy/): a change to forwarding, priced without the hooks."""
-    env = _baseline_env(launch)
+    env = baseline_env(launch.notes)
     env["PYTHONPATH"] += os.pathsep + str(fronts.REPO)
     config = fronts.write_kafkalens_config(launch.work / f"{launch.name}.yaml", 1, False)
     cmd = [sys.executable, "-P", "-m", "bench.proxy.bare_proxy", "--config", str(config)]

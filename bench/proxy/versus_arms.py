@@ -37,7 +37,7 @@ from pathlib import Path
 from support import wire
 
 from bench.proxy import fronts
-from bench.proxy.arms import BASELINE_TREE, ArmSkipped, kafkalens_command
+from bench.proxy.arms import ArmSkipped, baseline_env, kafkalens_command
 from proxy.apache_kafka import KafkaCluster, KafkaNode
 from proxy.tansu import free_port, wait_for_port
 
@@ -468,7 +468,7 @@ def _kafkalens(detail: bool, baseline: bool = False) -> Builder:
             f" lag on{', record_detail: true' if detail else ''}"
         )
         if baseline:
-            env = _baseline_env(front)
+            env = baseline_env(front.notes)
             cmd = [sys.executable, "-P", "-m", "proxy.cli", "proxy", "--config", str(config)]
         else:
             env = fronts.working_tree_env()
@@ -478,20 +478,6 @@ def _kafkalens(detail: bool, baseline: bool = False) -> Builder:
         return cmd, env
 
     return build
-
-
-def _baseline_env(front: Front) -> dict[str, str]:
-    """The environment that runs another checkout's proxy/ (KAFKALENS_BASELINE_TREE, as for
-    `bench.proxy.run`'s baseline arms), its C extensions built in place: a change measured
-    before and after against the same broker in the same run."""
-    tree = os.environ.get(BASELINE_TREE)
-    if not tree or not (Path(tree) / "proxy" / "cli.py").exists():
-        raise ArmSkipped(f"set {BASELINE_TREE} to a checkout of the code to compare with")
-    head = subprocess.run(
-        ["git", "-C", tree, "log", "-1", "--format=%h %s"], capture_output=True, text=True
-    ).stdout.strip()
-    front.notes.append(f"baseline code from {tree} ({head or 'not a git checkout'})")
-    return dict(os.environ, PYTHONPATH=tree)
 
 
 def _kafkalens_bare(
@@ -516,7 +502,7 @@ def _kafkalens_bare_baseline(
     tree's bench after them on the path): a change to the forwarding, before and after
     in one run."""
     cmd, _ = _kafkalens_bare(bench, front, broker, log)
-    env = _baseline_env(front)
+    env = baseline_env(front.notes)
     env["PYTHONPATH"] += os.pathsep + str(REPO)
     return [cmd[0], "-P", *cmd[1:]], env
 
