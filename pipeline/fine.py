@@ -22,7 +22,9 @@ from pyspark.sql import functions as F
 from codec.generated.api_key import ApiKey
 from pipeline import semantics
 from pipeline.clients import CONN, GROUP_KEYS, IDENTITY
-from pipeline.schema import INCOMPLETE_EVENT, REQUEST_EVENTS, TELEMETRY_EVENT
+from pipeline.evolve import RETYPED
+from pipeline.read import retype_candidates
+from pipeline.schema import INCOMPLETE_EVENT, LINE_SCHEMA, REQUEST_EVENTS, TELEMETRY_EVENT
 
 # Plain ints for Spark literals: pyspark 3.5 (still allowed) hands them to py4j as they are.
 PRODUCE, FETCH, SHARE_FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.SHARE_FETCH)
@@ -66,6 +68,9 @@ PARTS: dict[str, Part] = {
     "e": Part("other good lines, per event and file", ("event", "file")),
     "b": Part("bad lines, per file, reason and distinct line (its first 200 characters)",
               ("file", "reason", "sample")),
+    "r": Part("good lines with fields of another type than the schema's (retyped: read "
+              "as lines, those fields null), per file and the fields' names (`reason`)",
+              ("file", "reason")),
 }
 KINDS = tuple(PARTS)
 # Every key column, in the fine aggregation's order.
@@ -86,10 +91,13 @@ def none() -> Column:  # a function: a Column needs the running session
     return F.array().cast("array<struct<k:int,i:int>>")
 
 
-def _parts(is_request: Column, refused: Column, good: Column) -> Column:
+def _parts(is_request: Column, refused: Column, good: Column, retyped: Column | None
+           ) -> Column:
     """Which rows a line makes: g and l, a t per topic, a p per position and a c per
     committed offset for a request, g alone for a request the broker refused by
-    closing, b for a bad line, e and m for a telemetry line, e for another good one."""
+    closing, b for a bad line, e and m for a telemetry line, e for another good one;
+    and an r beside them for a good line with retyped fields (`retyped`: the line
+    has some, when the lines carry the column)."""
     carries = F.col("api_key").isin(PRODUCE, FETCH, SHARE_FETCH) & F.col("per_topic").isNotNull()
     topics = F.transform(F.map_keys(F.col("per_topic")), lambda _, i: part_of("t", i))
 
@@ -102,8 +110,27 @@ def _parts(is_request: Column, refused: Column, good: Column) -> Column:
                        each("positions", "p"), each("committed", "c"))
     other = F.when(F.col("event") == TELEMETRY_EVENT,
                    F.array(part_of("e"), part_of("m"))).otherwise(F.array(part_of("e")))
-    return (F.when(is_request, request).when(refused, F.array(part_of("g")))
+    refused_parts = F.array(part_of("g"))
+    if retyped is not None:  # only a good line has retyped fields (read.parse_lines)
+        also = F.when(retyped, F.array(part_of("r"))).otherwise(none())
+        request = F.concat(request, also)
+        refused_parts = F.concat(refused_parts, also)
+        other = F.concat(other, also)
+    return (F.when(is_request, request).when(refused, refused_parts)
             .when(good, other).otherwise(F.array(part_of("b"))))
+
+
+def retyped_names(parsed: DataFrame) -> Column | None:
+    """A line's fields of another type than the schema's, the report's (LINE_SCHEMA)
+    only, by name in its order, joined by ", " ("" for none); None when the lines have
+    no `retyped` column. An ingested table's `retyped` may also name new fields it
+    stored (evolve.py), which the report over the raw logs never reads: not counted,
+    so that both give the same counts."""
+    if RETYPED not in parsed.columns:
+        return None
+    names = [F.when(F.col(RETYPED)[f.name].isNotNull(), F.lit(f.name))
+             for f in retype_candidates(LINE_SCHEMA)]
+    return F.when(F.col(RETYPED).isNotNull(), F.concat_ws(", ", *names))
 
 
 def fine_rows(parsed: DataFrame) -> DataFrame:
@@ -121,6 +148,7 @@ def keyed_parts(parsed: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
     api = semantics.api_name(F.col("api"), F.col("api_key"))
     failure = semantics.failed(F.col("errors"), api)
     latency = F.col("latency_ms")
+    names = retyped_names(parsed)
     # A line's own values before the explode (beside it, Spark computes them per part).
     lines = parsed.select(
         "*", api.alias("_api"), failure.alias("_failed"),
@@ -129,7 +157,11 @@ def keyed_parts(parsed: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
                                   F.col("api")).alias("_waits"),
         F.date_trunc("minute", F.col("ts")).alias("_minute"),
         semantics.latency_bin(latency).alias("_lat_bin"),
-    ).select("*", F.explode(_parts(is_request, refused, good)).alias("part"))
+        (F.lit(None).cast("string") if names is None else names).alias("_retyped"),
+    )
+    retyped = None if names is None else F.col("_retyped") != ""
+    lines = lines.select("*", F.explode(_parts(is_request, refused, good, retyped))
+                         .alias("part"))
     kind, index = F.col("part.k"), F.col("part.i") + 1
 
     def on(*parts: str) -> Column:
@@ -142,7 +174,9 @@ def keyed_parts(parsed: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
     source: dict[str, Column] = {
         "part": F.element_at(F.array(*map(F.lit, KINDS)), kind + 1),
         "minute": F.col("_minute"), "api": F.col("_api"), "waits": F.col("_waits"),
-        "lat_bin": F.col("_lat_bin"), "reason": F.col("bad_reason"),
+        "lat_bin": F.col("_lat_bin"),
+        # b: why the line is bad; r: its retyped fields' names
+        "reason": F.coalesce(F.col("bad_reason"), F.col("_retyped")),
         # The bad line itself (200 characters) is a key, not a min()/max() aggregate
         # (module docstring); bad_lines takes two samples from these few rows.
         "sample": F.col("line"), "metric_type": F.col("type"),

@@ -34,7 +34,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from pipeline import follow, fsio
 from pipeline.evolve import RETYPED, Evolution, described
-from pipeline.read import PARSED_EXTRA, PARSED_FIELDS, normal_path, parse_lines
+from pipeline.read import PARSED_EXTRA, PARSED_FIELDS, normal_path, parse_lines, parsed_columns
 from pipeline.schema import LINE_SCHEMA
 from pipeline.session import session_conf
 from pipeline.spool import Unreadable
@@ -142,10 +142,12 @@ def _exists(spark: SparkSession, path: str) -> bool:
 
 
 def read_table(spark: SparkSession, table: str) -> DataFrame:
-    """The ingested lines as parse_lines gives them (the table's current version)."""
+    """The ingested lines as parse_lines gives them, `retyped` too (the table's current
+    version)."""
     if not is_delta(spark, table):
         raise TableError(_not_delta(spark, table))
-    return spark.read.format("delta").load(table).select(*PARSED_FIELDS, *PARSED_EXTRA)
+    rows = spark.read.format("delta").load(table)
+    return rows.select(*parsed_columns(rows))
 
 
 def table_stream(spark: SparkSession, table: str, max_files: int) -> DataFrame:

@@ -263,6 +263,14 @@ _TEXT_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _INVALID}
 _NESTED = (ArrayType, MapType, StructType)
 
 
+def parsed_columns(table: DataFrame) -> list[Column]:
+    """parse_lines' columns (with `retyped`) of an ingested table's rows; `retyped` null
+    where the table has no such column (a table an older kafkalens made)."""
+    retyped = (F.col(RETYPED) if RETYPED in table.columns
+               else F.lit(None).cast("map<string,string>").alias(RETYPED))
+    return [*map(F.col, PARSED_FIELDS + PARSED_EXTRA), retyped]
+
+
 def retype_candidates(schema: StructType) -> list[StructField]:
     """The fields of a read schema whose value can have another type than the schema's
     (a string field takes any value: Spark's reader keeps its JSON text)."""

@@ -34,6 +34,7 @@ from pipeline.read import (
     read_failure,
     read_logs,
 )
+from pipeline.schema import LINE_SCHEMA
 from pipeline.sections import CHARTS, OTHER_APIS, PAGE_ORDER, SECTIONS
 from pipeline.session import session_conf
 from pipeline.summary import ReportResult
@@ -228,6 +229,15 @@ def _input_size(logs: DataFrame) -> str:
     return f" ({human_bytes(size)})"
 
 
+def report_lines(logs: DataFrame) -> DataFrame:
+    """The report's lines from read_logs, parsed as the ingest parses them: a line of a
+    known event whose field has another type than the schema's is a line, that field
+    null and named in `retyped` (evolve.py), not a bad line. So the report over the
+    logs and over their ingested table count the same lines, bad lines and retyped
+    ones (the scan's fine.fine_rows counts them in its `r` part)."""
+    return parse_lines(logs, retype=LINE_SCHEMA)
+
+
 def _read_all(spark: SparkSession, inputs: list[str], skip_unreadable: bool, phases: Phases
               ) -> tuple[list[str], dict[str, str], tuple[DataFrame, Counts, int]]:
     """The input files, those left out (file -> why) and the scan of the others. A
@@ -238,7 +248,7 @@ def _read_all(spark: SparkSession, inputs: list[str], skip_unreadable: bool, pha
     phases.say(f"reading {len(files):,} input file{'' if len(files) == 1 else 's'}"
                f"{_input_size(logs)} and aggregating their lines")
     try:
-        return files, {}, _scan(spark, parse_lines(logs), phases)
+        return files, {}, _scan(spark, report_lines(logs), phases)
     except ScanReadFailed as e:
         phases.say(f"{e.failure.path} cannot be read to its end; looking for every such file")
         left_out = find_unreadable(spark, files, e.failure)
@@ -249,15 +259,13 @@ def _read_all(spark: SparkSession, inputs: list[str], skip_unreadable: bool, pha
                f"{len(left_out):,} that cannot be read")
     rest = read_logs(spark, readable, recursive=False) if readable else no_lines(spark)
     try:
-        return files, left_out, _scan(spark, parse_lines(rest), phases)
+        return files, left_out, _scan(spark, report_lines(rest), phases)
     except ScanReadFailed as e:  # a file that failed now, not before: say so, stop
         raise UnreadableFiles({**left_out, e.failure.path: e.failure.reason}) from e
 
 
 def no_lines(spark: SparkSession) -> DataFrame:
     """read_logs' columns, no rows (every input file left out)."""
-    from pipeline.schema import LINE_SCHEMA
-
     return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name)
                                    for f in LINE_SCHEMA.fields],
                                  F.lit(None).cast("string").alias("file"))

@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 
 from pipeline import fsio
 from pipeline.fine import aggregate, fine_rows, keyed_parts, merge
-from pipeline.read import PARSED_EXTRA, PARSED_FIELDS
+from pipeline.read import parsed_columns
 from pipeline.tables import span_bucket_seconds
 
 ROLLUP = "_rollup"  # under TABLE: Delta's VACUUM leaves folders starting with "_"
@@ -165,11 +165,11 @@ def fine_of_table(spark: SparkSession, table: str) -> tuple[DataFrame, int]:
                        if hour in rolled and rolled[hour][0] == n and rolled[hour][1] <= size)
     else:
         fresh = []
-    lines = rows.select(*PARSED_FIELDS, *PARSED_EXTRA)
+    lines = rows.select(*parsed_columns(rows))
     if not fresh:
         return fine_rows(lines), 0
     keys = [_key(hour) for hour in fresh]
-    rest = rows.where(~_hour_key().isin(keys)).select(*PARSED_FIELDS, *PARSED_EXTRA)
+    rest = rows.where(~_hour_key().isin(keys)).select(*parsed_columns(rows))
     of_lines = fine_rows(rest)
     partial = spark.read.format("delta").load(path_of(table)).where(
         _hour_key().isin(keys)).select(*of_lines.columns)

@@ -311,6 +311,8 @@ SECTIONS: dict[str, Section] = {s_name: s for s_name, s in (
         "No input file was found.",
         {"file": Col("File", "the log file"), "lines": Col("Lines", "lines read"),
          "bad_lines": Col("Bad lines", "lines that could not be read"),
+         "retyped_lines": Col("Retyped lines", "lines read without a field that had "
+                              "another type than the log's (counted in Lines)"),
          "status": Col("Status", "read, or left out"),
          "reason": Col("Why left out", "why it could not be read")},
         "by name")),

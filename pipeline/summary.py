@@ -116,7 +116,7 @@ def story(r: ReportResult) -> Story:
         named = [f"{a['api']} {a['p99_ms']:,.1f} ms" for a in slow]
         traffic.append("Slowest service latency (p99; long polls and rebalances apart): "
                        f"{_listed(named)}.")
-    attention = [*_failing(apis), *_readiness(r), *_bad_lines(r), *_left_out(r)]
+    attention = [*_failing(apis), *_readiness(r), *_bad_lines(r), *_retyped(r), *_left_out(r)]
     return Story(headline, traffic, attention, ALL_CLEAR)
 
 
@@ -190,6 +190,17 @@ def _bad_lines(r: ReportResult) -> list[tuple[str, str]]:
             reasons[row["reason"]] += row["bad_lines"]
     why = ", ".join(f"{reason}: {n:,}" for reason, n in reasons.most_common(NAMED))
     return [(f"{_plural(r.counts.bad, 'line')} could not be read ({why}).", "bad-lines")]
+
+
+def _retyped(r: ReportResult) -> list[tuple[str, str]]:
+    c = r.counts
+    if not c.retyped:
+        return []
+    fields = sorted(c.retyped_fields, key=lambda f: (-f[1], f[0]))
+    named = [f"{name} ({_plural(n, 'line')})" for name, n in fields]
+    return [(f"{_plural(c.retyped, 'line')} held a field of another type than the "
+             f"request log's, read as lines without that field: {_listed(named, len(named))}.",
+             "files")]
 
 
 def _left_out(r: ReportResult) -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ Spark computes and writes them all.
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -53,6 +54,10 @@ class Counts:
     first_ts: dt.datetime | None  # aware, UTC
     last_ts: dt.datetime | None
     files_with_lines: frozenset[str] = frozenset()
+    # Good lines with fields of another type than the schema's (read as lines, those
+    # fields null: evolve.py), and per field (name, lines), by name.
+    retyped: int = 0
+    retyped_fields: tuple[tuple[str, int], ...] = ()
 
 
 def count_columns() -> list[Column]:
@@ -70,15 +75,23 @@ def count_columns() -> list[Column]:
         F.count(F.lit(1)).alias("rows"),
         # at most a file name per input file
         F.collect_set(F.when(part.isin("g", "e", "b"), F.col("file"))).alias("files"),
+        F.sum(F.when(part == "r", F.col("n"))).alias("retyped"),
+        # a row per file and set of retyped fields
+        F.collect_list(F.when(part == "r", F.struct("reason", "n"))).alias("retyped_by"),
     ]
 
 
 def counts_of(row: dict[str, Any]) -> Counts:
     """Counts from count_columns' values."""
     lines, bad, requests, conn = (row[name] or 0 for name in ("lines", "bad", "requests", "conn"))
+    fields: Counter[str] = Counter()
+    for names, n in row.get("retyped_by") or ():
+        for name in names.split(", "):
+            fields[name] += n
     return Counts(lines, bad, requests, conn, lines - bad - requests - conn,
                   from_micros(row["first_ts"]), from_micros(row["last_ts"]),
-                  frozenset(row.get("files") or ()))
+                  frozenset(row.get("files") or ()), row.get("retyped") or 0,
+                  tuple(sorted(fields.items())))
 
 
 def bad_lines(fine: DataFrame, left_out: dict[str, str]) -> DataFrame:
@@ -94,21 +107,26 @@ def bad_lines(fine: DataFrame, left_out: dict[str, str]) -> DataFrame:
 
 
 BAD_LINES_SCHEMA = "file string, reason string, bad_lines bigint, samples array<string>"
-INPUT_FILES_SCHEMA = "file string, lines bigint, bad_lines bigint, status string, reason string"
+INPUT_FILES_SCHEMA = ("file string, lines bigint, bad_lines bigint, retyped_lines bigint, "
+                      "status string, reason string")
 
 
 def input_files(fine: DataFrame, files: list[str], counted: frozenset[str],
                 left_out: dict[str, str]) -> DataFrame:
-    """A row per input file the listing found: its lines and bad lines as read
-    (status `read`), or null and why it was left out (status `left out`). `counted`:
-    the files that had lines in `fine` (the rest were read and held none)."""
-    rows = part(fine, "g").unionByName(part(fine, "e")).unionByName(part(fine, "b"))
+    """A row per input file the listing found: its lines, bad lines and lines with
+    retyped fields as read (status `read`), or null and why it was left out (status
+    `left out`). `counted`: the files that had lines in `fine` (the rest were read and
+    held none)."""
+    rows = fine.where(F.col("part").isin("g", "e", "b", "r"))
+    kind = F.col("part")
     read = rows.groupBy("file").agg(
-        F.sum("n").alias("lines"),
-        F.sum(F.when(F.col("part") == "b", F.col("n")).otherwise(0)).alias("bad_lines"),
+        F.sum(F.when(kind != "r", F.col("n"))).alias("lines"),
+        F.sum(F.when(kind == "b", F.col("n")).otherwise(0)).alias("bad_lines"),
+        F.sum(F.when(kind == "r", F.col("n")).otherwise(0)).alias("retyped_lines"),
     ).select("*", F.lit(READ).alias("status"), F.lit(None).cast("string").alias("reason"))
-    empty = [(path, 0, 0, READ, None) for path in sorted(set(files) - counted - set(left_out))]
-    gone = [(path, None, None, LEFT_OUT, why) for path, why in sorted(left_out.items())]
+    empty = [(path, 0, 0, 0, READ, None)
+             for path in sorted(set(files) - counted - set(left_out))]
+    gone = [(path, None, None, None, LEFT_OUT, why) for path, why in sorted(left_out.items())]
     return read.unionByName(literal_rows(fine.sparkSession, INPUT_FILES_SCHEMA, empty + gone))
 
 

@@ -25,14 +25,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from support.logs import age_like_proxy
+from support.parquet_tables import tables
 from support.synth import Synth, to_line, write_rotated
 
-from pipeline.evolve import Evolution, column_type, sample_keys
+from pipeline.evolve import SAMPLE_LINES, Evolution, column_type, sample_keys
 from pipeline.ingest import IngestOptions, run_ingest
 from pipeline.report import run_report
 from pipeline.watch import WatchOptions, run_watch
@@ -165,6 +167,37 @@ def test_the_report_over_the_evolved_table_runs(
     result = run_report(spark, [], str(tmp_path / "report"), table=str(table))
     bad = _delta(spark, table).where(F.col("kind") == "bad_lines").count()
     assert (result.counts.lines, result.counts.bad) == (_delta(spark, table).count(), bad)
+
+
+def test_the_report_over_the_logs_is_the_report_over_their_evolved_table(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """One log with new fields, retyped known fields, a stored new field retyped (its
+    type sampled from the file's first lines, another type later on) and a line cut
+    short: the report over the raw logs and over their ingested table give the same
+    tables and the same counts; a retyped line is a line in both, counted per field
+    (the report's fields only: the new field's retyped value is the table's alone)."""
+    logs, table = tmp_path / "logs", tmp_path / "table"
+    plain = [to_line(e) for e in Synth(seed=8, rate=5).events(1200)]
+    late = _request(9, queue_depth="many")  # past the sample: the column is bigint
+    lines = plain[:100] + [to_line(e) for e in NEW] + plain[100:200] + [
+        to_line(line) for line, _, _ in RETYPED] + [CUT] + plain[200:] + [to_line(late)]
+    assert len(lines) > SAMPLE_LINES
+    _write(logs, lines)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert run_ingest(spark, IngestOptions(str(logs), str(table), once=True)) == 0
+    said = err.getvalue()
+    assert "queue_depth (bigint)" in said and "queue_depth 1 line" in said, said
+    raw = run_report(spark, [str(logs / "requests.log.*")], str(tmp_path / "raw"))
+    over = run_report(spark, [], str(tmp_path / "over"), table=str(table))
+    assert raw.counts.retyped_fields == tuple(sorted((f, 1) for _, f, _ in RETYPED))
+    assert (raw.counts.retyped, raw.counts.bad) == (len(RETYPED), 1)  # the cut line
+    assert raw.counts.lines == len(lines)
+    assert over.counts == raw.counts
+    assert over.table_rows == raw.table_rows
+    assert tables(tmp_path / "over") == tables(tmp_path / "raw")
+    bad = pq.read_table(tmp_path / "raw" / "bad_lines").to_pylist()
+    assert [(r["reason"], r["bad_lines"]) for r in bad] == [("invalid JSON", 1)]
 
 
 def test_a_running_ingest_stores_a_field_first_seen_in_a_later_rotated_file(
