@@ -89,9 +89,19 @@ def _no_file(spark: Any, paths: list[str]) -> Any:
 
 
 def _parsed(spark: Any, paths: list[str]) -> Any:
+    from pipeline.read import read_logs
+    from pipeline.report import report_lines
+
+    return report_lines(read_logs(spark, paths))
+
+
+def _fine_no_retype(spark: Any, paths: list[str]) -> Any:
+    """fine_rows over lines parsed without reading a corrupt line's fields again (a
+    line with a field of another type a bad line: what the retype check costs)."""
+    from pipeline.fine import fine_rows
     from pipeline.read import parse_lines, read_logs
 
-    return parse_lines(read_logs(spark, paths))
+    return fine_rows(parse_lines(read_logs(spark, paths)))
 
 
 def _parts(spark: Any, paths: list[str]) -> Any:
@@ -118,7 +128,8 @@ def _fine_seq(spark: Any, paths: list[str]) -> Any:
                              F.sequence(F.lit(0), n - 1))
         return F.when(n > 0, parts.cast("array<struct<k:int,i:int>>")).otherwise(fine.none())
 
-    def parts(is_request: Any, refused: Any, good: Any) -> Any:
+    def parts(is_request: Any, refused: Any, good: Any, retyped: Any = None) -> Any:
+        # (the `r` part of retyped lines left out: a handful of lines)
         carries = F.col("api_key").isin(fine.PRODUCE, fine.FETCH, fine.SHARE_FETCH)
         topics = F.coalesce(F.size(F.col("per_topic")), F.lit(0))
         request = F.concat(
@@ -183,9 +194,10 @@ ARMS: dict[str, Arm] = {
     "json-no-positions": _json(lambda: _schema(drop=("positions", "committed"))),
     "json-no-attributes": _json(lambda: _schema(drop=("attributes",))),
     "json-no-errors": _json(lambda: _schema(drop=("errors",))),
-    "parsed": _parsed,  # read.parse_lines: + bad_reason, sample, per_topic
+    "parsed": _parsed,  # report.report_lines: + bad_reason, sample, per_topic, retyped
     "parts": _parts,  # fine.keyed_parts: + the explode into parts and their keys
     "fine": _fine,  # fine.fine_rows: + the partial (and final) hash aggregation
+    "fine-no-retype": _fine_no_retype,  # fine without the retype check
     "fine-seq": _fine_seq,  # the parts listed without higher-order functions
     "fine-no-file": _fine_no_file,  # without lines per file
     "table": _table,  # an ingested table (--table) read, nothing else
