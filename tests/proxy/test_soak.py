@@ -9,10 +9,12 @@ least-squares line is fitted through each (support.soak): it may grow by at most
 `RSS_GROWTH_MB` and `FILES_GROWTH` over the span. Once the clients leave, nothing is
 pending and open files are back at their idle count.
 
-What it holds: a proxy that keeps anything per request, per connection or per answer
-(a memo keyed by something that changes, as Apache Kafka 4.x's ApiVersions answer's
-`finalized_features_epoch` does twice a second: the memo of ApiVersions caps, memo.py,
-keys without it) grows past `RSS_GROWTH_MB` over the span and fails it.
+What it holds: a proxy that keeps something per request, per connection or per answer
+grows past `RSS_GROWTH_MB` over the span and fails it. The memo of ApiVersions answers
+is such a case: Apache Kafka 4.x's answer carries `finalized_features_epoch`, which its
+controller's no-op records move twice a second, so each answer is new; a memo of 2,048
+of them (~28 KB each) grows +189 MB/hour here, and it is bounded to
+`API_VERSIONS_ENTRIES` (64, proxy/observe/memo.py; bench/README.md, "Soak").
 
 That it catches a leak is held too: beside the steady run, at the same time and on the
 same broker (its SECOND listener, so each proxy sees all of its own clients' traffic), a
