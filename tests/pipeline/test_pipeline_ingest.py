@@ -50,7 +50,7 @@ from pipeline.watch import WatchOptions, run_watch
 def test_killed_mid_run_and_restarted_every_line_once(
         spark: SparkSession, tmp_path: Path) -> None:
     logs, table = tmp_path / "logs", tmp_path / "table"
-    want = rotated_logs(logs, files=6, lines_per_file=150)
+    want = rotated_logs(logs, files=2, lines_per_file=150)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     args = ingest_args(logs, table, "--master", "local[2]")
     kill_after_first_batch(args, env, table, tmp_path, len(want))
