@@ -96,7 +96,17 @@ class LagLink(Observer):
                     token.asked_by = self
             return
         ask: Any = None
-        if api_key == PRODUCE:
+        if api_key == FETCH:
+            kept = state.kept[self]
+            who = kept.fetcher
+            lag = self.lag
+            if who is None or who[0] is not state.identity_key or who[1] != lag.learnt:
+                identity, host = state.identity, info.client_host
+                who = kept.fetcher = (
+                    state.identity_key, lag.learnt, lag.client_of(identity, host), lag.group_of(identity, host)
+                )
+            ask = lag.fetch_ask(request.body, token.fields, who[2], who[3])
+        elif api_key == PRODUCE:
             stats = token.fields.get("record_stats")
             if stats:
                 self._traffic(info, state, stats, "produce")
@@ -108,16 +118,6 @@ class LagLink(Observer):
             if api_key == CONSUMER_GROUP_HEARTBEAT:  # its member's group, for lag
                 self.lag.request(request, token.fields, state.identity, info.client_host)
             ask = self.share.heartbeat(request)
-        elif api_key == FETCH:
-            kept = state.kept[self]
-            who = kept.fetcher
-            lag = self.lag
-            if who is None or who[0] is not state.identity_key or who[1] != lag.learnt:
-                identity, host = state.identity, info.client_host
-                who = kept.fetcher = (
-                    state.identity_key, lag.learnt, lag.client_of(identity, host), lag.group_of(identity, host)
-                )
-            ask = lag.fetch_ask(request.body, token.fields, who[2], who[3])
         if ask is not None:
             token.ask = ask
             token.asked_by = self
@@ -127,6 +127,13 @@ class LagLink(Observer):
         fields: dict[str, Any] | None,
     ) -> dict[str, Any]:
         ask = token.ask
+        # What the link reads most, Fetch and Produce answers (decoded whole), first
+        if ask.__class__ is FetchAsk:
+            return self.fetch_fields(info, state, response, ask)  # type: ignore[arg-type]
+        if ask.__class__ is ProduceAsk:
+            assert response is not None
+            self.lag.produce_done(ask, response.body)
+            return response_fields(response, self.summary, self.topic_ids)
         if response is None:  # an OffsetCommit's, read from its skimmed answer
             assert fields is not None
             fields = self.lag.commit_answer(ask, fields)
@@ -158,7 +165,7 @@ class LagLink(Observer):
         if ask.__class__ is FetchAsk:
             return self.fetch_fields(info, state, response, ask)
         if ask.__class__ is ProduceAsk:
-            self.produce_done(response, ask)
+            self.lag.produce_done(ask, response.body)
         fields = response_fields(response, self.summary, self.topic_ids, protocol_type)
         if ask.__class__ is ShareAsk:
             self.share.answered(ask, response, fields)
@@ -182,7 +189,4 @@ class LagLink(Observer):
         if stats and ask.replica < 0 and state is not None:
             self._traffic(info, state, stats, "fetch")
         return fields
-
-    def produce_done(self, response: Response, ask: ProduceAsk) -> None:
-        self.lag.produce_done(ask, response.body)
 

@@ -290,7 +290,14 @@ class LagTracker:
                 elif self._room(table):
                     table[key] = Entry(group, position, lag, now)
                 # the broker's word as of now: it may be lower than before (a topic recreated)
-                self._mark(marks.get(where), where, high, now)
+                mark = marks.get(where)
+                if mark is None:
+                    self._mark(None, where, high, now)
+                else:  # _mark, inlined: every partition of every Fetch answer comes here
+                    mark.seen = now
+                    if mark.offset != high:
+                        mark.offset = high
+                        self.marks_moved += 1
                 if left > 0:
                     left -= 1
                     start_offset = partition.get("log_start_offset", -1)
