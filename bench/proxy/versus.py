@@ -336,12 +336,17 @@ def saturation(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
             topic = f"bench-saturation-{front.name}-{n}"
             throughput.create_topic(front.bootstrap, topic)
             for name in ("produce", "consume"):
+                # the other fronts are up and idle meanwhile, on the same core: what
+                # they burn (a JVM's compiler and collector threads) is taken from the
+                # measured arm, so it is measured too
+                others = {f.name: CpuWindow(f.pid).start() for f in fronts if f is not front}
                 window = CpuWindow(front.pid).start()
                 if name == "produce":
                     moved = throughput.produce(front.bootstrap, sizes.records, 1024, topic)
                 else:
                     moved = throughput.consume(front.bootstrap, sizes.records, topic)
                 cpu = window.stop()
+                idle_cpu = {n: w.stop() for n, w in others.items()}
                 if name == "consume":
                     drop_topic(front.bootstrap, topic)
                 yield {
@@ -354,6 +359,7 @@ def saturation(fronts: list[Front], sizes: Sizes) -> Iterator[Row]:
                     "seconds": round(moved.seconds, 3),
                     "mb_s": round(moved.mb_s, 1),
                     "cpu_s": None if cpu is None else round(cpu, 2),
+                    "idle_fronts_cpu_s": {n: round(c, 3) for n, c in idle_cpu.items() if c is not None},
                 }
 
 
