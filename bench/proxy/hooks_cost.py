@@ -22,7 +22,7 @@ records per batch, librdkafka's largest Produce pair and largest Fetch answer in
 captured session (tests/data/golden; no broker started).
 
 `--instructions` counts instead of timing: the same captured pairs replayed through all
-the hooks (log on, lag on), repeated and first seen, by bench/proxy/hooks_replay.py under
+the hooks (log on, lag on; lag off with `--lag-off`), repeated and first seen, by bench/proxy/hooks_replay.py under
 callgrind, user-space instructions per pair. With KAFKALENS_BASELINE_TREE set to
 another checkout (as for bench.proxy.run's kafkalens-baseline) it replays through that
 checkout's proxy/ too, in the same run, and prints both and the change:
@@ -345,8 +345,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def instructions(cases: dict[str, Pair], calls: int, work: Path) -> list[dict[str, Any]]:
-    """Instructions per pair, repeated and first seen, for this tree and the baseline's."""
+def instructions(cases: dict[str, Pair], calls: int, work: Path, lag: bool = True) -> list[dict[str, Any]]:
+    """Instructions per pair, repeated and first seen, for this tree and the baseline's;
+    `lag` False: with lag.enabled false (consumer lag, share groups and topic traffic off)."""
     import os
     import pickle
 
@@ -362,19 +363,21 @@ def instructions(cases: dict[str, Pair], calls: int, work: Path) -> list[dict[st
         trees["baseline"] = os.environ[BASELINE_TREE]
     rows = []
     for label, tree in trees.items():
-        counts = _replay_counted(tree, work / "pairs.pickle", len(pairs), calls, work / label.replace(" ", "-"))
+        counts = _replay_counted(
+            tree, work / "pairs.pickle", len(pairs), calls, work / label.replace(" ", "-"), lag
+        )
         for n, (memo, (name, *_)) in enumerate((m, p) for m in ("repeated", "first seen") for p in pairs):
             rows.append({"tree": label, "case": name, "memo": memo, "instructions": counts[n] // calls})
     return rows
 
 
-def _replay_counted(tree: str, pairs: Path, cases: int, calls: int, out: Path) -> list[int]:
+def _replay_counted(tree: str, pairs: Path, cases: int, calls: int, out: Path, lag: bool = True) -> list[int]:
     """Runs bench/proxy/hooks_replay.py on `tree`'s proxy/ under callgrind, counting only the
     replayed cycles of each case (switched on and off around them, one dump each)."""
     import os
     import subprocess
 
-    env = dict(os.environ, PYTHONPATH=tree)
+    env = dict(os.environ, PYTHONPATH=tree, KAFKALENS_REPLAY_LAG="1" if lag else "0")
     replay = Path(__file__).resolve().parent / "hooks_replay.py"
     cmd = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p",
@@ -469,6 +472,10 @@ def main() -> None:
         help="librdkafka's captured Produce and Fetch of a few records per batch instead of the default cases",
     )
     parser.add_argument("--calls", type=int, default=500, help="counted pairs per case (--instructions)")
+    parser.add_argument(
+        "--lag-off", action="store_true",
+        help="--instructions with lag.enabled false: the difference with lag on is what lag costs a pair",
+    )
     args = parser.parse_args()
     cases = capture_small() if args.small else capture()
     if args.share:
@@ -477,7 +484,7 @@ def main() -> None:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="kafkalens-hooks-instructions-") as tmp:
-            print(instructions_markdown(instructions(cases, args.calls, Path(tmp))))
+            print(instructions_markdown(instructions(cases, args.calls, Path(tmp), not args.lag_off)))
         return
     gc.collect()
     gc.freeze()  # as a serving kafkalens process does (proxy/runner.py)

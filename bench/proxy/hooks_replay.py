@@ -7,7 +7,7 @@ from bench/, so the same file replays through this tree's proxy/ or a baseline's
 checkout with `build_hooks`). It reads the pairs from a pickle (a list of
 (case, api key, api version, correlation id, request body, response body)) and, for each
 case and memo mode, replays WARMUP cycles, says `ready`, waits for `go` on stdin, runs
-the counted cycles and says `done`. It polls stdin with a short timeout rather than
+the counted cycles and says `done`. With KAFKALENS_REPLAY_LAG=0 it replays with lag off. It polls stdin with a short timeout rather than
 block in a read: callgrind takes its parent's commands while the program runs.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import pickle
 import select
 import sys
@@ -28,6 +29,7 @@ from proxy.metrics import Metrics
 
 WARMUP = 200
 MEMO_NAMES = ("request_memo", "response_memo", "api_versions_memo")
+LAG_ENV = "KAFKALENS_REPLAY_LAG"  # "0": lag.enabled false (hooks_cost --instructions --lag-off)
 
 
 class FirstSeen:
@@ -48,9 +50,11 @@ class FirstSeen:
 
 def make_hooks(memo: bool) -> tuple[Any, ConnectionInfo]:
     """The shipped configuration's hooks (lag and the request log on, the log to
-    /dev/null), and one open connection."""
+    /dev/null; lag off with LAG_ENV=0), and one open connection."""
     config = load_config(None, Overrides(request_log="/dev/null"))
     config = dataclasses.replace(config, request_log=dataclasses.replace(config.request_log, sample_rate=1.0))
+    if os.environ.get(LAG_ENV) == "0":
+        config = dataclasses.replace(config, lag=dataclasses.replace(config.lag, enabled=False))
     metrics = Metrics()
     hooks = build_hooks(config, metrics)
     if not memo:

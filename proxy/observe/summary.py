@@ -52,25 +52,33 @@ class SummaryOptions:
 
 @dataclass
 class TopicIds:
-    """Topic id -> name, learnt from Metadata responses (Fetch v13+ names topics by id)."""
+    """Topic id -> name, learnt from Metadata responses (Fetch v13+ names topics by id).
+    `names` changes through `learn`, `learn_pairs` and `name` only: `clean_name` keeps
+    what it made while `changes` stays."""
 
     names: dict[Any, str] = field(default_factory=dict)
     limit: int = 100_000
+    changes: int = field(default=0, compare=False)  # bumped when an id's name changes
+    # id(topic id) -> (the topic id, changes, limit, its clean name): see clean_name
+    _cleaned: dict[int, tuple[Any, int, int, str]] = field(default_factory=dict, repr=False, compare=False)
 
     def learn(self, body: dict[str, Any]) -> None:
         for topic in body.get("topics") or ():
             topic_id, name = topic.get("topic_id"), topic.get("name")
-            if topic_id is not None and name and self._room_for(topic_id):
-                self.names[topic_id] = name
+            if topic_id is not None and name:
+                self._put(topic_id, name)
 
     def learn_pairs(self, pairs: list[tuple[Any, str]]) -> None:
         for topic_id, name in pairs:
-            if name and self._room_for(topic_id):
-                self.names[topic_id] = name
+            if name:
+                self._put(topic_id, name)
 
-    def _room_for(self, topic_id: Any) -> bool:
+    def _put(self, topic_id: Any, name: str) -> None:
         # A name replaces an id remembered as its text; new ids stop at the limit.
-        return topic_id in self.names or len(self.names) < self.limit
+        known = self.names.get(topic_id)
+        if known != name and (known is not None or len(self.names) < self.limit):
+            self.names[topic_id] = name
+            self.changes += 1
 
     def name(self, topic: dict[str, Any]) -> str:
         name = topic.get("topic") or topic.get("name")
@@ -85,6 +93,24 @@ class TopicIds:
             if len(self.names) < self.limit:
                 self.names[topic_id] = known
         return known
+
+    def clean_name(self, topic: dict[str, Any], limit: int) -> str:
+        """clean(name(topic), limit), made once per topic id object while no name changes:
+        the codec shares a topic id's UUID between frames (codec.wire.uuid_of), and a
+        UUID's hash is a Python call (UUID.__hash__), dearer than the rest of a lookup."""
+        name = topic.get("topic") or topic.get("name")
+        if name:
+            return clean(str(name), limit)
+        topic_id = topic.get("topic_id")
+        made = self._cleaned.get(id(topic_id))
+        if made is not None and made[0] is topic_id and made[1] == self.changes and made[2] == limit:
+            return made[3]
+        text: str = clean(self.name(topic), limit)
+        if len(self._cleaned) >= 4096:
+            self._cleaned.clear()
+        # the entry holds the topic id: its id() is not another object's while it is kept
+        self._cleaned[id(topic_id)] = (topic_id, self.changes, limit, text)
+        return text
 
 
 @dataclass
@@ -266,7 +292,7 @@ def _record_stats(
     header_values: dict[str, list[str]] = {}
     budget = [MAX_DETAIL_RECORDS]
     for topic in topics:
-        name = clean(topic_ids.name(topic), limit)
+        name = topic_ids.clean_name(topic, limit)
         per = per_topic.get(name)
         if per is None:
             per = per_topic[name] = {"batches": 0, "records": 0, "bytes": 0}

@@ -158,6 +158,34 @@ def test_group_is_joined_from_membership_on_another_connection(tmp_path: Path) -
     }
 
 
+def test_a_connections_next_fetch_sees_what_others_taught_since(tmp_path: Path) -> None:
+    """What a connection's Fetch requests are read against is kept while nothing changes
+    (LagConnState.fetcher, TopicIds.clean_name): a group joined, a topic id named and an
+    instance id learnt on other connections since are in its next Fetch all the same."""
+    h = Harness(tmp_path)
+    h.exchange(fetch_request({0: 1}, version=13), fetch_response({0: (4, 4, None)}, version=13), conn="fetcher")
+    h.exchange(join_group("billing"), HEARTBEAT_OK, conn="coordinator")
+    h.hooks.topic_ids.learn({"topics": [{"topic_id": TOPIC_ID, "name": "orders"}]})
+    h.exchange(fetch_request({0: 2}, version=13), fetch_response({0: (4, 4, None)}, version=13), conn="fetcher")
+    instance = uuid.UUID("11111111-2222-4333-8444-555555555555")
+    telemetry_answer = {
+        "throttle_time_ms": 0, "error_code": 0, "client_instance_id": instance, "subscription_id": 1,
+        "accepted_compression_types": [0], "push_interval_ms": 30000, "telemetry_max_bytes": 1 << 20,
+        "delta_temporality": True, "requested_metrics": [],
+    }  # fmt: skip
+    h.exchange((71, 0, {"client_instance_id": uuid.UUID(int=0)}), telemetry_answer, conn="telemetry")
+    h.exchange(fetch_request({0: 3}, version=13), fetch_response({0: (4, 4, None)}, version=13), conn="fetcher")
+    before, joined, known = h.lines("Fetch")
+    assert "consumer_group" not in before and before["positions"][0]["topic"] == str(TOPIC_ID)
+    assert joined["consumer_group"] == "billing" and joined["positions"][0]["topic"] == "orders"
+    assert known["consumer_group"] == "billing"
+    assert h.samples("kafkalens_consumer_lag_records") == {
+        # (the group's entry under its client id is superseded by the one under its instance id)
+        labels(group="billing", client=kafka_uuid_text(instance), topic="orders", partition="0"): 1,
+        labels(group="", client="app-1", topic=str(TOPIC_ID), partition="0"): 3,
+    }
+
+
 def test_follower_fetches_are_replication_not_consumers(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.hooks.topic_ids.learn({"topics": [{"topic_id": TOPIC_ID, "name": "orders"}]})

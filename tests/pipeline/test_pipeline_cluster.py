@@ -156,7 +156,7 @@ def test_ingest_killed_on_the_cluster_and_restarted_keeps_every_line_once(
     """As tests/pipeline/test_pipeline_ingest.py on local[*]: the executors write the table's
     files; the driver is killed after the first batch and started again."""
     logs, table = tmp_path / "logs", tmp_path / "table"
-    want = rotated_logs(logs, files=4, lines_per_file=150, seed=41)
+    want = rotated_logs(logs, files=2, lines_per_file=150, seed=41)
     env = cluster.driver_env(local_env())
     args = ingest_args(logs, table, "--master", cluster.master_url)
     kill_after_first_batch(args, env, table, tmp_path, len(want))

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from proxy.apache_kafka import KafkaCluster
-from proxy.tansu import free_port
+from proxy.apache_kafka import KafkaCluster, KafkaNode
+from proxy.tansu import free_ports
 
 PEERS = Path(__file__).resolve().parent.parent / "peers"
 BUILD = PEERS / "build"
@@ -96,11 +96,15 @@ class SharedKafka:
     """A running single-node cluster with a PROXIED listener that advertises
     `sidecar_address`: a sidecar started there (`--listen <sidecar_address>
     --upstream <upstream>`) receives every connection the broker hands out, while
-    `direct` reaches the broker without it."""
+    `direct` reaches the broker without it. A SECOND listener does the same for a
+    second sidecar (`second_upstream`, `second_sidecar_port`), so that two sidecars
+    of the one broker can run at once, each seeing all of its own clients' traffic
+    (tests/proxy/test_soak.py's steady and leaking soaks)."""
 
-    def __init__(self, cluster: KafkaCluster, sidecar_port: int) -> None:
+    def __init__(self, cluster: KafkaCluster, sidecar_port: int, second: tuple[int, int]) -> None:
         self.cluster = cluster
         self.sidecar_port = sidecar_port
+        self.second = second  # the SECOND listener's port, the sidecar's port it advertises
 
     @property
     def version(self) -> str:
@@ -119,19 +123,54 @@ class SharedKafka:
     def sidecar_address(self) -> str:
         return f"127.0.0.1:{self.sidecar_port}"
 
+    @property
+    def second_upstream(self) -> str:
+        """The SECOND listener, for a second sidecar's --upstream."""
+        return f"{self.cluster.node(1).host}:{self.second[0]}"
+
+    @property
+    def second_sidecar_port(self) -> int:
+        return self.second[1]
+
 
 @contextmanager
-def shared_kafka(work_dir: Path, version: str = NEWEST, **fields: object) -> Iterator[SharedKafka]:
-    sidecar_port = free_port()
+def shared_kafka(
+    work_dir: Path,
+    version: str = NEWEST,
+    properties: dict[str, str] | None = None,
+    **fields: object,
+) -> Iterator[SharedKafka]:
+    host = "127.0.0.1"
+    # chosen together (free_ports), so that no two of them are the same port
+    sidecar, port, controller, proxied, second, second_sidecar = free_ports(6, host)
+    node = KafkaNode(
+        node_id=1,
+        host=host,
+        port=port,
+        controller_port=controller,
+        proxied_port=proxied,
+        data_dir=work_dir / "node-1" / "data",
+        log_path=work_dir / "node-1" / "kafka.log",
+    )
     cluster = KafkaCluster(
         libs=kafka_libs(version),
         work_dir=work_dir,
-        nodes=1,
-        advertise_proxied={1: f"127.0.0.1:{sidecar_port}"},
+        members=[node],
+        advertise_proxied={1: f"{host}:{sidecar}"},
+        properties={
+            "listeners": f"CLIENT://{host}:{port},PROXIED://{host}:{proxied},"
+            f"SECOND://{host}:{second},CONTROLLER://{host}:{controller}",
+            "advertised.listeners": f"CLIENT://{host}:{port},PROXIED://{host}:{sidecar},"
+            f"SECOND://{host}:{second_sidecar}",
+            "listener.security.protocol.map": (
+                "CLIENT:PLAINTEXT,PROXIED:PLAINTEXT,SECOND:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
+            **(properties or {}),
+        },
         **fields,  # type: ignore[arg-type]
     )
     with cluster:
-        yield SharedKafka(cluster, sidecar_port)
+        yield SharedKafka(cluster, sidecar, (second, second_sidecar))
 
 
 @contextmanager

@@ -33,17 +33,23 @@ from proxy.observe.lag.traffic import TopicTraffic
 from proxy.observe.summary import SummaryOptions, TopicIds, response_fields
 
 UNKNOWN = "unknown"
+UNKNOWN_SOFTWARE = (UNKNOWN, UNKNOWN)
 
 
 class LagConnState:
     """The link's own state of a connection (`ConnState.kept[link]`)."""
 
-    __slots__ = ("member",)
+    __slots__ = ("member", "fetcher", "traffic")
 
     def __init__(self) -> None:
         # (identity_key, group) under which the tracker noted the client a member of
         # that group: noting it again changes nothing
         self.member: tuple[Any, ...] | None = None
+        # (identity_key, LagTracker.learnt, client, group): who its Fetch requests are
+        # of, as LagTracker.client_of and group_of said while neither has changed
+        self.fetcher: tuple[Any, int, str, str] | None = None
+        # (software, principal, their traffic labels): while neither changes
+        self.traffic: tuple[Any, Any, str, str] | None = None
 
 
 class LagLink(Observer):
@@ -90,7 +96,17 @@ class LagLink(Observer):
                     token.asked_by = self
             return
         ask: Any = None
-        if api_key == PRODUCE:
+        if api_key == FETCH:
+            kept = state.kept[self]
+            who = kept.fetcher
+            lag = self.lag
+            if who is None or who[0] is not state.identity_key or who[1] != lag.learnt:
+                identity, host = state.identity, info.client_host
+                who = kept.fetcher = (
+                    state.identity_key, lag.learnt, lag.client_of(identity, host), lag.group_of(identity, host)
+                )
+            ask = lag.fetch_ask(request.body, token.fields, who[2], who[3])
+        elif api_key == PRODUCE:
             stats = token.fields.get("record_stats")
             if stats:
                 self._traffic(info, state, stats, "produce")
@@ -102,8 +118,6 @@ class LagLink(Observer):
             if api_key == CONSUMER_GROUP_HEARTBEAT:  # its member's group, for lag
                 self.lag.request(request, token.fields, state.identity, info.client_host)
             ask = self.share.heartbeat(request)
-        elif api_key == FETCH:
-            ask = self.lag.request(request, token.fields, state.identity, info.client_host)
         if ask is not None:
             token.ask = ask
             token.asked_by = self
@@ -113,6 +127,13 @@ class LagLink(Observer):
         fields: dict[str, Any] | None,
     ) -> dict[str, Any]:
         ask = token.ask
+        # What the link reads most, Fetch and Produce answers (decoded whole), first
+        if ask.__class__ is FetchAsk:
+            return self.fetch_fields(info, state, response, ask)  # type: ignore[arg-type]
+        if ask.__class__ is ProduceAsk:
+            assert response is not None
+            self.lag.produce_done(ask, response.body)
+            return response_fields(response, self.summary, self.topic_ids)
         if response is None:  # an OffsetCommit's, read from its skimmed answer
             assert fields is not None
             fields = self.lag.commit_answer(ask, fields)
@@ -128,9 +149,13 @@ class LagLink(Observer):
             self.lag.learn_instance(identity.client_id, info.client_host, identity.client_instance_id)
 
     def _traffic(self, info: ConnectionInfo, state: ConnState, stats: dict[str, Any], direction: str) -> None:
-        name, version = info.metrics.software if info.metrics is not None else (UNKNOWN, UNKNOWN)
-        principal = state.identity.principal or UNKNOWN
-        self.traffic.add(stats["per_topic"], direction, f"{name}/{version}", principal)
+        software = info.metrics.software if info.metrics is not None else UNKNOWN_SOFTWARE
+        principal = state.identity.principal
+        kept: LagConnState = state.kept[self]
+        labels = kept.traffic
+        if labels is None or labels[0] is not software or labels[1] is not principal:
+            labels = kept.traffic = (software, principal, f"{software[0]}/{software[1]}", principal or UNKNOWN)
+        self.traffic.add(stats["per_topic"], direction, labels[2], labels[3])
 
     def answer_fields(
         self, info: ConnectionInfo, state: ConnState | None, response: Response, ask: Any, protocol_type: str | None
@@ -140,7 +165,7 @@ class LagLink(Observer):
         if ask.__class__ is FetchAsk:
             return self.fetch_fields(info, state, response, ask)
         if ask.__class__ is ProduceAsk:
-            self.produce_done(response, ask)
+            self.lag.produce_done(ask, response.body)
         fields = response_fields(response, self.summary, self.topic_ids, protocol_type)
         if ask.__class__ is ShareAsk:
             self.share.answered(ask, response, fields)
@@ -164,7 +189,4 @@ class LagLink(Observer):
         if stats and ask.replica < 0 and state is not None:
             self._traffic(info, state, stats, "fetch")
         return fields
-
-    def produce_done(self, response: Response, ask: ProduceAsk) -> None:
-        self.lag.produce_done(ask, response.body)
 

@@ -81,13 +81,14 @@ class FetchAsk:
 
 
 class ProduceAsk:
-    """How many records a Produce request appends to each (topic, partition)."""
+    """A Produce request's RecordStats by (topic, partition): how many records it
+    appends to each (those whose batches all state their count: not legacy ones)."""
 
-    __slots__ = ("records",)
+    __slots__ = ("stats",)
     whole = True  # the base offsets come from the response decoded whole
 
-    def __init__(self, records: dict[tuple[str, int], int]) -> None:
-        self.records = records
+    def __init__(self, stats: dict[tuple[str, int], Any]) -> None:
+        self.stats = stats
 
 
 class CommitAsk:
@@ -123,6 +124,9 @@ class LagTracker:
         # (client id, host) -> client instance id, from any connection that knew both: a
         # KIP-714 id is assigned on one connection only (GetTelemetrySubscriptions)
         self.instances: dict[tuple[str, str], str] = {}
+        # bumped when `groups` or `instances` change: what client_of and group_of answer
+        # for a connection is kept while neither it nor its identity changes (LagLink)
+        self.learnt = 0
         self.dropped = 0  # entries not tracked: a table was full
         # The CommitAsk of an OffsetCommit body met before (a memoised request's body is
         # the same object each time): id(body) -> (body, group, ask)
@@ -146,9 +150,14 @@ class LagTracker:
     def _member(self, identity: Any, host: str, group: str) -> bool:
         """The client a member of `group`; False if a key of it found no room."""
         kept = True
+        groups = self.groups
         for key in _membership_keys(identity, host):
-            if key in self.groups or self._room(self.groups):
-                self.groups[key] = group
+            known = groups.get(key)
+            if known == group:
+                continue
+            if known is not None or self._room(groups):
+                groups[key] = group
+                self.learnt += 1
             else:
                 kept = False
         return kept
@@ -175,8 +184,10 @@ class LagTracker:
 
     def learn_instance(self, client_id: str, host: str, instance_id: str) -> None:
         key = (client_id, host)
-        if key in self.instances or self._room(self.instances):
+        known = self.instances.get(key)
+        if known != instance_id and (known is not None or self._room(self.instances)):
             self.instances[key] = instance_id
+            self.learnt += 1
 
     def client_of(self, identity: Any, host: str) -> str:
         """The client instance id, also one another connection of the client learnt;
@@ -194,33 +205,37 @@ class LagTracker:
         return ""
 
     def _fetch_request(self, body: dict[str, Any], fields: dict[str, Any], identity: Any, host: str) -> FetchAsk:
+        return self.fetch_ask(body, fields, self.client_of(identity, host), self.group_of(identity, host))
+
+    def fetch_ask(self, body: dict[str, Any], fields: dict[str, Any], client: str, group: str) -> FetchAsk:
+        """What a Fetch request's response is read against, its client (client_of) and
+        group (group_of) known; its isolation level, replica or group go into `fields`."""
         state = body.get("replica_state")
         replica = state.get("replica_id", -1) if state else body.get("replica_id", -1)
         isolation = body.get("isolation_level", 0)
         fields["isolation_level"] = isolation
-        ask = FetchAsk(self.client_of(identity, host), "", replica, isolation)
+        ask = FetchAsk(client, "", replica, isolation)
         if replica >= 0:
             fields["replica_id"] = replica
-        else:
-            ask.group = self.group_of(identity, host)
-            if ask.group:
-                fields["consumer_group"] = ask.group
+        elif group:
+            ask.group = group
+            fields["consumer_group"] = group
         offsets = ask.offsets
         for topic in body.get("topics") or ():
-            name = clean(self.topic_ids.name(topic), self.limit)
+            name = self.topic_ids.clean_name(topic, self.limit)
             for partition in topic.get("partitions") or ():
                 offsets[(name, partition.get("partition"))] = partition.get("fetch_offset", -1)
         return ask
 
     def produce_request(self, partition_stats: dict[tuple[str, int], Any]) -> ProduceAsk | None:
         """What a Produce request's answer is read against: its record counts (batches
-        whose headers do not state theirs, legacy ones, leave their partition out)."""
-        records = {
-            where: stats.records
-            for where, stats in partition_stats.items()
-            if stats.records > 0 and not stats.unknown_count_batches
-        }
-        return ProduceAsk(records) if records else None
+        whose headers do not state theirs, legacy ones, leave their partition out: see
+        produce_done). The stats as they are: a dict made per request cost more than
+        reading them at the answer (bench/PROFILE.md)."""
+        for stats in partition_stats.values():
+            if stats.records > 0 and not stats.unknown_count_batches:
+                return ProduceAsk(partition_stats)
+        return None  # nothing its answer could tell: the answer skimmed
 
     def _commit_request(self, body: dict[str, Any], group: str) -> CommitAsk:
         offsets = [  # v10+ names topics by id (KIP-848): named from the Metadata answers seen
@@ -235,20 +250,62 @@ class LagTracker:
     def fetch_done(
         self, ask: FetchAsk, body: dict[str, Any], partition_stats: dict[tuple[str, int], Any], out: dict[str, Any]
     ) -> None:
-        """Positions and lag from a Fetch response; its log fields go into `out`."""
+        """Positions and lag from a Fetch response; its log fields go into `out`. One loop,
+        the tables' entries updated in place (a call per partition and table, and a
+        watermark counted as moved when it did not, cost more than the rest of it:
+        bench/PROFILE.md, "Produce and Fetch of a few records")."""
         now = time.monotonic()
         logged: list[dict[str, Any]] = []
         left = self.options.max_logged_partitions
         dropped = 0
+        follower = ask.replica >= 0
+        table: dict[Any, Entry] = self.followers if follower else self.consumers
+        who = ask.replica if follower else ask.client
+        group, offsets, marks = ask.group, ask.offsets, self.watermarks
+        read_committed = ask.isolation == READ_COMMITTED
         for topic in body.get("responses") or ():
-            name = clean(self.topic_ids.name(topic), self.limit)
+            name = self.topic_ids.clean_name(topic, self.limit)
             for partition in topic.get("partitions") or ():
-                point = self._partition(ask, name, partition, partition_stats, now)
-                if point is None:
+                high = partition.get("high_watermark", -1)
+                if partition.get("error_code") or high < 0:
                     continue
+                index = partition.get("partition_index", -1)
+                where = (name, index)
+                key = (who, name, index)
+                entry = table.get(key)
+                start = offsets.get(where)
+                if start is None:  # an incremental fetch session (KIP-227) left it out: unchanged
+                    if entry is None:
+                        continue
+                    start = entry.offset
+                position = start
+                returned = partition_stats.get(where)
+                if returned is not None and returned.next_offset > start:
+                    position = returned.next_offset
+                stable = partition.get("last_stable_offset", -1)
+                end = stable if read_committed and stable >= 0 else high
+                lag = end - position if end > position else 0
+                if entry is not None:
+                    entry.group, entry.offset, entry.lag, entry.seen = group, position, lag, now
+                elif self._room(table):
+                    table[key] = Entry(group, position, lag, now)
+                # the broker's word as of now: it may be lower than before (a topic recreated)
+                mark = marks.get(where)
+                if mark is None:
+                    self._mark(None, where, high, now)
+                else:  # _mark, inlined: every partition of every Fetch answer comes here
+                    mark.seen = now
+                    if mark.offset != high:
+                        mark.offset = high
+                        self.marks_moved += 1
                 if left > 0:
-                    logged.append(point)
                     left -= 1
+                    start_offset = partition.get("log_start_offset", -1)
+                    logged.append({
+                        "topic": name, "partition": index, "fetch_offset": start, "next_offset": position,
+                        "high_watermark": high, "last_stable_offset": stable if stable >= 0 else None,
+                        "log_start_offset": start_offset if start_offset >= 0 else None, "lag": lag,
+                    })  # fmt: skip
                 else:
                     dropped += 1
         if logged:
@@ -256,57 +313,36 @@ class LagTracker:
         if dropped:
             out["positions_dropped"] = dropped
 
-    def _partition(
-        self, ask: FetchAsk, name: str, partition: dict[str, Any], stats: dict[tuple[str, int], Any], now: float
-    ) -> dict[str, Any] | None:
-        high = partition.get("high_watermark", -1)
-        if partition.get("error_code") or high < 0:
-            return None
-        index = partition.get("partition_index", -1)
-        where = (name, index)
-        follower = ask.replica >= 0
-        key: tuple[Any, str, int] = (ask.replica if follower else ask.client, name, index)
-        table: dict[Any, Entry] = self.followers if follower else self.consumers
-        start = ask.offsets.get(where)
-        if start is None:  # an incremental fetch session (KIP-227) left it out: unchanged
-            known = table.get(key)
-            if known is None:
-                return None
-            start = known.offset
-        returned = stats.get(where)
-        position = max(start, returned.next_offset) if returned is not None else start
-        stable = partition.get("last_stable_offset", -1)
-        end = stable if ask.isolation == READ_COMMITTED and stable >= 0 else high
-        lag = max(0, end - position)
-        self._put(table, key, ask.group, position, lag, now)
-        # the broker's word as of now: it may be lower than before (a topic recreated)
-        self._put(self.watermarks, where, "", high, 0, now)
-        self.marks_moved += 1
-        start_offset = partition.get("log_start_offset", -1)
-        return {
-            "topic": name, "partition": index, "fetch_offset": start, "next_offset": position,
-            "high_watermark": high, "last_stable_offset": stable if stable >= 0 else None,
-            "log_start_offset": start_offset if start_offset >= 0 else None, "lag": lag,
-        }  # fmt: skip
-
     def produce_done(self, ask: ProduceAsk, body: dict[str, Any]) -> None:
         """A Produce answer: each partition appended without error now ends at least at
         its base offset plus the records appended."""
         now = time.monotonic()
+        appended, marks = ask.stats, self.watermarks
         for topic in body.get("responses") or ():
-            name = clean(self.topic_ids.name(topic), self.limit)
+            name = self.topic_ids.clean_name(topic, self.limit)
             for partition in topic.get("partition_responses") or ():
                 where = (name, partition.get("index", -1))
-                count = ask.records.get(where)
+                stats = appended.get(where)
                 base = partition.get("base_offset", -1)
-                if count is None or partition.get("error_code") or base < 0:
+                if stats is None or partition.get("error_code") or base < 0:
                     continue
-                self._newer_end(where, base + count, now)
+                count = stats.records
+                if count <= 0 or stats.unknown_count_batches:
+                    continue
+                mark = marks.get(where)
+                if mark is None or base + count >= mark.offset:
+                    self._mark(mark, where, base + count, now)
 
-    def _newer_end(self, where: tuple[str, int], end: int, now: float) -> None:
-        mark = self.watermarks.get(where)
-        if mark is None or end >= mark.offset:
-            self._put(self.watermarks, where, "", end, 0, now)
+    def _mark(self, mark: Entry | None, where: tuple[str, int], offset: int, now: float) -> None:
+        """The watermark of `where` (`mark`, if it has one) put at `offset`, seen now;
+        counted as moved (marks_moved) only if it was not there already."""
+        if mark is not None:
+            mark.seen = now
+            if mark.offset != offset:
+                mark.offset = offset
+                self.marks_moved += 1
+        elif self._room(self.watermarks):
+            self.watermarks[where] = Entry("", offset, 0, now)
             self.marks_moved += 1
 
     def consumer_lag(self, key: tuple[str, str, int], entry: Entry) -> int:
