@@ -158,6 +158,15 @@ def test_group_is_joined_from_membership_on_another_connection(tmp_path: Path) -
     }
 
 
+def telemetry_answer(instance: uuid.UUID) -> dict[str, Any]:
+    """A broker's GetTelemetrySubscriptions answer naming the client's instance id."""
+    return {
+        "throttle_time_ms": 0, "error_code": 0, "client_instance_id": instance, "subscription_id": 1,
+        "accepted_compression_types": [0], "push_interval_ms": 30000, "telemetry_max_bytes": 1 << 20,
+        "delta_temporality": True, "requested_metrics": [],
+    }  # fmt: skip
+
+
 def test_a_connections_next_fetch_sees_what_others_taught_since(tmp_path: Path) -> None:
     """What a connection's Fetch requests are read against is kept while nothing changes
     (LagConnState.fetcher, TopicIds.clean_name): a group joined, a topic id named and an
@@ -168,12 +177,7 @@ def test_a_connections_next_fetch_sees_what_others_taught_since(tmp_path: Path) 
     h.hooks.topic_ids.learn({"topics": [{"topic_id": TOPIC_ID, "name": "orders"}]})
     h.exchange(fetch_request({0: 2}, version=13), fetch_response({0: (4, 4, None)}, version=13), conn="fetcher")
     instance = uuid.UUID("11111111-2222-4333-8444-555555555555")
-    telemetry_answer = {
-        "throttle_time_ms": 0, "error_code": 0, "client_instance_id": instance, "subscription_id": 1,
-        "accepted_compression_types": [0], "push_interval_ms": 30000, "telemetry_max_bytes": 1 << 20,
-        "delta_temporality": True, "requested_metrics": [],
-    }  # fmt: skip
-    h.exchange((71, 0, {"client_instance_id": uuid.UUID(int=0)}), telemetry_answer, conn="telemetry")
+    h.exchange((71, 0, {"client_instance_id": uuid.UUID(int=0)}), telemetry_answer(instance), conn="telemetry")
     h.exchange(fetch_request({0: 3}, version=13), fetch_response({0: (4, 4, None)}, version=13), conn="fetcher")
     before, joined, known = h.lines("Fetch")
     assert "consumer_group" not in before and before["positions"][0]["topic"] == str(TOPIC_ID)
@@ -381,12 +385,7 @@ def test_lag_config_keys_are_validated() -> None:
 def test_a_kip714_instance_id_learnt_on_one_connection_labels_the_clients_others(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     instance = uuid.UUID("11111111-2222-4333-8444-555555555555")
-    telemetry_answer = {
-        "throttle_time_ms": 0, "error_code": 0, "client_instance_id": instance, "subscription_id": 1,
-        "accepted_compression_types": [0], "push_interval_ms": 30000, "telemetry_max_bytes": 1 << 20,
-        "delta_temporality": True, "requested_metrics": [],
-    }  # fmt: skip
-    h.exchange((71, 0, {"client_instance_id": uuid.UUID(int=0)}), telemetry_answer, conn="first")
+    h.exchange((71, 0, {"client_instance_id": uuid.UUID(int=0)}), telemetry_answer(instance), conn="first")
     h.exchange(fetch_request({0: 1}), fetch_response({0: (3, 3, None)}), conn="second")
     # another host's client of the same client id is another client
     h.conn("elsewhere", host="10.9.9.9")
