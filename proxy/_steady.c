@@ -1684,13 +1684,424 @@ static PyTypeObject CoreType = {
     .tp_getset = core_getset,
 };
 
+/* ---- The lag tracker's walks of a Fetch (proxy/observe/lag/tracker.py) -------------
+ *
+ * CONTRACT. Two functions the lag tracker calls in place of its own Python loops, doing
+ * exactly what those loops do, on the same objects, in the same order (the Python loops
+ * stay: the reference, and the path where this extension is not built or
+ * KAFKALENS_PURE_CODEC=1; tests/observe/test_lag_accel.py holds the two to the same
+ * tables, counters and line fields):
+ *
+ * fetch_offsets(topics, clean_name, limit, offsets) -> None: a Fetch request's
+ *   positions, LagTracker.fetch_ask's loop: for each topic of `topics` (a decoded
+ *   request's `topics`, a sequence of dicts), its name is clean_name(topic, limit) and
+ *   offsets[(name, partition.get("partition"))] = partition.get("fetch_offset", -1) for
+ *   each partition of topic.get("partitions") or ().
+ *
+ * fetch_positions(responses, clean_name, limit, table, who, group, offsets, stats,
+ *   marks, read_committed, now, logged, left, max_tracked, entry) -> (dropped, moved,
+ *   full): a Fetch answer's positions, LagTracker.fetch_done's loop over `responses`
+ *   (the answer decoded whole: a sequence of topic dicts, each with a "partitions"
+ *   sequence of dicts): each partition without error and with a high watermark >= 0
+ *   updates (or puts, while `table` has fewer than max_tracked entries) the Entry of
+ *   (who, name, index) in `table` and the watermark Entry of (name, index) in `marks`,
+ *   and, while `left` lasts, appends its line dict to `logged`. Returns how many
+ *   partitions were not logged (`left` spent), how many watermarks were put or moved
+ *   (LagTracker.marks_moved), and how many entries found no room (LagTracker.dropped).
+ *
+ * Both read only dicts the codec decoded (a missing key is its `get` default, as in
+ * Python; a mapping that is not exactly a dict is asked through its own `get`), never
+ * the frame's bytes; numbers are compared and subtracted as Python ints (a long long
+ * comparison when both fit, Python's own otherwise: no overflow whatever a broker
+ * sends). Every object they keep a borrowed reference to is held for as long as a Python
+ * call (clean_name, Entry) may run. What Python would raise (a TypeError comparing a
+ * value that is not a number, MemoryError) is raised, with the tables as far as the walk
+ * got, as the Python loop would leave them.
+ */
+
+enum {
+    K_PARTITIONS, K_PARTITION, K_FETCH_OFFSET, K_HIGH, K_ERROR, K_INDEX, K_STABLE, K_START,
+    K_NEXT_OFFSET, K_GROUP, K_OFFSET, K_LAG, K_SEEN, K_TOPIC, K_GET, K_COUNT
+};
+static PyObject *lag_str[K_COUNT];  /* the names above, interned (lag_init) */
+static const char *lag_names[K_COUNT] = {
+    "partitions", "partition", "fetch_offset", "high_watermark", "error_code", "partition_index",
+    "last_stable_offset", "log_start_offset", "next_offset", "group", "offset", "lag", "seen", "topic", "get",
+};
+static PyObject *lag_zero, *lag_minus_one, *lag_empty;
+/* The entry class whose slots (group, offset, lag, seen) were found (find_slot), and
+ * their offsets; an entry of another class is written through setattr. */
+static PyTypeObject *lag_entry_type;
+static Py_ssize_t lag_entry_slots[4];
+static int lag_entry_slotted;
+
+static void lag_entry_class(PyObject *cls) {
+    if ((PyObject *)lag_entry_type == cls || !PyType_Check(cls))
+        return;
+    Py_XSETREF(lag_entry_type, (PyTypeObject *)Py_NewRef(cls));
+    static const char *names[4] = {"group", "offset", "lag", "seen"};
+    lag_entry_slotted = 1;
+    for (int i = 0; i < 4 && lag_entry_slotted; i++)
+        if (find_slot(lag_entry_type, names[i], &lag_entry_slots[i]) < 0) {
+            PyErr_Clear();
+            lag_entry_slotted = 0;
+        }
+}
+
+/* mapping.get(key, default), a new reference (NULL: an error). */
+static PyObject *lag_get(PyObject *mapping, int key, PyObject *dflt) {
+    if (PyDict_CheckExact(mapping)) {
+        PyObject *v = PyDict_GetItemWithError(mapping, lag_str[key]);
+        if (v == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            v = dflt;
+        }
+        Py_INCREF(v);
+        return v;
+    }
+    return PyObject_CallMethodObjArgs(mapping, lag_str[K_GET], lag_str[key], dflt, NULL);
+}
+
+/* a <op> b as Python compares them: 1, 0, or -1 (an error). */
+static int lag_compare(PyObject *a, PyObject *b, int op) {
+    if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
+        int oa = 0, ob = 0;
+        long long x = PyLong_AsLongLongAndOverflow(a, &oa);
+        long long y = PyLong_AsLongLongAndOverflow(b, &ob);
+        if (!oa && !ob) {
+            switch (op) {
+            case Py_LT: return x < y;
+            case Py_GT: return x > y;
+            case Py_GE: return x >= y;
+            case Py_NE: return x != y;
+            default: break;
+            }
+        }
+    }
+    return PyObject_RichCompareBool(a, b, op);
+}
+
+static PyObject *lag_fetch_offsets(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "fetch_offsets(topics, clean_name, limit, offsets)");
+        return NULL;
+    }
+    PyObject *clean_name = args[1], *limit = args[2], *offsets = args[3];
+    if (!PyDict_Check(offsets)) {
+        PyErr_SetString(PyExc_TypeError, "fetch_offsets: offsets is not a dict");
+        return NULL;
+    }
+    PyObject *topics = PySequence_Fast(args[0], "fetch_offsets: topics is not a sequence");
+    if (topics == NULL)
+        return NULL;
+    PyObject *topic = NULL, *name = NULL, *partitions = NULL, *partition = NULL;
+    for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(topics); t++) {
+        topic = PySequence_Fast_GET_ITEM(topics, t);
+        Py_INCREF(topic);
+        PyObject *call[2] = {topic, limit};
+        name = PyObject_Vectorcall(clean_name, call, 2, NULL);
+        if (name == NULL)
+            goto fail;
+        PyObject *found = lag_get(topic, K_PARTITIONS, Py_None);
+        if (found == NULL)
+            goto fail;
+        int any = PyObject_IsTrue(found);
+        if (any <= 0) {
+            Py_DECREF(found);
+            if (any < 0)
+                goto fail;
+            Py_CLEAR(name);
+            Py_CLEAR(topic);
+            continue;
+        }
+        partitions = PySequence_Fast(found, "fetch_offsets: partitions is not a sequence");
+        Py_DECREF(found);
+        if (partitions == NULL)
+            goto fail;
+        for (Py_ssize_t p = 0; p < PySequence_Fast_GET_SIZE(partitions); p++) {
+            partition = PySequence_Fast_GET_ITEM(partitions, p);
+            Py_INCREF(partition);
+            PyObject *index = lag_get(partition, K_PARTITION, Py_None);
+            if (index == NULL)
+                goto fail;
+            PyObject *offset = lag_get(partition, K_FETCH_OFFSET, lag_minus_one);
+            if (offset == NULL) {
+                Py_DECREF(index);
+                goto fail;
+            }
+            PyObject *where = PyTuple_Pack(2, name, index);
+            Py_DECREF(index);
+            int r = where == NULL ? -1 : PyDict_SetItem(offsets, where, offset);
+            Py_XDECREF(where);
+            Py_DECREF(offset);
+            if (r < 0)
+                goto fail;
+            Py_CLEAR(partition);
+        }
+        Py_CLEAR(partitions);
+        Py_CLEAR(name);
+        Py_CLEAR(topic);
+    }
+    Py_DECREF(topics);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(partition);
+    Py_XDECREF(partitions);
+    Py_XDECREF(name);
+    Py_XDECREF(topic);
+    Py_DECREF(topics);
+    return NULL;
+}
+
+/* One partition of a Fetch answer (fetch_positions' body): 0, or -1 (an error). */
+typedef struct {
+    PyObject *name, *table, *who, *group, *offsets, *stats, *marks, *now, *logged, *entry;
+    int read_committed;
+    Py_ssize_t left, max_tracked, dropped, moved, full;
+} LagWalk;
+
+/* entry.<key> = value, key one of K_GROUP, K_OFFSET, K_LAG, K_SEEN: straight into its
+ * slot when it is of the entry class, whose slots were found. */
+static int lag_set(PyObject *obj, int key, PyObject *value) {
+    if (lag_entry_slotted && Py_TYPE(obj) == lag_entry_type) {
+        set_slot(obj, lag_entry_slots[key - K_GROUP], value);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, lag_str[key], value);
+}
+
+/* entry.offset, a new reference (an unset slot raises, as getattr does). */
+static PyObject *lag_offset(PyObject *obj) {
+    if (lag_entry_slotted && Py_TYPE(obj) == lag_entry_type && SLOT(obj, lag_entry_slots[1]) != NULL)
+        return Py_NewRef(SLOT(obj, lag_entry_slots[1]));
+    return PyObject_GetAttr(obj, lag_str[K_OFFSET]);
+}
+
+static int lag_partition(LagWalk *w, PyObject *partition) {
+    int rc = -1, c;
+    PyObject *high = NULL, *error = NULL, *index = NULL, *where = NULL, *key = NULL, *entry = NULL, *start = NULL;
+    PyObject *position = NULL, *returned = NULL, *next = NULL, *stable = NULL, *lag = NULL, *made = NULL;
+    PyObject *mark = NULL, *mark_offset = NULL, *log_start = NULL, *line = NULL;
+    if ((high = lag_get(partition, K_HIGH, lag_minus_one)) == NULL || (error = lag_get(partition, K_ERROR, Py_None)) == NULL)
+        goto done;
+    if ((c = PyObject_IsTrue(error)) != 0 || (c = lag_compare(high, lag_zero, Py_LT)) != 0) {
+        rc = c < 0 ? -1 : 0;
+        goto done;
+    }
+    if ((index = lag_get(partition, K_INDEX, lag_minus_one)) == NULL || (where = PyTuple_Pack(2, w->name, index)) == NULL
+        || (key = PyTuple_Pack(3, w->who, w->name, index)) == NULL)
+        goto done;
+    Py_hash_t hash = PyObject_Hash(where);  /* once for its three tables */
+    if (hash == -1)
+        goto done;
+    entry = PyDict_GetItemWithError(w->table, key);
+    if (entry == NULL && PyErr_Occurred())
+        goto done;
+    Py_XINCREF(entry);
+    start = _PyDict_GetItem_KnownHash(w->offsets, where, hash);
+    if (start == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        if (entry == NULL) {  /* an incremental fetch session left it out, and it is not known */
+            rc = 0;
+            goto done;
+        }
+        if ((start = lag_offset(entry)) == NULL)
+            goto done;
+    } else {
+        Py_INCREF(start);
+    }
+    position = start;
+    Py_INCREF(position);
+    PyObject *stats = _PyDict_GetItem_KnownHash(w->stats, where, hash);
+    if (stats == NULL && PyErr_Occurred())
+        goto done;
+    if (stats != NULL && stats != Py_None) {
+        returned = Py_NewRef(stats);
+        if ((next = PyObject_GetAttr(returned, lag_str[K_NEXT_OFFSET])) == NULL || (c = lag_compare(next, start, Py_GT)) < 0)
+            goto done;
+        if (c)
+            Py_SETREF(position, Py_NewRef(next));
+    }
+    if ((stable = lag_get(partition, K_STABLE, lag_minus_one)) == NULL)
+        goto done;
+    PyObject *end = high;
+    if (w->read_committed) {
+        if ((c = lag_compare(stable, lag_zero, Py_GE)) < 0)
+            goto done;
+        if (c)
+            end = stable;
+    }
+    if ((c = lag_compare(end, position, Py_GT)) < 0)
+        goto done;
+    lag = c ? PyNumber_Subtract(end, position) : Py_NewRef(lag_zero);
+    if (lag == NULL)
+        goto done;
+    if (entry != NULL) {
+        if (lag_set(entry, K_GROUP, w->group) < 0 || lag_set(entry, K_OFFSET, position) < 0 || lag_set(entry, K_LAG, lag) < 0
+            || lag_set(entry, K_SEEN, w->now) < 0)
+            goto done;
+    } else if (PyDict_GET_SIZE(w->table) < w->max_tracked) {
+        PyObject *call[4] = {w->group, position, lag, w->now};
+        if ((made = PyObject_Vectorcall(w->entry, call, 4, NULL)) == NULL || PyDict_SetItem(w->table, key, made) < 0)
+            goto done;
+        Py_CLEAR(made);
+    } else {
+        w->full++;
+    }
+    /* the broker's word as of now: it may be lower than before (a topic recreated) */
+    mark = _PyDict_GetItem_KnownHash(w->marks, where, hash);
+    if (mark == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        if (PyDict_GET_SIZE(w->marks) < w->max_tracked) {
+            PyObject *call[4] = {lag_empty, high, lag_zero, w->now};
+            if ((made = PyObject_Vectorcall(w->entry, call, 4, NULL)) == NULL || _PyDict_SetItem_KnownHash(w->marks, where, made, hash) < 0)
+                goto done;
+            w->moved++;
+        } else {
+            w->full++;
+        }
+    } else {
+        Py_INCREF(mark);
+        if (lag_set(mark, K_SEEN, w->now) < 0 || (mark_offset = lag_offset(mark)) == NULL
+            || (c = lag_compare(mark_offset, high, Py_NE)) < 0)
+            goto done;
+        if (c) {
+            if (lag_set(mark, K_OFFSET, high) < 0)
+                goto done;
+            w->moved++;
+        }
+    }
+    if (w->left > 0) {
+        w->left--;
+        if ((log_start = lag_get(partition, K_START, lag_minus_one)) == NULL || (line = _PyDict_NewPresized(8)) == NULL)
+            goto done;
+        int stable_known = lag_compare(stable, lag_zero, Py_GE);
+        int start_known = stable_known < 0 ? -1 : lag_compare(log_start, lag_zero, Py_GE);
+        if (start_known < 0 || PyDict_SetItem(line, lag_str[K_TOPIC], w->name) < 0
+            || PyDict_SetItem(line, lag_str[K_PARTITION], index) < 0 || PyDict_SetItem(line, lag_str[K_FETCH_OFFSET], start) < 0
+            || PyDict_SetItem(line, lag_str[K_NEXT_OFFSET], position) < 0 || PyDict_SetItem(line, lag_str[K_HIGH], high) < 0
+            || PyDict_SetItem(line, lag_str[K_STABLE], stable_known ? stable : Py_None) < 0
+            || PyDict_SetItem(line, lag_str[K_START], start_known ? log_start : Py_None) < 0
+            || PyDict_SetItem(line, lag_str[K_LAG], lag) < 0 || PyList_Append(w->logged, line) < 0)
+            goto done;
+    } else {
+        w->dropped++;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(high);
+    Py_XDECREF(error);
+    Py_XDECREF(index);
+    Py_XDECREF(where);
+    Py_XDECREF(key);
+    Py_XDECREF(entry);
+    Py_XDECREF(start);
+    Py_XDECREF(position);
+    Py_XDECREF(returned);
+    Py_XDECREF(next);
+    Py_XDECREF(stable);
+    Py_XDECREF(lag);
+    Py_XDECREF(made);
+    Py_XDECREF(mark);
+    Py_XDECREF(mark_offset);
+    Py_XDECREF(log_start);
+    Py_XDECREF(line);
+    return rc;
+}
+
+static PyObject *lag_fetch_positions(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 15) {
+        PyErr_SetString(PyExc_TypeError, "fetch_positions(responses, clean_name, limit, table, who, group, offsets, "
+                                         "stats, marks, read_committed, now, logged, left, max_tracked, entry)");
+        return NULL;
+    }
+    LagWalk w = {
+        .table = args[3], .who = args[4], .group = args[5], .offsets = args[6], .stats = args[7], .marks = args[8],
+        .now = args[10], .logged = args[11], .entry = args[14],
+    };
+    if (!PyDict_CheckExact(w.table) || !PyDict_CheckExact(w.offsets) || !PyDict_CheckExact(w.stats)
+        || !PyDict_CheckExact(w.marks) || !PyList_Check(w.logged)) {
+        PyErr_SetString(PyExc_TypeError, "fetch_positions: table, offsets, stats and marks are dicts, logged a list");
+        return NULL;
+    }
+    if ((w.read_committed = PyObject_IsTrue(args[9])) < 0)
+        return NULL;
+    lag_entry_class(w.entry);
+    w.left = PyLong_AsSsize_t(args[12]);
+    w.max_tracked = PyLong_AsSsize_t(args[13]);
+    if ((w.left == -1 || w.max_tracked == -1) && PyErr_Occurred())
+        return NULL;
+    PyObject *clean_name = args[1], *limit = args[2];
+    PyObject *topics = PySequence_Fast(args[0], "fetch_positions: responses is not a sequence");
+    if (topics == NULL)
+        return NULL;
+    PyObject *topic = NULL, *partitions = NULL;
+    for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(topics); t++) {
+        topic = PySequence_Fast_GET_ITEM(topics, t);
+        Py_INCREF(topic);
+        PyObject *call[2] = {topic, limit};
+        if ((w.name = PyObject_Vectorcall(clean_name, call, 2, NULL)) == NULL)
+            goto fail;
+        PyObject *found = lag_get(topic, K_PARTITIONS, Py_None);
+        if (found == NULL)
+            goto fail;
+        int any = PyObject_IsTrue(found);
+        if (any > 0)
+            partitions = PySequence_Fast(found, "fetch_positions: partitions is not a sequence");
+        Py_DECREF(found);
+        if (any < 0 || (any > 0 && partitions == NULL))
+            goto fail;
+        for (Py_ssize_t p = 0; partitions != NULL && p < PySequence_Fast_GET_SIZE(partitions); p++) {
+            PyObject *partition = PySequence_Fast_GET_ITEM(partitions, p);
+            Py_INCREF(partition);
+            int r = lag_partition(&w, partition);
+            Py_DECREF(partition);
+            if (r < 0)
+                goto fail;
+        }
+        Py_CLEAR(partitions);
+        Py_CLEAR(w.name);
+        Py_CLEAR(topic);
+    }
+    Py_DECREF(topics);
+    return Py_BuildValue("(nnn)", w.dropped, w.moved, w.full);
+fail:
+    Py_XDECREF(partitions);
+    Py_XDECREF(w.name);
+    Py_XDECREF(topic);
+    Py_DECREF(topics);
+    return NULL;
+}
+
+static PyMethodDef steady_functions[] = {
+    {"fetch_offsets", (PyCFunction)(void (*)(void))lag_fetch_offsets, METH_FASTCALL,
+     "A Fetch request's positions into `offsets` (LagTracker.fetch_ask's loop)."},
+    {"fetch_positions", (PyCFunction)(void (*)(void))lag_fetch_positions, METH_FASTCALL,
+     "A Fetch answer's positions (LagTracker.fetch_done's loop): (dropped, moved, full)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int lag_init(void) {
+    for (int i = 0; i < K_COUNT; i++)
+        if ((lag_str[i] = PyUnicode_InternFromString(lag_names[i])) == NULL)
+            return -1;
+    lag_zero = PyLong_FromLong(0);
+    lag_minus_one = PyLong_FromLong(-1);
+    lag_empty = PyUnicode_FromString("");
+    return lag_zero == NULL || lag_minus_one == NULL || lag_empty == NULL ? -1 : 0;
+}
+
 static struct PyModuleDef steady_module = {
     PyModuleDef_HEAD_INIT, "proxy._steady", "A kafkalens connection's steady state in C (see proxy/steady.py).",
-    -1, NULL, NULL, NULL, NULL, NULL,
+    -1, steady_functions, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__steady(void) {
-    if (PyType_Ready(&CountersType) < 0 || PyType_Ready(&PlanType) < 0 || PyType_Ready(&CoreType) < 0)
+    if (PyType_Ready(&CountersType) < 0 || PyType_Ready(&PlanType) < 0 || PyType_Ready(&CoreType) < 0
+        || lag_init() < 0)
         return NULL;
     PyObject *module = PyModule_Create(&steady_module);
     if (module == NULL)

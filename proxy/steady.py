@@ -60,6 +60,15 @@ def forwarding_plan(**parts: Any) -> Any:
     return _steady.Plan.forwarding(**parts)
 
 
+def lag_walks() -> Any:
+    """The lag tracker's walks of a Fetch in C, (fetch_offsets, fetch_positions) (see
+    proxy/_steady.c), or None where the C path does not run: the tracker's own Python
+    loops then (proxy/observe/lag/tracker.py)."""
+    if not ACTIVE:
+        return None
+    return _steady.fetch_offsets, _steady.fetch_positions
+
+
 def core(plan: Any, python_request: Any, python_response: Any) -> Any:
     """One connection's C path: reads it does not take go to `python_request` and
     `python_response`."""

@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from codec import ApiKey
+from proxy import steady
 from proxy.observe.lag.config import LagConfig
 from proxy.observe.summary import TopicIds, clean
 
@@ -131,6 +132,9 @@ class LagTracker:
         # The CommitAsk of an OffsetCommit body met before (a memoised request's body is
         # the same object each time): id(body) -> (body, group, ask)
         self._asks: dict[int, tuple[dict[str, Any], str, CommitAsk]] = {}
+        # A Fetch's walks in C (proxy/_steady.c's fetch_offsets and fetch_positions: the
+        # loops of fetch_ask and fetch_done, on the same objects), or None: those loops
+        self.walks: tuple[Any, Any] | None = steady.lag_walks()
 
     # -- requests ------------------------------------------------------------
 
@@ -221,6 +225,9 @@ class LagTracker:
             ask.group = group
             fields["consumer_group"] = group
         offsets = ask.offsets
+        if self.walks is not None:
+            self.walks[0](body.get("topics") or (), self.topic_ids.clean_name, self.limit, offsets)
+            return ask
         for topic in body.get("topics") or ():
             name = self.topic_ids.clean_name(topic, self.limit)
             for partition in topic.get("partitions") or ():
@@ -253,16 +260,41 @@ class LagTracker:
         """Positions and lag from a Fetch response; its log fields go into `out`. One loop,
         the tables' entries updated in place (a call per partition and table, and a
         watermark counted as moved when it did not, cost more than the rest of it:
-        bench/PROFILE.md, "Produce and Fetch of a few records")."""
+        bench/PROFILE.md, "Produce and Fetch of a few records"); in C where it is built
+        (`walks`: the Python walk of a pair of partitions cost more than the rest of the
+        Fetch's lag)."""
         now = time.monotonic()
         logged: list[dict[str, Any]] = []
         left = self.options.max_logged_partitions
-        dropped = 0
         follower = ask.replica >= 0
         table: dict[Any, Entry] = self.followers if follower else self.consumers
         who = ask.replica if follower else ask.client
-        group, offsets, marks = ask.group, ask.offsets, self.watermarks
         read_committed = ask.isolation == READ_COMMITTED
+        if self.walks is not None:  # _fetch_walk, in C
+            dropped, moved, full = self.walks[1](
+                body.get("responses") or (), self.topic_ids.clean_name, self.limit, table, who, ask.group,
+                ask.offsets, partition_stats, self.watermarks, read_committed, now, logged, left,
+                self.options.max_tracked, Entry,
+            )
+            self.marks_moved += moved
+            self.dropped += full
+        else:
+            dropped = self._fetch_walk(
+                body, table, who, ask.group, ask.offsets, partition_stats, read_committed, now, logged, left
+            )
+        if logged:
+            out["positions"] = logged
+        if dropped:
+            out["positions_dropped"] = dropped
+
+    def _fetch_walk(
+        self, body: dict[str, Any], table: dict[Any, Entry], who: Any, group: str, offsets: dict[tuple[str, int], int],
+        partition_stats: dict[tuple[str, int], Any], read_committed: bool, now: float, logged: list[dict[str, Any]],
+        left: int,
+    ) -> int:
+        """fetch_done's walk of a Fetch answer: how many partitions were not logged."""
+        dropped = 0
+        marks = self.watermarks
         for topic in body.get("responses") or ():
             name = self.topic_ids.clean_name(topic, self.limit)
             for partition in topic.get("partitions") or ():
@@ -308,10 +340,7 @@ class LagTracker:
                     })  # fmt: skip
                 else:
                     dropped += 1
-        if logged:
-            out["positions"] = logged
-        if dropped:
-            out["positions_dropped"] = dropped
+        return dropped
 
     def produce_done(self, ask: ProduceAsk, body: dict[str, Any]) -> None:
         """A Produce answer: each partition appended without error now ends at least at
