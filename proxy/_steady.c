@@ -1895,12 +1895,14 @@ static int lag_partition(LagWalk *w, PyObject *partition) {
     Py_hash_t hash = PyObject_Hash(where);  /* once for its three tables */
     if (hash == -1)
         goto done;
+    /* a value None is no value: what dict.get says of a missing key */
     entry = PyDict_GetItemWithError(w->table, key);
     if (entry == NULL && PyErr_Occurred())
         goto done;
-    Py_XINCREF(entry);
+    entry = entry == Py_None ? NULL : Py_XNewRef(entry);
     start = _PyDict_GetItem_KnownHash(w->offsets, where, hash);
-    if (start == NULL) {
+    if (start == NULL || start == Py_None) {
+        start = NULL;
         if (PyErr_Occurred())
             goto done;
         if (entry == NULL) {  /* an incremental fetch session left it out, and it is not known */
@@ -1952,7 +1954,8 @@ static int lag_partition(LagWalk *w, PyObject *partition) {
     }
     /* the broker's word as of now: it may be lower than before (a topic recreated) */
     mark = _PyDict_GetItem_KnownHash(w->marks, where, hash);
-    if (mark == NULL) {
+    if (mark == NULL || mark == Py_None) {
+        mark = NULL;
         if (PyErr_Occurred())
             goto done;
         if (PyDict_GET_SIZE(w->marks) < w->max_tracked) {

@@ -40,6 +40,9 @@ BIG = [2**63 - 1, -(2**63), 2**63, 2**64 + 5, -(2**70)]
 NUMBERS = st.one_of(st.integers(-3, 40), st.sampled_from(BIG))
 ODD = st.sampled_from([None, "7", 1.5, float("nan"), True, False, b"x"])
 IDS = [uuid.UUID(int=n) for n in (1, 2, 3)]
+# The codec shares a topic id's object between frames (codec.wire.uuid_of): a request's and
+# its answer's are the same object, but for this one, equal to the first and not it
+TWIN = uuid.UUID(int=1)
 NAMES = ["orders", 'q"uote\\d', "caf\u00e9"]
 
 
@@ -76,7 +79,9 @@ def topics(draw: st.DrawFn, keys: tuple[str, ...], hostile: bool) -> list[dict[s
     made = []
     for _ in range(draw(st.integers(0, 3))):
         topic: dict[str, Any] = (
-            {"topic_id": draw(st.sampled_from(IDS))} if draw(st.booleans()) else {"topic": draw(st.sampled_from(NAMES))}
+            {"topic_id": draw(st.sampled_from([*IDS, TWIN]))}
+            if draw(st.booleans())
+            else {"topic": draw(st.sampled_from(NAMES))}
         )
         parts = draw(st.lists(partition(keys, hostile), max_size=5))
         topic["partitions"] = tuple(parts) if hostile and draw(st.booleans()) else parts
@@ -106,6 +111,7 @@ def cases(draw: st.DrawFn, hostile: bool = False) -> dict[str, Any]:
         "max_tracked": draw(st.integers(1, 8)),
         "max_logged": draw(st.integers(0, 4)),
         "named": draw(st.booleans()),  # the topic ids' names learnt
+        "renamed": draw(st.booleans()),  # a topic id named between the request and its answer
     }
 
 
@@ -139,11 +145,16 @@ def state(made: LagTracker) -> Any:
     )  # fmt: skip
 
 
+def shared(topics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of `topics` but for their topic ids, which stay the objects they are."""
+    return copy.deepcopy(topics, {id(u): u for u in (*IDS, TWIN)})
+
+
 def walk(case: dict[str, Any], in_c: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     """The ask, line fields and tables of one request and answer, or the exception."""
     monkeypatch.setattr(tracker_module.time, "monotonic", lambda: NOW)
     made = tracker(case, in_c)
-    request = {"replica_id": case["replica"], "isolation_level": case["isolation"], "topics": copy.deepcopy(case["request"])}
+    request = {"replica_id": case["replica"], "isolation_level": case["isolation"], "topics": shared(case["request"])}
     fields: dict[str, Any] = {}
     try:
         ask = made.fetch_ask(request, fields, case["client"], case["group"])
@@ -151,8 +162,10 @@ def walk(case: dict[str, Any], in_c: bool, monkeypatch: pytest.MonkeyPatch) -> t
         return ("request", type(exc), fields, state(made))
     out: dict[str, Any] = {}
     asked = (ask.client, ask.group, ask.replica, ask.isolation, {k: (v, type(v)) for k, v in ask.offsets.items()})
+    if case["renamed"]:  # the answer's topics named anew, not as the request's were
+        made.topic_ids.learn_pairs([(IDS[0], "renamed"), (IDS[2], "new")])
     try:
-        made.fetch_done(ask, {"responses": copy.deepcopy(case["answer"])}, case["stats"], out)
+        made.fetch_done(ask, {"responses": shared(case["answer"])}, case["stats"], out)
     except Exception as exc:  # noqa: BLE001
         tables = state(made)[:3]  # the counters are added when the C walk returns
         return ("answer", type(exc), fields, asked, tables)
@@ -177,6 +190,27 @@ def test_values_no_codec_decodes_give_what_python_gives(case: dict[str, Any]) ->
 def _both_nan(a: Any, b: Any) -> bool:
     """NaN is not equal to itself: the same outcome but for a NaN at the same place."""
     return repr(a) == repr(b)
+
+
+@pytest.mark.parametrize("known", [False, True])
+def test_a_value_none_is_no_value(known: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`offsets.get(where)` is None for a key whose value is None: as if it were missing
+    (and the entry's own offset the start, when there is an entry)."""
+    case = {
+        "request": [{"topic": "orders", "partitions": [{"partition": 0, "fetch_offset": None}]}],
+        "answer": [{"topic": "orders", "partitions": [{"partition_index": 0, "error_code": 0, "high_watermark": 9}]}],
+        "replica": -1, "isolation": 0, "client": "c1", "group": "", "stats": {}, "max_tracked": 8, "max_logged": 4,
+        "named": False, "renamed": False, "known": [("consumers", 0, 5)] if known else [],
+    }  # fmt: skip
+    in_c = walk(case, True, monkeypatch)
+    assert in_c == walk(case, False, monkeypatch)
+    assert in_c[0] == "done" and in_c[3] == ({"positions": [dict(POSITION, lag=4)]} if known else {})
+
+
+POSITION = {
+    "topic": "orders", "partition": 0, "fetch_offset": 5, "next_offset": 5, "high_watermark": 9,
+    "last_stable_offset": None, "log_start_offset": None,
+}  # fmt: skip
 
 
 def test_the_walks_refuse_what_they_cannot_walk() -> None:
