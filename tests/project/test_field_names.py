@@ -444,7 +444,7 @@ def test_a_misspelt_field_and_another_messages_field_are_found() -> None:
             "proxy/observe/summary.py:{} _fetch_request: 'acks': no field of [1, 78] request",
         # a typo where the code does not say the dict is a message
         (tracker, 'partition.get("partition_index", -1)', 'partition.get("partiton_index", -1)'):
-            "proxy/observe/lag/tracker.py:{} fetch_done: 'partiton_index': no field of any message",
+            "proxy/observe/lag/tracker.py:{} _fetch_walk: 'partiton_index': no field of any message",
     }
     for (path, right, wrong_read), expected in mistakes.items():
         assert right in sources[path], right
