@@ -11,15 +11,23 @@ it does not keep, which it does not decode (bad UTF-8 in a host name passes).
 Result: {"topics": [...], "groups": [...], "transactional_ids": [...], "errors": [...],
 "topic_ids": [(uuid, name), ...], "counts": {top-level array name: length}}, in the
 order the frame holds them.
+
+`pick_response` skims an answer and also picks a few fields of it (codec.layout.picked):
+rows of their values, one per element of the innermost array the paths name, in the
+same walk (the C one where built); `rows_of` gives the same rows from a body decoded
+whole (a frame decoded as it streamed past, and the reference the tests hold the
+picking to).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from codec import accel
 from codec.errors import DecodeError
-from codec.interpreter import COUNTS, ERRORS, GROUPS, TOPIC_IDS, TOPICS, TRANSACTIONAL_IDS
-from codec.messages import DEFAULT_POLICY, HeaderPolicy
+from codec.interpreter import COUNTS, ERRORS, GROUPS, ROWS, TOPIC_IDS, TOPICS, TRANSACTIONAL_IDS
+from codec.layout import picked
+from codec.messages import DEFAULT_POLICY, HeaderPolicy, messages_for
 from codec.wire import DEFAULT_ELEMENT_BUDGET
 
 CATEGORIES = (TOPICS, GROUPS, TRANSACTIONAL_IDS, ERRORS, TOPIC_IDS)
@@ -44,3 +52,75 @@ def skim_response(
         raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}", api_key=api_key,
                           api_version=api_version, direction="response") from None
     return header, found
+
+
+# Paths of fields to pick: names of nested arrays or structs, then a field's.
+Paths = tuple[tuple[str, ...], ...]
+
+
+def pick_response(
+    frame: bytes | memoryview,
+    api_key: int,
+    api_version: int,
+    paths: Paths,
+    policy: HeaderPolicy = DEFAULT_POLICY,
+) -> tuple[dict[str, Any], dict[str, Any], list[tuple[Any, ...]]]:
+    """(response header, what skim_response finds, the rows of the fields at `paths`):
+    a tuple per element of the innermost array the paths name, its columns in the
+    paths' order (None for a path this version lacks). Refuses what skim_response
+    refuses, the same way."""
+    buf = frame if isinstance(frame, memoryview) else memoryview(frame)
+    found: dict[str, Any] = {
+        TOPICS: [], GROUPS: [], TRANSACTIONAL_IDS: [], ERRORS: [], TOPIC_IDS: [], COUNTS: {}, ROWS: [],
+    }  # fmt: skip
+    try:
+        header_decoder, body_decoder = _picker(policy, api_key, api_version, paths)
+        header, pos = header_decoder(buf, 0, len(buf), [1])
+        body_decoder.skim(buf, pos, len(buf), [DEFAULT_ELEMENT_BUDGET], found)
+    except DecodeError as exc:
+        raise exc.with_context(api_key=api_key, api_version=api_version, direction="response") from None
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}", api_key=api_key,
+                          api_version=api_version, direction="response") from None
+    return header, found, found.pop(ROWS)
+
+
+# (id of a policy, api key, version, paths) -> (the policy, its header decoder, the
+# picked body's decoder): a policy holds a dict, so is not hashable; kept, its id is its own
+_PICKERS: dict[tuple[int, int, int, Paths], tuple[HeaderPolicy, accel.Decoder, accel.Decoder]] = {}
+
+
+def _picker(policy: HeaderPolicy, api_key: int, api_version: int, paths: Paths) -> tuple[accel.Decoder, accel.Decoder]:
+    """The header decoder and the picked body's decoder of an answer (UnknownApiError as
+    policy.plan raises it)."""
+    key = (id(policy), api_key, api_version, paths)
+    known = _PICKERS.get(key)
+    if known is None or known[0] is not policy:
+        _, header_decoder, _ = policy.plan(api_key, api_version, True)
+        name = messages_for(api_key, api_version)[1].name
+        body = picked(name, policy.body_version(api_key, api_version), paths)
+        known = _PICKERS[key] = (policy, header_decoder, accel.decoder(body, policy.pure))
+    return known[1], known[2]
+
+
+def rows_of(body: dict[str, Any], paths: Paths) -> list[tuple[Any, ...]]:
+    """pick_response's rows, from a body decoded whole."""
+    chain = max((path[:-1] for path in paths), key=len)
+    rows: list[tuple[Any, ...]] = []
+    _rows(body, 0, chain, paths, [None] * len(paths), rows)
+    return rows
+
+
+def _rows(
+    struct: dict[str, Any], depth: int, chain: tuple[str, ...], paths: Paths, row: list[Any],
+    rows: list[tuple[Any, ...]],
+) -> None:
+    for index, path in enumerate(paths):
+        if len(path) == depth + 1 and path[-1] in struct:
+            row[index] = struct[path[-1]]
+    if depth == len(chain):
+        rows.append(tuple(row))
+        return
+    inner = struct.get(chain[depth])
+    for element in inner if isinstance(inner, list) else () if inner is None else (inner,):
+        _rows(element, depth + 1, chain, paths, row, rows)
