@@ -80,12 +80,23 @@ class FetchAsk:
         self.offsets: dict[tuple[str, int], int] = {}
 
 
+# What a Produce answer is read for: its partitions' ends, picked in the skim (no dict
+# per struct: bench/PROFILE.md, "Produce and Fetch of a few records"). A row per
+# partition: (topic name, topic id, partition, error code, base offset); a topic has a
+# name until v12, an id from v13.
+PRODUCE_ENDS = (
+    ("responses", "name"), ("responses", "topic_id"), ("responses", "partition_responses", "index"),
+    ("responses", "partition_responses", "error_code"), ("responses", "partition_responses", "base_offset"),
+)  # fmt: skip
+
+
 class ProduceAsk:
     """A Produce request's RecordStats by (topic, partition): how many records it
     appends to each (those whose batches all state their count: not legacy ones)."""
 
     __slots__ = ("stats",)
-    whole = True  # the base offsets come from the response decoded whole
+    whole = False  # its answer skimmed, its partitions' ends picked (PRODUCE_ENDS)
+    picks = PRODUCE_ENDS
 
     def __init__(self, stats: dict[tuple[str, int], Any]) -> None:
         self.stats = stats
@@ -97,6 +108,7 @@ class CommitAsk:
 
     __slots__ = ("group", "offsets", "targets", "answer")
     whole = False  # its answer's skimmed fields (error codes) are enough
+    picks = None
 
     def __init__(self, group: str, offsets: list[tuple[str, int, int]]) -> None:
         self.group = group
@@ -313,25 +325,23 @@ class LagTracker:
         if dropped:
             out["positions_dropped"] = dropped
 
-    def produce_done(self, ask: ProduceAsk, body: dict[str, Any]) -> None:
-        """A Produce answer: each partition appended without error now ends at least at
-        its base offset plus the records appended."""
+    def produce_done(self, ask: ProduceAsk, ends: list[tuple[Any, ...]]) -> None:
+        """A Produce answer's partitions' ends (rows of PRODUCE_ENDS): each partition
+        appended without error now ends at least at its base offset plus the records
+        appended."""
         now = time.monotonic()
-        appended, marks = ask.stats, self.watermarks
-        for topic in body.get("responses") or ():
-            name = self.topic_ids.clean_name(topic, self.limit)
-            for partition in topic.get("partition_responses") or ():
-                where = (name, partition.get("index", -1))
-                stats = appended.get(where)
-                base = partition.get("base_offset", -1)
-                if stats is None or partition.get("error_code") or base < 0:
-                    continue
-                count = stats.records
-                if count <= 0 or stats.unknown_count_batches:
-                    continue
-                mark = marks.get(where)
-                if mark is None or base + count >= mark.offset:
-                    self._mark(mark, where, base + count, now)
+        appended, marks, topic_ids, limit = ask.stats, self.watermarks, self.topic_ids, self.limit
+        for name, topic_id, index, error, base in ends:
+            if error or base < 0:
+                continue
+            where = (topic_ids.clean_of(name, topic_id, limit), index)
+            stats = appended.get(where)
+            if stats is None or stats.records <= 0 or stats.unknown_count_batches:
+                continue
+            end = base + stats.records
+            mark = marks.get(where)
+            if mark is None or end >= mark.offset:
+                self._mark(mark, where, end, now)
 
     def _mark(self, mark: Entry | None, where: tuple[str, int], offset: int, now: float) -> None:
         """The watermark of `where` (`mark`, if it has one) put at `offset`, seen now;
