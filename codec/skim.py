@@ -12,7 +12,7 @@ Result: {"topics": [...], "groups": [...], "transactional_ids": [...], "errors":
 "topic_ids": [(uuid, name), ...], "counts": {top-level array name: length}}, in the
 order the frame holds them.
 
-`pick_response` skims an answer and also picks a few fields of it (codec.layout.picked):
+`Picks.read` skims an answer and also picks a few fields of it (codec.layout.picked):
 rows of their values, one per element of the innermost array the paths name, in the
 same walk (the C one where built); `rows_of` gives the same rows from a body decoded
 whole (a frame decoded as it streamed past, and the reference the tests hold the
@@ -58,53 +58,59 @@ def skim_response(
 Paths = tuple[tuple[str, ...], ...]
 
 
-def pick_response(
-    frame: bytes | memoryview,
-    api_key: int,
-    api_version: int,
-    paths: Paths,
-    policy: HeaderPolicy = DEFAULT_POLICY,
-) -> tuple[dict[str, Any], dict[str, Any], list[tuple[Any, ...]]]:
-    """(response header, what skim_response finds, the rows of the fields at `paths`):
-    a tuple per element of the innermost array the paths name, its columns in the
-    paths' order (None for a path this version lacks). Refuses what skim_response
-    refuses, the same way."""
-    buf = frame if isinstance(frame, memoryview) else memoryview(frame)
-    found: dict[str, Any] = {
-        TOPICS: [], GROUPS: [], TRANSACTIONAL_IDS: [], ERRORS: [], TOPIC_IDS: [], COUNTS: {}, ROWS: [],
-    }  # fmt: skip
-    try:
-        header_decoder, body_decoder = _picker(policy, api_key, api_version, paths)
-        header, pos = header_decoder(buf, 0, len(buf), [1])
-        body_decoder.skim(buf, pos, len(buf), [DEFAULT_ELEMENT_BUDGET], found)
-    except DecodeError as exc:
-        raise exc.with_context(api_key=api_key, api_version=api_version, direction="response") from None
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}", api_key=api_key,
-                          api_version=api_version, direction="response") from None
-    return header, found, found.pop(ROWS)
+class Picks:
+    """The fields at `paths` picked from answers (codec.layout.picked): `read` skims an
+    answer and picks them, `rows_of` gives the same rows from a body decoded whole. Made
+    once, kept (it keeps each api version's decoders)."""
 
+    __slots__ = ("paths", "_plans")
 
-# (id of a policy, api key, version, paths) -> (the policy, its header decoder, the
-# picked body's decoder): a policy holds a dict, so is not hashable; kept, its id is its own
-_PICKERS: dict[tuple[int, int, int, Paths], tuple[HeaderPolicy, accel.Decoder, accel.Decoder]] = {}
+    def __init__(self, paths: Paths) -> None:
+        self.paths = paths
+        # (api key, version) -> (the policy, its header decoder, the picked body's decoder)
+        self._plans: dict[tuple[int, int], tuple[HeaderPolicy, accel.Decoder, accel.Decoder]] = {}
 
+    def read(
+        self, frame: bytes | memoryview, api_key: int, api_version: int, policy: HeaderPolicy = DEFAULT_POLICY
+    ) -> tuple[dict[str, Any], dict[str, Any], list[tuple[Any, ...]]]:
+        """(response header, what skim_response finds, the rows of the fields at the
+        paths): a tuple per element of the innermost array the paths name, its columns
+        in the paths' order (None for a path this version lacks). Refuses what
+        skim_response refuses, the same way."""
+        buf = frame if isinstance(frame, memoryview) else memoryview(frame)
+        found: dict[str, Any] = {
+            TOPICS: [], GROUPS: [], TRANSACTIONAL_IDS: [], ERRORS: [], TOPIC_IDS: [], COUNTS: {}, ROWS: [],
+        }  # fmt: skip
+        try:
+            plan = self._plans.get((api_key, api_version))
+            if plan is None or plan[0] is not policy:
+                plan = self._plan(api_key, api_version, policy)
+            header, pos = plan[1](buf, 0, len(buf), [1])
+            plan[2].skim(buf, pos, len(buf), [DEFAULT_ELEMENT_BUDGET], found)
+        except DecodeError as exc:
+            raise exc.with_context(api_key=api_key, api_version=api_version, direction="response") from None
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}", api_key=api_key,
+                              api_version=api_version, direction="response") from None
+        return header, found, found.pop(ROWS)
 
-def _picker(policy: HeaderPolicy, api_key: int, api_version: int, paths: Paths) -> tuple[accel.Decoder, accel.Decoder]:
-    """The header decoder and the picked body's decoder of an answer (UnknownApiError as
-    policy.plan raises it)."""
-    key = (id(policy), api_key, api_version, paths)
-    known = _PICKERS.get(key)
-    if known is None or known[0] is not policy:
+    def _plan(
+        self, api_key: int, api_version: int, policy: HeaderPolicy
+    ) -> tuple[HeaderPolicy, accel.Decoder, accel.Decoder]:
+        """An answer's decoders (UnknownApiError as policy.plan raises it)."""
         _, header_decoder, _ = policy.plan(api_key, api_version, True)
         name = messages_for(api_key, api_version)[1].name
-        body = picked(name, policy.body_version(api_key, api_version), paths)
-        known = _PICKERS[key] = (policy, header_decoder, accel.decoder(body, policy.pure))
-    return known[1], known[2]
+        body = picked(name, policy.body_version(api_key, api_version), self.paths)
+        plan = self._plans[(api_key, api_version)] = (policy, header_decoder, accel.decoder(body, policy.pure))
+        return plan
+
+    def rows_of(self, body: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """read's rows, from a body decoded whole."""
+        return rows_of(body, self.paths)
 
 
 def rows_of(body: dict[str, Any], paths: Paths) -> list[tuple[Any, ...]]:
-    """pick_response's rows, from a body decoded whole."""
+    """Picks.read's rows, from a body decoded whole."""
     chain = max((path[:-1] for path in paths), key=len)
     rows: list[tuple[Any, ...]] = []
     _rows(body, 0, chain, paths, [None] * len(paths), rows)

@@ -20,7 +20,7 @@ Picking: `picked(name, version, paths)` is the same layout with a few fields mar
 the skimmer to keep as columns of rows (`Field.pick`, `Struct.emits`, `Struct.columns`):
 a narrow read of an answer (a Produce answer's base offsets for lag) in the same walk
 and with the same checks as a skim, without a dict per struct (codec/skim.py's
-`pick_response`).
+`Picks`).
 
 Bounds checks: a run of fixed-size fields is checked once, by its first field (`check`:
 the run's bytes); a varint-framed field after a run or after a string, bytes or

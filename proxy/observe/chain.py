@@ -95,7 +95,7 @@ class Token:
     # share groups' asks), and that link: its `answered` makes the response's fields.
     ask: Any = None
     asked_by: Observer | None = None
-    # The rows an ask's `picks` read of its answer (codec.skim.pick_response), for
+    # The rows an ask's `picks` read of its answer (codec.skim.Picks), for
     # `answered`; None when the answer could not be read.
     picked: list[tuple[Any, ...]] | None = None
     # The memo entry whose fields these are, when the links left them as they are
@@ -163,8 +163,8 @@ class Observer:
     # answers clients get
     added_api_versions: tuple[dict[str, int], ...] = ()
     # An ask's `whole` says whether its answer is decoded whole for `answered`; an ask
-    # not whole has `picks`: None, or the paths of the fields of its answer it reads
-    # (codec.skim.pick_response: rows of them, read in the skim, in `token.picked`).
+    # not whole has `picks`: None, or the codec.skim.Picks of the fields of its answer
+    # it reads (rows of them, read in the skim, in `token.picked`).
     # Of request_apis: those whose requests it reads without changing the token's fields
     # and whose answers it reads skimmed (an ask not `whole`), if at all: the C path
     # (proxy/steady.py) may take their memoised exchanges, calling `request` and

@@ -31,7 +31,7 @@ from codec import (
 )
 from codec.error_codes import UNSUPPORTED_VERSION, error_name
 from codec.schema import api_names
-from codec.skim import pick_response, rows_of, skim_response
+from codec.skim import skim_response
 from codec.stream import StreamLimits, as_request, as_response, request_stream, response_stream
 from proxy.hooks import ConnectionInfo, Hooks, Pending, SteadyParts
 from proxy.metrics import Metrics
@@ -556,7 +556,7 @@ class ObservingHooks(Hooks):
                 response = as_response(pending.api_key, pending.api_version, streamed.stream, self.policy)
                 ask = token.ask
                 if ask is not None and not ask.whole and ask.picks is not None:
-                    token.picked = rows_of(response.body, ask.picks)
+                    token.picked = ask.picks.rows_of(response.body)
                 fields = self._response_fields(info, state, pending, token, response)
                 note_dropped(fields, streamed.stream, self.metrics, "response")
         self.responded(info, pending, token, state, latency, streamed.size + 4, fields)
@@ -730,7 +730,7 @@ class ObservingHooks(Hooks):
                 response = cap.response
             elif api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole):
                 if ask is not None and ask.picks is not None:  # a few fields of it read in the skim
-                    _, found, token.picked = pick_response(frame, api_key, version, ask.picks, self.policy)
+                    _, found, token.picked = ask.picks.read(frame, api_key, version, self.policy)
                     return skimmed_response_fields(api_key, found, self.topic_ids), None
                 skimmed = self._skimmed(frame, api_key, version)
                 if isinstance(skimmed, ResponseEntry):

@@ -101,17 +101,14 @@ class TopicIds:
         name = topic.get("topic") or topic.get("name")
         if name:
             return clean(str(name), limit)
-        return self.clean_id(topic.get("topic_id"), limit)
-
-    def clean_of(self, name: str | None, topic_id: Any, limit: int) -> str:
-        """clean_name of a topic given by its name, or by its id where it has none (a
-        picked row's: codec.skim.pick_response)."""
-        if name:
-            return clean(str(name), limit)
+        topic_id = topic.get("topic_id")  # clean_id, inlined: every Fetch topic by id comes here
+        made = self._cleaned.get(id(topic_id))
+        if made is not None and made[0] is topic_id and made[1] == self.changes and made[2] == limit:
+            return made[3]
         return self.clean_id(topic_id, limit)
 
     def clean_id(self, topic_id: Any, limit: int) -> str:
-        """clean_name of a topic named by its id."""
+        """clean_name of a topic named by its id (a Produce answer's, v13+)."""
         made = self._cleaned.get(id(topic_id))
         if made is not None and made[0] is topic_id and made[1] == self.changes and made[2] == limit:
             return made[3]

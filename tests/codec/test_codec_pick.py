@@ -1,4 +1,4 @@
-"""Picking (codec.layout.picked, codec.skim.pick_response): a skim that also keeps a few
+"""Picking (codec.layout.picked, codec.skim.Picks): a skim that also keeps a few
 fields as rows. The C interpreter (codec/_accel.c) against the Python one, which is the
 reference, on Produce and Fetch answers of every version, generated, cut, flipped,
 padded, with small budgets, and on real ones: the same rows and findings (values of the
@@ -25,7 +25,7 @@ from codec.interpreter import ROWS
 from codec.layout import MAX_COLUMNS, layout, picked
 from codec.messages import DEFAULT_POLICY, PURE_POLICY
 from codec.schema import message
-from codec.skim import pick_response, rows_of, skim_response
+from codec.skim import Picks, rows_of, skim_response
 from codec.wire import DEFAULT_ELEMENT_BUDGET
 
 PRODUCE_PATHS = (
@@ -83,15 +83,17 @@ def skim_header_end(frame: bytes, api_key: int, version: int) -> int:
 
 def assert_whole(frame: bytes, api_key: int, version: int) -> None:
     """A good answer: the rows of its body decoded whole, a plain skim's findings, both
-    interpreters through pick_response alike."""
+    interpreters through Picks.read alike."""
     result = compare(frame, api_key, version)
     assert result[0] == "ok", result
     paths = PATHS[api_key]
     body = decode_response(frame, api_key, version).body
     expected = rows_of(body, paths)
     assert [tuple(_plain(v) for v in row) for row in result[1][ROWS]] == [tuple(_plain(v) for v in row) for row in expected]
-    _, found, rows = pick_response(frame, api_key, version, paths)
-    _, pure_found, pure_rows = pick_response(frame, api_key, version, paths, PURE_POLICY)
+    picks = Picks(paths)
+    _, found, rows = picks.read(frame, api_key, version)
+    _, pure_found, pure_rows = picks.read(frame, api_key, version, PURE_POLICY)
+    assert picks.read(frame, api_key, version)[2] == rows  # its decoders kept, per policy
     assert found == pure_found == skim_response(frame, api_key, version)[1]
     assert [tuple(map(_plain, row)) for row in rows] == [tuple(map(_plain, row)) for row in pure_rows]
     assert len(rows) == sum(len(topic[paths[2][1]] or ()) for topic in body["responses"] or ())

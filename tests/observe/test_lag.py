@@ -475,7 +475,7 @@ def produced(base_offset: int, error: int = 0, partition: int = 0, version: int 
 
 @pytest.mark.parametrize(("version", "pieces"), [(9, 0), (9, 7), (13, 0), (13, 7)])
 def test_produce_answers_read_whole_streamed_and_by_topic_id(tmp_path: Path, version: int, pieces: int) -> None:
-    """A Produce answer's partitions' ends, picked in its skim (codec.skim.pick_response)
+    """A Produce answer's partitions' ends, picked in its skim (codec.skim.Picks)
     or read from it decoded as it streamed past; from v13 its topics are named by id (from
     Metadata answers). Its line says its errors either way."""
     h = Harness(tmp_path)

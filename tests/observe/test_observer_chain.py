@@ -12,6 +12,7 @@ from typing import Any
 from support.hooks_harness import Harness
 
 from codec import ApiKey, Response
+from codec.skim import Picks
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.observe.chain import ConnState, Observer, Token
 
@@ -25,7 +26,7 @@ HEARTBEAT_ANSWER = {"throttle_time_ms": 0, "error_code": 0}
 
 
 class Ask:
-    def __init__(self, whole: bool, picks: tuple[tuple[str, ...], ...] | None = None) -> None:
+    def __init__(self, whole: bool, picks: Picks | None = None) -> None:
         self.whole, self.picks = whole, picks
 
 
@@ -37,7 +38,7 @@ class Recorder(Observer):
 
     def __init__(
         self, name: str, calls: list[tuple[str, str, Any]], whole: bool = True,
-        picks: tuple[tuple[str, ...], ...] | None = None,
+        picks: Picks | None = None,
     ) -> None:
         self.name, self.calls, self.whole, self.picks = name, calls, whole, picks
 
@@ -96,14 +97,14 @@ def test_links_run_in_the_order_composed_and_a_skimmed_ask_gets_fields(tmp_path:
 
 def test_an_ask_that_picks_gets_the_rows_of_its_answer(tmp_path: Path) -> None:
     """An ask not whole with `picks`: the skim of its answer also reads those fields
-    (codec.skim.pick_response), or they are read from the answer decoded as it streamed
+    (codec.skim.Picks), or they are read from the answer decoded as it streamed
     past; `answered` finds them in `token.picked`."""
     answer = {**METADATA_ANSWER, "brokers": [
         {"node_id": node, "host": f"b{node}", "port": 9092, "rack": None} for node in (3, 5)
     ]}  # fmt: skip
     for pieces in (0, 7):
         calls: list[tuple[str, str, Any]] = []
-        picks = (("throttle_time_ms",), ("brokers", "node_id"), ("brokers", "host"))
+        picks = Picks((("throttle_time_ms",), ("brokers", "node_id"), ("brokers", "host")))
         h = Harness(tmp_path / str(pieces), lag=None, links=(Recorder("first", calls, whole=False, picks=picks),))
         h.exchange(METADATA_REQUEST, answer, pieces=pieces)
         assert calls[-2:] == [
