@@ -18,7 +18,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import html, summary, utc
+from pipeline import html, small_tables, summary, utc
 from pipeline.fine import fine_rows
 from pipeline.fsio import check_writable, write_text
 from pipeline.progress import Phases, duration, human_bytes, plural
@@ -80,6 +80,7 @@ TABLES_CONF = {"spark.sql.adaptive.enabled": "false",
                "spark.sql.codegen.wholeStage": "false",
                "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 _ROW = "_kafkalens_row"
+DRIVER, SPARK = "driver", "spark"  # who wrote a table (ReportResult.written_by)
 
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
@@ -101,6 +102,22 @@ def write_table(table: DataFrame, out: str, name: str) -> tuple[int, list[dict[s
     shown = [utc.restore(row.asDict(recursive=True), times)
              for row in sorted(got["first"], key=lambda r: r[_ROW])]
     return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]
+
+
+def write_small_or_large(table: DataFrame, out: str, name: str, bound: int
+                         ) -> tuple[int, list[dict[str, Any]], str]:
+    """Writes a table: up to `bound` rows collected once (one job, which also gives
+    report.html its first HTML_ROWS rows) and written by the driver
+    (small_tables.py); past it, by Spark's writer (write_table: the table computed
+    again). Gives back its row count, its first rows and who wrote it (WRITERS)."""
+    if bound > 0:
+        ordered = table.coalesce(1).sortWithinPartitions(*sort_columns(name))
+        rows = small_tables.collect_bounded(ordered, bound)
+        if rows.num_rows <= bound:
+            small_tables.write_parquet(table, rows, f"{out.rstrip('/')}/{name}")
+            shown = small_tables.python_rows(rows.slice(0, HTML_ROWS), table.schema)
+            return rows.num_rows, shown, DRIVER
+    return (*write_table(table, out, name), SPARK)
 
 
 def chart_apis(by_api: list[dict[str, Any]]) -> list[str]:
@@ -284,15 +301,18 @@ def _tables(spark: SparkSession, fine: DataFrame, result: ReportResult, files: l
     with session_conf(spark, conf):
         built = build_tables(fine.coalesce(partitions), result.bucket_seconds, files,
                              result.counts, result.left_out)
+        bound = small_tables.driver_rows(spark)
         try:
-            def family(names: tuple[str, ...]) -> list[tuple[int, list[dict[str, Any]]]]:
-                return [write_table(built.tables[name], result.out, name) for name in names]
+            def family(names: tuple[str, ...]) -> list[tuple[int, list[dict[str, Any]], str]]:
+                return [write_small_or_large(built.tables[name], result.out, name, bound)
+                        for name in names]
 
             with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
                 done = list(pool.map(family, FAMILIES))
                 for names, written in zip(FAMILIES, done, strict=True):
-                    for name, (total, rows) in zip(names, written, strict=True):
+                    for name, (total, rows, writer) in zip(names, written, strict=True):
                         result.table_rows[name], result.shown[name] = total, rows
+                        result.written_by[name] = writer
                 series = chart_series(built.tables, result.shown["latency_by_api"])
                 points = list(pool.map(_rows, series.values()))
                 result.series.update(zip(series, points, strict=True))
@@ -345,8 +365,10 @@ def run_report(spark: SparkSession, inputs: list[str], out: str,
     finally:
         cached.unpersist()
     result.seconds = time.monotonic() - started
-    phases.say(f"tables written in {duration(result.seconds - result.scan_seconds)}; "
-               "writing report.html")
+    by_spark = sum(writer == SPARK for writer in result.written_by.values())
+    phases.say(f"tables written in {duration(result.seconds - result.scan_seconds)} "
+               f"({plural(len(result.written_by) - by_spark, 'small table')} written by the "
+               f"driver, {by_spark:,} by Spark's writer); writing report.html")
     write_text(spark, f"{out.rstrip('/')}/report.html", render_html(result))
     result.seconds = time.monotonic() - started
     return result
