@@ -367,8 +367,8 @@ def run_report(spark: SparkSession, inputs: list[str], out: str,
     result.seconds = time.monotonic() - started
     by_spark = sum(writer == SPARK for writer in result.written_by.values())
     phases.say(f"tables written in {duration(result.seconds - result.scan_seconds)} "
-               f"({plural(len(result.written_by) - by_spark, 'small table')} written by the "
-               f"driver, {by_spark:,} by Spark's writer); writing report.html")
+               f"({len(result.written_by) - by_spark:,} small ones by the driver, "
+               f"{by_spark:,} by Spark's writer); writing report.html")
     write_text(spark, f"{out.rstrip('/')}/report.html", render_html(result))
     result.seconds = time.monotonic() - started
     return result
