@@ -129,35 +129,51 @@ def chart_apis(by_api: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(busiest + [row["api"] for row in failing]))
 
 
-def chart_series(tables: dict[str, DataFrame], by_api: list[dict[str, Any]]
-                 ) -> dict[str, DataFrame]:
-    """The charts' points, each bounded whatever the input (tables' rows already
-    aggregated): requests, failures and p95 per bucket of the chart_apis, the other
-    apis summed; lag per bucket of the groups with the largest lag; clients per
-    software version."""
+def over_time_points(tables: dict[str, DataFrame], shown: dict[str, list[dict[str, Any]]]
+                     ) -> DataFrame:
+    """Requests, failures and p95 per bucket of the chart_apis, the other apis summed."""
     over_time = tables["latency_over_time"]
-    apis = chart_apis(by_api)
+    apis = chart_apis(shown["latency_by_api"])
     named = over_time.where(F.col("api").isin(apis)).select(
         "bucket", "api", "requests", "errors", "p95_ms")
     other = over_time.where(~F.col("api").isin(apis)).groupBy("bucket").agg(
         F.lit(OTHER_APIS).alias("api"), F.sum("requests").alias("requests"),
         F.sum("errors").alias("errors"), F.lit(None).cast("double").alias("p95_ms"))
+    return named.unionByName(other).orderBy("bucket", "api")
+
+
+def lag_points(tables: dict[str, DataFrame], shown: dict[str, list[dict[str, Any]]]
+               ) -> DataFrame:
+    """Lag per bucket of the groups with the largest lag."""
     per_group = tables["consumer_topic_lag"].groupBy("bucket", "group_id").agg(
         F.sum("total_lag").alias("lag"), F.max("group_known").alias("group_known"))
     worst = per_group.groupBy("group_id").agg(F.max("lag").alias("_worst")).orderBy(
         F.desc_nulls_last("_worst"), "group_id").limit(CHART_LINES)
+    return per_group.join(worst, "group_id").select(
+        "bucket", "group_id", "group_known", "lag").orderBy("bucket", "group_id")
+
+
+def software_points(tables: dict[str, DataFrame], shown: dict[str, list[dict[str, Any]]]
+                    ) -> DataFrame:
+    """Clients per software version, the most first."""
     software = tables["client_inventory"].groupBy(
         "client_software_name", "client_software_version").agg(
         F.count(F.lit(1)).alias("clients"), F.sum("requests").alias("requests"))
-    return {
-        "over_time": named.unionByName(other).orderBy("bucket", "api"),
-        "lag": per_group.join(worst, "group_id").select("bucket", "group_id", "group_known",
-                                                        "lag")
-        .orderBy("bucket", "group_id"),
-        "software": software.orderBy(F.desc("clients"), F.desc("requests"),
-                                     "client_software_name", "client_software_version")
-        .limit(CHART_BARS),
-    }
+    return software.orderBy(F.desc("clients"), F.desc("requests"), "client_software_name",
+                            "client_software_version").limit(CHART_BARS)
+
+
+# The charts' points, each bounded whatever the input (the tables' rows already
+# aggregated), each read from the tables of one family (and the rows shown of them):
+# collected by the thread that wrote that family, once it has, while the other
+# families are still being written (after all of them, they were a tail of ~1.3 s
+# at 1M lines: bench/PIPELINE.md, "The small tables written by the driver").
+SERIES: dict[str, tuple[Any, tuple[str, ...]]] = {
+    "over_time": (over_time_points, ("latency_over_time", "latency_by_api")),
+    "lag": (lag_points, ("consumer_topic_lag",)),
+    "software": (software_points, ("client_inventory",)),
+}
+assert all(any(set(needs) <= set(f) for f in FAMILIES) for _, needs in SERIES.values())
 
 
 def render_html(result: ReportResult) -> str:
@@ -303,19 +319,24 @@ def _tables(spark: SparkSession, fine: DataFrame, result: ReportResult, files: l
                              result.counts, result.left_out)
         bound = small_tables.driver_rows(spark)
         try:
-            def family(names: tuple[str, ...]) -> list[tuple[int, list[dict[str, Any]], str]]:
-                return [write_small_or_large(built.tables[name], result.out, name, bound)
-                        for name in names]
+            def family(names: tuple[str, ...]) -> tuple[
+                    list[tuple[int, list[dict[str, Any]], str]], dict[str, list[dict[str, Any]]]]:
+                written = [write_small_or_large(built.tables[name], result.out, name, bound)
+                           for name in names]
+                shown = {name: rows for name, (_, rows, _) in zip(names, written, strict=True)}
+                points = {key: _rows(points_of(built.tables, shown))
+                          for key, (points_of, needs) in SERIES.items()
+                          if set(needs) <= set(names)}
+                return written, points
 
             with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
                 done = list(pool.map(family, FAMILIES))
-                for names, written in zip(FAMILIES, done, strict=True):
-                    for name, (total, rows, writer) in zip(names, written, strict=True):
-                        result.table_rows[name], result.shown[name] = total, rows
-                        result.written_by[name] = writer
-                series = chart_series(built.tables, result.shown["latency_by_api"])
-                points = list(pool.map(_rows, series.values()))
-                result.series.update(zip(series, points, strict=True))
+            for names, (written, points) in zip(FAMILIES, done, strict=True):
+                for name, (total, rows, writer) in zip(names, written, strict=True):
+                    result.table_rows[name], result.shown[name] = total, rows
+                    result.written_by[name] = writer
+                result.series.update(points)
+            result.series = {key: result.series[key] for key in SERIES}
         finally:
             for df in built.shared:
                 df.unpersist()
