@@ -7,6 +7,7 @@ Python on the executors: pipeline/README.md, "Report".
 from __future__ import annotations
 
 import contextlib
+import importlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -177,7 +178,7 @@ assert all(any(set(needs) <= set(f) for f in FAMILIES) for _, needs in SERIES.va
 
 
 def render_html(result: ReportResult) -> str:
-    from pipeline import charts  # matplotlib: preload_charts imports it at start
+    from pipeline import charts  # matplotlib: preload_imports imports it at start
 
     by_api = result.shown["latency_by_api"]
     busiest = [row["api"] for row in by_api[:CHART_LINES]]
@@ -204,15 +205,19 @@ def render_html(result: ReportResult) -> str:
     return html.render(page)
 
 
-def preload_charts() -> None:
-    """Imports matplotlib (a large import) in a thread while the JVM starts, when the
-    driver waits and one core is idle; render_html's import then finds it done."""
+def preload_imports() -> None:
+    """Imports matplotlib and pyarrow's Parquet writer (large imports: ~0.2 s for
+    pyarrow.parquet, on the path to the first table otherwise) in a thread while the
+    JVM starts, when the driver waits and one core is idle; render_html's and
+    small_tables' imports then find them done."""
 
     def load() -> None:
-        with contextlib.suppress(Exception):  # render_html imports it again and says why
-            import pipeline.charts  # noqa: F401
+        # DataFrame.toArrow imports pyspark.sql.pandas.types
+        for name in ("pipeline.charts", "pyarrow.parquet", "pyspark.sql.pandas.types"):
+            with contextlib.suppress(Exception):  # the users import it again and say why
+                importlib.import_module(name)
 
-    threading.Thread(target=load, name="kafkalens-preload-charts", daemon=True).start()
+    threading.Thread(target=load, name="kafkalens-preload-imports", daemon=True).start()
 
 
 class ScanReadFailed(Exception):
