@@ -152,11 +152,12 @@ def read_table(spark: SparkSession, table: str) -> DataFrame:
 
 def table_stream(spark: SparkSession, table: str, max_files: int) -> DataFrame:
     """The ingested lines as they are committed, streaming (Delta's source: whole
-    transactions, and none of compaction's, which change no row)."""
+    transactions, and none of compaction's, which change no row), as parse_lines
+    gives them (`retyped` too)."""
     if not is_delta(spark, table):
         raise TableError(_not_delta(spark, table))
-    return spark.readStream.format("delta").option("maxFilesPerTrigger", max_files).load(
-        table).select(*PARSED_FIELDS, *PARSED_EXTRA)
+    rows = spark.readStream.format("delta").option("maxFilesPerTrigger", max_files).load(table)
+    return rows.select(*parsed_columns(rows))
 
 
 def _not_delta(spark: SparkSession, table: str) -> str:

@@ -19,7 +19,9 @@ watermark never moves back. A line's time is clamped to its arrival (the batch's
 time, which Spark keeps for a batch it runs again) plus --max-skew, so a proxy whose
 clock runs ahead cannot close windows early. A clamped line is counted, per file; a
 line of a window already final is counted as dropped (late), per file; neither is
-passed over in silence.
+passed over in silence. A line whose known field has another type than the schema's is
+read as the report and the ingest read it (a line without that field) and counted as
+retyped, per file.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from pipeline import follow, fsio, semantics, utc
+from pipeline.fine import retyped_names
 from pipeline.read import parse_lines
-from pipeline.schema import REQUEST_EVENTS
+from pipeline.schema import LINE_SCHEMA, REQUEST_EVENTS
 from pipeline.spool import Unreadable
 from pipeline.tables import literal_rows
 from pipeline.traffic import latency_stats
@@ -119,9 +122,11 @@ def per_line(parsed: DataFrame, max_skew: float = 60.0) -> DataFrame:
     latest = F.timestamp_micros(F.unix_micros(F.current_timestamp()) + int(max_skew * 1e6))
     clamped = F.col("bad_reason").isNull() & (F.col("ts") > latest)
     ts = F.when(clamped, latest).otherwise(F.col("ts"))
+    names = retyped_names(parsed)  # the report's fields only, as the report counts them
+    retyped = F.lit(False) if names is None else F.coalesce(names != "", F.lit(False))
     return parsed.select(
         ts.alias("ts"), "file", "bad_reason", "line", request.alias("request"),
-        F.coalesce(clamped, F.lit(False)).alias("clamped"),
+        F.coalesce(clamped, F.lit(False)).alias("clamped"), retyped.alias("retyped"),
         micros(F.current_timestamp()).alias("arrival"),
         F.date_trunc("minute", ts).alias("window_start"),
         api.alias("api"), "client_software_name", "client_software_version",
@@ -136,12 +141,13 @@ def per_line(parsed: DataFrame, max_skew: float = 60.0) -> DataFrame:
 
 def lines_stream(spark: SparkSession, o: WatchOptions) -> DataFrame:
     """The streaming source, parsed as the report parses: the staged or matching
-    files, or the rows of an ingested table."""
+    files (a line with a field of another type read as a line, `retyped`), or the rows
+    of an ingested table (its `retyped` column)."""
     if o.table is not None:
         from pipeline.ingest import table_stream
 
         return table_stream(spark, o.table, o.max_files_per_trigger)
-    return parse_lines(follow.raw_stream(spark, o))
+    return parse_lines(follow.raw_stream(spark, o), retype=LINE_SCHEMA)
 
 
 def _bins(lines: DataFrame) -> DataFrame:
@@ -310,6 +316,7 @@ class BatchSummary:
     bad: int = 0
     late: int = 0
     clamped: int = 0
+    retyped: int = 0  # lines read without a field of another type than the schema's
     watermark: float | None = None
     slowest: str | None = None  # the source that holds the watermark
     live: int = 0
@@ -353,6 +360,7 @@ class Batches:
             F.count("bad_reason").alias("bad_lines"),
             F.sum(F.col("late").cast("long")).alias("late_lines"),
             F.sum(F.col("clamped").cast("long")).alias("clamped_lines"),
+            F.sum(F.col("retyped").cast("long")).alias("retyped_lines"),
             # epoch micros: a timestamp would reach the driver in its local zone (utc.py)
             micros(F.max(F.when(F.col("bad_reason").isNull(), F.col("ts")))).alias("max_ts"),
             F.max("arrival").alias("arrival"),
@@ -361,7 +369,8 @@ class Batches:
         summary = BatchSummary(batch_id, len(accounted), sum(r["lines"] for r in accounted),
                                sum(r["bad_lines"] for r in accounted),
                                sum(r["late_lines"] or 0 for r in accounted),
-                               sum(r["clamped_lines"] or 0 for r in accounted))
+                               sum(r["clamped_lines"] or 0 for r in accounted),
+                               sum(r["retyped_lines"] or 0 for r in accounted))
         sources = dict(before.sources)
         for row in accounted:
             newest = _epoch(from_micros(row["max_ts"]))
@@ -387,7 +396,7 @@ class Batches:
             writes: list[Callable[[], None]] = []
             if summary.lines:
                 writes.append(lambda: write_batch(files.select(
-                    "file", "lines", "bad_lines", "late_lines", "clamped_lines",
+                    "file", "lines", "bad_lines", "late_lines", "clamped_lines", "retyped_lines",
                     F.lit("read").alias("status"), F.lit(None).cast("string").alias("reason"),
                     _batch(batch_id)), self.o.out, "input_files", batch_id))
             if summary.bad:
@@ -457,6 +466,8 @@ def _shown(rows: DataFrame) -> list[dict[str, Any]]:
 
 
 def _print(s: BatchSummary, o: WatchOptions, delay: float) -> None:
+    retyped = (f", {s.retyped:,} with a field of another type than the schema's: read "
+               f"without it") if s.retyped else ""
     clamped = (f", {s.clamped:,} dated past their arrival + --max-skew {o.max_skew}: "
                f"clamped") if s.clamped else ""
     late = (f", {s.late:,} of windows already final: dropped (late by more than "
@@ -468,7 +479,7 @@ def _print(s: BatchSummary, o: WatchOptions, delay: float) -> None:
         held = (f" (slowest of {follow.counted(s.live, 'live source')}{idle}: "
                 f"{s.slowest or '.'})")
     print(f"kafkalens watch: batch {s.batch}: {s.lines:,} lines from {files} ({s.bad:,} "
-          f"bad{clamped}{late}); watermark {_clock(s.watermark)}{held}", flush=True)
+          f"bad{retyped}{clamped}{late}); watermark {_clock(s.watermark)}{held}", flush=True)
     for label, rows in (("final", s.final), ("provisional", s.provisional)):
         for r in rows:  # window_rows' rows
             p99 = "-" if r["p99_ms"] is None else f"{r['p99_ms']:.1f}"
@@ -503,14 +514,15 @@ def announce(o: WatchOptions) -> None:
 
 def record_unreadable(spark: SparkSession, o: WatchOptions, found: list[Unreadable]) -> None:
     """Files the spool will not stage, in OUT/input_files (status `left out`)."""
-    rows = [(str(u.path), None, None, None, None, "left out", u.reason, None)
+    rows = [(str(u.path), None, None, None, None, None, "left out", u.reason, None)
             for u in found]
     df = literal_rows(spark, INPUT_FILES_SCHEMA, rows)
     write_batch(df, o.out, "input_files", f"unreadable-{time.time_ns()}")
 
 
 INPUT_FILES_SCHEMA = ("file string, lines bigint, bad_lines bigint, late_lines bigint, "
-                      "clamped_lines bigint, status string, reason string, batch_id bigint")
+                      "clamped_lines bigint, retyped_lines bigint, status string, reason string, "
+                      "batch_id bigint")
 
 
 def held_back(o: WatchOptions, batches: Batches) -> str:

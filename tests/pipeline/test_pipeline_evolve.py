@@ -309,3 +309,26 @@ def test_a_watch_over_the_table_reads_on_when_the_ingest_adds_a_column(
         for query in spark.streams.active:
             query.stop()
         runner.join(60)
+
+
+def test_the_watch_reads_a_retyped_line_as_a_line_over_the_logs_and_over_the_table(
+        spark: SparkSession, evolved: dict[str, Any], tmp_path: Path, capsys: Any) -> None:
+    """`watch` over the raw logs and `watch --table` over their ingested table count
+    the same retyped lines (the report's fields only: a new field's retyped value is
+    the table's alone) and no bad line for them: each is folded into its window, a
+    line without the retyped field."""
+    counts = {}
+    for name, options in (
+            ("logs", WatchOptions(str(evolved["logs"]), out=str(tmp_path / "logs"), once=True)),
+            ("table", WatchOptions(None, out=str(tmp_path / "table"), once=True,
+                                   table=str(evolved["table"])))):
+        assert run_watch(spark, options) == 0
+        said = capsys.readouterr().out
+        files = spark.read.parquet(str(tmp_path / name / "input_files")).collect()
+        bad = spark.read.parquet(str(tmp_path / name / "bad_lines")).collect()
+        counts[name] = (sum(r["retyped_lines"] or 0 for r in files),
+                        sorted((r["reason"], r["bad_lines"]) for r in bad))
+        assert (f"{len(RETYPED)} with a field of another type than the schema's: read "
+                "without it") in said, said
+    # the three retyped lines; the line cut short the only bad one
+    assert counts["logs"] == counts["table"] == (len(RETYPED), [("invalid JSON", 1)])
