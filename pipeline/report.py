@@ -110,7 +110,8 @@ def write_small_or_large(table: DataFrame, out: str, name: str, bound: int
     """Writes a table: up to `bound` rows collected once (one job, which also gives
     report.html its first HTML_ROWS rows) and written by the driver
     (small_tables.py); past it, by Spark's writer (write_table: the table computed
-    again). Gives back its row count, its first rows and who wrote it (WRITERS)."""
+    again). Gives back its row count, its first rows and who wrote it (DRIVER or
+    SPARK)."""
     if bound > 0:
         ordered = table.coalesce(1).sortWithinPartitions(*sort_columns(name))
         rows = small_tables.collect_bounded(ordered, bound)
