@@ -10,6 +10,11 @@
  * buffer that is not a 1-D byte memoryview, positions out of it, a budget that is not a
  * list holding an int) go to the fallbacks, the Python interpreter, unchanged.
  *
+ * Skimming a picked layout (codec.layout.picked: Field.pick, Struct.emits, Struct.columns),
+ * the skim also appends to found["rows"] a tuple of the picked columns after each element
+ * of the struct that emits them: a narrow read of a few fields, in the same walk with the
+ * same checks, no dict per struct ("Picked columns", with the skim's values below).
+ *
  * Collector(node) runs codec/entities.py's paths to the topics, groups, transactional
  * ids and error codes of a decoded body ("Collecting entities", further down).
  *
@@ -73,11 +78,13 @@
 #define MAX_FIELDS 64             /* fields of one struct: Kafka's largest has 16 */
 #define MAX_MIN_SIZE (1 << 20)    /* keeps count * element size far from overflow */
 #define MAX_TAG ((int64_t)1 << 35) /* a 5-byte varint carries 35 bits */
+#define MAX_COLUMNS 16            /* a picked layout's columns: codec.layout.MAX_COLUMNS */
 
 typedef struct Program Program;
 
 typedef struct Op {
     int kind, framing, nullable, peek, entity;
+    int pick;             /* a picked layout: the column + 1 its value goes to; 0: none */
     int size;             /* fixed-size kinds and uuid: the value's bytes */
     int check;            /* fixed-size kinds and uuid: the bytes its check covers (0: its run's) */
     int run;              /* a regular field whose check covers a run of fixed-size fields: how many */
@@ -103,10 +110,12 @@ struct Program {
     Op *tagged;           /* the tagged fields, by tag */
     Op **fresh;           /* tagged fields whose default is copied per decode */
     Py_ssize_t pair_id, pair_topic;  /* skim: the slots of layout.Struct.topic_pair, or -1 */
+    int emits;            /* a picked layout: a row after each of its elements (skim) */
+    Py_ssize_t ncolumns;  /* a picked layout's message struct: len(columns); else 0 */
 };
 
 /* What codec/accel.py gives once: codec.wire's error factories and uuid cache. */
-static PyObject *short_, *invalid, *uuid_of, *unknown_key, *explicit_key, *counts_key;
+static PyObject *short_, *invalid, *uuid_of, *unknown_key, *explicit_key, *counts_key, *rows_key;
 static PyObject *found_keys[5];   /* found's lists: topics, groups, transactional ids, errors, topic ids */
 static Py_ssize_t max_unknown_tags;
 
@@ -235,6 +244,7 @@ static int load_op(PyObject *field, PyObject *index, int depth, Op *op)
         || small_attr(field, "entity", ENTITY_NONE, ENTITY_TOPIC_ID, &op->entity) < 0
         || small_attr(field, "nullable", 0, 1, &op->nullable) < 0
         || small_attr(field, "peek", 0, 1, &op->peek) < 0
+        || small_attr(field, "pick", 0, MAX_COLUMNS, &op->pick) < 0
         || small_attr(field, "size", 0, 16, &op->size) < 0
         || small_attr(field, "check", 0, 1 << 16, &op->check) < 0
         || int_attr(field, "tag", 0, MAX_TAG - 1, -1, &tag) < 0
@@ -255,6 +265,8 @@ static int load_op(PyObject *field, PyObject *index, int depth, Op *op)
     if (op->size != fixed_size(op->kind) || (op->size == 0 && op->check != 0)
         || (op->kind == KIND_UUID && op->check != 16))
         return bad_layout("size");
+    if (op->pick && (op->kind == KIND_STRUCT || op->kind == KIND_ARRAY || op->tag >= 0 || index == NULL))
+        return bad_layout("a picked field that is not a regular scalar, uuid, string or bytes");
     if (op->kind == KIND_STRUCT) {
         if (op->framing != (op->nullable ? FRAMING_MARKER : FRAMING_NONE) || op->peek)
             return bad_layout("struct framing");
@@ -397,6 +409,18 @@ static int load_pair(Program *prog, PyObject *layout, PyObject *index)
     return status;
 }
 
+/* A picked layout's marks (codec.layout.picked): whether the struct emits rows, and for
+ * the message's struct how many columns they have. */
+static int load_picks(Program *prog, PyObject *layout)
+{
+    PyObject *columns;
+    if (small_attr(layout, "emits", 0, 1, &prog->emits) < 0 || (columns = tuple_attr(layout, "columns")) == NULL)
+        return -1;
+    prog->ncolumns = PyTuple_GET_SIZE(columns);
+    Py_DECREF(columns);
+    return prog->ncolumns > MAX_COLUMNS ? bad_layout("columns") : 0;
+}
+
 /* What a regular field's value most likely is, as a shared object (a small int, False,
  * "", the zero uuid: its default), or None: the C template holds it, and put() leaves a
  * value that is that very object to the template. */
@@ -515,7 +539,7 @@ static Program *load_program(PyObject *layout, int depth)
         || (prog->flexible = flexible, load_keys(prog, layout, index)) < 0
         || load_ops(prog, layout, index, depth) < 0 || load_tagged(prog, layout, index, depth) < 0
         || load_fresh(prog, layout, index) < 0 || load_pair(prog, layout, index) < 0
-        || load_values(prog) < 0) {
+        || load_picks(prog, layout) < 0 || load_values(prog) < 0) {
         Py_XDECREF(index);
         free_program(prog);
         return NULL;
@@ -535,6 +559,9 @@ typedef struct {
     int64_t budget;        /* struct, string, bytes and uuid array elements still allowed */
     PyObject *found[5];    /* skim: found's lists (borrowed), by ENTITY_ - 1; else NULL */
     int skim;
+    PyObject *rows;        /* skimming a picked layout: found["rows"] (borrowed); else NULL */
+    Py_ssize_t ncolumns;   /* its columns */
+    PyObject *row[MAX_COLUMNS];  /* the columns read so far (owned; NULL: not read) */
 } Reader;
 
 /* The same DecodeError as codec/wire.py's short() and invalid() build. */
@@ -739,6 +766,44 @@ static inline int keep(Reader *r, int entity, PyObject *value)
 }
 
 /* ------------------------------------------------------------------------------------
+ * Picked columns (codec.layout.picked; interpreter.skim's found["rows"])
+ *
+ * Skimming a picked layout, each picked field's value goes to its column of the row
+ * being made (r->row, one reference each), read as decoding would read it (a string
+ * decoded, bytes or records a view of the frame, a uuid through codec.wire.uuid_of);
+ * after each element of the struct that `emits`, a tuple of the columns (None where
+ * not read) is appended to found["rows"]. Reads nothing itself: the values come from
+ * the skim's own checked reads. Columns are within MAX_COLUMNS (load_op, load_picks).
+ * ------------------------------------------------------------------------------------ */
+
+/* Whether the skim keeps this field's value as a column. */
+#define PICKS(r, op) ((op)->pick != 0 && (r)->rows != NULL)
+
+/* Put a picked field's value (stolen) in its column. */
+static inline int set_column(Reader *r, const Op *op, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    Py_XSETREF(r->row[op->pick - 1], value);
+    return 0;
+}
+
+/* The columns as they are, a tuple appended to found["rows"]. */
+NOINLINE static int emit_row(Reader *r)
+{
+    PyObject *row = PyTuple_New(r->ncolumns);
+    Py_ssize_t i;
+    int status;
+    if (row == NULL)
+        return -1;
+    for (i = 0; i < r->ncolumns; i++)
+        PyTuple_SET_ITEM(row, i, Py_NewRef(r->row[i] != NULL ? r->row[i] : Py_None));
+    status = PyList_Append(r->rows, row);
+    Py_DECREF(row);
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------
  * Values (interpreter._value, _array)
  * ------------------------------------------------------------------------------------ */
 
@@ -807,7 +872,7 @@ static int read_run(Reader *r, const Op *op, Py_ssize_t end, Fields *f)
         return fail_short(r->p, "value");
     if (r->skim) {
         for (; op < stop; s += op->size, op++)
-            if (keep_error_code(r, op, s) < 0)
+            if (keep_error_code(r, op, s) < 0 || (PICKS(r, op) && set_column(r, op, unpack_fixed(s, op->kind)) < 0))
                 return -1;
     } else {
         for (; op < stop; s += op->size, op++)
@@ -825,7 +890,7 @@ static PyObject *read_uuid(Reader *r, const Op *op, Py_ssize_t end)
         fail_short(r->p, "uuid");
         return NULL;
     }
-    if (r->skim && op->entity != ENTITY_TOPIC_ID) {
+    if (r->skim && op->entity != ENTITY_TOPIC_ID && !PICKS(r, op)) {
         r->p += 16;
         Py_RETURN_NONE;
     }
@@ -869,12 +934,12 @@ static PyObject *read_sized(Reader *r, const Op *op, Py_ssize_t end)
     start = r->p;
     r->p = start + (Py_ssize_t)length;
     if (op->kind != KIND_STRING)
-        return r->skim ? Py_NewRef(Py_None) : slice_view(r, start, r->p);
-    if (r->skim && op->entity == ENTITY_NONE)
+        return r->skim && !PICKS(r, op) ? Py_NewRef(Py_None) : slice_view(r, start, r->p);
+    if (r->skim && op->entity == ENTITY_NONE && !PICKS(r, op))
         Py_RETURN_NONE;
     if ((text = decode_text(r->b + start, (Py_ssize_t)length)) == NULL)
         r->p = start;
-    else if (r->skim && keep(r, op->entity, text) < 0)
+    else if (r->skim && op->entity != ENTITY_NONE && keep(r, op->entity, text) < 0)
         Py_CLEAR(text);
     return text;
 }
@@ -1223,6 +1288,9 @@ static PyObject *decode_struct(Reader *r, const Program *prog, Py_ssize_t end, P
                 goto done;
         } else if (put(&f, op->slot, read_value(r, op, end, counts)) < 0) {
             goto done;
+        } else if (r->skim && PICKS(r, op)
+                   && set_column(r, op, Py_NewRef(f.slot[op->slot] != NULL ? f.slot[op->slot] : Py_None)) < 0) {
+            goto done;
         }
     }
     if (prog->flexible) {
@@ -1234,6 +1302,8 @@ static PyObject *decode_struct(Reader *r, const Program *prog, Py_ssize_t end, P
             goto done;
     }
     result = r->skim ? skimmed(r, prog, &f) : build_dict(prog, &f);
+    if (result != NULL && r->skim && prog->emits && r->rows != NULL && emit_row(r) < 0)
+        Py_CLEAR(result);
 done:
     if (result == NULL || r->skim)  /* else build_dict took them all */
         for (i = 0; i < prog->nkeys; i++)
@@ -1297,9 +1367,11 @@ static int position_of(PyObject *obj, Py_ssize_t *out)
  * nor resized while we read it); its layout is checked on that export, never on a
  * memoryview that may be released. */
 static int takes(PyObject *const *args, Reader *r, Py_ssize_t *end, Py_buffer *view, PyObject *found,
-                 PyObject **counts)
+                 PyObject **counts, Py_ssize_t ncolumns)
 {
     int i;
+    r->rows = NULL;  /* r->row is set up (and read, and cleared by run) only with rows */
+    r->ncolumns = 0;
     if (!PyMemoryView_Check(args[0]) || !position_of(args[1], &r->p) || !position_of(args[2], end)
         || !budget_of(args[3], &r->budget))
         return 0;
@@ -1319,6 +1391,16 @@ static int takes(PyObject *const *args, Reader *r, Py_ssize_t *end, Py_buffer *v
         if (*counts == NULL || !PyDict_CheckExact(*counts)) {
             PyErr_Clear();
             return 0;
+        }
+        if (ncolumns > 0) {  /* a picked layout: its rows go to found["rows"] */
+            r->rows = PyDict_GetItemWithError(found, rows_key);
+            if (r->rows == NULL || !PyList_CheckExact(r->rows)) {
+                PyErr_Clear();
+                return 0;
+            }
+            r->ncolumns = ncolumns;
+            for (i = 0; i < MAX_COLUMNS; i++)
+                r->row[i] = NULL;
         }
     }
     if (PyObject_GetBuffer(args[0], view, PyBUF_FULL_RO) < 0) {  /* a released view, say */
@@ -1364,11 +1446,14 @@ static PyObject *run(DecoderObject *d, PyObject *const *args, PyObject *found, i
     Py_ssize_t end;
     int64_t start_budget;
     PyObject *result, *counts;
-    *taken = takes(args, &r, &end, &view, found, &counts);
+    int i;
+    *taken = takes(args, &r, &end, &view, found, &counts, d->prog->ncolumns);
     if (!*taken)
         return NULL;
     start_budget = r.budget;
     result = decode_struct(&r, d->prog, end, counts);
+    for (i = 0; r.rows != NULL && i < MAX_COLUMNS; i++)
+        Py_CLEAR(r.row[i]);
     PyBuffer_Release(&view);
     if (store_budget(args[3], start_budget, r.budget) < 0)
         Py_CLEAR(result);
@@ -2250,7 +2335,8 @@ static PyObject *configure(PyObject *module, PyObject *args)
             return NULL;
     if ((unknown_key == NULL && (unknown_key = PyUnicode_InternFromString("_unknown_tags")) == NULL)
         || (explicit_key == NULL && (explicit_key = PyUnicode_InternFromString("_explicit_tags")) == NULL)
-        || (counts_key == NULL && (counts_key = PyUnicode_InternFromString("counts")) == NULL))
+        || (counts_key == NULL && (counts_key = PyUnicode_InternFromString("counts")) == NULL)
+        || (rows_key == NULL && (rows_key = PyUnicode_InternFromString("rows")) == NULL))
         return NULL;
     Py_RETURN_NONE;
 }

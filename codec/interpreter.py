@@ -42,6 +42,8 @@ from codec.wire import (
 # skim()'s `found`: what it keeps, by key (codec/skim.py builds it).
 TOPICS, GROUPS, TRANSACTIONAL_IDS, ERRORS = "topics", "groups", "transactional_ids", "errors"
 TOPIC_IDS, COUNTS = "topic_ids", "counts"
+# ... and, skimming a picked layout (codec.layout.picked), its rows and the row being made
+ROWS, ROW = "rows", "row"
 FOUND_KEYS = {Entity.TOPIC: TOPICS, Entity.GROUP: GROUPS, Entity.TRANSACTIONAL_ID: TRANSACTIONAL_IDS}
 
 # Enum members read once: a read through the enum class costs many times a plain
@@ -64,8 +66,17 @@ def skim(s: Struct, b: memoryview, p: int, end: int, k: list[int], found: dict[s
     """Walk the struct at b[p:end] as decode() does, appending to `found`'s lists the
     topic names, group ids, transactional ids, non-zero error codes and (topic id, topic
     name) pairs on the way, and the count of each of its own arrays to found["counts"];
-    strings nobody keeps are not decoded. Returns the position after it."""
-    return _struct(s, b, p, end, k, found, found[COUNTS])[1]
+    strings nobody keeps are not decoded. A picked layout's (codec.layout.picked) rows
+    go to found["rows"]: a tuple of its columns after each element of the struct that
+    `emits`, the columns as they were when it was read (each None until read). Returns
+    the position after it."""
+    if not s.columns:
+        return _struct(s, b, p, end, k, found, found[COUNTS])[1]
+    found[ROW] = [None] * len(s.columns)  # the row being made: gone once the walk ends
+    try:
+        return _struct(s, b, p, end, k, found, found[COUNTS])[1]
+    finally:
+        del found[ROW]
 
 
 def _struct(
@@ -80,11 +91,16 @@ def _struct(
                 raise short(p)
             value = _UNPACK[kind](b, p)[0]
             p += f.size
-            if value and f.entity and found is not None:
-                found[ERRORS].append(value)
+            if found is not None:
+                if value and f.entity:
+                    found[ERRORS].append(value)
+                if f.pick:
+                    found[ROW][f.pick - 1] = value
             d[f.name] = value
         else:
             d[f.name], p = _value(f, b, p, end, k, found, counts)
+            if found is not None and f.pick:
+                found[ROW][f.pick - 1] = d[f.name]
     if s.flexible:
         if found is None:
             for f in s.fresh:
@@ -97,6 +113,8 @@ def _struct(
         topic_id, topic = d.get(s.topic_pair[0]), d.get(s.topic_pair[1])
         if topic_id is not None and topic is not None:
             found[TOPIC_IDS].append((topic_id, topic))
+    if s.emits and found is not None:
+        found[ROWS].append(tuple(found[ROW]))
     return d, p
 
 
@@ -125,7 +143,7 @@ def _value(
     if kind == _UUID:
         if p + 16 > end:
             raise short(p, "uuid")
-        if found is not None and f.entity != _TOPIC_ID:
+        if found is not None and f.entity != _TOPIC_ID and not f.pick:
             return None, p + 16
         return uuid_of(b[p : p + 16].tobytes()), p + 16
     if kind == _STRUCT:
@@ -156,11 +174,11 @@ def _value(
     if stop > end or (f.peek and stop == end):
         raise short(p, _NAMES[kind])
     if kind != _STRING:
-        return (b[p:stop] if found is None else None), stop
+        return (b[p:stop] if found is None or f.pick else None), stop
     if found is None:
         return b[p:stop].tobytes().decode(), stop
     if not f.entity:
-        return None, stop
+        return (b[p:stop].tobytes().decode() if f.pick else None), stop
     text = b[p:stop].tobytes().decode()
     found[FOUND_KEYS[f.entity]].append(text)
     return text, stop

@@ -234,7 +234,7 @@ typedef struct {
     PyTypeObject *state_type, *info_type, *splitter_type, *exchange_type, *sink_type, *token_type;
     struct { Py_ssize_t correlation_id, api_key, api_version, started, request_size, token, reply, rewritten; } pending;
     struct { Py_ssize_t api, head, fragment, mask, overlap, linked, request, fields; } req;
-    struct { Py_ssize_t api, correlation_id, fields, decode_error, ask, asked_by, entry; } token;
+    struct { Py_ssize_t api, correlation_id, fields, decode_error, ask, asked_by, picked, entry; } token;
     struct { Py_ssize_t fields, fragment, mask, errors; } resp;
     struct { Py_ssize_t tail, ranges, fragment, mask, errors; } cap;
     struct { Py_ssize_t requests, quiet, log_fields, identity_fragment, line_head, broker_ranges; } state;
@@ -370,7 +370,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     FIND(request_entry_type, req, fields)
     FIND(token_type, token, api) FIND(token_type, token, correlation_id) FIND(token_type, token, fields)
     FIND(token_type, token, decode_error) FIND(token_type, token, ask) FIND(token_type, token, asked_by)
-    FIND(token_type, token, entry)
+    FIND(token_type, token, picked) FIND(token_type, token, entry)
     FIND(response_entry_type, resp, fields) FIND(response_entry_type, resp, fragment)
     FIND(response_entry_type, resp, mask)
     FIND(response_entry_type, resp, errors)
@@ -413,10 +413,10 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         || (self->str_errors = PyUnicode_InternFromString("errors")) == NULL
         || (self->str_request = PyUnicode_InternFromString("request")) == NULL)
         goto fail;
-    /* The C path makes a linked request's Token itself (link_request), filling the seven
+    /* The C path makes a linked request's Token itself (link_request), filling the eight
      * slots found above: a Token with any other slot, a __dict__ or weak references would
      * be left half made. */
-    if (self->token_type->tp_basicsize != (Py_ssize_t)(sizeof(PyObject) + 7 * sizeof(PyObject *))
+    if (self->token_type->tp_basicsize != (Py_ssize_t)(sizeof(PyObject) + 8 * sizeof(PyObject *))
         || self->token_type->tp_dictoffset != 0 || self->token_type->tp_weaklistoffset != 0) {
         PyErr_SetString(PyExc_TypeError, "steady: token must have exactly the slots the C path fills");
         goto fail;
@@ -807,6 +807,7 @@ static int link_request(CoreObject *self, RequestFrame *f) {
     SLOT(token, p->token.decode_error) = Py_NewRef(Py_None);
     SLOT(token, p->token.ask) = Py_NewRef(Py_None);
     SLOT(token, p->token.asked_by) = Py_NewRef(Py_None);
+    SLOT(token, p->token.picked) = Py_NewRef(Py_None);
     SLOT(token, p->token.entry) = Py_NewRef(Py_None);
     set_slot(pending, p->pending.token, token);
     Py_INCREF(links);

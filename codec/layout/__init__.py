@@ -16,6 +16,12 @@ entity collector (codec/entities.py) walk it too. See one:
 
 (codec/layout/__main__.py prints them.)
 
+Picking: `picked(name, version, paths)` is the same layout with a few fields marked for
+the skimmer to keep as columns of rows (`Field.pick`, `Struct.emits`, `Struct.columns`):
+a narrow read of an answer (a Produce answer's base offsets for lag) in the same walk
+and with the same checks as a skim, without a dict per struct (codec/skim.py's
+`Picks`).
+
 Bounds checks: a run of fixed-size fields is checked once, by its first field (`check`:
 the run's bytes); a varint-framed field after a run or after a string, bytes or
 fixed-size array has its first byte covered by that check too (`check` + 1, `peek`).
@@ -71,6 +77,7 @@ class Field:
     struct: Struct | None = None  # STRUCT: its fields
     min_size: int = 0  # ARRAY: the fewest bytes one element takes, which bounds its count
     entity: Entity = Entity.NONE  # what the skimmer keeps
+    pick: int = 0  # a picked layout (`picked`): its column + 1 in each row the skimmer makes
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -90,6 +97,10 @@ class Struct:
     # The skimmer's (topic id, topic name) pair: the names of the TOPIC_ID field and the
     # TOPIC field it keeps together.
     topic_pair: tuple[str, str] | None
+    # A picked layout (`picked`): the message's struct names its columns (the paths,
+    # dotted); the innermost struct of the paths `emits` a row after each of its elements.
+    columns: tuple[str, ...] = ()
+    emits: bool = False
 
 
 class _Lowering:
@@ -237,3 +248,55 @@ def layout(name: str, version: int) -> Struct:
     if definition is None:
         raise KeyError(f"{name} has no version {version}")
     return _Lowering(version, definition.is_flexible(version)).struct(name, definition.fields)
+
+
+# The most columns a picked layout may have (the C interpreter's row, codec/_accel.c).
+MAX_COLUMNS = 16
+
+
+@cache
+def picked(name: str, version: int, paths: tuple[tuple[str, ...], ...]) -> Struct:
+    """The layout of message `name` at `version` with the field at the end of each path
+    (names of nested arrays or structs, then a field's) picked: its value is column i of
+    each row, i its path's index. The paths' structs must nest in one chain, the
+    innermost emitting a row per element (with the columns of its outer structs as they
+    were when it was read); a path that this version lacks gives None in every row. Only
+    regular fields of a fixed-size kind, uuid, string, bytes or records are picked, and
+    in an outer struct only those before the chain's next struct (whose rows they go
+    in). ValueError otherwise."""
+    if not 0 < len(paths) <= MAX_COLUMNS or any(len(path) < 1 for path in paths):
+        raise ValueError(f"between 1 and {MAX_COLUMNS} paths, each of one name or more")
+    chain = max((path[:-1] for path in paths), key=len)
+    if any(path[:-1] != chain[: len(path) - 1] for path in paths):
+        raise ValueError(f"the paths' structs do not nest in one chain: {paths}")
+    columns = {path: index + 1 for index, path in enumerate(paths)}
+    root = layout(name, version)
+    return replace(_picked(root, (), chain, columns), columns=tuple(".".join(path) for path in paths))
+
+
+def _picked(struct: Struct, at: tuple[str, ...], chain: tuple[str, ...], columns: dict[tuple[str, ...], int]) -> Struct:
+    """`struct` (at path `at` of the chain) with its picked fields and the chain's next struct."""
+    fields = []
+    inside = False  # past the chain's next struct: a column read there would be late
+    for field in struct.fields:
+        path = (*at, field.name)
+        if path in columns:
+            if field.kind in (Kind.STRUCT, Kind.ARRAY):
+                raise ValueError(f"{'.'.join(path)}: only a scalar, uuid, string, bytes or records field is picked")
+            if inside:
+                raise ValueError(f"{'.'.join(path)}: picked after {'.'.join(chain)}, whose rows it belongs to")
+            field = replace(field, pick=columns[path])
+        elif path == chain[: len(path)]:
+            inside = True
+            inner = field.element.struct if field.element is not None else field.struct
+            if inner is None:
+                raise ValueError(f"{'.'.join(path)}: neither a struct nor an array of structs")
+            inner = _picked(inner, path, chain, columns)
+            if field.element is not None:
+                field = replace(field, element=replace(field.element, struct=inner))
+            else:
+                field = replace(field, struct=inner)
+        fields.append(field)
+    if any((*at, field.name) in columns or (*at, field.name) == chain[: len(at) + 1] for field in struct.tagged):
+        raise ValueError(f"{struct.name}: a tagged field is not picked")
+    return replace(struct, fields=tuple(fields), emits=at == chain)

@@ -95,6 +95,9 @@ class Token:
     # share groups' asks), and that link: its `answered` makes the response's fields.
     ask: Any = None
     asked_by: Observer | None = None
+    # The rows an ask's `picks` read of its answer (codec.skim.Picks), for
+    # `answered`; None when the answer could not be read.
+    picked: list[tuple[Any, ...]] | None = None
     # The memo entry whose fields these are, when the links left them as they are
     # (memo.RequestEntry): its rendered pieces make the line.
     entry: Any = None
@@ -159,6 +162,9 @@ class Observer:
     # ApiVersions entries ({"api_key", "min_version", "max_version"}) added to the
     # answers clients get
     added_api_versions: tuple[dict[str, int], ...] = ()
+    # An ask's `whole` says whether its answer is decoded whole for `answered`; an ask
+    # not whole has `picks`: None, or the codec.skim.Picks of the fields of its answer
+    # it reads (rows of them, read in the skim, in `token.picked`).
     # Of request_apis: those whose requests it reads without changing the token's fields
     # and whose answers it reads skimmed (an ask not `whole`), if at all: the C path
     # (proxy/steady.py) may take their memoised exchanges, calling `request` and

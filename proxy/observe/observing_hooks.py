@@ -554,6 +554,9 @@ class ObservingHooks(Hooks):
                 fields["response_decode_error"] = streamed.error
             else:
                 response = as_response(pending.api_key, pending.api_version, streamed.stream, self.policy)
+                ask = token.ask
+                if ask is not None and not ask.whole and ask.picks is not None:
+                    token.picked = ask.picks.rows_of(response.body)
                 fields = self._response_fields(info, state, pending, token, response)
                 note_dropped(fields, streamed.stream, self.metrics, "response")
         self.responded(info, pending, token, state, latency, streamed.size + 4, fields)
@@ -711,9 +714,9 @@ class ObservingHooks(Hooks):
         self, info: ConnectionInfo, state: ConnState | None, frame: memoryview, pending: Pending, token: Any
     ) -> tuple[dict[str, Any], ResponseEntry | CapEntry | None]:
         """An answer's line fields, and the memo entry they are of (if any). An answer a
-        link's ask reads whole (Fetch, a Produce's base offsets, share groups,
-        heartbeats) is decoded whole; others are skimmed (an OffsetCommit's too); an
-        ApiVersions answer was decoded when capped."""
+        link's ask reads whole (Fetch, share groups, heartbeats) is decoded whole; others
+        are skimmed (an OffsetCommit's too), the fields an ask picks read in the skim (a
+        Produce's base offsets); an ApiVersions answer was decoded when capped."""
         api_key, version, ask = pending.api_key, pending.api_version, token.ask
         if api_key == API_VERSIONS and len(frame) >= 6 and frame[4:6] == b"\x00\x23":
             version = 0  # KIP-511: an UNSUPPORTED_VERSION answer always has a v0 body
@@ -726,6 +729,9 @@ class ObservingHooks(Hooks):
                     return entry.fields, entry  # type: ignore[return-value]
                 response = cap.response
             elif api_key not in FULL_DECODE_RESPONSES and (ask is None or not ask.whole):
+                if ask is not None and ask.picks is not None:  # a few fields of it read in the skim
+                    _, found, token.picked = ask.picks.read(frame, api_key, version, self.policy)
+                    return skimmed_response_fields(api_key, found, self.topic_ids), None
                 skimmed = self._skimmed(frame, api_key, version)
                 if isinstance(skimmed, ResponseEntry):
                     return skimmed.fields, skimmed

@@ -101,11 +101,18 @@ class TopicIds:
         name = topic.get("topic") or topic.get("name")
         if name:
             return clean(str(name), limit)
-        topic_id = topic.get("topic_id")
+        topic_id = topic.get("topic_id")  # clean_id, inlined: every Fetch topic by id comes here
         made = self._cleaned.get(id(topic_id))
         if made is not None and made[0] is topic_id and made[1] == self.changes and made[2] == limit:
             return made[3]
-        text: str = clean(self.name(topic), limit)
+        return self.clean_id(topic_id, limit)
+
+    def clean_id(self, topic_id: Any, limit: int) -> str:
+        """clean_name of a topic named by its id (a Produce answer's, v13+)."""
+        made = self._cleaned.get(id(topic_id))
+        if made is not None and made[0] is topic_id and made[1] == self.changes and made[2] == limit:
+            return made[3]
+        text: str = clean(self.name({"topic_id": topic_id}), limit)
         if len(self._cleaned) >= 4096:
             self._cleaned.clear()
         # the entry holds the topic id: its id() is not another object's while it is kept

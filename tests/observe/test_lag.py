@@ -18,6 +18,8 @@ import pytest
 from support.hooks_harness import Harness, labels
 from support.records_oracle import build_v2
 
+from codec import Request, Response, encode_request, encode_response
+from proxy.hooks import Pending
 from proxy.metrics import Metrics
 from proxy.observe.identity import kafka_uuid_text
 from proxy.observe.lag.config import LagConfig
@@ -458,15 +460,51 @@ def test_lag_series_are_published_in_the_rendering_thread_not_the_loop(tmp_path:
     assert b'kafkalens_consumer_lag_records{client="app-1",group="",partition="0",topic="orders"} 5.0' in text
 
 
-def produce(count: int, acks: int = -1, partition: int = 0) -> tuple[int, int, dict[str, Any]]:
-    return (0, 9, {"transactional_id": None, "acks": acks, "timeout_ms": 1000, "topic_data": [
-        {"name": "orders", "partition_data": [{"index": partition, "records": records(0, count)}]}]})
+def produce(count: int, acks: int = -1, partition: int = 0, version: int = 9) -> tuple[int, int, dict[str, Any]]:
+    topic: dict[str, Any] = {"topic_id": TOPIC_ID} if version >= 13 else {"name": "orders"}
+    return (0, version, {"transactional_id": None, "acks": acks, "timeout_ms": 1000, "topic_data": [
+        {**topic, "partition_data": [{"index": partition, "records": records(0, count)}]}]})
 
 
-def produced(base_offset: int, error: int = 0, partition: int = 0) -> dict[str, Any]:
-    return {"throttle_time_ms": 0, "responses": [{"name": "orders", "partition_responses": [
+def produced(base_offset: int, error: int = 0, partition: int = 0, version: int = 9) -> dict[str, Any]:
+    topic: dict[str, Any] = {"topic_id": TOPIC_ID} if version >= 13 else {"name": "orders"}
+    return {"throttle_time_ms": 0, "responses": [{**topic, "partition_responses": [
         {"index": partition, "error_code": error, "base_offset": base_offset, "log_append_time_ms": -1,
          "log_start_offset": 0, "record_errors": [], "error_message": None}]}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(("version", "pieces"), [(9, 0), (9, 7), (13, 0), (13, 7)])
+def test_produce_answers_read_whole_streamed_and_by_topic_id(tmp_path: Path, version: int, pieces: int) -> None:
+    """A Produce answer's partitions' ends, picked in its skim (codec.skim.Picks)
+    or read from it decoded as it streamed past; from v13 its topics are named by id (from
+    Metadata answers). Its line says its errors either way."""
+    h = Harness(tmp_path)
+    h.hooks.topic_ids.learn({"topics": [{"topic_id": TOPIC_ID, "name": "orders"}]})
+    h.exchange(fetch_request({0: 10}), fetch_response({0: (10, 10, None)}))
+    consumer = labels(group="", client="app-1", topic="orders", partition="0")
+    assert h.samples("kafkalens_consumer_lag_records") == {consumer: 0}
+    producer = {"conn": "producer", "client_id": "orders-app", "pieces": pieces}
+    h.exchange(produce(5, version=version), produced(10, version=version), **producer)
+    assert h.samples("kafkalens_consumer_lag_records") == {consumer: 5}
+    h.exchange(produce(9, version=version), produced(-1, error=3, version=version), **producer)
+    h.exchange(produce(9, version=version, partition=1), produced(0, partition=1, version=version), **producer)
+    assert h.samples("kafkalens_consumer_lag_records") == {consumer: 5}
+    assert [line["errors"] for line in h.lines("Produce")] == [[], ["UNKNOWN_TOPIC_OR_PARTITION"], []]
+
+
+def test_an_unreadable_produce_answer_moves_no_end(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.exchange(fetch_request({0: 10}), fetch_response({0: (10, 10, None)}))
+    api_key, version, body = produce(5)
+    request = Request(api_key, version, {"correlation_id": 99, "client_id": "orders-app"}, body)
+    frame = encode_request(request)
+    pending = Pending(99, api_key, version, time.perf_counter(), len(frame) + 4)
+    h.hooks.request_forwarded(h.info, memoryview(frame), pending)
+    answer = encode_response(Response(api_key, version, {"correlation_id": 99}, produced(10)))
+    h.hooks.response_forwarded(h.info, memoryview(answer[:-5]), pending)
+    assert h.samples("kafkalens_consumer_lag_records") == {labels(group="", client="app-1", topic="orders", partition="0"): 0}
+    (line,) = h.lines("Produce")
+    assert "response_decode_error" in line and line["errors"] == []
 
 
 def test_a_consumer_that_stops_fetching_falls_behind_what_producers_append(tmp_path: Path) -> None:

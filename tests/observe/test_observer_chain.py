@@ -12,6 +12,7 @@ from typing import Any
 from support.hooks_harness import Harness
 
 from codec import ApiKey, Response
+from codec.skim import Picks
 from proxy.hooks import ConnectionInfo, Pending
 from proxy.observe.chain import ConnState, Observer, Token
 
@@ -25,8 +26,8 @@ HEARTBEAT_ANSWER = {"throttle_time_ms": 0, "error_code": 0}
 
 
 class Ask:
-    def __init__(self, whole: bool) -> None:
-        self.whole = whole
+    def __init__(self, whole: bool, picks: Picks | None = None) -> None:
+        self.whole, self.picks = whole, picks
 
 
 class Recorder(Observer):
@@ -35,8 +36,11 @@ class Recorder(Observer):
     request_apis = frozenset({METADATA})
     response_apis = frozenset({METADATA})
 
-    def __init__(self, name: str, calls: list[tuple[str, str, Any]], whole: bool = True) -> None:
-        self.name, self.calls, self.whole = name, calls, whole
+    def __init__(
+        self, name: str, calls: list[tuple[str, str, Any]], whole: bool = True,
+        picks: Picks | None = None,
+    ) -> None:
+        self.name, self.calls, self.whole, self.picks = name, calls, whole, picks
 
     def request(
         self, info: ConnectionInfo, state: ConnState, token: Token, request: Any,
@@ -45,7 +49,7 @@ class Recorder(Observer):
         self.calls.append((self.name, "request", request.api_key))
         assert state.identity.client_id == "app-1"  # identity learnt before the links
         token.fields[f"{self.name}_saw"] = request.correlation_id
-        token.ask, token.asked_by = Ask(self.whole), self
+        token.ask, token.asked_by = Ask(self.whole, self.picks), self
 
     def response(self, info: ConnectionInfo, state: ConnState, pending: Pending, response: Response) -> None:
         self.calls.append((self.name, "response", response.api_key))
@@ -55,6 +59,8 @@ class Recorder(Observer):
         fields: dict[str, Any] | None,
     ) -> dict[str, Any]:
         self.calls.append((self.name, "answered", "whole" if response is not None else "skimmed"))
+        if token.picked is not None:
+            self.calls.append((self.name, "picked", token.picked))
         if response is not None:
             return {"errors": [], "cluster": response.body["cluster_id"]}
         assert fields is not None
@@ -87,3 +93,20 @@ def test_links_run_in_the_order_composed_and_a_skimmed_ask_gets_fields(tmp_path:
     (line,) = h.lines("Metadata")
     assert line["first_saw"] == line["second_saw"] == line["correlation_id"]
     assert line["skimmed_errors"] == 0 and "cluster" not in line
+
+
+def test_an_ask_that_picks_gets_the_rows_of_its_answer(tmp_path: Path) -> None:
+    """An ask not whole with `picks`: the skim of its answer also reads those fields
+    (codec.skim.Picks), or they are read from the answer decoded as it streamed
+    past; `answered` finds them in `token.picked`."""
+    answer = {**METADATA_ANSWER, "brokers": [
+        {"node_id": node, "host": f"b{node}", "port": 9092, "rack": None} for node in (3, 5)
+    ]}  # fmt: skip
+    for pieces in (0, 7):
+        calls: list[tuple[str, str, Any]] = []
+        picks = Picks((("throttle_time_ms",), ("brokers", "node_id"), ("brokers", "host")))
+        h = Harness(tmp_path / str(pieces), lag=None, links=(Recorder("first", calls, whole=False, picks=picks),))
+        h.exchange(METADATA_REQUEST, answer, pieces=pieces)
+        assert calls[-2:] == [
+            ("first", "answered", "skimmed"), ("first", "picked", [(0, 3, "b3"), (0, 5, "b5")]),
+        ]

@@ -1,7 +1,7 @@
 """The C parts (proxy/_steady.c, codec/_accel.c) built with AddressSanitizer and UBSan,
 and run over hostile and real input: the C path's hostile peers and its parity with the
 Python path over real clients' captured sessions, the codec's C interpreter against the
-Python one, its golden frames and hostile bytes, the hostile client and broker tests,
+Python one, its golden frames and hostile bytes, its picking of answers, the hostile client and broker tests,
 and a short codec fuzzing run. Any out-of-bounds read or write, use after free or
 undefined behaviour aborts the run with the sanitizer's report.
 
@@ -35,6 +35,7 @@ TESTS = [
     "tests/proxy/test_steady_hostile.py",
     "tests/observe/test_line_pieces.py",
     "tests/codec/test_codec_accel.py",
+    "tests/codec/test_codec_pick.py",
     "tests/codec/test_codec_golden.py",
     "tests/codec/test_codec_hostile.py",
     "tests/codec/test_records_accel.py",

@@ -127,13 +127,15 @@ class LagLink(Observer):
         fields: dict[str, Any] | None,
     ) -> dict[str, Any]:
         ask = token.ask
-        # What the link reads most, Fetch and Produce answers (decoded whole), first
+        # What the link reads most, Fetch answers (decoded whole) and Produce answers
+        # (skimmed, their partitions' ends picked: token.picked), first
         if ask.__class__ is FetchAsk:
             return self.fetch_fields(info, state, response, ask)  # type: ignore[arg-type]
         if ask.__class__ is ProduceAsk:
-            assert response is not None
-            self.lag.produce_done(ask, response.body)
-            return response_fields(response, self.summary, self.topic_ids)
+            assert fields is not None
+            if token.picked is not None:  # else the answer could not be read
+                self.lag.produce_done(ask, token.picked)
+            return fields
         if response is None:  # an OffsetCommit's, read from its skimmed answer
             assert fields is not None
             fields = self.lag.commit_answer(ask, fields)
@@ -160,12 +162,10 @@ class LagLink(Observer):
     def answer_fields(
         self, info: ConnectionInfo, state: ConnState | None, response: Response, ask: Any, protocol_type: str | None
     ) -> dict[str, Any]:
-        """The line fields of an answer whose request left an ask (but an OffsetCommit's:
-        `answered` reads those from skimmed answers); a Produce's base offsets read."""
+        """The line fields of an answer decoded whole whose request left an ask (an
+        OffsetCommit's and a Produce's are skimmed: `answered` reads those)."""
         if ask.__class__ is FetchAsk:
             return self.fetch_fields(info, state, response, ask)
-        if ask.__class__ is ProduceAsk:
-            self.lag.produce_done(ask, response.body)
         fields = response_fields(response, self.summary, self.topic_ids, protocol_type)
         if ask.__class__ is ShareAsk:
             self.share.answered(ask, response, fields)
