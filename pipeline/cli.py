@@ -277,10 +277,10 @@ def report_main(argv: list[str]) -> int:
         return 2
     from pipeline.progress import Phases, to_stderr
     from pipeline.read import InputError, UnreadableFiles
-    from pipeline.report import preload_charts, run_report
+    from pipeline.report import preload_imports, run_report
     from pipeline.summary import summary_lines
 
-    preload_charts()
+    preload_imports()
 
     def job(spark: SparkSession) -> int:
         try:

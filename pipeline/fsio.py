@@ -17,15 +17,21 @@ def is_local(path: str) -> bool:
 
 def write_text(spark: SparkSession, path: str, text: str) -> None:
     """Write a text file at `path`: locally, or through Hadoop for hdfs://, s3a:// ..."""
+    write_bytes(spark, path, text.encode("utf-8"))
+
+
+def write_bytes(spark: SparkSession, path: str, data: bytes) -> None:
+    """Write a file at `path` (replaced if there): locally, or through Hadoop for
+    hdfs://, s3a:// ..."""
     if is_local(path):
         target = Path(_local(path))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        target.write_bytes(data)
         return
     fs, hadoop_path = hadoop_file(spark, path)
     stream = fs.create(hadoop_path, True)
     try:
-        stream.write(bytearray(text.encode("utf-8")))
+        stream.write(bytearray(data))
     finally:
         stream.close()
 

@@ -7,6 +7,7 @@ Python on the executors: pipeline/README.md, "Report".
 from __future__ import annotations
 
 import contextlib
+import importlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import html, summary, utc
+from pipeline import html, small_tables, summary, utc
 from pipeline.fine import fine_rows
 from pipeline.fsio import check_writable, write_text
 from pipeline.progress import Phases, duration, human_bytes, plural
@@ -80,6 +81,7 @@ TABLES_CONF = {"spark.sql.adaptive.enabled": "false",
                "spark.sql.codegen.wholeStage": "false",
                "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 _ROW = "_kafkalens_row"
+DRIVER, SPARK = "driver", "spark"  # who wrote a table (ReportResult.written_by)
 
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
@@ -103,6 +105,23 @@ def write_table(table: DataFrame, out: str, name: str) -> tuple[int, list[dict[s
     return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]
 
 
+def write_small_or_large(table: DataFrame, out: str, name: str, bound: int
+                         ) -> tuple[int, list[dict[str, Any]], str]:
+    """Writes a table: up to `bound` rows collected once (one job, which also gives
+    report.html its first HTML_ROWS rows) and written by the driver
+    (small_tables.py); past it, by Spark's writer (write_table: the table computed
+    again). Gives back its row count, its first rows and who wrote it (DRIVER or
+    SPARK)."""
+    if bound > 0:
+        ordered = table.coalesce(1).sortWithinPartitions(*sort_columns(name))
+        rows = small_tables.collect_bounded(ordered, bound)
+        if rows.num_rows <= bound:
+            small_tables.write_parquet(table, rows, f"{out.rstrip('/')}/{name}")
+            shown = small_tables.python_rows(rows.slice(0, HTML_ROWS), table.schema)
+            return rows.num_rows, shown, DRIVER
+    return (*write_table(table, out, name), SPARK)
+
+
 def chart_apis(by_api: list[dict[str, Any]]) -> list[str]:
     """The apis the charts over time draw on their own: the busiest and those with the
     most failures (latency_by_api's first rows, busiest first)."""
@@ -112,39 +131,55 @@ def chart_apis(by_api: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(busiest + [row["api"] for row in failing]))
 
 
-def chart_series(tables: dict[str, DataFrame], by_api: list[dict[str, Any]]
-                 ) -> dict[str, DataFrame]:
-    """The charts' points, each bounded whatever the input (tables' rows already
-    aggregated): requests, failures and p95 per bucket of the chart_apis, the other
-    apis summed; lag per bucket of the groups with the largest lag; clients per
-    software version."""
+def over_time_points(tables: dict[str, DataFrame], shown: dict[str, list[dict[str, Any]]]
+                     ) -> DataFrame:
+    """Requests, failures and p95 per bucket of the chart_apis, the other apis summed."""
     over_time = tables["latency_over_time"]
-    apis = chart_apis(by_api)
+    apis = chart_apis(shown["latency_by_api"])
     named = over_time.where(F.col("api").isin(apis)).select(
         "bucket", "api", "requests", "errors", "p95_ms")
     other = over_time.where(~F.col("api").isin(apis)).groupBy("bucket").agg(
         F.lit(OTHER_APIS).alias("api"), F.sum("requests").alias("requests"),
         F.sum("errors").alias("errors"), F.lit(None).cast("double").alias("p95_ms"))
+    return named.unionByName(other).orderBy("bucket", "api")
+
+
+def lag_points(tables: dict[str, DataFrame], shown: dict[str, list[dict[str, Any]]]
+               ) -> DataFrame:
+    """Lag per bucket of the groups with the largest lag."""
     per_group = tables["consumer_topic_lag"].groupBy("bucket", "group_id").agg(
         F.sum("total_lag").alias("lag"), F.max("group_known").alias("group_known"))
     worst = per_group.groupBy("group_id").agg(F.max("lag").alias("_worst")).orderBy(
         F.desc_nulls_last("_worst"), "group_id").limit(CHART_LINES)
+    return per_group.join(worst, "group_id").select(
+        "bucket", "group_id", "group_known", "lag").orderBy("bucket", "group_id")
+
+
+def software_points(tables: dict[str, DataFrame], shown: dict[str, list[dict[str, Any]]]
+                    ) -> DataFrame:
+    """Clients per software version, the most first."""
     software = tables["client_inventory"].groupBy(
         "client_software_name", "client_software_version").agg(
         F.count(F.lit(1)).alias("clients"), F.sum("requests").alias("requests"))
-    return {
-        "over_time": named.unionByName(other).orderBy("bucket", "api"),
-        "lag": per_group.join(worst, "group_id").select("bucket", "group_id", "group_known",
-                                                        "lag")
-        .orderBy("bucket", "group_id"),
-        "software": software.orderBy(F.desc("clients"), F.desc("requests"),
-                                     "client_software_name", "client_software_version")
-        .limit(CHART_BARS),
-    }
+    return software.orderBy(F.desc("clients"), F.desc("requests"), "client_software_name",
+                            "client_software_version").limit(CHART_BARS)
+
+
+# The charts' points, each bounded whatever the input (the tables' rows already
+# aggregated), each read from the tables of one family (and the rows shown of them):
+# collected by the thread that wrote that family, once it has, while the other
+# families are still being written (after all of them, they were a tail of ~1.3 s
+# at 1M lines: bench/PIPELINE.md, "The small tables written by the driver").
+SERIES: dict[str, tuple[Any, tuple[str, ...]]] = {
+    "over_time": (over_time_points, ("latency_over_time", "latency_by_api")),
+    "lag": (lag_points, ("consumer_topic_lag",)),
+    "software": (software_points, ("client_inventory",)),
+}
+assert all(any(set(needs) <= set(f) for f in FAMILIES) for _, needs in SERIES.values())
 
 
 def render_html(result: ReportResult) -> str:
-    from pipeline import charts  # matplotlib: preload_charts imports it at start
+    from pipeline import charts  # matplotlib: preload_imports imports it at start
 
     by_api = result.shown["latency_by_api"]
     busiest = [row["api"] for row in by_api[:CHART_LINES]]
@@ -171,15 +206,19 @@ def render_html(result: ReportResult) -> str:
     return html.render(page)
 
 
-def preload_charts() -> None:
-    """Imports matplotlib (a large import) in a thread while the JVM starts, when the
-    driver waits and one core is idle; render_html's import then finds it done."""
+def preload_imports() -> None:
+    """Imports matplotlib and pyarrow's Parquet writer (large imports: ~0.2 s for
+    pyarrow.parquet, on the path to the first table otherwise) in a thread while the
+    JVM starts, when the driver waits and one core is idle; render_html's and
+    small_tables' imports then find them done."""
 
     def load() -> None:
-        with contextlib.suppress(Exception):  # render_html imports it again and says why
-            import pipeline.charts  # noqa: F401
+        # DataFrame.toArrow imports pyspark.sql.pandas.types
+        for name in ("pipeline.charts", "pyarrow.parquet", "pyspark.sql.pandas.types"):
+            with contextlib.suppress(Exception):  # the users import it again and say why
+                importlib.import_module(name)
 
-    threading.Thread(target=load, name="kafkalens-preload-charts", daemon=True).start()
+    threading.Thread(target=load, name="kafkalens-preload-imports", daemon=True).start()
 
 
 class ScanReadFailed(Exception):
@@ -284,18 +323,26 @@ def _tables(spark: SparkSession, fine: DataFrame, result: ReportResult, files: l
     with session_conf(spark, conf):
         built = build_tables(fine.coalesce(partitions), result.bucket_seconds, files,
                              result.counts, result.left_out)
+        bound = small_tables.driver_rows(spark)
         try:
-            def family(names: tuple[str, ...]) -> list[tuple[int, list[dict[str, Any]]]]:
-                return [write_table(built.tables[name], result.out, name) for name in names]
+            def family(names: tuple[str, ...]) -> tuple[
+                    list[tuple[int, list[dict[str, Any]], str]], dict[str, list[dict[str, Any]]]]:
+                written = [write_small_or_large(built.tables[name], result.out, name, bound)
+                           for name in names]
+                shown = {name: rows for name, (_, rows, _) in zip(names, written, strict=True)}
+                points = {key: _rows(points_of(built.tables, shown))
+                          for key, (points_of, needs) in SERIES.items()
+                          if set(needs) <= set(names)}
+                return written, points
 
             with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
                 done = list(pool.map(family, FAMILIES))
-                for names, written in zip(FAMILIES, done, strict=True):
-                    for name, (total, rows) in zip(names, written, strict=True):
-                        result.table_rows[name], result.shown[name] = total, rows
-                series = chart_series(built.tables, result.shown["latency_by_api"])
-                points = list(pool.map(_rows, series.values()))
-                result.series.update(zip(series, points, strict=True))
+            for names, (written, points) in zip(FAMILIES, done, strict=True):
+                for name, (total, rows, writer) in zip(names, written, strict=True):
+                    result.table_rows[name], result.shown[name] = total, rows
+                    result.written_by[name] = writer
+                result.series.update(points)
+            result.series = {key: result.series[key] for key in SERIES}
         finally:
             for df in built.shared:
                 df.unpersist()
@@ -345,8 +392,10 @@ def run_report(spark: SparkSession, inputs: list[str], out: str,
     finally:
         cached.unpersist()
     result.seconds = time.monotonic() - started
-    phases.say(f"tables written in {duration(result.seconds - result.scan_seconds)}; "
-               "writing report.html")
+    by_spark = sum(writer == SPARK for writer in result.written_by.values())
+    phases.say(f"tables written in {duration(result.seconds - result.scan_seconds)} "
+               f"({len(result.written_by) - by_spark:,} small ones by the driver, "
+               f"{by_spark:,} by Spark's writer); writing report.html")
     write_text(spark, f"{out.rstrip('/')}/report.html", render_html(result))
     result.seconds = time.monotonic() - started
     return result

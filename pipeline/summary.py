@@ -35,6 +35,9 @@ class ReportResult:
     scan_seconds: float = 0.0  # from the start to the scan's end (reading and folding)
     files: int = 0  # input files listed
     left_out: dict[str, str] = field(default_factory=dict)  # file -> why it was not read
+    # table -> "driver" (small: collected and written by the driver) or "spark" (by
+    # Spark's writer): report.write_small_or_large
+    written_by: dict[str, str] = field(default_factory=dict)
 
     @property
     def lines_per_second(self) -> float:

@@ -5,6 +5,12 @@ of a cached 50,000-row frame, each as the report writes a table
 pass, Parquet), from five threads as the report does, in rounds.
 
     PYTHONPATH=. .venv/bin/python -m bench.pipeline.write_floor [--rounds 3] [--master URL]
+        [--writer spark|report]
+
+`--writer spark` (the default) writes every table with Spark's writer
+(pipeline.report.write_table); `--writer report` as the report writes them
+(pipeline.report.write_small_or_large: these tables are small, so each is collected
+once and written by the driver, pipeline/small_tables.py).
 
 The first round is the JVM meeting these operators for the first time, as the report's
 tables do after its scan; later rounds are the same writes warm. Beside the report's
@@ -24,7 +30,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline import report
+from pipeline import report, small_tables
 from pipeline.session import build_session, session_conf
 from pipeline.tables import FAMILIES
 
@@ -44,6 +50,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--master")
+    p.add_argument("--writer", choices=("spark", "report"), default="spark")
     args = p.parse_args()
     spark = build_session("kafkalens-write-floor", args.master)
     base = spark.range(ROWS).select(
@@ -60,12 +67,16 @@ def main() -> int:
 
             def family(names: tuple[str, ...], rnd: int = rnd) -> None:
                 for name in names:
-                    report.write_table(frames[name], f"{out}/{rnd}", name)
+                    if args.writer == "spark":
+                        report.write_table(frames[name], f"{out}/{rnd}", name)
+                    else:
+                        report.write_small_or_large(frames[name], f"{out}/{rnd}", name,
+                                                    small_tables.driver_rows(spark))
 
             conf = {**report.TABLES_CONF, "spark.sql.shuffle.partitions": "1"}
             with session_conf(spark, conf), ThreadPoolExecutor(len(FAMILIES)) as pool:
                 list(pool.map(family, FAMILIES))
-            print(f"round {rnd + 1}: {len(frames)} tables written in "
+            print(f"round {rnd + 1}: {len(frames)} tables written ({args.writer}) in "
                   f"{time.monotonic() - started:.1f} s", flush=True)
     spark.stop()
     return 0

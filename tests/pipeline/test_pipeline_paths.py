@@ -153,7 +153,7 @@ def test_report_says_its_phases_and_ends_saying_where_the_report_is(
     assert phases[read].endswith(f"; writing 16 tables into {out}")
     assert any(p.startswith("reading and aggregating: ") for p in phases[1:read]), phases
     assert phases[-1].startswith("tables written in ") and phases[-1].endswith(
-        "; writing report.html")
+        " (16 small ones by the driver, 0 by Spark's writer); writing report.html")
     assert any(p.startswith("writing the tables: ") for p in phases[read + 1:-1]), phases
     last = captured.out.strip().splitlines()[-1]
     assert last == f"the report: {out}/report.html (and a Parquet table per section in {out})"
