@@ -1961,7 +1961,9 @@ static int lag_partition(LagWalk *w, PyObject *partition) {
             goto done;
         if (PyDict_GET_SIZE(w->marks) < w->max_tracked) {
             PyObject *call[4] = {lag_empty, high, lag_zero, w->now};
-            if ((made = PyObject_Vectorcall(w->entry, call, 4, NULL)) == NULL || _PyDict_SetItem_KnownHash(w->marks, where, made, hash) < 0)
+            /* PyDict_SetItem hashes `where` again, once per new watermark: CPython 3.13
+             * no longer declares _PyDict_SetItem_KnownHash for extensions. */
+            if ((made = PyObject_Vectorcall(w->entry, call, 4, NULL)) == NULL || PyDict_SetItem(w->marks, where, made) < 0)
                 goto done;
             w->moved++;
         } else {
