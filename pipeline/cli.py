@@ -278,6 +278,7 @@ def report_main(argv: list[str]) -> int:
     from pipeline.progress import Phases, to_stderr
     from pipeline.read import InputError, UnreadableFiles
     from pipeline.report import preload_imports, run_report
+    from pipeline.small_tables import SettingError
     from pipeline.summary import summary_lines
 
     preload_imports()
@@ -286,7 +287,7 @@ def report_main(argv: list[str]) -> int:
         try:
             result = run_report(spark, args.logs, args.out, args.skip_unreadable,
                                 table=args.table, phases=Phases(to_stderr("report")))
-        except paths.PathError as e:
+        except (paths.PathError, SettingError) as e:
             print(f"kafkalens report: {e}", file=sys.stderr)
             return 2
         except UnreadableFiles as e:

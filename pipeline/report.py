@@ -317,13 +317,13 @@ def table_partitions(spark: SparkSession, fine_rows_n: int) -> int:
 
 
 def _tables(spark: SparkSession, fine: DataFrame, result: ReportResult, files: list[str],
-            partitions: int) -> None:
-    """Writes every table and fills `result` with what the html shows."""
+            partitions: int, bound: int) -> None:
+    """Writes every table (those of at most `bound` rows by the driver) and fills
+    `result` with what the html shows."""
     conf = {**TABLES_CONF, "spark.sql.shuffle.partitions": str(partitions)}
     with session_conf(spark, conf):
         built = build_tables(fine.coalesce(partitions), result.bucket_seconds, files,
                              result.counts, result.left_out)
-        bound = small_tables.driver_rows(spark)
         try:
             def family(names: tuple[str, ...]) -> tuple[
                     list[tuple[int, list[dict[str, Any]], str]], dict[str, list[dict[str, Any]]]]:
@@ -377,6 +377,7 @@ def run_report(spark: SparkSession, inputs: list[str], out: str,
     phases = phases or Phases()
     started = time.monotonic()
     check_writable(spark, out)  # a Hadoop path's: a local one was checked before Spark
+    bound = small_tables.driver_rows(spark)  # a bad setting said before the scan
     files, left_out, (cached, line_counts, fine_rows_n) = (
         _read_table(spark, table, phases) if table
         else _read_all(spark, inputs, skip_unreadable, phases))
@@ -388,7 +389,7 @@ def run_report(spark: SparkSession, inputs: list[str], out: str,
                f"{duration(result.scan_seconds)}; writing {len(TABLE_ORDER)} tables into {out}")
     try:
         with phases.running(spark, "writing the tables"):
-            _tables(spark, cached, result, files, table_partitions(spark, fine_rows_n))
+            _tables(spark, cached, result, files, table_partitions(spark, fine_rows_n), bound)
     finally:
         cached.unpersist()
     result.seconds = time.monotonic() - started

@@ -55,12 +55,24 @@ SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
 SPARK_VERSION_KEY = b"org.apache.spark.version"
 
 
+class SettingError(ValueError):
+    """DRIVER_ROWS_KEY set to a value that is not a number of rows."""
+
+
 def driver_rows(spark: SparkSession) -> int:
     """DRIVER_ROWS_KEY's value (DRIVER_ROWS unless set); 0 (every table to Spark's
     writer) when the session's Parquet settings are not ones the driver writes as
-    Spark does, or the driver lacks pyarrow."""
+    Spark does, or the driver lacks pyarrow. SettingError for a value that is not a
+    whole number, 0 or more (the report asks before it reads anything)."""
     value = spark.conf.get(DRIVER_ROWS_KEY, None)
-    bound = DRIVER_ROWS if value is None else int(value)
+    try:
+        bound = DRIVER_ROWS if value is None else int(value)
+    except ValueError:
+        bound = -1
+    if bound < 0:
+        raise SettingError(f"{DRIVER_ROWS_KEY} is {value!r}: give the most rows a table may "
+                           "have to be written by the driver, 0 or more (0: every table by "
+                           "Spark's writer)")
     try:
         import pyarrow.parquet  # noqa: F401 - a driver without it: Spark's writer
     except ImportError:

@@ -24,7 +24,7 @@ from support.synth import Synth, to_line, write_rotated
 
 from pipeline.report import DRIVER, SPARK, run_report, write_small_or_large, write_table
 from pipeline.session import session_conf
-from pipeline.small_tables import DRIVER_ROWS_KEY
+from pipeline.small_tables import DRIVER_ROWS_KEY, SettingError
 from pipeline.summary import ReportResult
 from pipeline.tables import TABLE_ORDER
 
@@ -52,6 +52,17 @@ def test_small_tables_are_written_by_the_driver_larger_ones_by_spark(
                                   for name, n in driver.table_rows.items()}
     assert crossed.table_rows == driver.table_rows
     assert crossed.shown == driver.shown  # report.html's rows, timestamps UTC
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
+def test_a_bound_that_is_no_number_of_rows_is_said_before_anything_is_read(
+        spark: SparkSession, tmp_path: Path, value: str) -> None:
+    """The inputs match nothing: had the report read them first, it would have said
+    that (InputError) instead."""
+    with session_conf(spark, {DRIVER_ROWS_KEY: value}), pytest.raises(SettingError) as e:
+        run_report(spark, [str(tmp_path / "nothing-here-*.log")], str(tmp_path / "out"))
+    assert str(e.value).startswith(f"{DRIVER_ROWS_KEY} is {value!r}: ")
+    assert not (tmp_path / "out").exists()
 
 
 def _file(directory: Path) -> Path:
