@@ -162,9 +162,6 @@ class Observer:
     # ApiVersions entries ({"api_key", "min_version", "max_version"}) added to the
     # answers clients get
     added_api_versions: tuple[dict[str, int], ...] = ()
-    # An ask's `whole` says whether its answer is decoded whole for `answered`; an ask
-    # not whole has `picks`: None, or the codec.skim.Picks of the fields of its answer
-    # it reads (rows of them, read in the skim, in `token.picked`).
     # Of request_apis: those whose requests it reads without changing the token's fields
     # and whose answers it reads skimmed (an ask not `whole`), if at all: the C path
     # (proxy/steady.py) may take their memoised exchanges, calling `request` and
@@ -230,7 +227,9 @@ class Observer:
         """The response to a request whose `token.ask` this link set: the line's response
         fields. When `ask.whole`, `response` is the response decoded whole and `fields`
         None; else `response` is None and `fields` those of the skimmed response (maybe
-        memoised: copy before changing), or of a response that failed to decode. The dict
+        memoised: copy before changing), or of a response that failed to decode, and an
+        ask's `picks` (None, or the codec.skim.Picks of the fields of its answer it
+        reads) have their rows, read in the skim, in `token.picked`. The dict
         returned is not changed afterwards: returned again, it is the same line fields
         (request_line.answer_json renders it once)."""
         return fields if fields is not None else {"errors": []}
