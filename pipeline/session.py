@@ -53,9 +53,9 @@ SPARK_LOG_PROPERTY = "kafkalens.spark.log"  # log4j2.properties' level: off unle
 INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
 # PySpark otherwise hands the JVM the Python call site of every DataFrame function
 # and Column method called (the context of an error in a user's own DataFrame code),
-# six py4j round trips each: 2,750 of the 10,600 that building the report's tables
-# took (bench/PIPELINE.md, "The tables' plans"). A static setting: set when this
-# process starts the JVM.
+# six py4j round trips each: off, building the report's tables' plans took 5,001 calls
+# instead of 10,589 (bench/PIPELINE.md, "The tables' plans: one query per family"). A
+# static setting: set when this process starts the JVM.
 DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
 # A cluster's driver runs no tasks: C1 alone and the serial GC cut its CPU
 # (bench/PIPELINE.md, "A cluster's cached plan, and the local JVM's compilers"). The executors keep the JVM's defaults: they run the tasks C2 pays off on.
