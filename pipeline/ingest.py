@@ -58,9 +58,19 @@ COMPRESSION = "zstd"  # the table's Parquet files
 # task to each partition its rows fall in, so a continuous ingest would otherwise add
 # thousands a day (the quarantine's among them: a few bad lines each).
 COMPACT_AFTER_FILES = 16
+# Parquet's row groups (its writer's `parquet.block.size`, as its writer estimates the
+# rows' size in memory) of at most this much: a Parquet file is split between tasks only
+# at row groups, and a compacted hour is one file (~720,000 lines, ~19 MB, for the
+# benchmark's logs) that Parquet's default of 128 MB made one row group, so the report
+# aggregated the hour it reads from lines (the newest, not rolled up) in one task, on
+# one core. At 4 MB that file has 61 row groups (~11,000 lines each; 16 MB made 2) and
+# is 6 % larger, and the report's tasks share it (rollup.READ_CONF): 9.7-10.9 s -> 5.9-
+# 7.8 s for those 680,000 lines (bench/PIPELINE.md, "The report over the table, split").
+ROW_GROUP_BYTES = 4 * 2**20
 WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "16",
               "spark.sql.parquet.compression.codec": COMPRESSION,
-              "spark.databricks.delta.autoCompact.minNumFiles": str(COMPACT_AFTER_FILES)}
+              "spark.databricks.delta.autoCompact.minNumFiles": str(COMPACT_AFTER_FILES),
+              "parquet.block.size": str(ROW_GROUP_BYTES)}
 TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
 # How long VACUUM keeps the files compaction replaced (for readers still on an older
 # version, and time travel), unless --retention says: Delta's own default.
@@ -337,7 +347,8 @@ def compact(spark: SparkSession, o: IngestOptions) -> str:
     table_retention = f"interval {hours} hours"
     spark.sql(f"ALTER TABLE delta.`{o.table}` SET TBLPROPERTIES "
               f"('delta.deletedFileRetentionDuration' = '{table_retention}')")
-    metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
+    with session_conf(spark, WRITE_CONF):  # its files' row groups as the ingest's
+        metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
     before = data_files(spark, o.table)
     with _retention_check(spark, hours):
         table.vacuum(hours)
