@@ -58,6 +58,13 @@ COMPRESSION = "zstd"  # the table's Parquet files
 # task to each partition its rows fall in, so a continuous ingest would otherwise add
 # thousands a day (the quarantine's among them: a few bad lines each).
 COMPACT_AFTER_FILES = 16
+WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "16",
+              "spark.sql.parquet.compression.codec": COMPRESSION,
+              "spark.databricks.delta.autoCompact.minNumFiles": str(COMPACT_AFTER_FILES)}
+TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
+# How long VACUUM keeps the files compaction replaced (for readers still on an older
+# version, and time travel), unless --retention says: Delta's own default.
+DEFAULT_RETENTION = "7d"
 # Parquet's row groups (its writer's `parquet.block.size`, as its writer estimates the
 # rows' size in memory) of at most this much: a Parquet file is split between tasks only
 # at row groups, and a compacted hour is one file (~720,000 lines, ~19 MB, for the
@@ -67,14 +74,7 @@ COMPACT_AFTER_FILES = 16
 # is 6 % larger, and the report's tasks share it (rollup.READ_CONF): 9.7-10.9 s -> 5.9-
 # 7.8 s for those 680,000 lines (bench/PIPELINE.md, "The report over the table, split").
 ROW_GROUP_BYTES = 4 * 2**20
-WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "16",
-              "spark.sql.parquet.compression.codec": COMPRESSION,
-              "spark.databricks.delta.autoCompact.minNumFiles": str(COMPACT_AFTER_FILES),
-              "parquet.block.size": str(ROW_GROUP_BYTES)}
-TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
-# How long VACUUM keeps the files compaction replaced (for readers still on an older
-# version, and time travel), unless --retention says: Delta's own default.
-DEFAULT_RETENTION = "7d"
+WRITE_CONF["parquet.block.size"] = str(ROW_GROUP_BYTES)
 
 
 class TableError(Exception):
