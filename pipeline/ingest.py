@@ -67,12 +67,11 @@ TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
 DEFAULT_RETENTION = "7d"
 # Parquet's row groups (its writer's `parquet.block.size`, as its writer estimates the
 # rows' size in memory) of at most this much: a Parquet file is split between tasks only
-# at row groups, and a compacted hour is one file (~720,000 lines, ~19 MB, for the
-# benchmark's logs) that Parquet's default of 128 MB made one row group, so the report
-# aggregated the hour it reads from lines (the newest, not rolled up) in one task, on
-# one core. At 4 MB that file has 61 row groups (~11,000 lines each; 16 MB made 2) and
-# is 6 % larger, and the report's tasks share it (rollup.READ_CONF): 9.7-10.9 s -> 5.9-
-# 7.8 s for those 680,000 lines (bench/PIPELINE.md, "The report over the table, split").
+# at row groups, and a compacted hour is one file, which Parquet's default of 128 MB
+# made one row group for the benchmark's logs, so the report aggregated the hour it
+# reads from lines (the newest, not rolled up) in one task, on one core; in row groups
+# of this size the report's tasks share it (rollup.READ_CONF), for files a little
+# larger (bench/PIPELINE.md, "The report over the table, step by step").
 ROW_GROUP_BYTES = 4 * 2**20
 WRITE_CONF["parquet.block.size"] = str(ROW_GROUP_BYTES)
 

@@ -47,9 +47,8 @@ MINUTE = 60  # the grain of an hour a rollup of an older kafkalens made (no `gra
 # The report's scan over the table: a file costs as much as 1 MB read (the session's
 # 32 MB: pipeline.session.SPLIT_BYTES), so the few large files of the hours read from
 # lines (a compacted hour is one) are split between the cores at their row groups
-# (ingest.ROW_GROUP_BYTES), not read in one task each: the benchmark's newest hour
-# (680,000 lines, one file) aggregated in 5.9-7.8 s instead of 9.7-10.9 s (bench/
-# PIPELINE.md, "The report over the table, split").
+# (ingest.ROW_GROUP_BYTES), not read in one task each (bench/PIPELINE.md, "The report
+# over the table, step by step").
 READ_CONF = {"spark.sql.files.openCostInBytes": str(2**20)}
 
 
@@ -68,7 +67,7 @@ def _key(hour: Hour) -> str:
 def table_version(spark: SparkSession, table: str) -> DataFrame:
     """The table's rows (partition columns too) at its current version, pinned: what is
     counted and what is aggregated are the same rows. The version is the newest commit
-    file's in the log's listing (no job: Delta's history() ran one, 0.5-2.5 s)."""
+    file's in the log's listing (Delta's history() ran a job for it)."""
     from pipeline.ingest import table_version as newest
 
     last = newest(spark, table)
