@@ -404,9 +404,7 @@ def run_ingest(spark: SparkSession, o: IngestOptions) -> int:
 
 def table_version(spark: SparkSession, table: str) -> int:
     """The table's newest version: its log's newest commit."""
-    names = fsio.list_names(spark, f"{table.rstrip('/')}/{DELTA_LOG}")
-    versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
-    return max(versions, default=-1)
+    return fsio.delta_version(spark, table)
 
 
 @dataclass

@@ -68,9 +68,7 @@ def table_version(spark: SparkSession, table: str) -> DataFrame:
     """The table's rows (partition columns too) at its current version, pinned: what is
     counted and what is aggregated are the same rows. The version is the newest commit
     file's in the log's listing (Delta's history() ran a job for it)."""
-    from pipeline.ingest import table_version as newest
-
-    last = newest(spark, table)
+    last = fsio.delta_version(spark, table)
     if last < 0:
         raise ValueError(f"{table}: a Delta table without a version")
     return spark.read.format("delta").option("versionAsOf", last).load(table)
