@@ -65,6 +65,15 @@ TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
 # How long VACUUM keeps the files compaction replaced (for readers still on an older
 # version, and time travel), unless --retention says: Delta's own default.
 DEFAULT_RETENTION = "7d"
+# Parquet's row groups (its writer's `parquet.block.size`, as its writer estimates the
+# rows' size in memory) of at most this much: a Parquet file is split between tasks only
+# at row groups, and a compacted hour is one file, which Parquet's default of 128 MB
+# made one row group for the benchmark's logs, so the report aggregated the hour it
+# reads from lines (the newest, not rolled up) in one task, on one core; in row groups
+# of this size the report's tasks share it (rollup.READ_CONF), for files a little
+# larger (bench/PIPELINE.md, "The report over the table, step by step").
+ROW_GROUP_BYTES = 4 * 2**20
+WRITE_CONF["parquet.block.size"] = str(ROW_GROUP_BYTES)
 
 
 class TableError(Exception):
@@ -337,7 +346,8 @@ def compact(spark: SparkSession, o: IngestOptions) -> str:
     table_retention = f"interval {hours} hours"
     spark.sql(f"ALTER TABLE delta.`{o.table}` SET TBLPROPERTIES "
               f"('delta.deletedFileRetentionDuration' = '{table_retention}')")
-    metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
+    with session_conf(spark, WRITE_CONF):  # its files' row groups as the ingest's
+        metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
     before = data_files(spark, o.table)
     with _retention_check(spark, hours):
         table.vacuum(hours)
@@ -394,9 +404,7 @@ def run_ingest(spark: SparkSession, o: IngestOptions) -> int:
 
 def table_version(spark: SparkSession, table: str) -> int:
     """The table's newest version: its log's newest commit."""
-    names = fsio.list_names(spark, f"{table.rstrip('/')}/{DELTA_LOG}")
-    versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
-    return max(versions, default=-1)
+    return fsio.delta_version(spark, table)
 
 
 @dataclass
