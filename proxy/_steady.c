@@ -41,9 +41,24 @@
  * nothing of the read has been done when the C path declines it (it checks every frame
  * first, then acts).
  *
- * It reads no frame body beyond the header (api key, version, correlation id) and uses
- * no description of the wire of its own: the bytes are the memo's keys, whose entries
- * the codec's decoding (codec/layout/) made. It reads and writes the Python objects
+ * Which apis may be observed is the plan's observed_request_apis / observed_response_apis
+ * (proxy/forward/connection.py makes them from the hooks' SteadyParts, less what the
+ * HookPlan holds for admit_request or rewrites, and less SASL's apis; the plan drops
+ * SASL's again), and the plan has request_forwarded and response_forwarded only where
+ * the HookPlan keeps every frame whole for those hooks and holds none. An observed frame
+ * is forwarded before any hook sees it: a hook or link that must hold, answer or rewrite
+ * frames of an api (admit_request, rewrite_response) needs that api out of these sets,
+ * through admit_api_keys / rewrite_api_keys (or inspects_requests, which turns the plan
+ * off), or the C path forwards such frames untouched.
+ *
+ * It reads no frame body beyond the header (api key, version, correlation id), but for
+ * a Produce's acks, which it reads as codec/peek.py's produce_acks does (the client id,
+ * the header's tagged fields, the transactional id skipped, every length checked
+ * against the frame; tests/proxy/test_steady.py's
+ * test_the_c_path_reads_a_produces_acks_as_the_codec_does holds the two to the same
+ * answer over real clients' Produces cut and flipped), and it uses no description of the
+ * wire of its own: the bytes are the memo's keys, whose entries the codec's decoding
+ * (codec/layout/) made. It reads and writes the Python objects
  * through their __slots__: `Plan` takes each class and finds each slot's offset in its
  * member descriptor, refusing a class whose slot is not a plain object slot; an object
  * is read only after its exact type was checked, and a slot that is unset (NULL) or of
