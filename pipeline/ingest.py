@@ -51,17 +51,32 @@ COMPRESSION = "zstd"  # the table's Parquet files
 # A task's lines span a few partitions (kind, date, hour): a Parquet writer open for
 # each as its rows come, instead of Spark's default of sorting every row of the task
 # by partition before writing (up to this many open at once; more: it sorts).
+# Optimized writes (Delta's optimizeWrite): a batch's rows are gathered by partition
+# (one shuffle) before they are written, so a batch adds one file to each partition
+# its lines fall in, not one per task (a file per rotated file read: gzip files are
+# not split). Without it, a --once run of 1M lines over 7 hours wrote 42 files and auto
+# compaction then read and wrote all of them again: 15.9 s of tasks' CPU and 14.5 s of
+# wall time against the shuffle's few seconds (bench/PIPELINE.md, "Where the ingest's
+# time goes").
 # Auto compaction (the table's delta.autoOptimize.autoCompact): after a batch commits,
 # a partition it wrote to that holds at least this many files under Delta's small-file
 # size is compacted into fewer, in a transaction of its own (readers are not disturbed:
-# it changes no row, and `watch --table` skips it). Each micro-batch adds a file per
-# task to each partition its rows fall in, so a continuous ingest would otherwise add
-# thousands a day (the quarantine's among them: a few bad lines each).
+# it changes no row, and `watch --table` skips it). Each micro-batch adds a file to
+# each partition its rows fall in, so a continuous ingest would otherwise add
+# hundreds a day (the quarantine's among them: a few bad lines each).
 COMPACT_AFTER_FILES = 16
 WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "16",
               "spark.sql.parquet.compression.codec": COMPRESSION,
+              "spark.databricks.delta.optimizeWrite.enabled": "true",
               "spark.databricks.delta.autoCompact.minNumFiles": str(COMPACT_AFTER_FILES)}
-TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
+# File statistics (min, max, nulls per column, in each file's log entry) on the first
+# column only, `ts`: what a reader skips files by beside the partitions. Delta's default,
+# the first 32 columns (long text and nested values among them), is work on every row
+# for statistics no reader of this table uses (its measured cost: bench/PIPELINE.md,
+# "Where the ingest's time goes").
+STATS_COLUMNS = 1
+TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true",
+                    "delta.dataSkippingNumIndexedCols": str(STATS_COLUMNS)}
 # How long VACUUM keeps the files compaction replaced (for readers still on an older
 # version, and time travel), unless --retention says: Delta's own default.
 DEFAULT_RETENTION = "7d"

@@ -13,6 +13,7 @@ standalone cluster: tests/pipeline/test_pipeline_cluster.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
@@ -86,6 +87,15 @@ def test_the_table_is_partitioned_by_time_and_keeps_bad_lines_apart(
     layout = {p.relative_to(table).parent.as_posix() for p in data}
     assert layout == {"kind=lines/date=2025-03-01/hour=12",
                       "kind=bad_lines/date=2025-03-01/hour=12"}, layout
+    # One batch of four files (a task each): one file a partition (optimized writes),
+    # each with statistics on `ts` alone, which its log entry holds.
+    assert sorted(Counter(p.parent for p in data).values()) == [1, 1], data
+    stats = [json.loads(json.loads(line)["add"]["stats"])
+             for log in sorted((table / "_delta_log").glob("*.json"))
+             for line in log.read_text().splitlines() if '"add"' in line]
+    # (a file of bad lines without a ts has its null count alone)
+    assert stats and all(s["numRecords"] > 0 and set(s["nullCount"]) == {"ts"} >= set(
+        s["minValues"]) | set(s["maxValues"]) for s in stats), stats
     bad = read_table(spark, str(table)).where(F.col("bad_reason").isNotNull())
     rows = bad.select("file", "bad_reason", "line").collect()
     assert rows and all(r["bad_reason"] and r["line"] and r["file"].startswith(
