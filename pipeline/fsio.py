@@ -85,6 +85,14 @@ def list_names(spark: SparkSession, directory: str) -> list[str]:
     return sorted(str(status.getPath().getName()) for status in fs.listStatus(path))
 
 
+def delta_version(spark: SparkSession, table: str) -> int:
+    """A Delta table's newest version: its log's newest commit file (-1: none), read from
+    the log's listing (no Spark job)."""
+    names = list_names(spark, f"{table.rstrip('/')}/_delta_log")
+    versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+    return max(versions, default=-1)
+
+
 def read_text(spark: SparkSession, path: str) -> str:
     if is_local(path):
         return Path(_local(path)).read_text(encoding="utf-8")

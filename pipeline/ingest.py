@@ -51,20 +51,44 @@ COMPRESSION = "zstd"  # the table's Parquet files
 # A task's lines span a few partitions (kind, date, hour): a Parquet writer open for
 # each as its rows come, instead of Spark's default of sorting every row of the task
 # by partition before writing (up to this many open at once; more: it sorts).
+# Optimized writes (Delta's optimizeWrite): a batch's rows are gathered by partition
+# (one shuffle) before they are written, so a batch adds one file to each partition
+# its lines fall in, not one per task (a file per rotated file read: gzip files are
+# not split). Without it, a --once run of 1M lines over 7 hours wrote 42 files and auto
+# compaction then read and wrote all of them again: 15.9 s of tasks' CPU and 14.5 s of
+# wall time against the shuffle's few seconds (bench/PIPELINE.md, "Where the ingest's
+# time goes").
 # Auto compaction (the table's delta.autoOptimize.autoCompact): after a batch commits,
 # a partition it wrote to that holds at least this many files under Delta's small-file
 # size is compacted into fewer, in a transaction of its own (readers are not disturbed:
-# it changes no row, and `watch --table` skips it). Each micro-batch adds a file per
-# task to each partition its rows fall in, so a continuous ingest would otherwise add
-# thousands a day (the quarantine's among them: a few bad lines each).
+# it changes no row, and `watch --table` skips it). Each micro-batch adds a file to
+# each partition its rows fall in, so a continuous ingest would otherwise add
+# hundreds a day (the quarantine's among them: a few bad lines each).
 COMPACT_AFTER_FILES = 16
 WRITE_CONF = {"spark.sql.maxConcurrentOutputFileWriters": "16",
               "spark.sql.parquet.compression.codec": COMPRESSION,
+              "spark.databricks.delta.optimizeWrite.enabled": "true",
               "spark.databricks.delta.autoCompact.minNumFiles": str(COMPACT_AFTER_FILES)}
-TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
+# File statistics (min, max, nulls per column, in each file's log entry) on the first
+# column only, `ts`: what a reader skips files by beside the partitions. Delta's default,
+# the first 32 columns (long text and nested values among them), is work on every row
+# for statistics no reader of this table uses (its measured cost: bench/PIPELINE.md,
+# "Where the ingest's time goes").
+STATS_COLUMNS = 1
+TABLE_PROPERTIES = {"delta.autoOptimize.autoCompact": "true",
+                    "delta.dataSkippingNumIndexedCols": str(STATS_COLUMNS)}
 # How long VACUUM keeps the files compaction replaced (for readers still on an older
 # version, and time travel), unless --retention says: Delta's own default.
 DEFAULT_RETENTION = "7d"
+# Parquet's row groups (its writer's `parquet.block.size`, as its writer estimates the
+# rows' size in memory) of at most this much: a Parquet file is split between tasks only
+# at row groups, and a compacted hour is one file, which Parquet's default of 128 MB
+# made one row group for the benchmark's logs, so the report aggregated the hour it
+# reads from lines (the newest, not rolled up) in one task, on one core; in row groups
+# of this size the report's tasks share it (rollup.READ_CONF), for files a little
+# larger (bench/PIPELINE.md, "The report over the table, step by step").
+ROW_GROUP_BYTES = 4 * 2**20
+WRITE_CONF["parquet.block.size"] = str(ROW_GROUP_BYTES)
 
 
 class TableError(Exception):
@@ -337,7 +361,8 @@ def compact(spark: SparkSession, o: IngestOptions) -> str:
     table_retention = f"interval {hours} hours"
     spark.sql(f"ALTER TABLE delta.`{o.table}` SET TBLPROPERTIES "
               f"('delta.deletedFileRetentionDuration' = '{table_retention}')")
-    metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
+    with session_conf(spark, WRITE_CONF):  # its files' row groups as the ingest's
+        metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
     before = data_files(spark, o.table)
     with _retention_check(spark, hours):
         table.vacuum(hours)
@@ -394,9 +419,7 @@ def run_ingest(spark: SparkSession, o: IngestOptions) -> int:
 
 def table_version(spark: SparkSession, table: str) -> int:
     """The table's newest version: its log's newest commit."""
-    names = fsio.list_names(spark, f"{table.rstrip('/')}/{DELTA_LOG}")
-    versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
-    return max(versions, default=-1)
+    return fsio.delta_version(spark, table)
 
 
 @dataclass

@@ -386,7 +386,7 @@ def _read_table(spark: SparkSession, table: str, phases: Phases
     """As _read_all, over a table `kafkalens ingest` wrote: its lines are parsed
     already; the files are those its lines came from and those the ingest left out."""
     from pipeline.ingest import TableError, read_table, unreadable_files
-    from pipeline.rollup import fine_of_table
+    from pipeline.rollup import READ_CONF, fine_of_table
 
     try:
         rows = read_table(spark, table)
@@ -397,7 +397,8 @@ def _read_table(spark: SparkSession, table: str, phases: Phases
         raise InputError(f"cannot read the table {table}: {first_line(e)}") from e
     left_out = unreadable_files(spark, table)
     phases.say(f"reading the table {table} and aggregating its lines")
-    scanned = _scan(spark, rows, phases, fine)
+    with session_conf(spark, READ_CONF):  # the files' splits are made as the scan runs
+        scanned = _scan(spark, rows, phases, fine)
     files = sorted(scanned[1].files_with_lines | set(left_out))
     return files, left_out, scanned
 

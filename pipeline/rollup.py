@@ -44,6 +44,12 @@ ROLLUP = "_rollup"  # under TABLE: Delta's VACUUM leaves folders starting with "
 HOUR = ("kind", "date", "hour")  # the table's partition columns (ingest.PARTITIONS)
 Hour = tuple[str, str, int]
 MINUTE = 60  # the grain of an hour a rollup of an older kafkalens made (no `grain`)
+# The report's scan over the table: a file costs as much as 1 MB read (the session's
+# 32 MB: pipeline.session.SPLIT_BYTES), so the few large files of the hours read from
+# lines (a compacted hour is one) are split between the cores at their row groups
+# (ingest.ROW_GROUP_BYTES), not read in one task each (bench/PIPELINE.md, "The report
+# over the table, step by step").
+READ_CONF = {"spark.sql.files.openCostInBytes": str(2**20)}
 
 
 def path_of(table: str) -> str:
@@ -60,13 +66,12 @@ def _key(hour: Hour) -> str:
 
 def table_version(spark: SparkSession, table: str) -> DataFrame:
     """The table's rows (partition columns too) at its current version, pinned: what is
-    counted and what is aggregated are the same rows."""
-    from delta.tables import DeltaTable
-
-    last = DeltaTable.forPath(spark, table).history(1).select("version").first()
-    if last is None:
+    counted and what is aggregated are the same rows. The version is the newest commit
+    file's in the log's listing (Delta's history() ran a job for it)."""
+    last = fsio.delta_version(spark, table)
+    if last < 0:
         raise ValueError(f"{table}: a Delta table without a version")
-    return spark.read.format("delta").option("versionAsOf", last[0]).load(table)
+    return spark.read.format("delta").option("versionAsOf", last).load(table)
 
 
 def hour_counts(rows: DataFrame) -> dict[Hour, int]:

@@ -2,30 +2,63 @@
  *
  * CONTRACT. One call per read per direction: a connection's `data_received` (client to
  * broker) is Core.feed_request and its broker side's is Core.feed_response (see
- * proxy/steady.py, proxy/forward/connection.py). A call takes a read in C only when
- * everything in it is the usual: whole frames, each a request (or the answer to one)
- * that the observing hooks have already seen byte for byte (correlation id apart) and
- * made a memo entry of (proxy/observe/memo.py), on a connection in its steady state
- * (broker connected, nothing paused or draining, no SASL token phase, both splitters at
- * a frame boundary). It then does what the Python path would, in the same order and to
+ * proxy/steady.py, proxy/forward/connection.py). A call takes a read in C only when it is
+ * whole frames on a connection in its steady state (broker connected, nothing paused or
+ * draining, no SASL token phase, both splitters at a frame boundary), each frame a
+ * request (or the answer to the oldest ones, in order) of an api the plan lets it take.
+ * It then does the Python path's framing, exchange and write, in the same order and to
  * the same objects: each request becomes a `Pending` (proxy/hooks.py) on the exchange's
- * queue with its memo entry as token, the read is written to the other side as it
- * came (an ApiVersions answer rewritten as its memoised cap says), and, after the
- * write, each exchange is counted (in `Counters`, which proxy/metrics.py adds to the
- * Prometheus series at each scrape), and each answered request's line is put together
- * from the pieces its entries and its connection rendered (observe/request_line.py's
- * `compose`, byte for byte) and appended to the request log's queue (LineSink). A
- * request of an api whose links read it without changing its fields (the hooks' steady
- * apis: the lag link's OffsetCommit) gets a chain.Token the C path makes, handed to each
- * such link's `request`; its answer to the asking link's `answered`.
- * Anything else (a first-seen frame, an error, a frame another link reads, a cut
- * frame, a Produce, a full in-flight table, an identity that may change...) goes to
- * the Python path with the whole read, untouched: nothing of the read has been done
- * when the C path declines it (it checks every frame first, then acts).
+ * queue before the read is written on (so before its answer can come), each answer takes
+ * its request off the queue, and the read is written to the other side as it came (an
+ * ApiVersions answer rewritten as its memoised cap says). What the observing hooks do
+ * with the frames is one of two things, for the whole read:
  *
- * It reads no frame body beyond the header (api key, version, correlation id) and uses
- * no description of the wire of its own: the bytes are the memo's keys, whose entries
- * the codec's decoding (codec/layout/) made. It reads and writes the Python objects
+ * - Every frame one the hooks have already seen byte for byte (correlation id apart)
+ *   and made a memo entry of (proxy/observe/memo.py), quiet on its connection: the C path
+ *   does the hooks' part too. A request's Pending gets its memo entry as token; after the
+ *   write each exchange is counted (in `Counters`, which proxy/metrics.py adds to the
+ *   Prometheus series at each scrape), and each answered request's line is put together
+ *   from the pieces its entries and its connection rendered (observe/request_line.py's
+ *   `compose`, byte for byte) and appended to the request log's queue (LineSink). A
+ *   request of an api whose links read it without changing its fields (the hooks' steady
+ *   apis: the lag link's OffsetCommit) gets a chain.Token the C path makes, handed to each
+ *   such link's `request`; its answer to the asking link's `answered`.
+ * - Otherwise, where every frame's api is one the plan's observed_request_apis /
+ *   observed_response_apis name (frames the Python path keeps whole for request_forwarded
+ *   / response_forwarded and neither holds nor rewrites: a Produce with acks other than 0,
+ *   a Fetch, a first-seen frame), it is "observed": after the write, each frame, in the
+ *   read's order, goes to the hooks' request_forwarded or response_forwarded (info, a
+ *   memoryview of the frame without its length prefix, its Pending), one call per frame,
+ *   as the Python path's chunk_done runs them; a hook that raises an Exception goes to the
+ *   connection's hook_failed (Relay.hook_failed: counted, logged with its traceback) and
+ *   the next frame's hook runs. A Pending's token is then the hooks' to set, as on the
+ *   Python path. A Produce's acks are read here (codec/peek.py's produce_acks, bounded by
+ *   the frame): acks 0 (no answer, nothing pending) is the Python path's.
+ *
+ * Anything else (a frame of another api, a frame cut across reads, a full in-flight
+ * table, an answer out of order or to a reply the proxy made, a frame over the
+ * splitter's max_frame...) goes to the Python path with the whole read, untouched:
+ * nothing of the read has been done when the C path declines it (it checks every frame
+ * first, then acts).
+ *
+ * Which apis may be observed is the plan's observed_request_apis / observed_response_apis
+ * (proxy/forward/connection.py makes them from the hooks' SteadyParts, less what the
+ * HookPlan holds for admit_request or rewrites, and less SASL's apis; the plan drops
+ * SASL's again), and the plan has request_forwarded and response_forwarded only where
+ * the HookPlan keeps every frame whole for those hooks and holds none. An observed frame
+ * is forwarded before any hook sees it: a hook or link that must hold, answer or rewrite
+ * frames of an api (admit_request, rewrite_response) needs that api out of these sets,
+ * through admit_api_keys / rewrite_api_keys (or inspects_requests, which turns the plan
+ * off), or the C path forwards such frames untouched.
+ *
+ * It reads no frame body beyond the header (api key, version, correlation id), but for
+ * a Produce's acks, which it reads as codec/peek.py's produce_acks does (the client id,
+ * the header's tagged fields, the transactional id skipped, every length checked
+ * against the frame; tests/proxy/test_steady.py's
+ * test_the_c_path_reads_a_produces_acks_as_the_codec_does holds the two to the same
+ * answer over real clients' Produces cut and flipped), and it uses no description of the
+ * wire of its own: the bytes are the memo's keys, whose entries the codec's decoding
+ * (codec/layout/) made. It reads and writes the Python objects
  * through their __slots__: `Plan` takes each class and finds each slot's offset in its
  * member descriptor, refusing a class whose slot is not a plain object slot; an object
  * is read only after its exact type was checked, and a slot that is unset (NULL) or of
@@ -277,6 +310,13 @@ typedef struct {
     unsigned char log_mode[MAX_API];
     int api_versions_plain; /* an ApiVersions answer's fields are its cap's */
     int observe;            /* 0: hooks that observe nothing (Plan.forwarding): forward and pair only */
+    /* per api key: 1 if a read with frames the memo does not answer may still be the C
+     * path's, every frame of it handed to the hooks as the Python path hands it
+     * (request_forwarded / response_forwarded, after the write): apis the Python path
+     * keeps whole for those hooks and neither holds, rewrites nor reads in a SASL phase */
+    unsigned char observed_request_ok[MAX_API], observed_response_ok[MAX_API];
+    PyObject *request_forwarded, *response_forwarded; /* the hooks' (info, frame, pending); NULL: none */
+    PyObject *str_request_forwarded, *str_response_forwarded, *str_response;
 } PlanObject;
 
 static int find_slot(PyTypeObject *type, const char *name, Py_ssize_t *out) {
@@ -325,22 +365,30 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         "exchange", "sink_type", "request_memo", "response_memo", "cap_memo", "hooks", "sink",
         "counters", "clash", "request_apis", "response_apis", "auth_apis", "log_always",
         "log_never", "api_versions_plain", "token", "link_apis", "request_links", "link_answer",
-        "render_fields", NULL};
+        "render_fields", "observed_request_apis", "observed_response_apis", "request_forwarded",
+        "response_forwarded", NULL};
     PyObject *pending, *request_entry, *response_entry, *cap_entry, *state, *info, *splitter, *exchange,
         *sink_type, *request_memo, *response_memo, *cap_memo, *hooks, *sink, *counters, *request_apis,
         *response_apis, *auth_apis, *log_always, *log_never, *token, *link_apis, *request_links, *link_answer,
-        *render_fields;
+        *render_fields, *observed_requests = NULL, *observed_responses = NULL, *request_forwarded = Py_None,
+        *response_forwarded = Py_None;
     long long clash;
     int plain;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOOOOOOOOO!O!O!OOO!LOOOOOpOOO!OO", names, &pending, &request_entry, &response_entry,
+            args, kwds, "OOOOOOOOOO!O!O!OOO!LOOOOOpOOO!OO|OOOO", names, &pending, &request_entry, &response_entry,
             &cap_entry, &state, &info, &splitter, &exchange, &sink_type, &PyDict_Type, &request_memo,
             &PyDict_Type, &response_memo, &PyDict_Type, &cap_memo, &hooks, &sink, &CountersType, &counters,
             &clash, &request_apis, &response_apis, &auth_apis, &log_always, &log_never, &plain, &token,
-            &link_apis, &PyDict_Type, &request_links, &link_answer, &render_fields))
+            &link_apis, &PyDict_Type, &request_links, &link_answer, &render_fields, &observed_requests,
+            &observed_responses, &request_forwarded, &response_forwarded))
         return NULL;
     if (!PyCallable_Check(link_answer) || !PyCallable_Check(render_fields)) {
         PyErr_SetString(PyExc_TypeError, "steady: link_answer and render_fields must be callables");
+        return NULL;
+    }
+    if ((request_forwarded != Py_None && !PyCallable_Check(request_forwarded))
+        || (response_forwarded != Py_None && !PyCallable_Check(response_forwarded))) {
+        PyErr_SetString(PyExc_TypeError, "steady: request_forwarded and response_forwarded must be callables or None");
         return NULL;
     }
     PlanObject *self = (PlanObject *)type->tp_alloc(type, 0);
@@ -411,7 +459,10 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         || (self->str_whole = PyUnicode_InternFromString("whole")) == NULL
         || (self->str_answered = PyUnicode_InternFromString("answered")) == NULL
         || (self->str_errors = PyUnicode_InternFromString("errors")) == NULL
-        || (self->str_request = PyUnicode_InternFromString("request")) == NULL)
+        || (self->str_request = PyUnicode_InternFromString("request")) == NULL
+        || (self->str_response = PyUnicode_InternFromString("response")) == NULL
+        || (self->str_request_forwarded = PyUnicode_InternFromString("request_forwarded")) == NULL
+        || (self->str_response_forwarded = PyUnicode_InternFromString("response_forwarded")) == NULL)
         goto fail;
     /* The C path makes a linked request's Token itself (link_request), filling the eight
      * slots found above: a Token with any other slot, a __dict__ or weak references would
@@ -433,6 +484,18 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     memset(self->log_mode, 2, sizeof(self->log_mode));
     if (api_flags(log_always, self->log_mode, 1) < 0 || api_flags(log_never, self->log_mode, 0) < 0)
         goto fail;
+    /* both hooks or neither: a read's frames are handed over in both directions */
+    if (request_forwarded != Py_None && response_forwarded != Py_None) {
+        self->request_forwarded = Py_NewRef(request_forwarded);
+        self->response_forwarded = Py_NewRef(response_forwarded);
+        if ((observed_requests != NULL && api_flags(observed_requests, self->observed_request_ok, 1) < 0)
+            || (observed_responses != NULL && api_flags(observed_responses, self->observed_response_ok, 1) < 0))
+            goto fail;
+        /* never the apis of SASL's phases: the Python path reads their bodies (sasl.py) */
+        for (int k = 0; k < MAX_API; k++)
+            if (self->auth[k])
+                self->observed_request_ok[k] = self->observed_response_ok[k] = 0;
+    }
     for (int k = 0; k < MAX_API; k++) {
         if (!self->link_ok[k])
             continue;
@@ -519,6 +582,8 @@ static int plan_traverse(PlanObject *self, visitproc visit, void *arg) {
     for (int k = 0; k < MAX_API; k++)
         Py_VISIT(self->request_links[k]);
     Py_VISIT(self->link_answer);
+    Py_VISIT(self->request_forwarded);
+    Py_VISIT(self->response_forwarded);
     Py_VISIT(self->render_fields);
     Py_VISIT(self->rendered_fields);
     Py_VISIT(self->rendered_piece);
@@ -551,6 +616,11 @@ static int plan_clear(PlanObject *self) {
     for (int k = 0; k < MAX_API; k++)
         Py_CLEAR(self->request_links[k]);
     Py_CLEAR(self->link_answer);
+    Py_CLEAR(self->request_forwarded);
+    Py_CLEAR(self->response_forwarded);
+    Py_CLEAR(self->str_response);
+    Py_CLEAR(self->str_request_forwarded);
+    Py_CLEAR(self->str_response_forwarded);
     Py_CLEAR(self->str_whole);
     Py_CLEAR(self->str_answered);
     Py_CLEAR(self->str_errors);
@@ -604,10 +674,12 @@ typedef struct {
     PyObject *requests, *responses;            /* the two FrameSplitters */
     PyObject *info, *state;
     PyObject *client_write, *client_is_closing, *upstream_write;
+    PyObject *hook_failed;                     /* the connection's Relay.hook_failed, or NULL */
     long long max_in_flight, max_frame_before_auth, max_request_frame, max_response_frame;
     int ready;
     double last_active;                        /* CLOCK_MONOTONIC seconds of its last read */
     unsigned long long taken_requests, taken_responses;
+    unsigned long long observed_requests, observed_responses; /* of those: reads handed to the hooks */
 } CoreObject;
 
 static double monotonic(void) {
@@ -630,12 +702,19 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return (PyObject *)self;
 }
 
-/* bind(exchange, requests, responses, info, state, client): the connection's objects,
- * once it is open. The C path takes nothing before, nor while `ready` is False. */
+/* bind(exchange, requests, responses, info, state, client[, hook_failed]): the
+ * connection's objects, once it is open. The C path takes nothing before, nor while
+ * `ready` is False. With `hook_failed` (the connection's Relay.hook_failed: a hook that
+ * raised, counted and logged) it may take reads whose frames the hooks observe
+ * (the plan's request_forwarded and response_forwarded). */
 static PyObject *core_bind(CoreObject *self, PyObject *args) {
-    PyObject *exchange, *requests, *responses, *info, *state, *client;
-    if (!PyArg_ParseTuple(args, "OOOOOO", &exchange, &requests, &responses, &info, &state, &client))
+    PyObject *exchange, *requests, *responses, *info, *state, *client, *hook_failed = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOO|O", &exchange, &requests, &responses, &info, &state, &client, &hook_failed))
         return NULL;
+    if (hook_failed != Py_None && !PyCallable_Check(hook_failed)) {
+        PyErr_SetString(PyExc_TypeError, "steady: bind()'s hook_failed must be a callable or None");
+        return NULL;
+    }
     PlanObject *p = self->plan;
     if (Py_TYPE(exchange) != p->exchange_type || Py_TYPE(requests) != p->splitter_type
         || Py_TYPE(responses) != p->splitter_type || Py_TYPE(info) != p->info_type
@@ -673,6 +752,7 @@ static PyObject *core_bind(CoreObject *self, PyObject *args) {
     Py_XSETREF(self->state, Py_NewRef(state));
     Py_XSETREF(self->client_write, write);
     Py_XSETREF(self->client_is_closing, closing);
+    Py_XSETREF(self->hook_failed, hook_failed == Py_None ? NULL : Py_NewRef(hook_failed));
     self->max_in_flight = max_in_flight;
     self->max_frame_before_auth = before_auth;
     self->max_request_frame = max_request;
@@ -702,6 +782,7 @@ static PyObject *core_release(CoreObject *self, PyObject *Py_UNUSED(unused)) {
     Py_CLEAR(self->client_write);
     Py_CLEAR(self->client_is_closing);
     Py_CLEAR(self->upstream_write);
+    Py_CLEAR(self->hook_failed);
     Py_RETURN_NONE;
 }
 
@@ -723,6 +804,7 @@ typedef struct {
     int api_key, version, linked;
     int32_t corr;
     Py_ssize_t size;     /* the frame's body size */
+    Py_ssize_t start;    /* where its body starts in the read */
 } RequestFrame;
 
 static void drop_request_frames(RequestFrame *frames, int count) {
@@ -828,10 +910,148 @@ static int link_request(CoreObject *self, RequestFrame *f) {
     return err ? -1 : 0;
 }
 
+/* ---- Frames the hooks observe (the memo does not answer them) ------------------------ */
+
+/* A Produce request's acks, as codec/peek.py's produce_acks reads it, from `body` (the
+ * whole frame but its length prefix, `size` bytes, the header's first 8 checked by the
+ * caller): 1 with *acks set, or 0 when what leads to it is cut or malformed (the
+ * Python path then has the read). Every read is checked against `size` first; lengths
+ * are widened before they are added. */
+static int uvarint(const unsigned char *body, Py_ssize_t size, Py_ssize_t *pos, unsigned long long *out) {
+    unsigned long long v = 0;
+    for (int shift = 0; shift <= 28; shift += 7) {
+        if (*pos >= size)
+            return 0;
+        unsigned char byte = body[(*pos)++];
+        v |= (unsigned long long)(byte & 0x7F) << shift;
+        if (!(byte & 0x80)) {
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;  /* longer than 5 bytes */
+}
+
+static int skip(Py_ssize_t size, Py_ssize_t *pos, unsigned long long n) {
+    if (n > (unsigned long long)(size - *pos))
+        return 0;
+    *pos += (Py_ssize_t)n;
+    return 1;
+}
+
+static int produce_acks(const unsigned char *body, Py_ssize_t size, int version, int *acks) {
+    if (size < 10)
+        return 0;
+    int client_id = be16(body + 8);
+    Py_ssize_t pos = 10;
+    if (client_id > 0 && !skip(size, &pos, (unsigned long long)client_id))
+        return 0;
+    int flexible = version >= 9;
+    unsigned long long n;
+    if (flexible) {  /* the request header's tagged fields */
+        unsigned long long count;
+        if (!uvarint(body, size, &pos, &count))
+            return 0;
+        for (unsigned long long i = 0; i < count; i++) {  /* each takes 2 bytes at least: bounded by size */
+            if (!uvarint(body, size, &pos, &n) || !uvarint(body, size, &pos, &n) || !skip(size, &pos, n))
+                return 0;
+        }
+    }
+    if (version >= 3) {  /* transactional_id */
+        if (flexible) {
+            if (!uvarint(body, size, &pos, &n) || (n > 1 && !skip(size, &pos, n - 1)))
+                return 0;
+        } else {
+            if (size - pos < 2)
+                return 0;
+            int txn = be16(body + pos);
+            pos += 2;
+            if (txn > 0 && !skip(size, &pos, (unsigned long long)txn))
+                return 0;
+        }
+    }
+    if (size - pos < 2)
+        return 0;
+    *acks = be16(body + pos);
+    return 1;
+}
+
+/* A hook that raised, as the Python path's _Side.run_after takes it: an Exception is
+ * handed to the connection's hook_failed(hook.__name__, api_key, direction) while it is
+ * the exception being handled (its log.exception prints its traceback), then dropped,
+ * and the next frame's hook runs (0); anything else propagates (-1). `name` stands in
+ * for a hook without a __name__. */
+static int hook_raised(CoreObject *self, PyObject *hook, PyObject *name, int api_key, PyObject *direction) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *before = PyErr_GetHandledException();
+    PyErr_SetHandledException(value);
+    PyObject *named = PyObject_GetAttrString(hook, "__name__");
+    if (named == NULL) {
+        PyErr_Clear();
+        named = Py_NewRef(name);
+    }
+    PyObject *key = PyLong_FromLong(api_key), *r = NULL;
+    if (key != NULL) {
+        PyObject *args[3] = {named, key, direction};
+        r = PyObject_Vectorcall(self->hook_failed, args, 3, NULL);
+        Py_DECREF(key);
+    }
+    Py_DECREF(named);
+    PyErr_SetHandledException(before);
+    Py_XDECREF(before);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* After a read went on: each of its `count` frames handed to `hook` (info, frame,
+ * pending) in the read's order, as the Python path's chunk_done runs them; a frame is a
+ * memoryview of `data` without its length prefix (starts[i], sizes[i]), as the
+ * splitter's. 0, or -1 with an error (one a hook raised that is no Exception). */
+static int observe_frames(CoreObject *self, PyObject *data, PyObject *hook, PyObject *name, PyObject *direction,
+                          PyObject **pendings, const Py_ssize_t *starts, const Py_ssize_t *sizes, const int *keys,
+                          int count) {
+    PyObject *view = PyMemoryView_FromObject(data);
+    if (view == NULL)
+        return -1;
+    int err = 0;
+    for (int i = 0; i < count && !err; i++) {
+        PyObject *frame = PySequence_GetSlice(view, starts[i], starts[i] + sizes[i]);
+        if (frame == NULL) {
+            err = 1;
+            break;
+        }
+        PyObject *args[3] = {self->info, frame, pendings[i]};
+        PyObject *r = PyObject_Vectorcall(hook, args, 3, NULL);
+        Py_DECREF(frame);
+        if (r != NULL)
+            Py_DECREF(r);
+        else if (hook_raised(self, hook, name, keys[i], direction) < 0)
+            err = 1;
+    }
+    Py_DECREF(view);
+    return err ? -1 : 0;
+}
+
 static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
     PlanObject *p = self->plan;
     RequestFrame frames[MAX_BATCH];
     int count = 0;
+    /* observed: a frame of the read is not the memo's, so every frame of it goes to the
+     * hooks (request_forwarded) once the read went on, as on the Python path; possible
+     * while every frame's api may be observed (observable) */
+    int observing = p->request_forwarded != NULL && self->hook_failed != NULL;
+    int observed = 0, observable = 1;
     if (!self->ready || !PyBytes_CheckExact(data) || self->upstream_write == NULL || self->exchange == NULL)
         return python_path(self->py_request, data);
     PyObject *exchange = self->exchange, *state = self->state;
@@ -851,12 +1071,22 @@ static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
         if (count == MAX_BATCH || n - pos < 4)
             goto python;
         int32_t size = be32(buf + pos);
-        if (size < 8 || size > MEMO_MAX_FRAME || size > self->max_request_frame || (Py_ssize_t)size > n - pos - 4)
+        if (size < 8 || size > self->max_request_frame || (Py_ssize_t)size > n - pos - 4)
             goto python;
         const unsigned char *body = buf + pos + 4;
         int api_key = be16(body), version = be16(body + 2);
-        if (api_key < 0 || api_key >= MAX_API || version < 0 || version >= MAX_VERSION || !p->request_ok[api_key])
+        if (api_key < 0 || api_key >= MAX_API || version < 0 || version >= MAX_VERSION)
             goto python;
+        int memo_ok = size <= MEMO_MAX_FRAME && p->request_ok[api_key];
+        int can_observe = observing && p->observed_request_ok[api_key];
+        if (can_observe && api_key == PRODUCE) {
+            int acks = 0;  /* acks 0: no answer, nothing pending (the Python path's) */
+            if (!produce_acks(body, size, version, &acks) || acks == 0)
+                can_observe = 0;
+        }
+        if (!memo_ok && !can_observe)
+            goto python;
+        observable &= can_observe;
         if (in_flight + count >= self->max_in_flight)
             goto python;
         if (before_auth) {
@@ -867,12 +1097,16 @@ static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
                 goto python;
         }
         PyObject *entry = NULL;
-        if (p->observe) {
+        if (!memo_ok)
+            observed = 1;
+        else if (p->observe && !observed) {
             entry = request_entry(p, state, body, size);
             if (entry == NULL) {
                 if (PyErr_Occurred())
                     goto fail;
-                goto python;
+                if (!can_observe)
+                    goto python;
+                observed = 1;
             }
         }
         frames[count].entry = entry;
@@ -882,11 +1116,20 @@ static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
         frames[count].version = version;
         frames[count].corr = be32(body + 4);
         frames[count].size = size;
+        frames[count].start = pos + 4;
         count++;
         pos += 4 + (Py_ssize_t)size;
     }
     if (count == 0)
         goto python;
+    if (observed) {
+        if (!observable)
+            goto python;
+        for (int i = 0; i < count; i++) {  /* the hooks look each frame up in the memo themselves */
+            Py_CLEAR(frames[i].entry);
+            frames[i].linked = 0;
+        }
+    }
     /* the exchange: each request pending, as KafkaExchange.request records it */
     double now = monotonic();
     PyObject *started = PyFloat_FromDouble(now);
@@ -943,6 +1186,24 @@ static PyObject *core_feed_request(CoreObject *self, PyObject *data) {
         drop_request_frames(frames, count);
         Py_RETURN_NONE;
     }
+    if (observed) {  /* then each frame to the hooks */
+        PyObject *pendings[MAX_BATCH];
+        Py_ssize_t starts[MAX_BATCH], sizes[MAX_BATCH];
+        int keys[MAX_BATCH];
+        for (int i = 0; i < count; i++) {
+            pendings[i] = frames[i].pending;
+            starts[i] = frames[i].start;
+            sizes[i] = frames[i].size;
+            keys[i] = frames[i].api_key;
+        }
+        self->observed_requests++;
+        int err = observe_frames(self, data, p->request_forwarded, p->str_request_forwarded, p->str_request,
+                                 pendings, starts, sizes, keys, count);
+        drop_request_frames(frames, count);
+        if (err < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
     /* then observed: counted, per api and on the connection */
     Counts *c = p->counters->c;
     PyObject *per_api = SLOT(state, p->state.requests);
@@ -993,6 +1254,7 @@ typedef struct {
     double started;
     const unsigned char *body;
     int linked;          /* a Token: the hooks observe the answer (link_answer) */
+    Py_ssize_t start;    /* where its body starts in the read */
 } ResponseFrame;
 
 static void drop_response_frames(ResponseFrame *frames, int count) {
@@ -1416,6 +1678,11 @@ static PyObject *core_feed_response(CoreObject *self, PyObject *data) {
     PlanObject *p = self->plan;
     ResponseFrame frames[MAX_BATCH];
     int count = 0, rewrites = 0;
+    /* observed: an answer of the read is not one the C path finishes from the memo, so
+     * every answer of it goes to the hooks (response_forwarded) once the read went on,
+     * as on the Python path; possible while every answer's api may be observed */
+    int observing = p->response_forwarded != NULL && self->hook_failed != NULL;
+    int observed = 0, observable = 1;
     if (!self->ready || !PyBytes_CheckExact(data) || self->exchange == NULL)
         return python_path(self->py_response, data);
     PyObject *exchange = self->exchange;
@@ -1441,7 +1708,7 @@ static PyObject *core_feed_response(CoreObject *self, PyObject *data) {
         if (count == MAX_BATCH || n - pos < 4 || count >= in_flight)
             goto python;
         int32_t size = be32(buf + pos);
-        if (size < 4 || size > MEMO_MAX_FRAME || size > self->max_response_frame || (Py_ssize_t)size > n - pos - 4)
+        if (size < 4 || size > self->max_response_frame || (Py_ssize_t)size > n - pos - 4)
             goto python;
         ResponseFrame *f = &frames[count];
         f->pending = PySequence_GetItem(self->queue, count);
@@ -1455,6 +1722,7 @@ static PyObject *core_feed_response(CoreObject *self, PyObject *data) {
             || SLOT(pending, p->pending.rewritten) != Py_None)
             goto python;
         f->body = buf + pos + 4;
+        f->start = pos + 4;
         f->size = f->sent = size;
         long long corr = slot_ll(pending, p->pending.correlation_id, &ok);
         long long api_key = slot_ll(pending, p->pending.api_key, &ok);
@@ -1463,46 +1731,61 @@ static PyObject *core_feed_response(CoreObject *self, PyObject *data) {
         PyObject *started = SLOT(pending, p->pending.started);
         PyObject *token = SLOT(pending, p->pending.token);
         if (!ok || corr != (long long)be32(f->body) || api_key < 0 || api_key >= MAX_API || started == NULL
-            || !PyFloat_CheckExact(started) || token == NULL || !p->response_ok[api_key])
+            || !PyFloat_CheckExact(started) || token == NULL)
             goto python;
         f->api_key = (int)api_key;
         f->started = PyFloat_AS_DOUBLE(started);
         f->token = token;
         f->linked = 0;
-        if (!p->observe) {  /* forwarded and paired, nothing else */
-            pos += 4 + (Py_ssize_t)size;
+        pos += 4 + (Py_ssize_t)size;
+        int memo_ok = size <= MEMO_MAX_FRAME && p->response_ok[api_key];
+        int can_observe = observing && p->observed_response_ok[api_key];
+        if (!memo_ok && !can_observe)
+            goto python;
+        observable &= can_observe;
+        if (!p->observe)  /* forwarded and paired, nothing else */
+            continue;
+        if (observed || !memo_ok) {
+            observed = 1;
             continue;
         }
+        /* the memo's answer, or (none: declined) the hooks' if it may be observed */
+        int declined = 0;
         f->linked = Py_TYPE(token) == p->token_type;
         if (f->linked) {
             if (!linked_answer_ok(self, f))
-                goto python;
-            f->answer = linked_entry(p, f);
-            if (f->answer == NULL) {
-                if (PyErr_Occurred())
-                    goto fail;
-                goto python;
-            }
-            pos += 4 + (Py_ssize_t)size;
-            continue;
+                declined = 1;
+            else if ((f->answer = linked_entry(p, f)) == NULL)
+                declined = 1;
+        } else {
+            PyObject *rendered = Py_TYPE(token) == p->request_entry_type && p->log_mode[api_key] != 2
+                                     ? SLOT(token, p->req.fragment)  /* rendered when the memo met it again */
+                                     : NULL;
+            if (rendered == NULL || !PyBytes_CheckExact(rendered) || (f->answer = response_entry(self, f)) == NULL)
+                declined = 1;
+            else if (f->tail != NULL)
+                rewrites++;
         }
-        if (Py_TYPE(token) != p->request_entry_type || p->log_mode[api_key] == 2)
-            goto python;
-        PyObject *rendered = SLOT(token, p->req.fragment);  /* rendered when the memo met it again */
-        if (rendered == NULL || !PyBytes_CheckExact(rendered))
-            goto python;
-        f->answer = response_entry(self, f);
-        if (f->answer == NULL) {
+        if (declined) {
             if (PyErr_Occurred())
                 goto fail;
-            goto python;
+            if (!can_observe)
+                goto python;
+            observed = 1;
         }
-        if (f->tail != NULL)
-            rewrites++;
-        pos += 4 + (Py_ssize_t)size;
     }
     if (count == 0)
         goto python;
+    if (observed) {
+        if (!observable)
+            goto python;
+        for (int i = 0; i < count; i++) {  /* the hooks find each answer in the memo themselves */
+            Py_CLEAR(frames[i].answer);
+            frames[i].tail = NULL;
+            frames[i].linked = 0;
+        }
+        rewrites = 0;
+    }
     if (count < in_flight) {
         /* a reply the proxy made itself next in line: the Python path sends it */
         PyObject *next = PySequence_GetItem(self->queue, count);
@@ -1566,6 +1849,24 @@ static PyObject *core_feed_response(CoreObject *self, PyObject *data) {
         drop_response_frames(frames, count);
         Py_RETURN_NONE;
     }
+    if (observed) {  /* then each answer to the hooks */
+        PyObject *pendings[MAX_BATCH];
+        Py_ssize_t starts[MAX_BATCH], sizes[MAX_BATCH];
+        int keys[MAX_BATCH];
+        for (int i = 0; i < count; i++) {
+            pendings[i] = frames[i].pending;
+            starts[i] = frames[i].start;
+            sizes[i] = frames[i].size;
+            keys[i] = frames[i].api_key;
+        }
+        self->observed_responses++;
+        int err = observe_frames(self, data, p->response_forwarded, p->str_response_forwarded, p->str_response,
+                                 pendings, starts, sizes, keys, count);
+        drop_response_frames(frames, count);
+        if (err < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
     /* then observed: counted, and logged */
     CountersObject *co = p->counters;
     for (int i = 0; i < count; i++) {
@@ -1620,19 +1921,26 @@ static PyObject *core_get_taken(CoreObject *self, void *Py_UNUSED(unused)) {
     return Py_BuildValue("(KK)", self->taken_requests, self->taken_responses);
 }
 
+static PyObject *core_get_observed(CoreObject *self, void *Py_UNUSED(unused)) {
+    return Py_BuildValue("(KK)", self->observed_requests, self->observed_responses);
+}
+
 static PyGetSetDef core_getset[] = {
     {"ready", (getter)core_get_ready, (setter)core_set_ready,
      "Whether the C path may take a read (the connection is in its steady state).", NULL},
     {"last_active", (getter)core_get_last_active, NULL,
      "time.monotonic() of the last read the C path took (0.0: none).", NULL},
     {"taken", (getter)core_get_taken, NULL, "(requests, responses): the reads the C path took.", NULL},
+    {"observed", (getter)core_get_observed, NULL,
+     "(requests, responses): of the reads the C path took, those whose frames it handed to the hooks.", NULL},
     {NULL},
 };
 
 static PyMethodDef core_methods[] = {
     {"feed_request", (PyCFunction)core_feed_request, METH_O, "A read from the client."},
     {"feed_response", (PyCFunction)core_feed_response, METH_O, "A read from the broker."},
-    {"bind", (PyCFunction)core_bind, METH_VARARGS, "bind(exchange, requests, responses, info, state, client)"},
+    {"bind", (PyCFunction)core_bind, METH_VARARGS,
+     "bind(exchange, requests, responses, info, state, client[, hook_failed])"},
     {"set_upstream", (PyCFunction)core_set_upstream, METH_O, "The broker's transport, once connected."},
     {"release", (PyCFunction)core_release, METH_NOARGS, "The connection closed: drop its objects."},
     {NULL},
@@ -1653,6 +1961,7 @@ static int core_traverse(CoreObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->client_write);
     Py_VISIT(self->client_is_closing);
     Py_VISIT(self->upstream_write);
+    Py_VISIT(self->hook_failed);
     return 0;
 }
 
@@ -2082,7 +2391,25 @@ fail:
     return NULL;
 }
 
+/* produce_acks(frame, version) -> int | None: the acks the C path reads of a Produce
+ * request (`frame` the whole body but its length prefix), None where it leaves the
+ * read to the Python path (what leads to acks is cut or malformed); for the tests,
+ * which hold it to codec/peek.py's. */
+static PyObject *steady_produce_acks(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer frame;
+    int version, acks = 0;
+    if (!PyArg_ParseTuple(args, "y*i", &frame, &version))
+        return NULL;
+    int found = frame.len >= 8 && produce_acks((const unsigned char *)frame.buf, frame.len, version, &acks);
+    PyBuffer_Release(&frame);
+    if (!found)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(acks);
+}
+
 static PyMethodDef steady_functions[] = {
+    {"produce_acks", (PyCFunction)steady_produce_acks, METH_VARARGS,
+     "produce_acks(frame, version): a Produce request's acks as the C path reads them, or None."},
     {"fetch_offsets", (PyCFunction)(void (*)(void))lag_fetch_offsets, METH_FASTCALL,
      "A Fetch request's positions into `offsets` (LagTracker.fetch_ask's loop)."},
     {"fetch_positions", (PyCFunction)(void (*)(void))lag_fetch_positions, METH_FASTCALL,

@@ -278,6 +278,11 @@ class SteadyParts:
     # answer a link read that it does not finish itself (ObservingHooks.responded)
     link_answer: Any
     render_fields: Any  # (fields) -> (JSON object, mask) of an answer's fields a link made
+    # Requests and answers whose reads it may take when the memo does not answer them: it
+    # frames, forwards and pairs them, and hands each frame to request_forwarded or
+    # response_forwarded after the read went on, as the Python path does
+    observed_request_apis: frozenset[int] = frozenset()
+    observed_response_apis: frozenset[int] = frozenset()
 
 
 def _overrides(hooks: Hooks, name: str) -> bool:

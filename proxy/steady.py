@@ -3,13 +3,16 @@
 A read from either side of a connection goes to one C call (`Core.feed_request`, the
 client's `data_received`; `Core.feed_response`, the broker's), which either does all
 the Python path would do with it, or hands the whole read to the Python path untouched
-(proxy/_steady.c says when, at its top). It takes only reads made of whole frames
-that the observing hooks met before byte for byte (the memo's entries, already
-rendered: proxy/observe/memo.py), on a connection in its steady state; first-seen
-frames, errors, identity changes, the links of the observers' chain (lag, telemetry),
-rewriting other than the memoised ApiVersions cap, SASL and every bound a peer can
-reach stay Python's. Lines, metrics and forwarded bytes are the Python path's, byte for
-byte (tests/proxy/test_steady.py runs both).
+(proxy/_steady.c says when, at its top). It takes only reads made of whole frames on a
+connection in its steady state, and frames, forwards and pairs them in C. Where the
+observing hooks met every frame before byte for byte (the memo's entries, already
+rendered: proxy/observe/memo.py), it observes them in C too; where not (a Produce, a
+Fetch, a first-seen frame), it hands each frame to the hooks' request_forwarded or
+response_forwarded once the read went on, as the Python path does. Frames cut across
+reads, identity changes the memo cannot vouch for, rewriting other than the memoised
+ApiVersions cap, requests held for admit_request, SASL and every bound a peer can reach
+stay Python's. Lines, metrics and forwarded bytes are the Python path's, byte for byte
+(tests/proxy/test_steady.py runs both).
 
 Built where a C compiler and the Python headers are (setup.py, optional like the
 codec's); `KAFKALENS_PURE_CODEC=1` turns it off with the codec's C interpreter (every

@@ -192,6 +192,10 @@ class ProxyContext:
         self.max_connections = self.limits.max_connections or AUTO_MAX_CONNECTIONS
         parts = self.hooks.steady_parts() if steady.ACTIVE else None
         if parts is not None:
+            # Reads the memo does not answer: each frame to the hooks, as sides.py hands
+            # it, where the Python path keeps it whole for them and holds nothing
+            plan, hooks = self.plan, self.hooks
+            observed = plan.keep_requests and plan.keep_responses and not plan.hold_requests
             self.steady = steady.plan(
                 pending=Pending, request_entry=parts.request_entry, response_entry=parts.response_entry,
                 cap_entry=parts.cap_entry, state=parts.state, info=ConnectionInfo, splitter=FrameSplitter,
@@ -202,6 +206,10 @@ class ProxyContext:
                 log_never=parts.log_never, api_versions_plain=parts.api_versions_plain, token=parts.token,
                 link_apis=parts.link_apis, request_links=parts.request_links, link_answer=parts.link_answer,
                 render_fields=parts.render_fields,
+                observed_request_apis=parts.observed_request_apis - plan.admit_api_keys - sasl.AUTH_APIS,
+                observed_response_apis=parts.observed_response_apis - plan.rewrite_api_keys - sasl.AUTH_APIS,
+                request_forwarded=hooks.request_forwarded if observed else None,
+                response_forwarded=hooks.response_forwarded if observed else None,
             )  # fmt: skip
             self.steady_state_of = parts.state_of
         elif steady.ACTIVE and self.plan.observes_nothing:
@@ -351,7 +359,7 @@ class Connection(asyncio.Protocol):
         if self._core is not None:
             state = ctx.steady_state_of(info) if ctx.steady_state_of is not None else None
             if state is not None or ctx.steady_state_of is None:  # else it never takes a read
-                self._core.bind(kafka, self.requests, self.responses, info, state, self.client)
+                self._core.bind(kafka, self.requests, self.responses, info, state, self.client, relay.hook_failed)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:

@@ -221,6 +221,8 @@ class ObservingHooks(Hooks):
             request_links={k: links for k, links in self._request_links.items() if k in linked & requests},
             link_answer=self.responded,
             render_fields=answer_json,
+            observed_request_apis=keys - self.admit_api_keys,
+            observed_response_apis=keys - self.rewrite_api_keys,
         )  # fmt: skip
 
     def link(self, kind: type[L]) -> L | None:

@@ -13,6 +13,7 @@ standalone cluster: tests/pipeline/test_pipeline_cluster.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
@@ -86,6 +87,15 @@ def test_the_table_is_partitioned_by_time_and_keeps_bad_lines_apart(
     layout = {p.relative_to(table).parent.as_posix() for p in data}
     assert layout == {"kind=lines/date=2025-03-01/hour=12",
                       "kind=bad_lines/date=2025-03-01/hour=12"}, layout
+    # One batch of four files (a task each): one file a partition (optimized writes),
+    # each with statistics on `ts` alone, which its log entry holds.
+    assert sorted(Counter(p.parent for p in data).values()) == [1, 1], data
+    stats = [json.loads(json.loads(line)["add"]["stats"])
+             for log in sorted((table / "_delta_log").glob("*.json"))
+             for line in log.read_text().splitlines() if '"add"' in line]
+    # (a file of bad lines without a ts has its null count alone)
+    assert stats and all(s["numRecords"] > 0 and set(s["nullCount"]) == {"ts"} >= set(
+        s["minValues"]) | set(s["maxValues"]) for s in stats), stats
     bad = read_table(spark, str(table)).where(F.col("bad_reason").isNotNull())
     rows = bad.select("file", "bad_reason", "line").collect()
     assert rows and all(r["bad_reason"] and r["line"] and r["file"].startswith(
@@ -162,10 +172,13 @@ def test_small_files_are_compacted_as_they_pile_up_and_by_compact(
     partition holds COMPACT_AFTER_FILES (3 here) the ingest compacts it (Delta's auto
     compaction). --compact then leaves a file per partition and, with --retention 0h,
     deletes the replaced files (VACUUM); every line is still there once, for Spark and
-    for DuckDB, and the ingest goes on from its checkpoint afterwards."""
+    for DuckDB, and the ingest goes on from its checkpoint afterwards. A compacted
+    file's row groups are bounded as the ingest's (ROW_GROUP_BYTES, tiny here), so its
+    tasks can share the cores."""
     logs, table = tmp_path / "logs", tmp_path / "table"
     want = rotated_logs(logs, files=8, lines_per_file=60, seed=3)
     monkeypatch.setitem(ingest.WRITE_CONF, "spark.databricks.delta.autoCompact.minNumFiles", "3")
+    monkeypatch.setitem(ingest.WRITE_CONF, "parquet.block.size", "4096")
     once = IngestOptions(str(logs), str(table), once=True, max_files_per_trigger=1)
     assert run_ingest(spark, once) == 0
     operations = Counter(operation(c) for c in sorted((table / "_delta_log").glob("*.json")))
@@ -184,6 +197,10 @@ def test_small_files_are_compacted_as_they_pile_up_and_by_compact(
                         r"\d+ files replaced more than 0h ago", said), said
     assert rolled.startswith("kafkalens ingest: rollup: "), rolled
     assert set(Counter(p.parent for p in active_files(table)).values()) == {1}
+    groups = [(m.num_rows, m.num_row_groups)
+              for m in (pq.ParquetFile(p).metadata for p in active_files(table))]
+    assert any(rows > 200 for rows, _ in groups), groups
+    assert all(n > 1 for rows, n in groups if rows > 200), groups  # Parquet checks at 100 rows
     assert {p for p in table.rglob("*.parquet") if not is_hidden(table, p)} == set(
         active_files(table))
     assert lines_per_file(spark, table) == want
@@ -325,6 +342,13 @@ def test_the_rollup_of_closed_hours_gives_the_reports_the_lines_give(
     assert {(r["grain"], r["off"]) for r in slots} == {(360, 0)}
     stood_for = same_report("rolled")
     assert stood_for == sum(hours.values()) > 0
+    # The report reads the lines of the hours not rolled up only (the others' partitions
+    # pruned from Delta's file listing), and the rollup's rows of the others.
+    read: dict[bool, set[tuple[str, str, int]]] = {True: set(), False: set()}
+    for uri in rollup.fine_of_table(spark, str(table))[0].inputFiles():
+        where = dict(part.split("=", 1) for part in uri.split("/") if "=" in part)
+        read[f"/{rollup.ROLLUP}/" in uri].add((where["kind"], where["date"], int(where["hour"])))
+    assert read == {True: set(hours), False: set(lines) - set(hours)}, read
 
     # A file rotated late brings lines of 12:30 into the rolled-up hour 12.
     late = Synth(seed=12, start="2025-03-01T12:30:00", rate=1.0)

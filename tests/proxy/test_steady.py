@@ -14,11 +14,14 @@ import json
 import os
 import socket
 import struct
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from support.proxy_harness import ProxyThread, proxy_config
 from support.replay import (
@@ -39,6 +42,7 @@ from codec.records import stats as record_stats
 from proxy import steady
 from proxy.config import Overrides
 from proxy.features import build_hooks, load_config
+from proxy.forward.sides import Relay
 from proxy.metrics import Metrics
 
 
@@ -73,13 +77,17 @@ TIMED = ("kafkalens_request_duration_seconds_bucket", "kafkalens_request_duratio
 def run(
     tmp_path: Path, active: bool, monkeypatch: pytest.MonkeyPatch, script: list[Exchange] | None = None,
     rounds: tuple[int, ...] = (3, 1), between: Callable[[Any], object] | None = None,
+    cores: list[Any] | None = None, send: Callable[[int, list[Exchange], int], None] = send_session,
+    prepare: Callable[[Any], object] | None = None,
 ) -> tuple[list[bytes], dict[Any, float], int]:
     """`script` (the captured sessions, by default) through a proxy, `rounds` times on
     each of its connections, the C path on or off: the log's lines, the request metrics,
     and how many reads the C path took. `between(hooks)` runs on the proxy's loop after
     each round but the last, once its connections closed. Off, the record batches'
     headers are read and the topics, groups and error codes collected in Python too
-    (codec.records.stats, codec.entities), as KAFKALENS_PURE_CODEC does."""
+    (codec.records.stats, codec.entities), as KAFKALENS_PURE_CODEC does. `cores` gets
+    the connections' C paths; `send(port, script, rounds)` is the client;
+    `prepare(hooks)` runs before the proxy starts."""
     monkeypatch.setattr(steady, "ACTIVE", active)
     monkeypatch.setattr(record_stats, "_ACTIVE_C", record_stats.C_SUMMARIZE if active else None)
     monkeypatch.setattr(accel, "ACTIVE", accel.ACTIVE and active)
@@ -91,7 +99,9 @@ def run(
     config = load_config(None, Overrides(request_log=str(path)))
     metrics = Metrics()
     hooks = build_hooks(config, metrics)
-    cores: list[Any] = []
+    if prepare is not None:
+        prepare(hooks)
+    cores = [] if cores is None else cores
     if active:
         made = steady.core
 
@@ -104,7 +114,7 @@ def run(
     try:
         with ProxyThread(proxied, hooks) as px:
             for n, times in enumerate(rounds):
-                send_session(px.port, script, rounds=times)
+                send(px.port, script, times)
                 if between is not None and n < len(rounds) - 1:
                     assert px.wait_until(lambda: not px.server.clients())
                     px.call(functools.partial(between, hooks))
@@ -259,3 +269,138 @@ def test_a_header_v3_connection_is_held_to_its_id_on_the_c_path(
     assert taken >= 2 * (12 - 3), taken
     violations = [json.loads(line) for line in c_lines if b'"event":"kip1313_violation"' in line]
     assert [v["correlation_id"] for v in violations] == [13, 14]
+
+
+def _low_rate_client() -> list[Exchange]:
+    """What a client at a low rate sends most: librdkafka's Produces and Fetches of its
+    captured session (neither memoised), between a Metadata that is."""
+    session = [e for e in sessions()["confluent-kafka"] if e.response is not None]
+    metadata = next(e for e in session if e.api_key == 3)
+    return [metadata, *(e for e in session if e.api_key in (0, 1))]
+
+
+def _pipelined(port: int, exchanges: list[Exchange], rounds: int) -> None:
+    """Each round's requests in one write, then their answers: reads of several frames,
+    memoised ones beside ones that are not."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        corr = 1
+        for _ in range(rounds):
+            frames = []
+            for exchange in exchanges:
+                request = renumbered(exchange.request, 4, corr)
+                frames.append(struct.pack(">i", len(request)) + request)
+                corr += 1
+            sock.sendall(b"".join(frames))
+            for n in range(len(exchanges)):
+                answer = read_frame(sock)
+                assert answer is not None and struct.unpack_from(">i", answer, 0)[0] == corr - len(exchanges) + n
+
+
+@needs_c
+@pytest.mark.parametrize("send", [send_session, _pipelined], ids=["one-at-a-time", "pipelined"])
+def test_frames_the_memo_does_not_answer_are_framed_in_c_and_observed_by_the_hooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, send: Callable[[int, list[Exchange], int], None]
+) -> None:
+    """A Produce or a Fetch is never memoised: the C path frames, forwards and pairs its
+    reads all the same, and hands each frame to the hooks (request_forwarded,
+    response_forwarded) once the read went on; a read with a memoised frame beside one
+    is handed over whole the same way. The lines and metrics are the Python path's."""
+    script = _low_rate_client()
+    cores: list[Any] = []
+    c_lines, c_metrics, taken = run(tmp_path, True, monkeypatch, script, rounds=(6,), cores=cores, send=send)
+    py_lines, py_metrics, _ = run(tmp_path, False, monkeypatch, script, rounds=(6,), send=send)
+    assert c_lines == py_lines
+    assert c_metrics == py_metrics
+    produced = sum(b'"api":"Produce"' in line for line in c_lines)
+    assert produced == 6 * sum(e.api_key == 0 for e in script) > 0
+    observed = [sum(side) for side in zip(*(core.observed for core in cores), strict=True)]
+    if send is send_session:  # every Produce and Fetch read, both ways, the C path's
+        assert observed[0] >= 6 * (len(script) - 1) and observed[1] >= 6 * (len(script) - 1), observed
+    else:  # every request read holds a Produce or a Fetch (the first came before the broker connection)
+        assert observed[0] >= 6 - 1 and taken >= observed[0] + observed[1], (observed, taken)
+
+
+@needs_c
+def test_a_hook_that_raises_on_a_frame_the_c_path_hands_over_is_counted_as_on_the_python_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """request_forwarded raising on every other Produce, response_forwarded on every
+    third Fetch answer: each is a decode error of its api and direction, logged, and the
+    next frame's hook still runs, on either path; lines and metrics the same."""
+
+    def prepare(hooks: Any) -> None:
+        calls = {"request": 0, "response": 0}
+        request_forwarded, response_forwarded = hooks.request_forwarded, hooks.response_forwarded
+
+        def failing_request(info: Any, frame: memoryview, pending: Any) -> None:
+            request_forwarded(info, frame, pending)
+            if pending.api_key == 0:
+                calls["request"] += 1
+                if calls["request"] % 2:
+                    raise RuntimeError("a broken hook")
+
+        def failing_response(info: Any, frame: memoryview, pending: Any) -> None:
+            if pending.api_key == 1:
+                calls["response"] += 1
+                if calls["response"] % 3 == 0:
+                    raise ValueError("a broken hook")
+            response_forwarded(info, frame, pending)
+
+        hooks.request_forwarded, hooks.response_forwarded = failing_request, failing_response
+
+    failed: list[tuple[str, int, str, str]] = []
+    counted = Relay.hook_failed
+
+    def hook_failed(relay: Relay, hook: str, api_key: int, direction: str) -> None:
+        failed.append((hook, api_key, direction, repr(sys.exc_info()[1])))
+        counted(relay, hook, api_key, direction)
+
+    monkeypatch.setattr(Relay, "hook_failed", hook_failed)
+    script = _low_rate_client()
+    cores: list[Any] = []
+    c_lines, c_metrics, _ = run(tmp_path, True, monkeypatch, script, rounds=(4,), cores=cores, prepare=prepare)
+    c_failed, failed[:] = failed[:], []
+    py_lines, py_metrics, _ = run(tmp_path, False, monkeypatch, script, rounds=(4,), prepare=prepare)
+    assert c_lines == py_lines
+    assert c_metrics == py_metrics
+    assert c_failed == failed
+    assert {f[:3] for f in failed} == {("failing_request", 0, "request"), ("failing_response", 1, "response")}
+    assert "RuntimeError('a broken hook')" in failed[0][3]  # the exception being handled, as logged
+    assert sum(sum(core.observed) for core in cores) > 0
+
+
+def _produce_headers() -> list[tuple[bytes, int]]:
+    """Real clients' Produce requests (tests/data/golden), with their versions."""
+    found = []
+    for exchanges in sessions().values():
+        for e in exchanges:
+            if e.api_key == 0:
+                found.append((e.request, e.api_version))
+    return found
+
+
+@needs_c
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_c_path_reads_a_produces_acks_as_the_codec_does(data: st.DataObject) -> None:
+    """The acks the C path reads of a Produce (acks 0: no answer, the Python path's) are
+    codec.peek.produce_acks's, over real clients' Produces cut anywhere, bytes flipped,
+    any version: where the codec's raises, the C path reads none (the Python path has
+    the read)."""
+    from codec.errors import DecodeError
+    from codec.peek import produce_acks
+
+    frame, version = data.draw(st.sampled_from(_produce_headers()))
+    frame = bytearray(frame)
+    for _ in range(data.draw(st.integers(0, 3))):
+        at = data.draw(st.integers(8, max(8, min(len(frame) - 1, 80))))
+        if at < len(frame):
+            frame[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(8, len(frame)))
+    body = bytes(frame[:cut])
+    version = data.draw(st.sampled_from([version, 0, 2, 3, 8, 9, 12]))
+    try:
+        expected: int | None = produce_acks(body, version)
+    except DecodeError:
+        expected = None
+    assert steady._steady.produce_acks(body, version) == expected

@@ -11,12 +11,13 @@ UBSan."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.proxy_harness import ProxyThread, proxy_config
-from support.replay import small_requests
+from support.replay import Exchange, sessions, small_requests
 from support.steady_peers import HostileBroker, HostileClient
 
 from proxy import steady
@@ -28,8 +29,16 @@ pytestmark = pytest.mark.skipif(not steady.AVAILABLE, reason="proxy._steady was 
 
 STEPS = 400
 
-def test_hostile_peers_around_the_c_path_break_nothing(tmp_path: Path) -> None:
-    script = small_requests()
+def _with_produce_and_fetch() -> list[Exchange]:
+    """The small requests and librdkafka's Produces and Fetches (never memoised: the C
+    path frames them and hands each to the hooks)."""
+    session = [e for e in sessions()["confluent-kafka"] if e.response is not None and e.api_key in (0, 1)]
+    return [*small_requests(), *session[:4]]
+
+
+@pytest.mark.parametrize("make", [small_requests, _with_produce_and_fetch], ids=["memoised", "produce-fetch"])
+def test_hostile_peers_around_the_c_path_break_nothing(tmp_path: Path, make: Callable[[], list[Exchange]]) -> None:
+    script = make()
     broker = HostileBroker(script, seed=7)
     config = load_config(None, Overrides(request_log=str(tmp_path / "requests.log")))
     metrics = Metrics()
@@ -66,5 +75,7 @@ def test_hostile_peers_around_the_c_path_break_nothing(tmp_path: Path) -> None:
         hooks.close()
     assert not failures, failures[:3]
     assert sum(sum(core.taken) for core in taken) > STEPS  # the C path took its share
+    if make is _with_produce_and_fetch:  # and handed Produces and Fetches to the hooks
+        assert sum(core.observed[0] for core in taken) > STEPS // 10, [core.observed for core in taken]
     assert 'kafkalens_decode_errors_total{api="' in text
     assert client.reconnects > 3
