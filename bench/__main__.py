@@ -94,6 +94,9 @@ BENCHMARKS = (
               "What does reading and parsing the input alone cost (no report can be faster)?"),
     Benchmark("pipeline.write_floor", "bench.pipeline.write_floor",
               "What does writing the report's 16 tables cost Spark, whatever is in them?"),
+    Benchmark("pipeline.after_scan", "bench.pipeline.after_scan",
+              "Where does the report's work after the scan go: py4j calls building the "
+              "tables' plans, the families' queries, Spark's jobs?"),
     Benchmark("pipeline.scan_cost", "bench.pipeline.scan_cost",
               "Where does the report's scan spend its CPU, variant by variant, interleaved?"),
     Benchmark("pipeline.report_arms", "bench.pipeline.report_arms",

@@ -82,6 +82,7 @@ TABLES_CONF = {"spark.sql.adaptive.enabled": "false",
                "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 _ROW = "_kafkalens_row"
 DRIVER, SPARK = "driver", "spark"  # who wrote a table (ReportResult.written_by)
+Written = tuple[int, list[dict[str, Any]], str]  # rows, the first shown, DRIVER or SPARK
 
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
@@ -105,21 +106,10 @@ def write_table(table: DataFrame, out: str, name: str) -> tuple[int, list[dict[s
     return int(got["n"]), [{k: v for k, v in row.items() if k != _ROW} for row in shown]
 
 
-def write_small_or_large(table: DataFrame, out: str, name: str, bound: int
-                         ) -> tuple[int, list[dict[str, Any]], str]:
-    """Writes a table: up to `bound` rows collected once (one job, which also gives
-    report.html its first HTML_ROWS rows) and written by the driver
-    (small_tables.py); past it, by Spark's writer (write_table: the table computed
-    again). Gives back its row count, its first rows and who wrote it (DRIVER or
-    SPARK)."""
-    if bound > 0:
-        ordered = table.coalesce(1).sortWithinPartitions(*sort_columns(name))
-        rows = small_tables.collect_bounded(ordered, bound)
-        if rows.num_rows <= bound:
-            small_tables.write_parquet(table, rows, f"{out.rstrip('/')}/{name}")
-            shown = small_tables.python_rows(rows.slice(0, HTML_ROWS), table.schema)
-            return rows.num_rows, shown, DRIVER
-    return (*write_table(table, out, name), SPARK)
+def write_small_or_large(table: DataFrame, out: str, name: str, bound: int) -> Written:
+    """Writes one table as the report writes a family's (write_family, no charts):
+    gives back its row count, its first rows and who wrote it (DRIVER or SPARK)."""
+    return write_family({name: table}, (name,), out, bound, {})[0][name]
 
 
 def chart_apis(by_api: list[dict[str, Any]]) -> list[str]:
@@ -166,16 +156,64 @@ def software_points(tables: dict[str, DataFrame], shown: dict[str, list[dict[str
 
 
 # The charts' points, each bounded whatever the input (the tables' rows already
-# aggregated), each read from the tables of one family (and the rows shown of them):
-# collected by the thread that wrote that family, once it has, while the other
-# families are still being written (after all of them, they were a tail of ~1.3 s
-# at 1M lines: bench/PIPELINE.md, "The small tables written by the driver").
-SERIES: dict[str, tuple[Any, tuple[str, ...]]] = {
-    "over_time": (over_time_points, ("latency_over_time", "latency_by_api")),
-    "lag": (lag_points, ("consumer_topic_lag",)),
-    "software": (software_points, ("client_inventory",)),
+# aggregated), each read from the tables of one family: (how, the tables it reads,
+# whether it reads the rows shown of them). Those that do not are rows of their
+# family's one query (write_family); the others are collected by the thread that wrote
+# that family, once it has, while the other families are still being written.
+SERIES: dict[str, tuple[Any, tuple[str, ...], bool]] = {
+    "over_time": (over_time_points, ("latency_over_time", "latency_by_api"), True),
+    "lag": (lag_points, ("consumer_topic_lag",), False),
+    "software": (software_points, ("client_inventory",), False),
 }
-assert all(any(set(needs) <= set(f) for f in FAMILIES) for _, needs in SERIES.values())
+assert all(any(set(needs) <= set(f) for f in FAMILIES) for _, needs, _ in SERIES.values())
+
+
+def family_series(names: tuple[str, ...]) -> dict[str, tuple[Any, bool]]:
+    """The charts that read only the tables `names` (SERIES: key -> how, whether it
+    reads the rows shown)."""
+    return {key: (points_of, shown_rows) for key, (points_of, needs, shown_rows)
+            in SERIES.items() if set(needs) <= set(names)}
+
+
+def write_family(tables: dict[str, DataFrame], names: tuple[str, ...], out: str, bound: int,
+                 series: dict[str, tuple[Any, bool]]
+                 ) -> tuple[dict[str, Written], dict[str, list[dict[str, Any]]]]:
+    """Writes a family's tables and collects its charts' points: one query, one job,
+    whose rows are every table (at most `bound` + 1 rows of each, sorted in one task)
+    and the points of the charts that read only the family's tables
+    (small_tables.union_of), collected as Arrow and split by the driver; a table
+    within `bound` is written by the driver (small_tables.write_parquet), one past it
+    by Spark's writer (write_table: computed again). Then the points of the charts
+    that read rows shown of the tables. Without a bound, every table by Spark's
+    writer, and each chart a query of its own. `series`: the family's charts (key ->
+    how, whether it reads the rows shown: family_series)."""
+    inline = [key for key, (_, shown_rows) in series.items() if bound > 0 and not shown_rows]
+    written: dict[str, Written] = {}
+    points: dict[str, list[dict[str, Any]]] = {}
+    if bound > 0:
+        ordered = [tables[name].coalesce(1).sortWithinPartitions(*sort_columns(name))
+                   .limit(bound + 1) for name in names]
+        charts = [series[key][0](tables, {}) for key in inline]
+        schemas = [df.schema for df in ordered + charts]
+        rows = small_tables.union_of(ordered + charts, schemas).toArrow()
+        large = small_tables.large_types(tables[names[0]].sparkSession)
+        for i, name in enumerate(names):
+            mine = small_tables.branch_rows(rows, i, schemas[i], large)
+            if mine.num_rows <= bound:
+                small_tables.write_parquet(tables[name], mine, f"{out.rstrip('/')}/{name}")
+                first = small_tables.python_rows(mine.slice(0, HTML_ROWS), schemas[i])
+                written[name] = (mine.num_rows, first, DRIVER)
+        for j, key in enumerate(inline, start=len(names)):
+            points[key] = small_tables.python_rows(
+                small_tables.branch_rows(rows, j, schemas[j], large), schemas[j])
+    for name in names:
+        if name not in written:
+            written[name] = (*write_table(tables[name], out, name), SPARK)
+    shown = {name: first for name, (_, first, _) in written.items()}
+    for key, (points_of, _) in series.items():
+        if key not in points:
+            points[key] = _rows(points_of(tables, shown))
+    return {name: written[name] for name in names}, points
 
 
 def render_html(result: ReportResult) -> str:
@@ -326,19 +364,14 @@ def _tables(spark: SparkSession, fine: DataFrame, result: ReportResult, files: l
                              result.counts, result.left_out)
         try:
             def family(names: tuple[str, ...]) -> tuple[
-                    list[tuple[int, list[dict[str, Any]], str]], dict[str, list[dict[str, Any]]]]:
-                written = [write_small_or_large(built.tables[name], result.out, name, bound)
-                           for name in names]
-                shown = {name: rows for name, (_, rows, _) in zip(names, written, strict=True)}
-                points = {key: _rows(points_of(built.tables, shown))
-                          for key, (points_of, needs) in SERIES.items()
-                          if set(needs) <= set(names)}
-                return written, points
+                    dict[str, Written], dict[str, list[dict[str, Any]]]]:
+                return write_family(built.tables, names, result.out, bound,
+                                    family_series(names))
 
             with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
                 done = list(pool.map(family, FAMILIES))
-            for names, (written, points) in zip(FAMILIES, done, strict=True):
-                for name, (total, rows, writer) in zip(names, written, strict=True):
+            for written, points in done:
+                for name, (total, rows, writer) in written.items():
                     result.table_rows[name], result.shown[name] = total, rows
                     result.written_by[name] = writer
                 result.series.update(points)

@@ -51,6 +51,12 @@ SPARK_LOG_PROPERTY = "kafkalens.spark.log"  # log4j2.properties' level: off unle
 # the JVM then prints this on stderr, whatever else is configured: the driver's JVM is
 # started with its stderr through a pipe that drops this one line (relay_stderr).
 INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
+# PySpark otherwise hands the JVM the Python call site of every DataFrame function
+# and Column method called (the context of an error in a user's own DataFrame code),
+# six py4j round trips each: off, building the report's tables' plans took 5,001 calls
+# instead of 10,589 (bench/PIPELINE.md, "The tables' plans: one query per family"). A
+# static setting: set when this process starts the JVM.
+DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
 # A cluster's driver runs no tasks: C1 alone and the serial GC cut its CPU
 # (bench/PIPELINE.md, "A cluster's cached plan, and the local JVM's compilers"). The executors keep the JVM's defaults: they run the tasks C2 pays off on.
 CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -239,6 +245,8 @@ def build_session(app_name: str, master: str | None = None,
         for key, value in driver_conf.items():
             if key not in configured and "driver-java-options" not in configured:
                 builder = builder.config(key, value)
+        if DEBUGGING not in configured:
+            builder = builder.config(DEBUGGING, "false")
         from pyspark import SparkContext
 
         if not local and EXECUTOR_JAVA_OPTIONS not in configured:

@@ -29,6 +29,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
 
 from pipeline.fsio import delete, write_bytes
@@ -96,6 +97,52 @@ def collect_bounded(ordered: DataFrame, bound: int) -> pa.Table:
     """At most bound+1 rows of `ordered` (one partition, sorted), as Arrow, by one job:
     the JVM converts them (timestamps as UTC instants, whatever the driver's zone)."""
     return ordered.limit(bound + 1).toArrow()
+
+
+# One query for several results (a family's tables and chart points): each result a
+# branch of a union, a row of branch i holding in column i an array of its one row
+# (a struct) and in the others empty arrays. Not a null struct in the others: the
+# Arrow columns of a null struct's non-null fields hold nulls, which toArrow's cast
+# to Spark's schema refuses; the rows of an array are only the branch's own.
+def _branch(i: int) -> str:
+    return f"_kafkalens_{i}"
+
+
+def union_of(branches: list[DataFrame], schemas: list[StructType]) -> DataFrame:
+    """The rows of every branch (`schemas`: theirs) in one DataFrame (branch_rows
+    splits them again): its partitions are the branches' in order, so a branch of one
+    sorted partition keeps its order when collected (toArrow puts partitions in
+    order)."""
+    own = F.array(F.struct("*"))
+    empty = [F.array().cast(ArrayType(schema, containsNull=False)).alias(_branch(j))
+             for j, schema in enumerate(schemas)]  # each built once, used by every branch
+    union: DataFrame | None = None
+    for i, df in enumerate(branches):
+        row = df.select(*empty[:i], own.alias(_branch(i)), *empty[i + 1:])
+        union = row if union is None else union.union(row)
+    assert union is not None, "no branches"
+    return union
+
+
+def branch_rows(rows: pa.Table, i: int, schema: StructType, large_types: bool) -> pa.Table:
+    """Branch `i`'s rows of union_of(...) collected by toArrow, in their order: the
+    Arrow table toArrow of the branch alone gives (`schema` its Spark schema;
+    `large_types` spark.sql.execution.arrow.useLargeVarTypes), cast as toArrow casts
+    it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    mine = pc.list_flatten(rows.column(_branch(i))).combine_chunks()
+    arrow = to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True,
+                            timezone="UTC", prefers_large_types=large_types)
+    return pa.Table.from_struct_array(mine).cast(arrow)
+
+
+def large_types(spark: SparkSession) -> bool:
+    """Whether toArrow gives large strings and lists (branch_rows' `large_types`)."""
+    value = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
+    return (value or "").lower() == "true"
 
 
 def write_parquet(table: DataFrame, rows: pa.Table, directory: str) -> None:

@@ -22,11 +22,12 @@ import pytest
 from pyspark.sql import SparkSession
 from support.synth import Synth, to_line, write_rotated
 
+from pipeline import report
 from pipeline.report import DRIVER, SPARK, run_report, write_small_or_large, write_table
 from pipeline.session import session_conf
 from pipeline.small_tables import DRIVER_ROWS_KEY, SettingError
 from pipeline.summary import ReportResult
-from pipeline.tables import TABLE_ORDER
+from pipeline.tables import FAMILIES, TABLE_ORDER
 
 TINY = 2
 
@@ -52,6 +53,31 @@ def test_small_tables_are_written_by_the_driver_larger_ones_by_spark(
                                   for name, n in driver.table_rows.items()}
     assert crossed.table_rows == driver.table_rows
     assert crossed.shown == driver.shown  # report.html's rows, timestamps UTC
+
+
+def test_the_tables_are_one_job_per_family(spark: SparkSession, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every family's tables and the charts that read only them are one query (one
+    job), and the chart that reads the rows shown of latency_by_api one more: counted
+    by Spark's own status tracker, so a query per table (or per chart) coming back
+    fails this."""
+    synth = Synth(seed=29, bad_every=211, other_every=97, follower_every=53,
+                  telemetry_every=31)
+    write_rotated(tmp_path / "logs", map(to_line, synth.events(1000)), 500, gz=True)
+    tracker = spark.sparkContext.statusTracker()
+    jobs: list[int] = []
+    tables = report._tables
+
+    def counting(*args: Any) -> None:
+        before = set(tracker.getJobIdsForGroup())
+        tables(*args)
+        jobs.extend(set(tracker.getJobIdsForGroup()) - before)
+
+    monkeypatch.setattr(report, "_tables", counting)
+    result = run_report(spark, [str(tmp_path / "logs")], str(tmp_path / "out"))
+    assert result.written_by == dict.fromkeys(TABLE_ORDER, DRIVER)
+    reading_shown = [key for key, (_, _, shown) in report.SERIES.items() if shown]
+    assert len(jobs) == len(FAMILIES) + len(reading_shown) == 6
 
 
 @pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
