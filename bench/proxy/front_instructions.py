@@ -39,7 +39,7 @@ from typing import Any
 
 from support import wire
 
-from bench.proxy import arms, fronts, throughput
+from bench.proxy import arms, fronts, raw_broker, throughput
 from codec import ApiKey, decode_response, encode_request
 from proxy.tansu import TansuBroker, free_port, wait_for_port
 
@@ -150,8 +150,7 @@ def _fetch(sock: socket.socket) -> wire.Template:
         wire.roundtrip(sock, produce.frame(n))
     meta = wire.metadata([throughput.TOPIC])
     sock.sendall(meta.frame(0))
-    size = struct.unpack(">i", _read(sock, 4))[0]
-    answer = decode_response(_read(sock, size), ApiKey.METADATA, 12)
+    answer = decode_response(raw_broker.read_frame(sock), ApiKey.METADATA, 12)
     (described,) = answer.body["topics"]
     request = _captured(ApiKey.FETCH)
     (topic,) = request.body["topics"][:1]
@@ -161,16 +160,6 @@ def _fetch(sock: socket.socket) -> wire.Template:
     request.body["topics"] = [topic]
     body = encode_request(request)
     return wire.Template("Fetch", struct.pack(">i", len(body)) + body)
-
-
-def _read(sock: socket.socket, count: int) -> bytes:
-    buf = b""
-    while len(buf) < count:
-        chunk = sock.recv(count - len(buf))
-        if not chunk:
-            raise ConnectionError("the front closed mid-answer")
-        buf += chunk
-    return buf
 
 
 TEMPLATES: dict[str, Maker] = {
